@@ -1,0 +1,78 @@
+// Classification: maps a TLS library's symbol names to a bucket and an
+// algorithm, and recognises which TLS library a binary carries.
+//
+// The rules themselves are data, in rules.cc: one table a reviewer can read line
+// by line. All functions here are pure and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+
+namespace tlsprof::classify {
+
+// Where a sample's CPU time goes. kOther is TLS library time outside the
+// crypto primitives (record layer, handshake state machine, provider lookup,
+// ASN.1, memory management inside the library, ...).
+enum class Bucket : uint8_t { kCipher, kSignature, kKeyExchange, kHash, kOther };
+inline constexpr int kBucketCount = 5;
+std::string_view BucketName(Bucket bucket);  // "cipher", "signature", "key_exchange", "hash", "other"
+
+// Canonical algorithm names (the report's vocabulary).
+namespace algo {
+inline constexpr std::string_view kAesGcm = "AES-GCM";
+inline constexpr std::string_view kAesCbc = "AES-CBC";
+inline constexpr std::string_view kAesCtr = "AES-CTR";
+inline constexpr std::string_view kChaCha20Poly1305 = "ChaCha20-Poly1305";
+inline constexpr std::string_view kRsa = "RSA";
+inline constexpr std::string_view kEcdsaP256 = "ECDSA-P256";
+inline constexpr std::string_view kEcdsaP384 = "ECDSA-P384";
+inline constexpr std::string_view kEd25519 = "Ed25519";
+inline constexpr std::string_view kEcdheP256 = "ECDHE-P256";
+inline constexpr std::string_view kEcdheP384 = "ECDHE-P384";
+inline constexpr std::string_view kX25519 = "X25519";
+inline constexpr std::string_view kMlKem = "ML-KEM";
+inline constexpr std::string_view kSha1 = "SHA-1";
+inline constexpr std::string_view kSha256 = "SHA-256";
+inline constexpr std::string_view kSha512 = "SHA-512";
+inline constexpr std::string_view kMd5 = "MD5";
+// P-256 field/point arithmetic that ECDSA-P256 and ECDHE-P256 share: without
+// the stack (a later issue) a leaf there cannot say which operation it serves.
+inline constexpr std::string_view kP256Ambiguous = "P-256 (ECDSA or ECDHE)";
+inline constexpr std::string_view kUnknown = "unknown";
+}  // namespace algo
+
+// Which family of rules applies to a binary.
+enum class Family : uint8_t { kOpenSSL, kBoringSSL, kGo };
+std::string_view FamilyName(Family family);  // "openssl", "boringssl", "go"
+
+struct Classification {
+  Bucket bucket = Bucket::kOther;
+  std::string_view algorithm = algo::kUnknown;  // one of algo::k*
+};
+
+// Classifies one symbol of a TLS library of `family`. Returns nullopt when the
+// name is not TLS library code at all (e.g. a node or nginx function in a
+// static executable, or libc). A name that is TLS library code but no crypto
+// primitive gives {kOther, "unknown"}.
+std::optional<Classification> ClassifySymbol(Family family, std::string_view name);
+
+// True if `name` is TLS library code for any family: the filter that keeps a
+// big static binary's symbol table small.
+bool IsTlsSymbol(std::string_view name);
+
+// What TLS library a binary carries.
+enum class LibraryKind : uint8_t { kOpenSSL11, kOpenSSL3, kBoringSSL, kGo };
+std::string_view LibraryKindName(LibraryKind kind);  // "openssl-1.1", "openssl-3", "boringssl", "go"
+Family FamilyOf(LibraryKind kind);
+
+// Detects the TLS library from the names a binary defines.
+//   has_symbol(name): does the binary define this function/object symbol?
+//   soname / file name: e.g. "libcrypto.so.3", "libssl.so.0" (android BoringSSL).
+//   is_go: the binary has .gopclntab / .go.buildinfo.
+// nullopt means the binary carries no TLS library.
+std::optional<LibraryKind> DetectLibrary(const std::function<bool(std::string_view)>& has_symbol,
+                                         std::string_view soname, std::string_view file_name, bool is_go);
+
+}  // namespace tlsprof::classify

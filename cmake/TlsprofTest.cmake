@@ -1,0 +1,18 @@
+# tlsprof_test(NAME SOURCES <src>... LIBS <lib>... [BPF])
+#
+# Registers a GoogleTest binary with CTest. Tests that need root and a real
+# kernel pass BPF and get the label "bpf"; the rest get "unit". CI runs both.
+function(tlsprof_test name)
+  cmake_parse_arguments(T "BPF" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_definitions(${name} PRIVATE
+    TLSPROF_SOURCE_DIR="${CMAKE_SOURCE_DIR}" TLSPROF_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  add_test(NAME ${name} COMMAND ${name})
+  if(T_BPF)
+    set_tests_properties(${name} PROPERTIES LABELS bpf RUN_SERIAL TRUE)
+  else()
+    set_tests_properties(${name} PROPERTIES LABELS unit)
+  endif()
+endfunction()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every build, test and runtime dependency of tlsprof from Debian 12
+# packages. The README's commands and .ci/run both call this script; nothing is
+# fetched from anywhere but the Debian archive.
+set -euo pipefail
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: run as root (apt-get needs it)" >&2
+  exit 1
+fi
+
+packages=(
+  # build
+  build-essential cmake ninja-build pkg-config clang llvm
+  libbpf-dev bpftool libelf-dev zlib1g-dev libdw-dev libdebuginfod-dev
+  libssl-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+  prometheus-cpp-dev
+  # TLS libraries and servers profiled by the tests
+  openssl android-libboringssl-dev golang-go nodejs nginx wrk
+  # bench/ anchors and tools
+  linux-perf python3 procps curl
+)
+
+stamp=/var/lib/tlsprof-deps.stamp
+want=$(printf '%s\n' "${packages[@]}" | sha256sum | cut -d' ' -f1)
+if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && dpkg -s "${packages[@]}" >/dev/null 2>&1; then
+  exit 0
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+# nginx is started by the tests themselves, never as a system service.
+if command -v systemctl >/dev/null 2>&1; then
+  systemctl disable --now nginx >/dev/null 2>&1 || true
+fi
+echo "$want" >"$stamp"
