@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: GPL-2.0
+/* CPU sampler: one software cpu-clock perf event per online CPU runs this
+ * program every period; it classifies the sample (idle, kernel, user) and
+ * aggregates it in the kernel, so user space only reads the maps.
+ *
+ * Every sample is counted in totals. Non-idle samples of a process that
+ * passes the tgid filter are counted in samples_by_pid, and user-mode ones
+ * also in samples_by_ip, keyed by the interrupted user instruction.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "profile.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Set through skel->rodata before load: when true, only the tgids in
+ * target_tgids get samples_by_pid / samples_by_ip entries.
+ */
+const volatile bool filter_tgids = false;
+
+/* Hash maps stay preallocated (no BPF_F_NO_PREALLOC): this program runs in
+ * hard-irq context from the cpu-clock hrtimer, and insertion into a
+ * preallocated map never allocates there.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TLSPROF_MAX_SAMPLE_KEYS);
+	__type(key, struct sample_key);
+	__type(value, __u64);
+} samples_by_ip SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TLSPROF_MAX_PIDS);
+	__type(key, __u32);
+	__type(value, struct pid_counts);
+} samples_by_pid SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TOTAL_NR_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} totals SEC(".maps");
+
+/* Filled by user space before attach; the value is unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TLSPROF_MAX_TARGET_PIDS);
+	__type(key, __u32);
+	__type(value, __u8);
+} target_tgids SEC(".maps");
+
+static __always_inline void total_inc(__u32 slot)
+{
+	__u64 *count = bpf_map_lookup_elem(&totals, &slot);
+
+	/* Per-CPU slot, and the program cannot nest on one CPU: no atomic. */
+	if (count)
+		*count += 1;
+}
+
+/* Find the value of key, inserting init first if the key is new. Returns
+ * NULL only when the map is full. Two CPUs may race to insert the same key:
+ * BPF_NOEXIST makes the loser fail with -EEXIST and both then find the
+ * winner's entry.
+ */
+static __always_inline void *lookup_or_init(void *map, const void *key,
+					    const void *init)
+{
+	void *val = bpf_map_lookup_elem(map, key);
+
+	if (val)
+		return val;
+	bpf_map_update_elem(map, key, init, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, key);
+}
+
+SEC("perf_event")
+int sample_cpu(struct bpf_perf_event_data *ctx)
+{
+	static const struct pid_counts zero_counts;
+	static const __u64 zero;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct pid_counts *counts;
+	struct sample_key key;
+	__u64 *count;
+	bool user;
+
+	total_inc(TOTAL_SAMPLES);
+
+	/* The idle task is the only one with pid 0 (one per CPU). */
+	if ((__u32)pid_tgid == 0) {
+		total_inc(TOTAL_IDLE);
+		return 0;
+	}
+
+	/* The perf regs are those of the interrupted context: user mode iff
+	 * the code segment's privilege level is 3.
+	 */
+	user = (ctx->regs.cs & 3) == 3;
+	total_inc(user ? TOTAL_USER : TOTAL_KERNEL);
+
+	if (filter_tgids && !bpf_map_lookup_elem(&target_tgids, &tgid))
+		return 0;
+
+	counts = lookup_or_init(&samples_by_pid, &tgid, &zero_counts);
+	if (!counts)
+		total_inc(TOTAL_DROPPED_PID);
+	else if (user)
+		__sync_fetch_and_add(&counts->user, 1);
+	else
+		__sync_fetch_and_add(&counts->kernel, 1);
+
+	if (!user)
+		return 0;
+
+	key.tgid = tgid;
+	key.pad = 0;
+	key.user_ip = ctx->regs.ip;
+	count = lookup_or_init(&samples_by_ip, &key, &zero);
+	if (!count) {
+		total_inc(TOTAL_DROPPED_IP);
+		return 0;
+	}
+	__sync_fetch_and_add(count, 1);
+	return 0;
+}
