@@ -1,1 +1,157 @@
-int main() { return 0; }  // replaced by the CLI
+// tlsprof-agent: command-line entry point. The work happens in the libraries
+// beside this file; main only parses flags, wires signals and prints.
+#include <linux/capability.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "agent/oneshot/oneshot.h"
+#include "agent/report/report.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+// The agent needs CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN, or root). Checked
+// up front so that an unprivileged run fails with advice, not a libbpf errno.
+bool HasProfilingPrivileges() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return geteuid() == 0;
+  auto has = [&data](int cap) { return (data[cap / 32].effective & (1u << (cap % 32))) != 0; };
+  constexpr int kCapSysAdmin = 21, kCapPerfmon = 38, kCapBpf = 39;
+  return has(kCapSysAdmin) || (has(kCapBpf) && has(kCapPerfmon));
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "tlsprof-agent: " << message << "\n";
+  return 1;
+}
+
+int PrintReport(const nlohmann::json& report, const std::string& format, const std::string& output) {
+  std::string text = format == "json" ? report.dump(2) + "\n" : tlsprof::report::RenderTable(report);
+  if (output.empty() || output == "-") {
+    std::cout << text << std::flush;
+    return 0;
+  }
+  std::ofstream out(output);
+  if (!out || !(out << text) || !out.flush()) return Fail("cannot write the report to " + output);
+  return 0;
+}
+
+// The demo: starts the project's demo TLS workload (build/bin/tlsprof-demo,
+// beside this binary), profiles the host while it runs, and stops it.
+struct DemoWorkload {
+  pid_t pid = -1;
+  ~DemoWorkload() {
+    if (pid > 0) {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+tlsprof::Status StartDemo(DemoWorkload& demo, double seconds) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  fs::path binary = self.parent_path() / "tlsprof-demo";
+  if (ec || !fs::exists(binary)) {
+    return tlsprof::MakeError("the demo workload {} is missing; build it with 'cmake --build build'", binary.string());
+  }
+  fs::path ready = fs::temp_directory_path() / fmt::format("tlsprof-demo-{}.ready", getpid());
+  fs::remove(ready, ec);
+  std::string duration = fmt::format("{:.0f}", seconds);
+  pid_t pid = fork();
+  if (pid < 0) return tlsprof::MakeError("fork: {}", std::strerror(errno));
+  if (pid == 0) {
+    execl(binary.c_str(), binary.c_str(), "--duration", duration.c_str(), "--ready-file", ready.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  demo.pid = pid;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!fs::exists(ready, ec)) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      demo.pid = -1;
+      return tlsprof::MakeError("the demo workload exited before it was ready (status {})", status);
+    }
+    if (std::chrono::steady_clock::now() > deadline) return tlsprof::MakeError("the demo workload was not ready in 30 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  fs::remove(ready, ec);
+  return tlsprof::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tlsprof-agent: how much of this host's CPU goes to TLS, and to which crypto"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+
+  tlsprof::oneshot::Options options;
+  std::string format = "table";
+  std::string output;
+  auto add_profile_flags = [&](CLI::App* cmd) {
+    cmd->add_option("--duration", options.duration_seconds, "Seconds to profile")->check(CLI::Range(0.1, 86400.0));
+    cmd->add_option("--frequency", options.frequency_hz, "Samples per second per CPU")->check(CLI::Range(1, 10000));
+    cmd->add_option("--format", format, "table or json")->check(CLI::IsMember({"table", "json"}));
+    cmd->add_option("--output,-o", output, "Write the report to this file instead of stdout");
+  };
+  CLI::App* profile = app.add_subcommand("profile", "Profile the host (or --pid processes) once and print a report");
+  add_profile_flags(profile);
+  profile->add_option("--pid", options.pids, "Profile only this process (repeatable)")->check(CLI::PositiveNumber);
+  CLI::App* demo = app.add_subcommand("demo", "Run the bundled demo TLS workload and profile the host while it runs");
+  add_profile_flags(demo);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+
+  auto logger = spdlog::stderr_color_mt("tlsprof");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  for (pid_t pid : options.pids) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) return Fail(fmt::format("--pid {}: no such process", pid));
+  }
+  if (!HasProfilingPrivileges()) {
+    return Fail("profiling needs root, or CAP_BPF and CAP_PERFMON: run it with sudo");
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  DemoWorkload workload;
+  if (demo->parsed()) {
+    auto started = StartDemo(workload, options.duration_seconds + 10);
+    if (!started.ok()) return Fail(started.error().message);
+  }
+  auto report = tlsprof::oneshot::Run(options, g_stop);
+  if (!report.ok()) return Fail(report.error().message);
+  return PrintReport(*report, format, output);
+}

@@ -1,0 +1,151 @@
+#include "agent/discovery/proc_maps.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace tlsprof::discovery {
+namespace {
+
+constexpr std::string_view kDeletedSuffix = " (deleted)";
+
+bool ParseHex(std::string_view s, uint64_t& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 16);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+bool ParseDec(std::string_view s, uint64_t& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 10);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// Splits off the next space-delimited field of `line`.
+std::string_view NextField(std::string_view& line) {
+  size_t begin = line.find_first_not_of(' ');
+  if (begin == std::string_view::npos) {
+    line = {};
+    return {};
+  }
+  line.remove_prefix(begin);
+  size_t end = line.find(' ');
+  std::string_view field = line.substr(0, end);
+  line.remove_prefix(end == std::string_view::npos ? line.size() : end);
+  return field;
+}
+
+Result<Mapping> ParseLine(std::string_view line) {
+  // 7f1c2a000000-7f1c2a200000 r-xp 00002000 fd:01 1234  /usr/lib/x86_64-linux-gnu/libcrypto.so.3
+  Mapping m;
+  std::string_view range = NextField(line);
+  std::string_view perms = NextField(line);
+  std::string_view offset = NextField(line);
+  std::string_view dev = NextField(line);
+  std::string_view inode = NextField(line);
+  size_t dash = range.find('-');
+  size_t colon = dev.find(':');
+  uint64_t major = 0, minor = 0;
+  if (dash == std::string_view::npos || !ParseHex(range.substr(0, dash), m.start) ||
+      !ParseHex(range.substr(dash + 1), m.end) || m.end < m.start || perms.size() < 4 ||
+      !ParseHex(offset, m.offset) || colon == std::string_view::npos || !ParseHex(dev.substr(0, colon), major) ||
+      !ParseHex(dev.substr(colon + 1), minor) || !ParseDec(inode, m.inode)) {
+    return MakeError("malformed maps line '{}'", line);
+  }
+  m.dev_major = static_cast<uint32_t>(major);
+  m.dev_minor = static_cast<uint32_t>(minor);
+  m.executable = perms[2] == 'x';
+  size_t path_begin = line.find_first_not_of(' ');
+  if (path_begin != std::string_view::npos) {
+    std::string_view path = line.substr(path_begin);
+    if (path.ends_with(kDeletedSuffix)) {
+      m.deleted = true;
+      path.remove_suffix(kDeletedSuffix.size());
+    }
+    m.path.assign(path);
+  }
+  return m;
+}
+
+Result<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return MakeError("cannot open {}", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Result<std::vector<Mapping>> ParseMaps(std::string_view text) {
+  std::vector<Mapping> out;
+  size_t lineno = 0;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    ++lineno;
+    if (line.empty()) continue;
+    auto m = ParseLine(line);
+    if (!m.ok()) return MakeError("line {}: {}", lineno, m.error().message);
+    out.push_back(std::move(m).value());
+  }
+  return out;
+}
+
+Result<std::vector<Mapping>> ReadMaps(pid_t pid, const std::string& proc_root) {
+  auto text = ReadSmallFile(fmt::format("{}/{}/maps", proc_root, pid));
+  if (!text.ok()) return MakeError("process {} is gone or not readable ({})", pid, text.error().message);
+  auto maps = ParseMaps(*text);
+  if (!maps.ok()) return MakeError("/proc/{}/maps: {}", pid, maps.error().message);
+  return maps;
+}
+
+std::string ReadComm(pid_t pid, const std::string& proc_root) {
+  auto text = ReadSmallFile(fmt::format("{}/{}/comm", proc_root, pid));
+  if (!text.ok()) return {};
+  std::string comm = std::move(text).value();
+  while (!comm.empty() && (comm.back() == '\n' || comm.back() == '\0')) comm.pop_back();
+  return comm;
+}
+
+Result<UniqueFd> OpenMappedFile(pid_t pid, const Mapping& mapping, const std::string& proc_root) {
+  std::string map_file = fmt::format("{}/{}/map_files/{:x}-{:x}", proc_root, pid, mapping.start, mapping.end);
+  UniqueFd fd(::open(map_file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.valid()) return fd;
+  int map_files_errno = errno;
+  if (!mapping.is_file()) return MakeError("mapping {:x}-{:x} of process {} has no file", mapping.start, mapping.end, pid);
+  std::string rooted = fmt::format("{}/{}/root{}", proc_root, pid, mapping.path);
+  fd.reset(::open(rooted.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return MakeError("cannot open {} of process {} ({}; map_files: {})", mapping.path, pid, std::strerror(errno),
+                     std::strerror(map_files_errno));
+  }
+  // A path that now names another file (replaced on disk) must not be read in
+  // place of what is mapped.
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || st.st_ino != mapping.inode) {
+    return MakeError("{} of process {} was replaced on disk since it was mapped", mapping.path, pid);
+  }
+  return fd;
+}
+
+std::vector<pid_t> ListPids(const std::string& proc_root) {
+  std::vector<pid_t> pids;
+  DIR* dir = ::opendir(proc_root.c_str());
+  if (dir == nullptr) return pids;
+  while (dirent* e = ::readdir(dir)) {
+    uint64_t pid = 0;
+    std::string_view name(e->d_name);
+    if (ParseDec(name, pid) && pid > 0) pids.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(dir);
+  return pids;
+}
+
+}  // namespace tlsprof::discovery

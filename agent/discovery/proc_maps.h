@@ -1,0 +1,53 @@
+// Reading /proc: a process's memory mappings, its name, and the files behind
+// its mappings. Pure parsing is separated from I/O so it can be unit-tested.
+// All functions are thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/common/fd.h"
+#include "agent/common/result.h"
+
+namespace tlsprof::discovery {
+
+struct Mapping {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint64_t offset = 0;  // file offset of `start` (pgoff)
+  uint32_t dev_major = 0;
+  uint32_t dev_minor = 0;
+  uint64_t inode = 0;
+  bool executable = false;
+  bool deleted = false;  // the kernel appended " (deleted)": the file was unlinked or replaced
+  std::string path;      // as the process sees it (inside its mount namespace), without " (deleted)"
+
+  bool contains(uint64_t addr) const { return addr >= start && addr < end; }
+  bool is_file() const { return inode != 0 && !path.empty() && path.front() == '/'; }
+};
+
+// Parses the text of /proc/PID/maps. Malformed lines give an Error naming the
+// line; an empty text gives an empty list.
+Result<std::vector<Mapping>> ParseMaps(std::string_view text);
+
+// Reads and parses /proc/PID/maps (under `proc_root`, "/proc" by default).
+Result<std::vector<Mapping>> ReadMaps(pid_t pid, const std::string& proc_root = "/proc");
+
+// The process's command name (/proc/PID/comm), or "" if it is gone.
+std::string ReadComm(pid_t pid, const std::string& proc_root = "/proc");
+
+// Opens the file behind a mapping, read-only. Tries /proc/PID/map_files/S-E
+// first: it reaches the very inode that is mapped, so files that were deleted
+// or replaced after mapping, and files inside another mount namespace (a
+// container), work. Falls back to /proc/PID/root/PATH, which also reaches into
+// containers, and checks that the inode matches the mapping.
+Result<UniqueFd> OpenMappedFile(pid_t pid, const Mapping& mapping, const std::string& proc_root = "/proc");
+
+// Every numeric entry of /proc.
+std::vector<pid_t> ListPids(const std::string& proc_root = "/proc");
+
+}  // namespace tlsprof::discovery

@@ -1,0 +1,125 @@
+#include "agent/discovery/process_registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace tlsprof::discovery {
+namespace {
+
+std::string_view BaseName(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// libssl.so.3, libcrypto.so.1.1, android's libcrypto.so.0 ...
+bool IsSharedTlsLibraryName(std::string_view name) {
+  return name.starts_with("libssl.so") || name.starts_with("libcrypto.so");
+}
+
+symbols::LoadOptions MakeLoadOptions() {
+  symbols::LoadOptions options;
+  // Keep only TLS library code: node's 100 MB binary then costs a few hundred
+  // kilobytes of symbols instead of tens of megabytes.
+  options.keep = [](std::string_view name) { return classify::IsTlsSymbol(name); };
+  return options;
+}
+
+}  // namespace
+
+const ProcessSnapshot::ExecMapping* ProcessSnapshot::Find(uint64_t ip) const {
+  auto it = std::upper_bound(mappings.begin(), mappings.end(), ip,
+                             [](uint64_t addr, const ExecMapping& m) { return addr < m.mapping.start; });
+  if (it == mappings.begin()) return nullptr;
+  --it;
+  return it->mapping.contains(ip) ? &*it : nullptr;
+}
+
+bool ProcessSnapshot::has_tls() const {
+  return std::any_of(mappings.begin(), mappings.end(),
+                     [](const ExecMapping& m) { return m.image && m.image->tls.has_value(); });
+}
+
+std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, std::string_view path) {
+  std::unordered_set<std::string_view> names;
+  names.reserve(image.symbols.size());
+  for (const auto& sym : image.symbols.all()) names.insert(sym.name);
+  auto has_symbol = [&names](std::string_view name) { return names.contains(name); };
+  std::string_view file_name = BaseName(path);
+  auto kind = classify::DetectLibrary(has_symbol, image.soname, file_name, image.is_go);
+  if (!kind) return std::nullopt;
+  TlsLibrary lib;
+  lib.kind = *kind;
+  lib.whole_file_is_tls = !image.is_go && (IsSharedTlsLibraryName(image.soname) || IsSharedTlsLibraryName(file_name));
+  return lib;
+}
+
+ProcessRegistry::ProcessRegistry(std::string proc_root)
+    : proc_root_(std::move(proc_root)), cache_(MakeLoadOptions()) {}
+
+const ProcessSnapshot* ProcessRegistry::Get(pid_t pid) const {
+  auto it = processes_.find(pid);
+  return it == processes_.end() ? nullptr : &it->second;
+}
+
+std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Mapping& mapping) {
+  std::string key = fmt::format("{}:{}:{}", mapping.dev_major, mapping.dev_minor, mapping.inode);
+  if (auto it = by_inode_.find(key); it != by_inode_.end()) return it->second;
+
+  auto info = std::make_shared<ImageInfo>();
+  info->path = mapping.path;
+  auto fd = OpenMappedFile(pid, mapping, proc_root_);
+  if (fd.ok()) {
+    auto image = cache_.Get(fd->get(), mapping.path);
+    if (image.ok()) {
+      info->image = std::move(image).value();
+      info->tls = DetectTlsLibrary(*info->image, mapping.path);
+      ++stats_.images_loaded;
+      if (info->tls) {
+        spdlog::debug("process {}: {} carries {} ({} symbols from {})", pid, mapping.path,
+                      classify::LibraryKindName(info->tls->kind), info->image->symbols.size(),
+                      symbols::SymbolSourceName(info->image->symbol_source));
+      }
+    } else {
+      ++stats_.image_failures;
+      spdlog::debug("process {}: cannot read {}: {}", pid, mapping.path, image.error().message);
+    }
+  } else {
+    ++stats_.image_failures;
+    spdlog::debug("process {}: {}", pid, fd.error().message);
+    // Not cached: the process may be gone, the next one mapping this inode may
+    // still be readable.
+    return nullptr;
+  }
+  by_inode_.emplace(std::move(key), info);
+  return info;
+}
+
+Status ProcessRegistry::Refresh(pid_t pid) {
+  ++stats_.refreshes;
+  auto maps = ReadMaps(pid, proc_root_);
+  if (!maps.ok()) {
+    ++stats_.processes_gone;
+    if (auto it = processes_.find(pid); it != processes_.end()) it->second.exited = true;
+    return maps.error();
+  }
+  ProcessSnapshot snap;
+  snap.pid = pid;
+  snap.comm = ReadComm(pid, proc_root_);
+  for (const Mapping& m : *maps) {
+    if (!m.executable || !m.is_file()) continue;
+    snap.mappings.push_back({m, LoadImage(pid, m)});
+  }
+  std::sort(snap.mappings.begin(), snap.mappings.end(),
+            [](const auto& a, const auto& b) { return a.mapping.start < b.mapping.start; });
+  // A process whose maps could be read but whose comm vanished in between is
+  // still usable; keep the previous name if we had one.
+  if (snap.comm.empty()) {
+    if (const ProcessSnapshot* old = Get(pid)) snap.comm = old->comm;
+  }
+  processes_[pid] = std::move(snap);
+  return OkStatus();
+}
+
+}  // namespace tlsprof::discovery

@@ -1,0 +1,91 @@
+// ProcessRegistry: which processes run which binaries, and which of those
+// binaries carry a TLS library (OpenSSL, BoringSSL, Go crypto/tls).
+//
+// Snapshots are taken while a profile runs (for every process that gets
+// samples), so a process that exits before the report is still symbolized
+// from its last snapshot, and one that starts during the profile is picked up
+// the first time it is sampled. Each file is loaded once per dev:inode (and
+// once per build-id across paths, via symbols::ImageCache).
+// Not thread-safe: one thread owns a registry.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/classify/classify.h"
+#include "agent/common/result.h"
+#include "agent/discovery/proc_maps.h"
+#include "agent/symbols/binary_image.h"
+
+namespace tlsprof::discovery {
+
+// The TLS library an ELF file carries.
+struct TlsLibrary {
+  classify::LibraryKind kind;
+  // A shared libssl/libcrypto: every address in it is TLS library code, named
+  // or not (Debian's libcrypto.so.3 is stripped). Otherwise (node, a Go
+  // binary, a static link) only addresses inside TLS symbols are.
+  bool whole_file_is_tls = false;
+};
+
+// One ELF file as the agent knows it.
+struct ImageInfo {
+  std::string path;  // as first seen, inside the process's mount namespace
+  std::shared_ptr<const symbols::BinaryImage> image;
+  std::optional<TlsLibrary> tls;
+};
+
+struct ProcessSnapshot {
+  struct ExecMapping {
+    Mapping mapping;
+    std::shared_ptr<const ImageInfo> image;  // null when the file could not be read
+  };
+  pid_t pid = 0;
+  std::string comm;
+  std::vector<ExecMapping> mappings;  // executable file mappings, sorted by start
+  bool exited = false;                // the last refresh found the process gone
+
+  const ExecMapping* Find(uint64_t ip) const;
+  bool has_tls() const;
+};
+
+struct RegistryStats {
+  uint64_t refreshes = 0;
+  uint64_t images_loaded = 0;
+  uint64_t image_failures = 0;
+  uint64_t processes_gone = 0;
+};
+
+class ProcessRegistry {
+ public:
+  explicit ProcessRegistry(std::string proc_root = "/proc");
+
+  // Reads the process's maps and loads the images of its executable mappings
+  // (cached). When the process is gone the last snapshot is kept and marked
+  // exited; the Error says so. A process is never fatal to the agent.
+  Status Refresh(pid_t pid);
+  const ProcessSnapshot* Get(pid_t pid) const;
+  const std::map<pid_t, ProcessSnapshot>& processes() const { return processes_; }
+  const RegistryStats& stats() const { return stats_; }
+
+ private:
+  std::shared_ptr<const ImageInfo> LoadImage(pid_t pid, const Mapping& mapping);
+
+  std::string proc_root_;
+  symbols::ImageCache cache_;
+  // dev:inode → image, so a library mapped by 500 nginx workers is opened once.
+  std::unordered_map<std::string, std::shared_ptr<const ImageInfo>> by_inode_;
+  std::map<pid_t, ProcessSnapshot> processes_;
+  RegistryStats stats_;
+};
+
+// Decides whether an image carries a TLS library (exposed for tests).
+std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, std::string_view path);
+
+}  // namespace tlsprof::discovery

@@ -1,0 +1,32 @@
+// One profile of the host (or of some processes) over a fixed window: the
+// path of a sample, end to end. Sample (sample::Sampler) → discover and
+// symbolize (discovery::ProcessRegistry) → classify and aggregate
+// (aggregate::Attributor) → report (report::BuildReport).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/common/result.h"
+
+namespace tlsprof::oneshot {
+
+struct Options {
+  double duration_seconds = 10;
+  uint32_t frequency_hz = 999;
+  std::vector<pid_t> pids;  // empty: the whole host
+  // How often new processes are snapshotted while the window runs. Short
+  // enough to catch short-lived processes, long enough to cost nothing.
+  double poll_seconds = 0.5;
+};
+
+// Runs the profile and returns the report document. `stop` ends the window
+// early (SIGINT/SIGTERM); the report then covers the time actually profiled.
+Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop);
+
+}  // namespace tlsprof::oneshot

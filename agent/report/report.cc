@@ -1,0 +1,165 @@
+#include "agent/report/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "agent/symbols/binary_image.h"
+
+namespace tlsprof::report {
+namespace {
+
+using classify::Bucket;
+using nlohmann::json;
+
+double Share(uint64_t part, uint64_t whole) { return whole == 0 ? 0.0 : static_cast<double>(part) / whole; }
+
+json BucketsJson(const aggregate::CryptoTime& crypto, double sec_per_sample) {
+  json out = json::array();
+  for (int i = 0; i < classify::kBucketCount; ++i) {
+    uint64_t n = crypto.buckets[i];
+    out.push_back({{"bucket", classify::BucketName(static_cast<Bucket>(i))},
+                   {"cpu_seconds", n * sec_per_sample},
+                   {"samples", n},
+                   {"share_of_tls", Share(n, crypto.tls)}});
+  }
+  return out;
+}
+
+json AlgorithmsJson(const aggregate::CryptoTime& crypto, double sec_per_sample) {
+  std::vector<std::pair<aggregate::AlgorithmKey, uint64_t>> rows(crypto.algorithms.begin(), crypto.algorithms.end());
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  json out = json::array();
+  for (const auto& [key, n] : rows) {
+    out.push_back({{"bucket", classify::BucketName(key.first)},
+                   {"algorithm", key.second},
+                   {"cpu_seconds", n * sec_per_sample},
+                   {"samples", n},
+                   {"share_of_tls", Share(n, crypto.tls)}});
+  }
+  return out;
+}
+
+json LibrariesJson(const aggregate::ProcessProfile& p) {
+  json out = json::array();
+  for (const auto& use : p.libraries) {
+    const auto& info = *use.image;
+    const auto& img = *info.image;
+    out.push_back({{"path", info.path},
+                   {"kind", classify::LibraryKindName(info.tls->kind)},
+                   {"linkage", info.tls->whole_file_is_tls ? "shared" : "static"},
+                   {"build_id", img.build_id},
+                   {"symbols", symbols::SymbolSourceName(img.symbol_source)},
+                   {"symbol_count", img.symbols.size()},
+                   {"tls_samples", use.tls_samples},
+                   {"named_share", Share(use.named_samples, use.tls_samples)}});
+  }
+  return out;
+}
+
+std::string Percent(double share) { return fmt::format("{:.1f}%", share * 100.0); }
+
+}  // namespace
+
+json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const AgentCost& cost) {
+  const double sec_per_sample = static_cast<double>(run.period_ns) / 1e9;
+  json doc;
+  doc["schema"] = kSchema;
+  doc["host"] = run.hostname;
+  doc["cpus"] = run.cpus;
+  doc["duration_seconds"] = run.duration_seconds;
+  doc["frequency_hz"] = run.frequency_hz;
+  doc["scope"] = {{"kind", run.target_pids.empty() ? "host" : "pids"}, {"pids", run.target_pids}};
+  doc["cpu_seconds"] = profile.scope_samples * sec_per_sample;
+  doc["tls_cpu_seconds"] = profile.crypto.tls * sec_per_sample;
+  doc["tls_share"] = Share(profile.crypto.tls, profile.scope_samples);
+  doc["buckets"] = BucketsJson(profile.crypto, sec_per_sample);
+  doc["algorithms"] = AlgorithmsJson(profile.crypto, sec_per_sample);
+
+  std::vector<const aggregate::ProcessProfile*> procs;
+  for (const auto& [pid, p] : profile.processes) {
+    if (p.crypto.tls > 0 || !p.libraries.empty()) procs.push_back(&p);
+  }
+  std::stable_sort(procs.begin(), procs.end(), [](const auto* a, const auto* b) {
+    return a->crypto.tls != b->crypto.tls ? a->crypto.tls > b->crypto.tls : a->samples > b->samples;
+  });
+  json processes = json::array();
+  for (const auto* p : procs) {
+    processes.push_back({{"pid", p->pid},
+                         {"comm", p->comm},
+                         {"cpu_seconds", p->samples * sec_per_sample},
+                         {"tls_cpu_seconds", p->crypto.tls * sec_per_sample},
+                         {"tls_share", Share(p->crypto.tls, p->samples)},
+                         {"buckets", BucketsJson(p->crypto, sec_per_sample)},
+                         {"algorithms", AlgorithmsJson(p->crypto, sec_per_sample)},
+                         {"libraries", LibrariesJson(*p)}});
+  }
+  doc["processes"] = std::move(processes);
+  doc["samples"] = {{"total", run.total_samples},     {"busy", profile.scope_samples},
+                    {"tls", profile.crypto.tls},      {"idle", run.idle_samples},
+                    {"kernel", run.kernel_samples},   {"user", run.user_samples},
+                    {"dropped", run.dropped_samples}, {"unresolved", profile.unresolved_samples}};
+  doc["agent"] = {{"cpu_seconds", cost.cpu_seconds},
+                  {"window_cpu_seconds", cost.window_cpu_seconds},
+                  {"bpf_seconds", cost.bpf_seconds},
+                  {"bpf_runs", cost.bpf_runs},
+                  {"bpf_stats_enabled", cost.bpf_stats_enabled},
+                  {"cpu_share_of_core",
+                   run.duration_seconds > 0 ? (cost.window_cpu_seconds + cost.bpf_seconds) / run.duration_seconds : 0.0},
+                  {"max_rss_bytes", cost.max_rss_bytes},
+                  {"report_latency_seconds", cost.report_latency_seconds}};
+  return doc;
+}
+
+std::string RenderTable(const json& r) {
+  std::string out;
+  auto line = [&out](const std::string& s) { out += s + "\n"; };
+  std::string scope = r["scope"]["kind"] == "host" ? fmt::format("host {} ({} CPUs)", r["host"].get<std::string>(),
+                                                                  r["cpus"].get<int>())
+                                                    : fmt::format("pids {}", r["scope"]["pids"].dump());
+  line(fmt::format("tlsprof: {:.1f} s at {} Hz, {}", r["duration_seconds"].get<double>(),
+                   r["frequency_hz"].get<uint32_t>(), scope));
+  line("");
+  line(fmt::format("TLS = {} of CPU   ({:.3f} of {:.3f} busy CPU-seconds)", Percent(r["tls_share"].get<double>()),
+                   r["tls_cpu_seconds"].get<double>(), r["cpu_seconds"].get<double>()));
+  line("");
+  line(fmt::format("{:<14} {:>10} {:>13}", "bucket", "cpu_s", "share_of_tls"));
+  for (const auto& b : r["buckets"]) {
+    line(fmt::format("{:<14} {:>10.3f} {:>13}", b["bucket"].get<std::string>(), b["cpu_seconds"].get<double>(),
+                     Percent(b["share_of_tls"].get<double>())));
+  }
+  line("");
+  line(fmt::format("{:<24} {:<14} {:>10} {:>13}", "algorithm", "bucket", "cpu_s", "share_of_tls"));
+  for (const auto& a : r["algorithms"]) {
+    line(fmt::format("{:<24} {:<14} {:>10.3f} {:>13}", a["algorithm"].get<std::string>(),
+                     a["bucket"].get<std::string>(), a["cpu_seconds"].get<double>(),
+                     Percent(a["share_of_tls"].get<double>())));
+  }
+  line("");
+  line(fmt::format("{:>8} {:<16} {:>8} {:>8} {:>7}  {}", "pid", "comm", "cpu_s", "tls_s", "tls%", "tls libraries"));
+  for (const auto& p : r["processes"]) {
+    std::string libs;
+    for (const auto& l : p["libraries"]) {
+      if (!libs.empty()) libs += ", ";
+      libs += fmt::format("{} {} ({}, {})", l["kind"].get<std::string>(), l["linkage"].get<std::string>(),
+                          l["path"].get<std::string>(), l["symbols"].get<std::string>());
+    }
+    line(fmt::format("{:>8} {:<16} {:>8.3f} {:>8.3f} {:>7}  {}", p["pid"].get<int>(), p["comm"].get<std::string>(),
+                     p["cpu_seconds"].get<double>(), p["tls_cpu_seconds"].get<double>(),
+                     Percent(p["tls_share"].get<double>()), libs));
+  }
+  const auto& a = r["agent"];
+  line("");
+  line(fmt::format("agent: {:.3f} CPU-s in window + {:.3f} s BPF = {} of one core; {:.3f} CPU-s in all; "
+                   "max RSS {:.1f} MB; report ready {:.0f} ms after the window",
+                   a["window_cpu_seconds"].get<double>(), a["bpf_seconds"].get<double>(),
+                   Percent(a["cpu_share_of_core"].get<double>()), a["cpu_seconds"].get<double>(),
+                   a["max_rss_bytes"].get<double>() / 1e6, a["report_latency_seconds"].get<double>() * 1000));
+  const auto& s = r["samples"];
+  line(fmt::format("samples: {} total, {} busy, {} TLS, {} idle, {} dropped, {} unresolved",
+                   s["total"].get<uint64_t>(), s["busy"].get<uint64_t>(), s["tls"].get<uint64_t>(),
+                   s["idle"].get<uint64_t>(), s["dropped"].get<uint64_t>(), s["unresolved"].get<uint64_t>()));
+  return out;
+}
+
+}  // namespace tlsprof::report
