@@ -1,0 +1,91 @@
+// Helpers shared by the C++ workloads. Not thread-safe unless stated.
+#pragma once
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace tlsprof::workload {
+
+// Writes `content` to `path` atomically (temp file + rename) so a test that
+// polls for the file never reads it half-written. Returns false and prints
+// the reason on failure.
+inline bool WriteFileAtomically(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
+    return false;
+  }
+  const bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
+  if (std::fclose(f) != 0 || !ok) {
+    std::fprintf(stderr, "cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
+    return false;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::fprintf(stderr, "cannot rename %s to %s: %s\n", tmp.c_str(), path.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+// Blocks SIGTERM and SIGINT in the calling thread. Call it in main() before
+// starting threads, so every thread inherits the mask and only
+// WaitForStopSignal() ever sees the signals.
+inline void BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+// Waits until SIGTERM/SIGINT arrives or `seconds` have passed
+// (seconds <= 0 waits for a signal only). Returns the signal number, or 0 on
+// timeout.
+inline int WaitForStopSignal(double seconds) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  timespec deadline{};
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  const long long add_ns = static_cast<long long>(seconds * 1e9);
+  long long end_ns = deadline.tv_sec * 1000000000LL + deadline.tv_nsec + add_ns;
+  for (;;) {
+    int sig = 0;
+    if (seconds <= 0) {
+      if (sigwait(&set, &sig) == 0) return sig;
+      continue;
+    }
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long long left = end_ns - (now.tv_sec * 1000000000LL + now.tv_nsec);
+    if (left <= 0) return 0;
+    timespec ts{static_cast<time_t>(left / 1000000000LL), static_cast<long>(left % 1000000000LL)};
+    sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig > 0) return sig;
+    if (sig < 0 && errno == EAGAIN) return 0;
+    // EINTR: another signal interrupted the wait; go around.
+  }
+}
+
+inline double NowSeconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+inline long long NowNanos(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+}  // namespace tlsprof::workload
