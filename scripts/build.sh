@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds tlsprof into build/ (binaries in build/bin).
+# TLSPROF_WERROR=ON (CI) turns warnings into errors.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DTLSPROF_WERROR="${TLSPROF_WERROR:-OFF}" >/dev/null
+cmake --build "$root/build" -j"$(nproc)"

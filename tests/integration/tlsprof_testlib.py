@@ -1,0 +1,121 @@
+"""Shared helpers for tlsprof's integration tests.
+
+The tests start real processes (workloads, TLS servers, the agent), wait on
+readiness files or ports rather than sleeps, and clean up what they started by
+PID. They need root and a real kernel: they are registered with CTest under the
+"bpf" label, and they fail (never skip) when they cannot run.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+BIN = os.environ.get("TLSPROF_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
+SRC = os.environ.get("TLSPROF_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+AGENT = os.path.join(BIN, "tlsprof-agent")
+
+
+def require_root(test: unittest.TestCase):
+    if os.geteuid() != 0:
+        test.fail("integration tests need root (CAP_BPF, CAP_PERFMON): run ctest -L bpf as root")
+
+
+class Processes:
+    """Starts processes and kills exactly those, by PID, at the end."""
+
+    def __init__(self):
+        self.procs = []
+        self.tmp = tempfile.TemporaryDirectory(prefix="tlsprof-it-")
+
+    def path(self, name):
+        return os.path.join(self.tmp.name, name)
+
+    def start(self, argv, ready_file=None, port=None, timeout=60, **kw):
+        log = open(self.path(f"{os.path.basename(argv[0])}-{len(self.procs)}.log"), "wb")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kw)
+        proc.log_path = log.name
+        self.procs.append(proc)
+        deadline = time.monotonic() + timeout
+        while ready_file or port:
+            if proc.poll() is not None:
+                raise AssertionError(f"{argv} exited with {proc.returncode} before it was ready:\n{self.log(proc)}")
+            if ready_file and os.path.exists(ready_file):
+                break
+            if port and _port_open(port):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{argv} not ready after {timeout} s:\n{self.log(proc)}")
+            time.sleep(0.05)
+        return proc
+
+    @staticmethod
+    def log(proc):
+        try:
+            with open(proc.log_path, "rb") as f:
+                return f.read()[-4000:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, proc, sig=signal.SIGTERM, timeout=20):
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def close(self):
+        for proc in reversed(self.procs):
+            self.stop(proc)
+        self.tmp.cleanup()
+
+
+def _port_open(port):
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_agent(args, timeout=120):
+    """Runs tlsprof-agent; returns (returncode, stdout, stderr)."""
+    proc = subprocess.run([AGENT, *args], capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def profile_json(test, args, timeout=120):
+    code, out, err = run_agent(["profile", "--format", "json", *args], timeout)
+    test.assertEqual(code, 0, f"tlsprof-agent failed: {err}")
+    report = json.loads(out)
+    test.assertEqual(report["schema"], "tlsprof.report.v1")
+    return report
+
+
+def process_row(report, pid):
+    for p in report["processes"]:
+        if p["pid"] == pid:
+            return p
+    return None
+
+
+def by_name(rows, key):
+    return {r[key]: r for r in rows}
+
+
+def summarize(report, pid=None):
+    """A compact text view of a report, for assertion messages."""
+    rows = process_row(report, pid)["algorithms"] if pid else report["algorithms"]
+    return ", ".join(f'{r["algorithm"]}/{r["bucket"]}={r["share_of_tls"]*100:.1f}%' for r in rows)
