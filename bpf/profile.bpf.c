@@ -52,6 +52,19 @@ struct {
 	__type(value, __u8);
 } target_tgids SEC(".maps");
 
+/* User mode iff the interrupted code segment's privilege level is 3. The
+ * verifier only allows 8-byte loads of the perf regs (pe_prog_is_valid_access),
+ * so load the whole cs slot of the uapi x86-64 pt_regs (cs and its padding, or
+ * csx in FRED kernels); volatile keeps clang from narrowing the load to the low byte.
+ */
+static __always_inline bool user_mode(struct bpf_perf_event_data *ctx)
+{
+	__u64 cs = *(volatile __u64 *)((void *)&ctx->regs +
+				       __builtin_offsetof(struct pt_regs, cs));
+
+	return (cs & 3) == 3;
+}
+
 static __always_inline void total_inc(__u32 slot)
 {
 	__u64 *count = bpf_map_lookup_elem(&totals, &slot);
@@ -97,10 +110,8 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
-	/* The perf regs are those of the interrupted context: user mode iff
-	 * the code segment's privilege level is 3.
-	 */
-	user = (ctx->regs.cs & 3) == 3;
+	/* The perf regs are those of the interrupted context. */
+	user = user_mode(ctx);
 	total_inc(user ? TOTAL_USER : TOTAL_KERNEL);
 
 	if (filter_tgids && !bpf_map_lookup_elem(&target_tgids, &tgid))

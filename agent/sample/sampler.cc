@@ -1,0 +1,315 @@
+#include "agent/sample/sampler.h"
+
+#include <linux/capability.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "agent/common/fd.h"
+#include "agent/sample/cpu_list.h"
+#include "profile.skel.h"
+
+namespace tlsprof::sample {
+namespace {
+
+constexpr uint32_t kMinFrequencyHz = 1;
+constexpr uint32_t kMaxFrequencyHz = 10000;
+constexpr uint64_t kNsPerSecond = 1'000'000'000;
+
+struct SkelDeleter {
+  void operator()(profile* skel) const { profile__destroy(skel); }
+};
+struct LinkDeleter {
+  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
+};
+using SkelPtr = std::unique_ptr<profile, SkelDeleter>;
+using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+
+std::string ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
+
+int LibbpfPrint(enum libbpf_print_level level, const char* format, va_list args) {
+  va_list copy;
+  va_copy(copy, args);
+  int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  if (n < 0) return n;
+  std::string msg(static_cast<size_t>(n) + 1, '\0');
+  std::vsnprintf(msg.data(), msg.size(), format, args);
+  msg.resize(static_cast<size_t>(n));
+  while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+  // Most libbpf messages already start with "libbpf: "; the verifier log doesn't.
+  if (msg.rfind("libbpf: ", 0) != 0) msg.insert(0, "libbpf: ");
+  switch (level) {
+    case LIBBPF_WARN:
+      spdlog::warn("{}", msg);
+      break;
+    case LIBBPF_INFO:
+      spdlog::info("{}", msg);
+      break;
+    case LIBBPF_DEBUG:
+      spdlog::debug("{}", msg);
+      break;
+  }
+  return n;
+}
+
+void SetUpLibbpfOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    libbpf_set_print(LibbpfPrint);
+    // RLIMIT_MEMLOCK: libbpf 1.x tries setrlimit(RLIMIT_MEMLOCK, infinity)
+    // before its first map or program, unless the kernel accounts BPF memory
+    // to the memcg (5.11+, probed by loading a tiny program), as 6.x does.
+    // libbpf_set_strict_mode() is a no-op since 1.0 and cannot turn that off,
+    // and libbpf_set_memlock_rlim(0), which can, is declared but not exported
+    // by libbpf 1.1.2 (later releases add LIBBPF_API). So this relies on the memcg
+    // probe; on an older kernel libbpf's setrlimit failure (no
+    // CAP_SYS_RESOURCE) is only a warning. sampler_bpf_test checks the limit
+    // is left alone.
+  });
+}
+
+// True if the effective capabilities allow loading a perf_event BPF program
+// and opening system-wide perf events.
+bool HasBpfCapabilities() {
+  __user_cap_header_struct header{};
+  header.version = _LINUX_CAPABILITY_VERSION_3;
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return geteuid() == 0;
+  auto has = [&](int cap) { return (data[cap / 32].effective & (1u << (cap % 32))) != 0; };
+  return has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
+}
+
+// Wraps a failure of a privileged step. EPERM is always a missing privilege;
+// EACCES is one only if we lack the capabilities, because the verifier also
+// answers EACCES when it rejects a program (its log is printed by libbpf).
+Error PrivilegedStepError(const std::string& what, int err) {
+  err = err < 0 ? -err : err;
+  std::string reason = fmt::format("{}: {}", what, ErrnoText(err));
+  if (err == EPERM || (err == EACCES && !HasBpfCapabilities())) {
+    return MakeError("tlsprof-agent needs root (or CAP_BPF + CAP_PERFMON) to load its BPF sampler: {}",
+                     reason);
+  }
+  if (err == EACCES) {
+    return MakeError("{} (the kernel's verifier rejected the program; its log is above)", reason);
+  }
+  return Error{reason};
+}
+
+Status ValidateFrequency(uint32_t frequency_hz) {
+  if (frequency_hz < kMinFrequencyHz || frequency_hz > kMaxFrequencyHz) {
+    return MakeError("sampling frequency {} Hz is out of range: use {}..{} Hz (999 is the usual choice)",
+                     frequency_hz, kMinFrequencyHz, kMaxFrequencyHz);
+  }
+  return OkStatus();
+}
+
+// The filter is by tgid, so a target must be a live process id, not a thread id.
+Status ValidateTargetPid(pid_t pid) {
+  if (pid <= 0) return MakeError("target pid {} is not a valid process id", pid);
+  if (kill(pid, 0) != 0 && errno == ESRCH) {
+    return MakeError("target pid {} does not exist (no such process); check it with `ps -p {}`", pid, pid);
+  }
+  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Tgid:", 0) != 0) continue;
+    pid_t tgid = static_cast<pid_t>(std::strtol(line.c_str() + 5, nullptr, 10));
+    if (tgid > 0 && tgid != pid) {
+      return MakeError("target pid {} is a thread of process {}: pass the process id {}", pid, tgid, tgid);
+    }
+    break;
+  }
+  return OkStatus();
+}
+
+int PerfEventOpen(perf_event_attr* attr, pid_t pid, int cpu) {
+  return static_cast<int>(syscall(SYS_perf_event_open, attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+}
+
+}  // namespace
+
+struct Sampler::Impl {
+  // Declaration order is destruction order in reverse: the links go first
+  // (each one disables and closes its perf event), then the stats fd, then
+  // the skeleton with its maps and program.
+  SkelPtr skel;
+  UniqueFd stats_fd;
+  std::vector<int> cpus;
+  std::vector<LinkPtr> links;
+};
+
+Sampler::Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns)
+    : impl_(std::move(impl)), period_ns_(period_ns) {}
+
+Sampler::~Sampler() = default;
+
+Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
+  if (auto st = ValidateFrequency(options.frequency_hz); !st) return st.error();
+  if (options.target_pids.size() > TLSPROF_MAX_TARGET_PIDS) {
+    return MakeError("{} target pids given; at most {} are supported", options.target_pids.size(),
+                     TLSPROF_MAX_TARGET_PIDS);
+  }
+  for (pid_t pid : options.target_pids) {
+    if (auto st = ValidateTargetPid(pid); !st) return st.error();
+  }
+  auto cpus = ReadCpuList(kOnlineCpusPath);
+  if (!cpus) return MakeError("cannot find the online CPUs: {}", cpus.error().message);
+  const uint64_t period_ns = kNsPerSecond / options.frequency_hz;
+
+  SetUpLibbpfOnce();
+  auto impl = std::make_unique<Impl>();
+
+  // Open: parse the embedded BPF object; nothing reaches the kernel yet.
+  impl->skel.reset(profile__open());
+  if (!impl->skel) {
+    return MakeError("cannot open the embedded BPF sampler object: {}", ErrnoText(errno));
+  }
+
+  // Set rodata: knobs are constants to the verifier, so set them before load.
+  impl->skel->rodata->filter_tgids = !options.target_pids.empty();
+
+  // Load: create the maps and verify and load the program.
+  if (int err = profile__load(impl->skel.get()); err != 0) {
+    return PrivilegedStepError("loading the BPF sampler into the kernel failed", err);
+  }
+
+  const uint8_t present = 1;
+  for (pid_t pid : options.target_pids) {
+    uint32_t tgid = static_cast<uint32_t>(pid);
+    if (bpf_map__update_elem(impl->skel->maps.target_tgids, &tgid, sizeof(tgid), &present,
+                             sizeof(present), BPF_ANY) != 0) {
+      return MakeError("cannot add pid {} to the BPF pid filter: {}", pid, ErrnoText(errno));
+    }
+  }
+
+  // The kernel keeps per-program run time and count only while someone holds
+  // a stats fd; hold one for the life of the Sampler. Not fatal without it.
+  int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+  if (stats_fd < 0) {
+    spdlog::warn("BPF run-time stats unavailable ({}); the sampler's own cost will read as 0",
+                 ErrnoText(errno));
+  } else {
+    impl->stats_fd.reset(stats_fd);
+  }
+
+  // Attach: one cpu-clock event per online CPU, counting every pid. Period
+  // mode (not frequency mode) so every sample stands for exactly period_ns
+  // of CPU time.
+  for (int cpu : *cpus) {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_CPU_CLOCK;
+    attr.sample_period = period_ns;
+    attr.freq = 0;
+    attr.disabled = 1;  // libbpf enables it once the program is attached
+    UniqueFd pfd(PerfEventOpen(&attr, -1, cpu));
+    if (!pfd.valid()) {
+      int err = errno;
+      if (err == ENODEV) {  // went offline since we read the online list
+        spdlog::warn("CPU {} went offline; not sampling it", cpu);
+        continue;
+      }
+      return PrivilegedStepError(fmt::format("opening the cpu-clock perf event on CPU {} failed", cpu),
+                                 err);
+    }
+    bpf_link* link = bpf_program__attach_perf_event(impl->skel->progs.sample_cpu, pfd.get());
+    if (!link) {
+      return PrivilegedStepError(fmt::format("attaching the BPF sampler to CPU {} failed", cpu), errno);
+    }
+    // The link now owns the perf event fd: bpf_link__destroy() closes it.
+    pfd.release();
+    impl->links.emplace_back(link);
+    impl->cpus.push_back(cpu);
+  }
+  if (impl->cpus.empty()) return MakeError("no online CPU could be sampled");
+
+  spdlog::info("BPF sampler running at {} Hz (period {} ns) on {} CPUs{}", options.frequency_hz,
+               period_ns, impl->cpus.size(),
+               options.target_pids.empty() ? ""
+                                           : fmt::format(", {} target processes", options.target_pids.size()));
+  return std::unique_ptr<Sampler>(new Sampler(std::move(impl), period_ns));
+}
+
+int Sampler::cpu_count() const { return static_cast<int>(impl_->cpus.size()); }
+
+void Sampler::Stop() { impl_->links.clear(); }
+
+void Sampler::ForEachPid(const std::function<void(uint32_t tgid, const pid_counts&)>& fn) const {
+  const bpf_map* map = impl_->skel->maps.samples_by_pid;
+  uint32_t key = 0;
+  uint32_t next = 0;
+  const uint32_t* prev = nullptr;  // nullptr: start from the first key
+  while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
+    pid_counts value{};
+    // A key can only vanish if someone deletes it; we never do.
+    if (bpf_map__lookup_elem(map, &next, sizeof(next), &value, sizeof(value), 0) == 0) fn(next, value);
+    key = next;
+    prev = &key;
+  }
+}
+
+void Sampler::ForEachIp(const std::function<void(const sample_key&, uint64_t count)>& fn) const {
+  const bpf_map* map = impl_->skel->maps.samples_by_ip;
+  sample_key key{};
+  sample_key next{};
+  const sample_key* prev = nullptr;
+  while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
+    uint64_t count = 0;
+    if (bpf_map__lookup_elem(map, &next, sizeof(next), &count, sizeof(count), 0) == 0) fn(next, count);
+    key = next;
+    prev = &key;
+  }
+}
+
+Totals Sampler::ReadTotals() const {
+  const bpf_map* map = impl_->skel->maps.totals;
+  int ncpus = libbpf_num_possible_cpus();
+  Totals totals;
+  if (ncpus <= 0) return totals;
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpus));
+  uint64_t sums[TOTAL_NR_SLOTS] = {};
+  for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) {
+    if (bpf_map__lookup_elem(map, &slot, sizeof(slot), per_cpu.data(), per_cpu.size() * sizeof(uint64_t),
+                             0) != 0) {
+      continue;
+    }
+    for (uint64_t v : per_cpu) sums[slot] += v;
+  }
+  totals.samples = sums[TOTAL_SAMPLES];
+  totals.idle = sums[TOTAL_IDLE];
+  totals.kernel = sums[TOTAL_KERNEL];
+  totals.user = sums[TOTAL_USER];
+  totals.dropped_ip = sums[TOTAL_DROPPED_IP];
+  totals.dropped_pid = sums[TOTAL_DROPPED_PID];
+  return totals;
+}
+
+BpfRunStats Sampler::ReadBpfStats() const {
+  BpfRunStats stats;
+  stats.enabled = impl_->stats_fd.valid();
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(bpf_program__fd(impl_->skel->progs.sample_cpu), &info, &len) == 0) {
+    stats.run_time_ns = info.run_time_ns;
+    stats.run_count = info.run_cnt;
+  }
+  return stats;
+}
+
+}  // namespace tlsprof::sample

@@ -1,0 +1,239 @@
+// Needs root and a real kernel (label "bpf"). A sampler that cannot load is a
+// failure here, never a skip: CI runs this as root on the target kernel.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <limits.h>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/common/fd.h"
+#include "agent/sample/sampler.h"
+
+namespace tlsprof::sample {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kHz = 999;
+
+// A forked child that spins in user space until destroyed. The constructor
+// returns once the child is in its loop (it says so through a pipe); the
+// destructor kills and reaps it by pid.
+class BusyChild {
+ public:
+  BusyChild() {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    UniqueFd read_end(fds[0]);
+    UniqueFd write_end(fds[1]);
+    pid_ = fork();
+    if (pid_ == 0) {
+      char ready = 'r';
+      if (write(write_end.get(), &ready, 1) != 1) _exit(1);
+      volatile uint64_t spins = 0;
+      for (;;) spins = spins + 1;
+    }
+    write_end.reset();
+    char ready = 0;
+    if (pid_ > 0 && read(read_end.get(), &ready, 1) != 1) ready = 0;
+    ready_ = ready == 'r';
+  }
+  ~BusyChild() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  BusyChild(const BusyChild&) = delete;
+  BusyChild& operator=(const BusyChild&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool ready() const { return ready_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool ready_ = false;
+};
+
+struct Range {
+  uint64_t start;
+  uint64_t end;
+};
+
+// The executable mappings of the process's own main binary.
+std::vector<Range> ExecutableText(pid_t pid) {
+  char exe[PATH_MAX] = {};
+  ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), exe, sizeof(exe) - 1);
+  if (n <= 0) return {};
+  std::ifstream maps(fmt::format("/proc/{}/maps", pid));
+  std::vector<Range> text;
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode, path;
+    fields >> range >> perms >> offset >> dev >> inode >> path;
+    if (perms.size() < 3 || perms[2] != 'x' || path != exe) continue;
+    size_t dash = range.find('-');
+    text.push_back({std::stoull(range.substr(0, dash), nullptr, 16), std::stoull(range.substr(dash + 1), nullptr, 16)});
+  }
+  return text;
+}
+
+std::unique_ptr<Sampler> StartOrFail(const SamplerOptions& options) {
+  auto sampler = Sampler::Start(options);
+  // Fails the test (loudly) if this machine cannot load the sampler.
+  EXPECT_TRUE(sampler.ok()) << "the BPF sampler failed to start: " << sampler.error().message;
+  if (!sampler.ok()) return nullptr;
+  return std::move(sampler).value();
+}
+
+std::map<uint32_t, pid_counts> PidCounts(const Sampler& sampler) {
+  std::map<uint32_t, pid_counts> counts;
+  sampler.ForEachPid([&](uint32_t tgid, const pid_counts& c) { counts[tgid] = c; });
+  return counts;
+}
+
+TEST(SamplerBpfTest, CountsABusyChildAndEveryCpu) {
+  BusyChild child;
+  ASSERT_TRUE(child.ready()) << "could not start the busy child";
+
+  rlimit memlock_before{};
+  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &memlock_before), 0);
+  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {}});
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->period_ns(), 1'000'000'000u / kHz);
+  // This machine cannot raise RLIMIT_MEMLOCK; neither we nor libbpf may touch it.
+  rlimit memlock_after{};
+  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &memlock_after), 0);
+  EXPECT_EQ(memlock_after.rlim_cur, memlock_before.rlim_cur);
+  EXPECT_EQ(memlock_after.rlim_max, memlock_before.rlim_max);
+  const auto start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  sampler->Stop();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double per_cpu = seconds * 1e9 / static_cast<double>(sampler->period_ns());
+
+  Totals totals = sampler->ReadTotals();
+  const double expected_samples = per_cpu * sampler->cpu_count();
+  fmt::print("{:.3f} s on {} CPUs at {} Hz: {} samples (expected {:.0f}): idle {}, kernel {}, user {}\n", seconds,
+             sampler->cpu_count(), kHz, totals.samples, expected_samples, totals.idle, totals.kernel, totals.user);
+  EXPECT_EQ(sampler->cpu_count(), sysconf(_SC_NPROCESSORS_ONLN));
+  EXPECT_NEAR(static_cast<double>(totals.samples), expected_samples, 0.10 * expected_samples);
+  EXPECT_EQ(totals.idle + totals.kernel + totals.user, totals.samples);
+  EXPECT_EQ(totals.dropped_ip, 0u);
+  EXPECT_EQ(totals.dropped_pid, 0u);
+
+  // The child spun on one CPU for the whole window.
+  auto counts = PidCounts(*sampler);
+  ASSERT_TRUE(counts.count(static_cast<uint32_t>(child.pid()))) << "no samples for the busy child";
+  const pid_counts child_counts = counts[static_cast<uint32_t>(child.pid())];
+  fmt::print("busy child {}: user {}, kernel {} (expected user {:.0f})\n", child.pid(), child_counts.user,
+             child_counts.kernel, per_cpu);
+  EXPECT_NEAR(static_cast<double>(child_counts.user), per_cpu, 0.20 * per_cpu);
+
+  // Every user sample of the child is at an IP of its own executable.
+  const std::vector<Range> text = ExecutableText(child.pid());
+  ASSERT_FALSE(text.empty()) << "no executable mapping in /proc/" << child.pid() << "/maps";
+  uint64_t child_ip_samples = 0;
+  uint64_t outside = 0;
+  uint64_t pid_sum_user = 0;
+  uint64_t ip_sum = 0;
+  for (const auto& [tgid, c] : counts) pid_sum_user += c.user;
+  sampler->ForEachIp([&](const sample_key& key, uint64_t count) {
+    ip_sum += count;
+    if (key.tgid != static_cast<uint32_t>(child.pid())) return;
+    child_ip_samples += count;
+    bool inside = false;
+    for (const Range& r : text) inside = inside || (key.user_ip >= r.start && key.user_ip < r.end);
+    if (!inside) {
+      outside += count;
+      ADD_FAILURE() << fmt::format("child sample at {:#x}, outside its executable text", key.user_ip);
+    }
+  });
+  EXPECT_EQ(child_ip_samples, child_counts.user);
+  EXPECT_EQ(outside, 0u);
+  // Without a filter, samples_by_ip and samples_by_pid cover every user sample.
+  EXPECT_EQ(ip_sum, totals.user);
+  EXPECT_EQ(pid_sum_user, totals.user);
+
+  // The kernel's BPF stats: what one sample costs in the program.
+  BpfRunStats stats = sampler->ReadBpfStats();
+  EXPECT_TRUE(stats.enabled);
+  EXPECT_GT(stats.run_count, 0u);
+  EXPECT_EQ(stats.run_count, totals.samples);
+  if (stats.run_count > 0) {
+    fmt::print("BPF cost: {} runs, {} ns total, {:.0f} ns per sample\n", stats.run_count, stats.run_time_ns,
+               static_cast<double>(stats.run_time_ns) / static_cast<double>(stats.run_count));
+  }
+
+  // Stopped: nothing more is counted, and the maps stay readable.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(sampler->ReadTotals().samples, totals.samples);
+}
+
+TEST(SamplerBpfTest, PidFilterKeepsOnlyTheTarget) {
+  BusyChild target;
+  BusyChild other;
+  ASSERT_TRUE(target.ready() && other.ready());
+
+  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {target.pid()}});
+  ASSERT_NE(sampler, nullptr);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  sampler->Stop();
+
+  auto counts = PidCounts(*sampler);
+  ASSERT_EQ(counts.size(), 1u) << "entries for processes outside the filter";
+  EXPECT_EQ(counts.begin()->first, static_cast<uint32_t>(target.pid()));
+  EXPECT_GT(counts.begin()->second.user, 0u);
+  uint64_t ip_entries = 0;
+  sampler->ForEachIp([&](const sample_key& key, uint64_t) {
+    ++ip_entries;
+    EXPECT_EQ(key.tgid, static_cast<uint32_t>(target.pid()));
+  });
+  EXPECT_GT(ip_entries, 0u);
+  // Totals still count the whole host, including the other busy child.
+  Totals totals = sampler->ReadTotals();
+  EXPECT_GT(totals.user, counts.begin()->second.user);
+}
+
+TEST(SamplerBpfTest, AcceptsTheFrequencyBounds) {
+  for (uint32_t hz : {1u, 10000u}) {
+    auto sampler = StartOrFail({.frequency_hz = hz, .target_pids = {}});
+    ASSERT_NE(sampler, nullptr);
+    EXPECT_EQ(sampler->period_ns(), 1'000'000'000u / hz);
+  }
+}
+
+TEST(SamplerBpfTest, RejectsFrequencyOutOfRange) {
+  for (uint32_t hz : {0u, 10001u}) {
+    auto sampler = Sampler::Start({.frequency_hz = hz, .target_pids = {}});
+    ASSERT_FALSE(sampler.ok()) << hz << " Hz accepted";
+    EXPECT_THAT(sampler.error().message, HasSubstr("out of range"));
+  }
+}
+
+TEST(SamplerBpfTest, RejectsANonexistentPid) {
+  // A child that has exited and been reaped: its pid is free (pids are not
+  // reused this quickly; the kernel allocates them cyclically).
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  ASSERT_GT(pid, 0);
+  waitpid(pid, nullptr, 0);
+  auto sampler = Sampler::Start({.frequency_hz = kHz, .target_pids = {pid}});
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_THAT(sampler.error().message, HasSubstr("does not exist"));
+}
+
+}  // namespace
+}  // namespace tlsprof::sample
