@@ -39,9 +39,13 @@ class SymbolTable {
 
  private:
   std::vector<Symbol> symbols_;
-  // max_end_[i] = max(addr + size) over symbols_[0..i]; lets Find() stop the
-  // backwards scan for overlapping aliases early.
-  std::vector<uint64_t> max_end_;
+  // Finalize() flattens the (possibly overlapping) symbols into disjoint
+  // ranges so Find() is one binary search, whatever the overlaps: range i
+  // covers [range_start_[i], range_start_[i + 1]) and belongs to symbol
+  // range_symbol_[i], or to no symbol (kNoSymbol) for a gap.
+  static constexpr uint32_t kNoSymbol = UINT32_MAX;
+  std::vector<uint64_t> range_start_;
+  std::vector<uint32_t> range_symbol_;
 };
 
 }  // namespace tlsprof::symbols

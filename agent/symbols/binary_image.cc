@@ -1,0 +1,465 @@
+#include "agent/symbols/binary_image.h"
+
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "agent/symbols/go_pclntab.h"
+
+namespace tlsprof::symbols {
+
+std::string_view SymbolSourceName(SymbolSource source) {
+  switch (source) {
+    case SymbolSource::kNone: return "none";
+    case SymbolSource::kDynsym: return "dynsym";
+    case SymbolSource::kSymtab: return "symtab";
+    case SymbolSource::kGoPclntab: return "gopclntab";
+  }
+  return "none";
+}
+
+std::optional<uint64_t> BinaryImage::FileOffsetToVaddr(uint64_t file_offset) const {
+  for (const LoadSegment& s : segments) {
+    if (file_offset >= s.offset && file_offset - s.offset < s.filesz) {
+      return file_offset - s.offset + s.vaddr;
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Go's linker tags its build ID note with owner "Go" and this type
+// (cmd/link/internal/ld/elf.go, ELF_NOTE_GOBUILDID_TAG).
+constexpr uint32_t kGoBuildIdNoteType = 4;
+
+struct ElfDeleter {
+  void operator()(Elf* elf) const { elf_end(elf); }
+};
+using ElfPtr = std::unique_ptr<Elf, ElfDeleter>;
+
+std::string ElfErr() { return elf_errmsg(-1); }
+
+// An open ELF file. ELF_C_READ (not ELF_C_READ_MMAP): libelf reads headers up
+// front and each section only when asked, into its own buffers that elf_end()
+// frees. A mapping would save the copy but turns a file truncated while we read
+// it (a library replaced in place) into SIGBUS, which would kill the agent.
+struct ElfFile {
+  ElfPtr elf;
+  uint64_t file_size = 0;
+  GElf_Ehdr ehdr{};
+  std::string path;
+};
+
+Result<ElfFile> OpenElf(int fd, std::string_view path) {
+  static const bool initialized = elf_version(EV_CURRENT) != EV_NONE;
+  if (!initialized) return MakeError("libelf is too old (elf_version failed)");
+  ElfFile f;
+  f.path = std::string(path);
+  struct stat st{};
+  if (fstat(fd, &st) != 0) return MakeError("{}: fstat failed: {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return MakeError("{}: not a regular file", path);
+  f.file_size = static_cast<uint64_t>(st.st_size);
+  if (f.file_size == 0) return MakeError("{}: empty file, not an ELF binary", path);
+  f.elf.reset(elf_begin(fd, ELF_C_READ, nullptr));
+  if (!f.elf) return MakeError("{}: cannot read as ELF: {}", path, ElfErr());
+  if (elf_kind(f.elf.get()) != ELF_K_ELF) {
+    return MakeError("{}: not an ELF file (or truncated inside the ELF header)", path);
+  }
+  if (gelf_getehdr(f.elf.get(), &f.ehdr) == nullptr) {
+    return MakeError("{}: unreadable ELF header: {}", path, ElfErr());
+  }
+  return f;
+}
+
+// The bytes of a section, read by libelf (owned by the Elf handle). Checks the
+// extent against the file first so the message names the section.
+Result<std::span<const uint8_t>> SectionBytes(const ElfFile& f, Elf_Scn* scn, const GElf_Shdr& shdr,
+                                              std::string_view name) {
+  if (shdr.sh_type == SHT_NOBITS || shdr.sh_size == 0) return std::span<const uint8_t>{};
+  if (shdr.sh_offset > f.file_size || f.file_size - shdr.sh_offset < shdr.sh_size) {
+    return MakeError(
+        "{}: section {} ({} bytes at offset {:#x}) extends past the end of the file ({} bytes); "
+        "the file is truncated or corrupt",
+        f.path, name, shdr.sh_size, shdr.sh_offset, f.file_size);
+  }
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (data == nullptr) return MakeError("{}: cannot read section {}: {}", f.path, name, ElfErr());
+  if (data->d_buf == nullptr) return std::span<const uint8_t>{};
+  return std::span<const uint8_t>(static_cast<const uint8_t*>(data->d_buf), data->d_size);
+}
+
+std::string Hex(std::span<const uint8_t> bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+// Scans one block of notes. Records the GNU build ID, or else the first Go
+// build ID. Returns true once a GNU build ID is found (nothing better exists).
+bool ScanNotes(Elf_Data* data, std::string& gnu, std::string& go) {
+  GElf_Nhdr nhdr;
+  size_t name_off = 0, desc_off = 0;
+  for (size_t off = 0; off < data->d_size;) {
+    size_t next = gelf_getnote(data, off, &nhdr, &name_off, &desc_off);
+    if (next == 0) break;  // malformed tail: keep what was found
+    const auto* base = static_cast<const uint8_t*>(data->d_buf);
+    // Owners are NUL-padded: Go writes "Go\0\0" with n_namesz 4.
+    std::string_view owner(reinterpret_cast<const char*>(base + name_off), nhdr.n_namesz);
+    owner = owner.substr(0, owner.find('\0'));
+    std::span<const uint8_t> desc(base + desc_off, nhdr.n_descsz);
+    if (owner == "GNU" && nhdr.n_type == NT_GNU_BUILD_ID && !desc.empty()) {
+      gnu = Hex(desc);
+      return true;
+    }
+    if (owner == "Go" && nhdr.n_type == kGoBuildIdNoteType && !desc.empty() && go.empty()) {
+      go = Hex(desc);
+    }
+    off = next;
+  }
+  return false;
+}
+
+// Build ID: NT_GNU_BUILD_ID as lowercase hex. Go binaries linked internally
+// have no GNU note; they get the Go build ID note's bytes (an ASCII string
+// such as "abc/def/ghi/jkl"), hex-encoded so build_id is always lowercase hex.
+// Such an ID serves as a cache key but will not be known to debuginfod.
+// PT_NOTE segments are read first: they survive section-header stripping and
+// are what the loader maps; SHT_NOTE sections are the fallback.
+Result<std::string> FindBuildId(const ElfFile& f) {
+  std::string gnu, go;
+  Elf* elf = f.elf.get();
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) == 0) {
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr phdr;
+      if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) break;  // reported by the loader
+      if (phdr.p_type != PT_NOTE || phdr.p_filesz == 0) continue;
+      if (phdr.p_offset > f.file_size || f.file_size - phdr.p_offset < phdr.p_filesz) continue;
+      Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(phdr.p_offset), phdr.p_filesz,
+                                            phdr.p_align == 8 ? ELF_T_NHDR8 : ELF_T_NHDR);
+      if (data != nullptr && ScanNotes(data, gnu, go)) return gnu;
+    }
+  }
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
+    if (shdr.sh_offset > f.file_size || f.file_size - shdr.sh_offset < shdr.sh_size) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data != nullptr && ScanNotes(data, gnu, go)) return gnu;
+  }
+  return go;
+}
+
+struct Section {
+  Elf_Scn* scn = nullptr;
+  GElf_Shdr shdr{};
+  std::string name;
+};
+
+// Reads the function symbols of one .symtab/.dynsym section.
+//  - `exec_sections[i]` says whether section i holds code (for STT_NOTYPE);
+//  - `skip_addrs` (sorted) are addresses the primary table already covers:
+//    .dynsym only fills holes of .symtab/pclntab, so its versioned aliases are
+//    neither counted twice nor stored twice;
+//  - `addrs_out`, if set, collects every function address seen (pre-filter).
+Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Section>& sections,
+                   const std::vector<bool>& exec_sections, const LoadOptions& options,
+                   const std::vector<uint64_t>* skip_addrs, std::vector<uint64_t>* addrs_out,
+                   SymbolTable& out, uint64_t& seen) {
+  Elf* elf = f.elf.get();
+  const size_t sym_size = gelf_fsize(elf, ELF_T_SYM, 1, EV_CURRENT);
+  if (sec.shdr.sh_entsize != sym_size) {
+    return MakeError("{}: {} has entry size {}, expected {}; the symbol table is corrupt", f.path, sec.name,
+                     sec.shdr.sh_entsize, sym_size);
+  }
+  if (sec.shdr.sh_size % sym_size != 0) {
+    return MakeError("{}: {} size {} is not a multiple of its entry size {}", f.path, sec.name,
+                     sec.shdr.sh_size, sym_size);
+  }
+  if (sec.shdr.sh_link == 0 || sec.shdr.sh_link >= sections.size() ||
+      sections[sec.shdr.sh_link].shdr.sh_type != SHT_STRTAB) {
+    return MakeError("{}: {} links to section {}, which is not a string table", f.path, sec.name,
+                     sec.shdr.sh_link);
+  }
+  const Section& strsec = sections[sec.shdr.sh_link];
+  auto strtab = SectionBytes(f, strsec.scn, strsec.shdr, strsec.name);
+  if (!strtab) return strtab.error();
+  auto syms = SectionBytes(f, sec.scn, sec.shdr, sec.name);
+  if (!syms) return syms.error();
+  Elf_Data* data = elf_getdata(sec.scn, nullptr);  // cached by libelf: same buffer as `syms`
+  if (data == nullptr && !syms->empty()) return MakeError("{}: cannot read {}: {}", f.path, sec.name, ElfErr());
+
+  const size_t count = syms->size() / sym_size;
+  const char* strings = reinterpret_cast<const char*>(strtab->data());
+  for (size_t i = 1; i < count; ++i) {  // entry 0 is the reserved null symbol
+    GElf_Sym sym;
+    if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) {
+      return MakeError("{}: cannot read symbol {} of {}: {}", f.path, i, sec.name, ElfErr());
+    }
+    if (sym.st_shndx == SHN_UNDEF || sym.st_name == 0) continue;  // imports, unnamed
+    const int type = GELF_ST_TYPE(sym.st_info);
+    bool is_func = type == STT_FUNC || type == STT_GNU_IFUNC;
+    // Assembly often leaves code labels untyped; keep those that have a size
+    // and sit in a code section.
+    if (type == STT_NOTYPE && sym.st_size > 0 && sym.st_shndx < exec_sections.size() &&
+        exec_sections[sym.st_shndx]) {
+      is_func = true;
+    }
+    if (!is_func) continue;
+    if (sym.st_name >= strtab->size()) {
+      return MakeError("{}: symbol {} of {} has name offset {:#x} beyond {} ({} bytes)", f.path, i, sec.name,
+                       sym.st_name, strsec.name, strtab->size());
+    }
+    const char* name_begin = strings + sym.st_name;
+    const void* nul = std::memchr(name_begin, '\0', strtab->size() - sym.st_name);
+    if (nul == nullptr) {
+      return MakeError("{}: symbol {} of {} has an unterminated name at offset {:#x}", f.path, i, sec.name,
+                       sym.st_name);
+    }
+    std::string_view name(name_begin, static_cast<const char*>(nul) - name_begin);
+    if (name.empty()) continue;
+    if (skip_addrs != nullptr && std::binary_search(skip_addrs->begin(), skip_addrs->end(), sym.st_value)) {
+      continue;
+    }
+    ++seen;
+    if (addrs_out != nullptr) addrs_out->push_back(sym.st_value);
+    // Size 0 means unknown extent; such a symbol can never be matched, so it is
+    // counted but not stored.
+    if (sym.st_size == 0) continue;
+    if (options.keep && !options.keep(name)) continue;
+    out.Add(sym.st_value, sym.st_size, name);
+  }
+  return OkStatus();
+}
+
+// runtime.text for a pclntab whose textStart field is 0 in the file (PIE):
+// the dynamic relocation that fills the field carries the value as its addend;
+// otherwise .text starts with runtime.text when Go links internally.
+uint64_t GoTextStart(const ElfFile& f, const std::vector<Section>& sections, uint64_t field_vaddr) {
+  for (const Section& s : sections) {
+    if (s.shdr.sh_type != SHT_RELA) continue;
+    auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+    Elf_Data* data = bytes && !bytes->empty() ? elf_getdata(s.scn, nullptr) : nullptr;
+    if (data == nullptr) continue;
+    const size_t rela_size = gelf_fsize(f.elf.get(), ELF_T_RELA, 1, EV_CURRENT);
+    for (size_t i = 0; i < data->d_size / rela_size; ++i) {
+      GElf_Rela rela;
+      if (gelf_getrela(data, static_cast<int>(i), &rela) == nullptr) break;
+      if (rela.r_offset == field_vaddr) return static_cast<uint64_t>(rela.r_addend);
+    }
+  }
+  for (const Section& s : sections) {
+    if (s.name == ".text") return s.shdr.sh_addr;
+  }
+  return 0;
+}
+
+// Function symbols from Go's pclntab (a Go binary without .symtab). Looks for
+// the .gopclntab section (".data.rel.ro.gopclntab" in internally linked PIEs),
+// else for the table's header inside .data.rel.ro (externally linked PIEs,
+// where the C linker merged it). Returns false when no pclntab was found.
+Result<bool> ReadGoPclntab(const ElfFile& f, const std::vector<Section>& sections,
+                           const LoadOptions& options, std::vector<uint64_t>& addrs, BinaryImage& img) {
+  std::span<const uint8_t> table;
+  uint64_t table_vaddr = 0;
+  for (const Section& s : sections) {
+    if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab") {
+      auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+      if (!bytes) return bytes.error();
+      table = *bytes;
+      table_vaddr = s.shdr.sh_addr;
+      break;
+    }
+  }
+  // The magic scan runs only for binaries already known to be Go (they keep
+  // .go.buildinfo even when stripped), so C libraries never pay for it.
+  if (table.empty() && img.is_go) {
+    for (const Section& s : sections) {
+      if (s.name != ".data.rel.ro") continue;
+      auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+      if (!bytes) return bytes.error();
+      if (auto off = FindGoPclntab(*bytes)) {
+        table = bytes->subspan(*off);
+        table_vaddr = s.shdr.sh_addr + *off;
+      }
+      break;
+    }
+  }
+  if (table.empty()) return false;
+  auto header = ParseGoPclntabHeader(table);
+  if (!header) return MakeError("{}: {}", f.path, header.error().message);
+  uint64_t text_start = header->text_start;
+  if (text_start == 0 && header->version >= GoPclntabVersion::kGo118) {
+    text_start = GoTextStart(f, sections, table_vaddr + 8 + 2ull * header->ptr_size);
+  }
+  auto visited = ForEachGoFunction(table, text_start, [&](uint64_t entry, uint64_t end, std::string_view name) {
+    ++img.symbols_seen;
+    addrs.push_back(entry);
+    if (end > entry && (!options.keep || options.keep(name))) img.symbols.Add(entry, end - entry, name);
+  });
+  if (!visited) return MakeError("{}: {}", f.path, visited.error().message);
+  img.is_go = true;
+  return true;
+}
+
+}  // namespace
+
+Result<std::string> ReadBuildId(int fd) {
+  auto f = OpenElf(fd, "fd " + std::to_string(fd));
+  if (!f) return f.error();
+  return FindBuildId(*f);
+}
+
+Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_view display_path,
+                                                           const LoadOptions& options) {
+  auto opened = OpenElf(fd, display_path);
+  if (!opened) return opened.error();
+  const ElfFile& f = *opened;
+  Elf* elf = f.elf.get();
+  auto img = std::make_shared<BinaryImage>();
+
+  // Program headers: the PT_LOAD segments map sample addresses to vaddrs.
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) != 0) {
+    return MakeError("{}: cannot read the program header count: {}", f.path, ElfErr());
+  }
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) {
+      return MakeError("{}: cannot read program header {} of {} (e_phoff {:#x}): {}", f.path, i, phnum,
+                       f.ehdr.e_phoff, ElfErr());
+    }
+    if (phdr.p_type != PT_LOAD) continue;
+    img->segments.push_back(LoadSegment{phdr.p_offset, phdr.p_vaddr, phdr.p_filesz, phdr.p_memsz,
+                                        (phdr.p_flags & PF_X) != 0});
+  }
+
+  auto build_id = FindBuildId(f);
+  if (!build_id) return build_id.error();
+  img->build_id = std::move(*build_id);
+
+  // Section headers, read once. Names come from .shstrtab through elf_strptr,
+  // which bounds-checks the offsets.
+  size_t shnum = 0, shstrndx = 0;
+  if (elf_getshdrnum(elf, &shnum) != 0) {
+    return MakeError("{}: cannot read the section header count: {}", f.path, ElfErr());
+  }
+  if (shnum > 0 && elf_getshdrstrndx(elf, &shstrndx) != 0) {
+    return MakeError("{}: cannot find the section name table: {}", f.path, ElfErr());
+  }
+  std::vector<Section> sections(shnum);
+  std::vector<bool> exec_sections(shnum, false);
+  for (size_t i = 0; i < shnum; ++i) {
+    Section& s = sections[i];
+    s.scn = elf_getscn(elf, i);
+    if (s.scn == nullptr || gelf_getshdr(s.scn, &s.shdr) == nullptr) {
+      return MakeError("{}: cannot read section header {} of {} (e_shoff {:#x}): {}", f.path, i, shnum,
+                       f.ehdr.e_shoff, ElfErr());
+    }
+    if (i != 0) {
+      const char* name = elf_strptr(elf, shstrndx, s.shdr.sh_name);
+      if (name != nullptr) s.name = name;
+    }
+    exec_sections[i] = (s.shdr.sh_flags & SHF_EXECINSTR) != 0;
+  }
+
+  const Section* symtab = nullptr;
+  const Section* dynsym = nullptr;
+  for (const Section& s : sections) {
+    if (s.shdr.sh_type == SHT_SYMTAB && symtab == nullptr) symtab = &s;
+    if (s.shdr.sh_type == SHT_DYNSYM && dynsym == nullptr) dynsym = &s;
+    if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab" || s.name == ".go.buildinfo") {
+      img->is_go = true;
+    }
+    if (s.shdr.sh_type == SHT_DYNAMIC && img->soname.empty()) {
+      auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+      if (!bytes) return bytes.error();
+      Elf_Data* data = bytes->empty() ? nullptr : elf_getdata(s.scn, nullptr);
+      const size_t dyn_size = gelf_fsize(elf, ELF_T_DYN, 1, EV_CURRENT);
+      for (size_t i = 0; data != nullptr && i < data->d_size / dyn_size; ++i) {
+        GElf_Dyn dyn;
+        if (gelf_getdyn(data, static_cast<int>(i), &dyn) == nullptr || dyn.d_tag == DT_NULL) break;
+        if (dyn.d_tag != DT_SONAME) continue;
+        const char* soname = elf_strptr(elf, s.shdr.sh_link, dyn.d_un.d_val);
+        if (soname == nullptr) {
+          return MakeError("{}: DT_SONAME offset {:#x} is outside the dynamic string table", f.path,
+                           dyn.d_un.d_val);
+        }
+        img->soname = soname;
+        break;
+      }
+    }
+  }
+
+  // Symbols: .symtab, else Go's pclntab; .dynsym fills in what those lack.
+  std::vector<uint64_t> primary_addrs;
+  bool have_primary = false;
+  if (symtab != nullptr) {
+    auto st = ReadSymbols(f, *symtab, sections, exec_sections, options, nullptr, &primary_addrs, img->symbols,
+                          img->symbols_seen);
+    if (!st) return st.error();
+    img->symbol_source = SymbolSource::kSymtab;
+    have_primary = true;
+  } else {
+    auto go = ReadGoPclntab(f, sections, options, primary_addrs, *img);
+    if (!go) return go.error();
+    if (*go) {
+      img->symbol_source = SymbolSource::kGoPclntab;
+      have_primary = true;
+    }
+  }
+  if (dynsym != nullptr) {
+    std::sort(primary_addrs.begin(), primary_addrs.end());
+    uint64_t before = img->symbols_seen;
+    auto st = ReadSymbols(f, *dynsym, sections, exec_sections, options, have_primary ? &primary_addrs : nullptr,
+                          nullptr, img->symbols, img->symbols_seen);
+    if (!st) return st.error();
+    if (!have_primary && img->symbols_seen > before) img->symbol_source = SymbolSource::kDynsym;
+  }
+  img->symbols.Finalize();
+  // Everything libelf read (section copies, headers) is freed when `opened`
+  // goes out of scope here; only the kept symbols stay.
+  return std::shared_ptr<const BinaryImage>(std::move(img));
+}
+
+Result<std::shared_ptr<const BinaryImage>> ImageCache::Get(int fd, std::string_view display_path) {
+  auto build_id = ReadBuildId(fd);
+  if (!build_id) return MakeError("{}: {}", display_path, build_id.error().message);
+  std::string key;
+  if (!build_id->empty()) {
+    key = "build-id:" + *build_id;
+  } else {
+    struct stat st{};
+    if (fstat(fd, &st) != 0) return MakeError("{}: fstat failed: {}", display_path, std::strerror(errno));
+    key = fmt::format("file:{}:{}:{}:{}.{:09}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec,
+                      st.st_mtim.tv_nsec);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = images_.find(key); it != images_.end()) return it->second;
+  }
+  // Loaded without the lock so one slow binary does not stall lookups of
+  // others. Two threads may load the same new binary at once; the first
+  // insert wins and both return the same image.
+  auto image = LoadBinaryImage(fd, display_path, options_);
+  if (!image) return image.error();
+  std::lock_guard<std::mutex> lock(mu_);
+  return images_.emplace(std::move(key), std::move(*image)).first->second;
+}
+
+size_t ImageCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return images_.size();
+}
+
+}  // namespace tlsprof::symbols
