@@ -1,0 +1,3 @@
+module tlsprof/workloads/go-tls
+
+go 1.19
