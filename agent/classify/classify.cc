@@ -1,0 +1,334 @@
+// The engine that walks the rules table (rules.cc). No rule lives here.
+#include "agent/classify/classify.h"
+
+#include <array>
+#include <cstddef>
+#include <vector>
+
+#include "agent/classify/rules.h"
+
+namespace tlsprof::classify {
+namespace {
+
+using rules::FamilyMask;
+
+constexpr bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+constexpr bool Contains(std::string_view s, std::string_view p) { return s.find(p) != std::string_view::npos; }
+constexpr bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// A symbol name split for matching. C names: ns empty, leaf = the name less
+// leading '_' and compiler/linker suffixes. C++ names: ns = outermost
+// namespace ("" at global scope), leaf = innermost function name.
+struct CName {
+  std::string_view ns;
+  std::string_view leaf;
+  bool cxx = false;
+};
+
+// Reads <length><identifier> at pos of a mangled name.
+bool ReadSourceName(std::string_view m, size_t& pos, std::string_view& out) {
+  size_t n = 0;
+  size_t p = pos;
+  if (p >= m.size() || !IsDigit(m[p])) return false;
+  while (p < m.size() && IsDigit(m[p])) n = n * 10 + static_cast<size_t>(m[p++] - '0');
+  if (n == 0 || p + n > m.size()) return false;
+  out = m.substr(p, n);
+  pos = p + n;
+  return true;
+}
+
+// Itanium-mangled names, just enough for functions: _Z[L]<name>... and
+// _ZN[qualifiers](<name>)+E... (anonymous namespaces skipped). Anything
+// fancier (local entities, operators, ctors) yields an empty leaf.
+CName SplitMangled(std::string_view m) {
+  CName out;
+  out.cxx = true;
+  size_t pos = 2;  // past "_Z"
+  if (pos < m.size() && m[pos] == 'N') {
+    ++pos;
+    while (pos < m.size() && (m[pos] == 'r' || m[pos] == 'V' || m[pos] == 'K' || m[pos] == 'R' || m[pos] == 'O')) ++pos;
+    int components = 0;
+    while (pos < m.size()) {
+      if (m.substr(pos, 2) == "St") {  // std::
+        out.ns = "std";
+        ++components;
+        pos += 2;
+        continue;
+      }
+      if (m[pos] == 'L') ++pos;  // internal linkage marker inside a nested name
+      std::string_view id;
+      if (!ReadSourceName(m, pos, id)) break;
+      if (id == "_GLOBAL__N_1") continue;  // anonymous namespace
+      if (components++ == 0) out.ns = id;
+      out.leaf = id;
+    }
+    // One component: a global-scope name inside an anonymous namespace.
+    if (components <= 1) out.ns = {};
+    return out;
+  }
+  if (pos < m.size() && m[pos] == 'L') ++pos;
+  std::string_view id;
+  if (ReadSourceName(m, pos, id)) out.leaf = id;
+  return out;
+}
+
+// Cuts a demangled or C name at its argument list, skipping the '(' of
+// "(anonymous namespace)".
+std::string_view CutArgs(std::string_view s) {
+  size_t from = 0;
+  while (true) {
+    size_t p = s.find('(', from);
+    if (p == std::string_view::npos) return s;
+    if (s.substr(p, 21) == "(anonymous namespace)") {
+      from = p + 21;
+      continue;
+    }
+    return s.substr(0, p);
+  }
+}
+
+CName SplitCName(std::string_view name) {
+  if (StartsWith(name, "_Z")) return SplitMangled(name);
+  if (Contains(name, "::")) {  // demangled C++
+    CName out;
+    out.cxx = true;
+    std::string_view q = CutArgs(name);
+    size_t first = q.find("::");
+    out.ns = q.substr(0, first);
+    size_t last = q.rfind("::");
+    out.leaf = q.substr(last + 2);
+    if (StartsWith(out.ns, "(anonymous")) out.ns = {};
+    return out;
+  }
+  CName out;
+  std::string_view s = name;
+  while (!s.empty() && s.front() == '_') s.remove_prefix(1);
+  size_t cut = s.find_first_of(".@(");
+  out.leaf = s.substr(0, cut);
+  return out;
+}
+
+std::string_view GoName(std::string_view name) {
+  if (StartsWith(name, "vendor/")) name.remove_prefix(7);
+  return name;
+}
+
+// First-character index over the library prefixes: IsTlsSymbol runs over
+// every symbol of 100 MB binaries, so the gate must not scan the whole list.
+struct PrefixIndex {
+  std::array<std::vector<rules::LibraryPrefix>, 256> by_first;
+  PrefixIndex() {
+    for (const auto& p : rules::LibraryPrefixes()) by_first[static_cast<unsigned char>(p.prefix.front())].push_back(p);
+  }
+  bool Matches(FamilyMask mask, std::string_view name) const {
+    if (name.empty()) return false;
+    for (const auto& p : by_first[static_cast<unsigned char>(name.front())]) {
+      if ((p.families & mask) && StartsWith(name, p.prefix)) return true;
+    }
+    return false;
+  }
+};
+
+const PrefixIndex& Index() {
+  static const PrefixIndex index;  // thread-safe initialisation (C++11 magic statics)
+  return index;
+}
+
+bool IsTlsNamespace(FamilyMask mask, std::string_view ns) {
+  for (const auto& n : rules::CxxNamespaces()) {
+    if ((n.families & mask) && n.ns == ns) return true;
+  }
+  return false;
+}
+
+bool RuleMatches(const rules::Rule& r, std::string_view s) {
+  bool ok = false;
+  switch (r.match) {
+    case rules::Match::kExact: ok = s == r.pattern; break;
+    case rules::Match::kPrefix: ok = StartsWith(s, r.pattern); break;
+    case rules::Match::kContains: ok = Contains(s, r.pattern); break;
+  }
+  return ok && (r.and_contains.empty() || Contains(s, r.and_contains));
+}
+
+std::optional<Classification> ApplyRules(FamilyMask mask, std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  for (const auto& r : rules::Rules()) {
+    if ((r.families & mask) && RuleMatches(r, s)) return Classification{r.bucket, r.algorithm};
+  }
+  return std::nullopt;
+}
+
+// Whether a split C/C++ name is library code of the families in `mask`.
+bool IsLibraryCName(FamilyMask mask, const CName& c) {
+  if (c.cxx && !c.ns.empty()) return IsTlsNamespace(mask, c.ns);
+  return Index().Matches(mask, c.leaf);
+}
+
+std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) {
+  const CName c = SplitCName(name);
+  if (!IsLibraryCName(mask, c)) return std::nullopt;
+  if (auto hit = ApplyRules(mask, c.leaf)) return hit;
+  // mlkem::(anonymous namespace)::scalar_ntt: the namespace names the algorithm.
+  if (c.cxx && !c.ns.empty()) {
+    if (auto hit = ApplyRules(mask, c.ns)) return hit;
+  }
+  return Classification{};
+}
+
+std::optional<Classification> ClassifyGo(std::string_view name) {
+  std::string_view g = GoName(name);
+  if (StartsWith(g, "_goboringcrypto_")) {
+    // BoringSSL statically linked into a Go binary: its symbols carry this
+    // prefix; the rest is an ordinary BoringSSL name.
+    if (auto hit = ApplyRules(rules::kB, SplitCName(g.substr(16)).leaf)) return hit;
+    return Classification{};
+  }
+  if (!Index().Matches(rules::kG, g)) return std::nullopt;
+  if (auto hit = ApplyRules(rules::kG, g)) return hit;
+  return Classification{};
+}
+
+}  // namespace
+
+std::string_view BucketName(Bucket bucket) {
+  switch (bucket) {
+    case Bucket::kCipher: return "cipher";
+    case Bucket::kSignature: return "signature";
+    case Bucket::kKeyExchange: return "key_exchange";
+    case Bucket::kHash: return "hash";
+    case Bucket::kOther: return "other";
+  }
+  return "other";
+}
+
+std::string_view FamilyName(Family family) {
+  switch (family) {
+    case Family::kOpenSSL: return "openssl";
+    case Family::kBoringSSL: return "boringssl";
+    case Family::kGo: return "go";
+  }
+  return "openssl";
+}
+
+std::string_view LibraryKindName(LibraryKind kind) {
+  switch (kind) {
+    case LibraryKind::kOpenSSL11: return "openssl-1.1";
+    case LibraryKind::kOpenSSL3: return "openssl-3";
+    case LibraryKind::kBoringSSL: return "boringssl";
+    case LibraryKind::kGo: return "go";
+  }
+  return "openssl-3";
+}
+
+Family FamilyOf(LibraryKind kind) {
+  switch (kind) {
+    case LibraryKind::kOpenSSL11:
+    case LibraryKind::kOpenSSL3: return Family::kOpenSSL;
+    case LibraryKind::kBoringSSL: return Family::kBoringSSL;
+    case LibraryKind::kGo: return Family::kGo;
+  }
+  return Family::kOpenSSL;
+}
+
+std::optional<Classification> ClassifySymbol(Family family, std::string_view name) {
+  if (family == Family::kGo) return ClassifyGo(name);
+  return ClassifyC(rules::MaskOf(family), name);
+}
+
+bool IsTlsSymbol(std::string_view name) {
+  if (name.empty()) return false;
+  // Go names always contain '/' or '.' in a package path; checking the Go gate
+  // first is one indexed lookup.
+  std::string_view g = GoName(name);
+  if (Index().Matches(rules::kG, g)) return true;
+  return IsLibraryCName(rules::kO | rules::kB, SplitCName(name));
+}
+
+namespace {
+
+// Markers: functions only one library (or version) defines. Checked in this
+// order; BoringSSL first because it also defines OPENSSL_init_crypto and
+// OPENSSL_init_ssl (as no-ops) for OpenSSL compatibility.
+constexpr std::string_view kBoringSslMarkers[] = {
+    "BORINGSSL_self_test",                // libcrypto (android build exports it)
+    "CRYPTO_is_confidential_build",       // libcrypto
+    "EVP_AEAD_CTX_seal",                  // libcrypto (EVP_AEAD is BoringSSL's API)
+    "SSL_CTX_set_select_certificate_cb",  // libssl
+    "SSL_CTX_set_strict_cipher_list",     // libssl
+    "SSL_get_curve_id",                   // libssl
+};
+constexpr std::string_view kOpenSsl3Markers[] = {
+    "OSSL_PROVIDER_load",        // libcrypto 3.x
+    "EVP_MAC_fetch",             // libcrypto 3.x
+    "OSSL_LIB_CTX_new",          // libcrypto 3.x
+    "SSL_CTX_new_ex",            // libssl 3.x
+    "OSSL_default_cipher_list",  // libssl 3.x
+};
+constexpr std::string_view kOpenSsl11Markers[] = {
+    "OPENSSL_init_ssl",     // libssl >= 1.1.0
+    "OPENSSL_init_crypto",  // libcrypto >= 1.1.0
+};
+// A Go binary carries a TLS library only if crypto/tls is linked in; these are
+// reachable whenever a tls.Conn is used (Go 1.19-1.24).
+constexpr std::string_view kGoTlsMarkers[] = {
+    "crypto/tls.(*Conn).Read",
+    "crypto/tls.(*Conn).Write",
+    "crypto/tls.(*Conn).Handshake",
+    "crypto/tls.(*Conn).HandshakeContext",
+    "crypto/tls.(*Conn).readRecordOrCCS",
+    "crypto/tls.(*halfConn).encrypt",
+};
+
+bool AnyDefined(const std::function<bool(std::string_view)>& has_symbol, std::span<const std::string_view> names) {
+  for (auto n : names) {
+    if (has_symbol(n)) return true;
+  }
+  return false;
+}
+
+std::string_view BaseName(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// Versioned file names, for libraries whose symbols we cannot read (e.g. a
+// library with an empty or unreadable .dynsym).
+std::optional<LibraryKind> KindFromFileName(std::string_view file) {
+  std::string_view base = BaseName(file);
+  std::string_view rest;
+  if (StartsWith(base, "libcrypto.so")) {
+    rest = base.substr(12);
+  } else if (StartsWith(base, "libssl.so")) {
+    rest = base.substr(9);
+  } else {
+    return std::nullopt;
+  }
+  if (StartsWith(rest, ".3")) return LibraryKind::kOpenSSL3;
+  if (StartsWith(rest, ".1.1")) return LibraryKind::kOpenSSL11;
+  // Debian's android-libboringssl ships libcrypto.so.0/libssl.so.0 (OpenSSL
+  // 0.9.8 was libcrypto.so.0.9.8, never plain .0).
+  if (rest == ".0") return LibraryKind::kBoringSSL;
+  if (Contains(file, "/android/")) return LibraryKind::kBoringSSL;
+  // libcrypto.so.1.0.x and other versions: closest rules are OpenSSL 1.1's.
+  return LibraryKind::kOpenSSL11;
+}
+
+}  // namespace
+
+std::optional<LibraryKind> DetectLibrary(const std::function<bool(std::string_view)>& has_symbol,
+                                         std::string_view soname, std::string_view file_name, bool is_go) {
+  if (is_go) {
+    if (AnyDefined(has_symbol, kGoTlsMarkers)) return LibraryKind::kGo;
+    // A Go program without crypto/tls may still link C TLS libraries via cgo;
+    // fall through to the C checks.
+  }
+  if (AnyDefined(has_symbol, kBoringSslMarkers)) return LibraryKind::kBoringSSL;
+  if (AnyDefined(has_symbol, kOpenSsl3Markers)) return LibraryKind::kOpenSSL3;
+  if (AnyDefined(has_symbol, kOpenSsl11Markers)) return LibraryKind::kOpenSSL11;
+  if (auto k = KindFromFileName(soname)) return k;
+  if (auto k = KindFromFileName(file_name)) return k;
+  return std::nullopt;
+}
+
+}  // namespace tlsprof::classify

@@ -1,0 +1,61 @@
+// The rules table's types: internal to agent/classify (classify.cc walks the
+// tables, classify_test.cc checks them). The data itself is in rules.cc.
+//
+// Everything here is constexpr data; reading it is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "agent/classify/classify.h"
+
+namespace tlsprof::classify::rules {
+
+// Which families a row applies to (a bit set of Family).
+using FamilyMask = uint8_t;
+inline constexpr FamilyMask kO = 1u << static_cast<int>(Family::kOpenSSL);
+inline constexpr FamilyMask kB = 1u << static_cast<int>(Family::kBoringSSL);
+inline constexpr FamilyMask kG = 1u << static_cast<int>(Family::kGo);
+inline constexpr FamilyMask kOB = kO | kB;  // OpenSSL and BoringSSL share most asm and names
+inline constexpr FamilyMask kAll = kO | kB | kG;
+constexpr FamilyMask MaskOf(Family f) { return static_cast<FamilyMask>(1u << static_cast<int>(f)); }
+
+enum class Match : uint8_t {
+  kExact,     // name == pattern
+  kPrefix,    // name starts with pattern
+  kContains,  // name contains pattern anywhere
+};
+
+// One row of the rules table. `and_contains`, when not empty, must also occur
+// somewhere in the name (e.g. prefix "crypto/ecdsa." and contains "P256").
+struct Rule {
+  FamilyMask families;
+  Match match;
+  std::string_view pattern;
+  std::string_view and_contains;
+  Bucket bucket;
+  std::string_view algorithm;
+};
+
+// A name that starts with one of these is TLS library code. If no Rule matches
+// it, it is {kOther, "unknown"}.
+struct LibraryPrefix {
+  FamilyMask families;
+  std::string_view prefix;
+};
+
+// The outermost namespace of a C++ symbol (mangled "_ZN4bssl..." or demangled
+// "bssl::...") that makes it TLS library code. C++ names whose outermost
+// namespace is not listed here (v8::, node::, std::) are never TLS.
+struct CxxNamespace {
+  FamilyMask families;
+  std::string_view ns;
+};
+
+// First match wins, in table order.
+std::span<const Rule> Rules();
+std::span<const LibraryPrefix> LibraryPrefixes();
+std::span<const CxxNamespace> CxxNamespaces();
+
+}  // namespace tlsprof::classify::rules
