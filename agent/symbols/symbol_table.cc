@@ -23,10 +23,12 @@ void SymbolTable::Finalize() {
                  symbols_.end());
   // Lookup order: by address, and among aliases at one address the larger one
   // first, so the smaller (more specific) one is pushed later and wins where
-  // both apply. Names break the remaining ties so results are deterministic.
-  std::stable_sort(symbols_.begin(), symbols_.end(), [](const Symbol& a, const Symbol& b) {
-    return std::tie(a.addr, b.size) < std::tie(b.addr, a.size);
+  // both apply. Among equal aliases the alphabetically first name is pushed
+  // last and wins, so results do not depend on file order.
+  std::sort(symbols_.begin(), symbols_.end(), [](const Symbol& a, const Symbol& b) {
+    return std::tie(a.addr, b.size, b.name) < std::tie(b.addr, a.size, a.name);
   });
+  symbols_.shrink_to_fit();
   // Indices are uint32_t; a table this big cannot come from a real binary.
   if (symbols_.size() >= kNoSymbol) symbols_.resize(kNoSymbol - 1);
 

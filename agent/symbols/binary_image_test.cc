@@ -1,0 +1,249 @@
+#include "agent/symbols/binary_image.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "agent/common/fd.h"
+#include "agent/symbols/test_util.h"
+
+// Defined here so the test can find itself in its own .symtab.
+extern "C" __attribute__((noinline, used)) int TlsprofSymbolsTestMarker(int x) {
+  asm volatile("" ::: "memory");
+  return x * 3 + 1;
+}
+
+namespace tlsprof::symbols {
+namespace {
+
+using symtest::AddrOf;
+using symtest::LoadPath;
+using symtest::RunCommand;
+using symtest::SymbolNamed;
+using symtest::TempDir;
+
+constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
+
+// Build ID as printed by `readelf -n`, or "" if it prints none.
+std::string ReadelfBuildId(const std::string& path) {
+  auto r = RunCommand("readelf -n " + path);
+  std::smatch m;
+  static const std::regex re("Build ID: ([0-9a-f]+)");
+  return std::regex_search(r.output, m, re) ? m[1].str() : "";
+}
+
+TEST(BinaryImageTest, SymbolSourceNames) {
+  EXPECT_EQ(SymbolSourceName(SymbolSource::kNone), "none");
+  EXPECT_EQ(SymbolSourceName(SymbolSource::kDynsym), "dynsym");
+  EXPECT_EQ(SymbolSourceName(SymbolSource::kSymtab), "symtab");
+  EXPECT_EQ(SymbolSourceName(SymbolSource::kGoPclntab), "gopclntab");
+}
+
+TEST(BinaryImageTest, FileOffsetToVaddrUsesCoveringLoadSegment) {
+  BinaryImage img;
+  img.segments.push_back({0x0, 0x0, 0x1000, 0x1000, false});
+  img.segments.push_back({0x1000, 0x401000, 0x2000, 0x2000, true});
+  img.segments.push_back({0x3000, 0x604000, 0x100, 0x5000, false});  // .bss beyond filesz
+  EXPECT_EQ(img.FileOffsetToVaddr(0x10), 0x10u);
+  EXPECT_EQ(img.FileOffsetToVaddr(0x1234), 0x401234u);
+  EXPECT_EQ(img.FileOffsetToVaddr(0x2fff), 0x402fffu);
+  EXPECT_EQ(img.FileOffsetToVaddr(0x30ff), 0x6040ffu);
+  EXPECT_FALSE(img.FileOffsetToVaddr(0x3100));  // past filesz: not in the file
+}
+
+TEST(BinaryImageTest, StrippedLibcryptoHasDynsymOnly) {
+  auto img = LoadPath(kLibcrypto);
+  ASSERT_TRUE(img) << img.error().message;
+  const BinaryImage& i = **img;
+  EXPECT_EQ(i.symbol_source, SymbolSource::kDynsym);
+  EXPECT_EQ(i.soname, "libcrypto.so.3");
+  EXPECT_FALSE(i.is_go);
+  EXPECT_EQ(i.build_id, ReadelfBuildId(kLibcrypto));
+  EXPECT_EQ(i.build_id.size(), 40u);
+  ASSERT_FALSE(i.segments.empty());
+  EXPECT_TRUE(std::any_of(i.segments.begin(), i.segments.end(), [](auto& s) { return s.executable; }));
+  EXPECT_GT(i.symbols_seen, 3000u);
+  EXPECT_EQ(i.symbols_seen, i.symbols.size());  // no filter
+
+  const Symbol* s = SymbolNamed(i, "EVP_EncryptUpdate");
+  ASSERT_NE(s, nullptr);
+  EXPECT_GT(s->size, 0u);
+  auto found = i.symbols.Find(s->addr + s->size / 2);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(i.symbols.at(*found).name, "EVP_EncryptUpdate");
+  EXPECT_FALSE(SymbolNamed(i, "aesni_gcm_encrypt"));  // internal: stripped
+}
+
+TEST(BinaryImageTest, KeepFilterAppliesAfterCounting) {
+  LoadOptions opts;
+  opts.keep = [](std::string_view n) { return n.substr(0, 4) == "EVP_"; };
+  auto all = LoadPath(kLibcrypto);
+  auto evp = LoadPath(kLibcrypto, opts);
+  ASSERT_TRUE(all && evp);
+  EXPECT_EQ((*evp)->symbols_seen, (*all)->symbols_seen);
+  EXPECT_LT((*evp)->symbols.size(), (*all)->symbols.size());
+  EXPECT_GT((*evp)->symbols.size(), 100u);
+  for (const Symbol& s : (*evp)->symbols.all()) ASSERT_EQ(s.name.substr(0, 4), "EVP_") << s.name;
+}
+
+TEST(BinaryImageTest, ReadBuildIdMatchesReadelf) {
+  // This test's own path, not /proc/self/exe: readelf would read itself.
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  for (const std::string& path : {std::string(kLibcrypto), self, std::string("/usr/bin/node")}) {
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) continue;  // node is optional
+    auto id = ReadBuildId(fd.get());
+    ASSERT_TRUE(id) << path << ": " << id.error().message;
+    EXPECT_EQ(*id, ReadelfBuildId(path)) << path;
+  }
+}
+
+// The whole path a sample takes: runtime address -> /proc/self/maps ->
+// file offset -> ELF vaddr -> symbol, on this test's own .symtab (PIE).
+TEST(BinaryImageTest, OwnExecutableResolvesThroughMaps) {
+  auto img = LoadPath("/proc/self/exe");
+  ASSERT_TRUE(img) << img.error().message;
+  EXPECT_EQ((*img)->symbol_source, SymbolSource::kSymtab);
+  EXPECT_TRUE((*img)->soname.empty());
+
+  const auto ip = reinterpret_cast<uint64_t>(&TlsprofSymbolsTestMarker) + 2;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  std::optional<uint64_t> file_offset;
+  while (std::getline(maps, line)) {
+    uint64_t start, end, pgoff;
+    char perms[8];
+    if (std::sscanf(line.c_str(), "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64, &start, &end, perms, &pgoff) != 4) {
+      continue;
+    }
+    if (ip >= start && ip < end) file_offset = ip - start + pgoff;
+  }
+  ASSERT_TRUE(file_offset);
+  auto vaddr = (*img)->FileOffsetToVaddr(*file_offset);
+  ASSERT_TRUE(vaddr);
+  auto found = (*img)->symbols.Find(*vaddr);
+  ASSERT_TRUE(found);
+  EXPECT_EQ((*img)->symbols.at(*found).name, "TlsprofSymbolsTestMarker");
+  EXPECT_EQ(TlsprofSymbolsTestMarker(1), 4);  // keep it called
+}
+
+// A program linked statically against libcrypto.a keeps OpenSSL's internal
+// and assembly symbols in .symtab; those are what the profiler needs.
+TEST(BinaryImageTest, StaticLibcryptoKeepsInternalSymbols) {
+  if (!symtest::HaveTool("cc") || !std::ifstream("/usr/lib/x86_64-linux-gnu/libcrypto.a")) {
+    GTEST_SKIP() << "needs cc and libssl-dev's libcrypto.a";
+  }
+  TempDir dir;
+  std::ofstream(dir.File("p.c")) << R"(
+#include <openssl/evp.h>
+int main(void) {
+  unsigned char key[16] = {0}, iv[12] = {0}, out[64]; int n;
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  EVP_EncryptInit_ex(c, EVP_aes_128_gcm(), NULL, key, iv);
+  EVP_EncryptUpdate(c, out, &n, key, 16);
+  EVP_CIPHER_CTX_free(c);
+  return n == 16 ? 0 : 1;
+})";
+  auto r = RunCommand("cc -O1 -o " + dir.File("p") + " " + dir.File("p.c") +
+               " /usr/lib/x86_64-linux-gnu/libcrypto.a -lpthread -ldl");
+  ASSERT_EQ(r.status, 0) << r.output;
+
+  auto img = LoadPath(dir.File("p"));
+  ASSERT_TRUE(img) << img.error().message;
+  const BinaryImage& i = **img;
+  EXPECT_EQ(i.symbol_source, SymbolSource::kSymtab);
+  EXPECT_EQ(i.build_id, ReadelfBuildId(dir.File("p")));
+  for (const char* name : {"EVP_EncryptUpdate", "aesni_gcm_encrypt", "aesni_ctr32_encrypt_blocks",
+                           "ossl_gcm_stream_update"}) {
+    const Symbol* s = SymbolNamed(i, name);
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_GT(s->size, 0u) << name;
+    auto found = i.symbols.Find(s->addr);
+    ASSERT_TRUE(found) << name;
+  }
+}
+
+TEST(BinaryImageTest, LoadingReleasesTheFile) {
+  // Loading many times must not leak fds or libelf handles; the caller's fd
+  // stays usable.
+  UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(LoadBinaryImage(fd.get(), kLibcrypto));
+  char c;
+  EXPECT_EQ(pread(fd.get(), &c, 1, 0), 1);
+}
+
+TEST(ImageCacheTest, SharesImagesByBuildId) {
+  ImageCache cache;
+  UniqueFd a(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
+  UniqueFd b(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
+  auto ia = cache.Get(a.get(), kLibcrypto);
+  auto ib = cache.Get(b.get(), kLibcrypto);
+  ASSERT_TRUE(ia && ib);
+  EXPECT_EQ(ia->get(), ib->get());
+  EXPECT_EQ(cache.size(), 1u);
+
+  UniqueFd self(open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+  auto is = cache.Get(self.get(), "self");
+  ASSERT_TRUE(is);
+  EXPECT_NE(is->get(), ia->get());
+  EXPECT_EQ(cache.size(), 2u);
+}
+
+TEST(ImageCacheTest, FilesWithoutBuildIdAreKeyedByInode) {
+  if (!symtest::HaveTool("objcopy")) GTEST_SKIP() << "needs objcopy";
+  TempDir dir;
+  auto r = RunCommand("objcopy --remove-section .note.gnu.build-id /proc/self/exe " + dir.File("a") + " && cp " +
+               dir.File("a") + " " + dir.File("b"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  ImageCache cache;
+  UniqueFd a1(open(dir.File("a").c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd a2(open(dir.File("a").c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd b(open(dir.File("b").c_str(), O_RDONLY | O_CLOEXEC));
+  auto i1 = cache.Get(a1.get(), "a");
+  auto i2 = cache.Get(a2.get(), "a");
+  auto i3 = cache.Get(b.get(), "b");
+  ASSERT_TRUE(i1 && i2 && i3) << (i1 ? "" : i1.error().message);
+  EXPECT_TRUE((*i1)->build_id.empty());
+  EXPECT_EQ(i1->get(), i2->get());  // same inode
+  EXPECT_NE(i1->get(), i3->get());  // same bytes, other inode
+  EXPECT_EQ(cache.size(), 2u);
+}
+
+TEST(ImageCacheTest, ConcurrentGetsReturnOneImage) {
+  ImageCache cache;
+  std::vector<const BinaryImage*> seen(8);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < seen.size(); ++t) {
+    threads.emplace_back([&, t] {
+      UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
+      auto img = cache.Get(fd.get(), kLibcrypto);
+      seen[t] = img ? img->get() : nullptr;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const BinaryImage* p : seen) EXPECT_EQ(p, seen[0]);
+  EXPECT_NE(seen[0], nullptr);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+TEST(ImageCacheTest, PropagatesLoadErrors) {
+  TempDir dir;
+  symtest::WriteFileBytes(dir.File("junk"), std::vector<uint8_t>(100, 'x'));
+  UniqueFd fd(open(dir.File("junk").c_str(), O_RDONLY | O_CLOEXEC));
+  ImageCache cache;
+  auto img = cache.Get(fd.get(), "junk");
+  ASSERT_FALSE(img);
+  EXPECT_NE(img.error().message.find("not an ELF"), std::string::npos) << img.error().message;
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+}  // namespace
+}  // namespace tlsprof::symbols

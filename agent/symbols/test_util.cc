@@ -1,0 +1,70 @@
+#include "agent/symbols/test_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "agent/common/fd.h"
+
+namespace tlsprof::symbols::symtest {
+
+TempDir::TempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp != nullptr ? tmp : "/tmp") + "/tlsprof-symbols-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::vector<uint8_t> ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool HaveTool(const std::string& name) { return RunCommand("command -v " + name).status == 0; }
+
+Result<std::shared_ptr<const BinaryImage>> LoadPath(const std::string& path, const LoadOptions& options) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return MakeError("cannot open {}", path);
+  return LoadBinaryImage(fd.get(), path, options);
+}
+
+const Symbol* SymbolNamed(const BinaryImage& image, const std::string& name) {
+  for (const Symbol& s : image.symbols.all()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+uint64_t AddrOf(const BinaryImage& image, const std::string& name) {
+  const Symbol* s = SymbolNamed(image, name);
+  return s != nullptr ? s->addr : 0;
+}
+
+}  // namespace tlsprof::symbols::symtest

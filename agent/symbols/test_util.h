@@ -1,0 +1,47 @@
+// Helpers shared by the symbols tests: temp dirs, files, commands.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/common/result.h"
+#include "agent/symbols/binary_image.h"
+
+namespace tlsprof::symbols::symtest {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on
+// destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<uint8_t> ReadFileBytes(const std::string& path);
+void WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes);
+
+// Runs `command` through /bin/sh; returns its exit status and stdout+stderr.
+struct CommandResult {
+  int status = -1;
+  std::string output;
+};
+CommandResult RunCommand(const std::string& command);
+bool HaveTool(const std::string& name);  // on $PATH
+
+// Opens `path` and loads it.
+Result<std::shared_ptr<const BinaryImage>> LoadPath(const std::string& path, const LoadOptions& options = {});
+
+// Address of the symbol named `name` (first match), or 0.
+uint64_t AddrOf(const BinaryImage& image, const std::string& name);
+const Symbol* SymbolNamed(const BinaryImage& image, const std::string& name);
+
+}  // namespace tlsprof::symbols::symtest
