@@ -277,27 +277,36 @@ void Sampler::ForEachIp(const std::function<void(const sample_key&, uint64_t cou
   }
 }
 
-Totals Sampler::ReadTotals() const {
+std::vector<Totals> Sampler::ReadTotalsPerCpu() const {
   const bpf_map* map = impl_->skel->maps.totals;
   int ncpus = libbpf_num_possible_cpus();
-  Totals totals;
-  if (ncpus <= 0) return totals;
-  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpus));
-  uint64_t sums[TOTAL_NR_SLOTS] = {};
+  if (ncpus <= 0) return {};
+  std::vector<Totals> per_cpu(static_cast<size_t>(ncpus));
+  std::vector<uint64_t> values(static_cast<size_t>(ncpus));
   for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) {
-    if (bpf_map__lookup_elem(map, &slot, sizeof(slot), per_cpu.data(), per_cpu.size() * sizeof(uint64_t),
-                             0) != 0) {
+    if (bpf_map__lookup_elem(map, &slot, sizeof(slot), values.data(), values.size() * sizeof(uint64_t), 0) != 0) {
       continue;
     }
-    for (uint64_t v : per_cpu) sums[slot] += v;
+    for (size_t cpu = 0; cpu < values.size(); ++cpu) {
+      Totals& t = per_cpu[cpu];
+      uint64_t* field[TOTAL_NR_SLOTS] = {&t.samples, &t.idle, &t.kernel, &t.user, &t.dropped_ip, &t.dropped_pid};
+      *field[slot] = values[cpu];
+    }
   }
-  totals.samples = sums[TOTAL_SAMPLES];
-  totals.idle = sums[TOTAL_IDLE];
-  totals.kernel = sums[TOTAL_KERNEL];
-  totals.user = sums[TOTAL_USER];
-  totals.dropped_ip = sums[TOTAL_DROPPED_IP];
-  totals.dropped_pid = sums[TOTAL_DROPPED_PID];
-  return totals;
+  return per_cpu;
+}
+
+Totals Sampler::ReadTotals() const {
+  Totals sum;
+  for (const Totals& t : ReadTotalsPerCpu()) {
+    sum.samples += t.samples;
+    sum.idle += t.idle;
+    sum.kernel += t.kernel;
+    sum.user += t.user;
+    sum.dropped_ip += t.dropped_ip;
+    sum.dropped_pid += t.dropped_pid;
+  }
+  return sum;
 }
 
 BpfRunStats Sampler::ReadBpfStats() const {

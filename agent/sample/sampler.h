@@ -54,6 +54,8 @@ class Sampler {
   void ForEachPid(const std::function<void(uint32_t tgid, const pid_counts&)>& fn) const;
   void ForEachIp(const std::function<void(const sample_key&, uint64_t count)>& fn) const;
   Totals ReadTotals() const;
+  // The same, per CPU (indexed by CPU number, over the possible CPUs).
+  std::vector<Totals> ReadTotalsPerCpu() const;
   BpfRunStats ReadBpfStats() const;
 
   // Stops sampling (detaches the per-CPU events) but keeps the maps readable.

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -104,9 +105,27 @@ std::map<uint32_t, pid_counts> PidCounts(const Sampler& sampler) {
   return counts;
 }
 
+// CPU time the process has used so far, from its CPU-time clock.
+double CpuSeconds(pid_t pid) {
+  clockid_t clock;
+  timespec ts{};
+  if (clock_getcpuclockid(pid, &clock) != 0 || clock_gettime(clock, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// One busy child per online CPU, so that no CPU idles. On the 6.18 guests we
+// run on, an idle vCPU is not reliably sampled (measured: CPU 0 yields idle
+// samples at the full rate, CPU 1 none at all), so cpus x time x frequency
+// holds only while every CPU is busy. The child's own expectation comes from
+// its CPU-time clock, because other load may share the CPUs.
 TEST(SamplerBpfTest, CountsABusyChildAndEveryCpu) {
-  BusyChild child;
-  ASSERT_TRUE(child.ready()) << "could not start the busy child";
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  std::vector<std::unique_ptr<BusyChild>> children;
+  for (long i = 0; i < online; ++i) {
+    children.push_back(std::make_unique<BusyChild>());
+    ASSERT_TRUE(children.back()->ready()) << "could not start a busy child";
+  }
+  const BusyChild& child = *children.front();
 
   rlimit memlock_before{};
   ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &memlock_before), 0);
@@ -118,8 +137,10 @@ TEST(SamplerBpfTest, CountsABusyChildAndEveryCpu) {
   ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &memlock_after), 0);
   EXPECT_EQ(memlock_after.rlim_cur, memlock_before.rlim_cur);
   EXPECT_EQ(memlock_after.rlim_max, memlock_before.rlim_max);
+  const double child_cpu_before = CpuSeconds(child.pid());
   const auto start = Clock::now();
   std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double child_cpu = CpuSeconds(child.pid()) - child_cpu_before;
   sampler->Stop();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const double per_cpu = seconds * 1e9 / static_cast<double>(sampler->period_ns());
@@ -128,19 +149,27 @@ TEST(SamplerBpfTest, CountsABusyChildAndEveryCpu) {
   const double expected_samples = per_cpu * sampler->cpu_count();
   fmt::print("{:.3f} s on {} CPUs at {} Hz: {} samples (expected {:.0f}): idle {}, kernel {}, user {}\n", seconds,
              sampler->cpu_count(), kHz, totals.samples, expected_samples, totals.idle, totals.kernel, totals.user);
-  EXPECT_EQ(sampler->cpu_count(), sysconf(_SC_NPROCESSORS_ONLN));
-  EXPECT_NEAR(static_cast<double>(totals.samples), expected_samples, 0.10 * expected_samples);
+  EXPECT_EQ(sampler->cpu_count(), online);
+  EXPECT_NEAR(static_cast<double>(totals.samples), expected_samples, 0.05 * expected_samples);
   EXPECT_EQ(totals.idle + totals.kernel + totals.user, totals.samples);
   EXPECT_EQ(totals.dropped_ip, 0u);
   EXPECT_EQ(totals.dropped_pid, 0u);
 
-  // The child spun on one CPU for the whole window.
+  // The child spun for the whole window: its samples match its CPU time, and
+  // that is about one CPU (less if other load shares the CPUs).
   auto counts = PidCounts(*sampler);
   ASSERT_TRUE(counts.count(static_cast<uint32_t>(child.pid()))) << "no samples for the busy child";
   const pid_counts child_counts = counts[static_cast<uint32_t>(child.pid())];
-  fmt::print("busy child {}: user {}, kernel {} (expected user {:.0f})\n", child.pid(), child_counts.user,
-             child_counts.kernel, per_cpu);
-  EXPECT_NEAR(static_cast<double>(child_counts.user), per_cpu, 0.20 * per_cpu);
+  const double child_expected = child_cpu * 1e9 / static_cast<double>(sampler->period_ns());
+  fmt::print("busy child {}: user {}, kernel {} samples; its CPU clock says {:.3f} s = {:.0f} samples; "
+             "a whole CPU would be {:.0f}\n",
+             child.pid(), child_counts.user, child_counts.kernel, child_cpu, child_expected, per_cpu);
+  ASSERT_GT(child_cpu, 0);
+  EXPECT_NEAR(static_cast<double>(child_counts.user + child_counts.kernel), child_expected, 0.20 * child_expected);
+  EXPECT_GT(child_counts.user, 10 * child_counts.kernel) << "a user-space spin loop should sample as user";
+  if (child_cpu > 0.9 * seconds) {
+    EXPECT_NEAR(static_cast<double>(child_counts.user), per_cpu, 0.20 * per_cpu);
+  }
 
   // Every user sample of the child is at an IP of its own executable.
   const std::vector<Range> text = ExecutableText(child.pid());
