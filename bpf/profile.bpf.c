@@ -74,32 +74,52 @@ static __always_inline void total_inc(__u32 slot)
 		*count += 1;
 }
 
-/* Find the value of key, inserting init first if the key is new. Returns
- * NULL only when the map is full. Two CPUs may race to insert the same key:
- * BPF_NOEXIST makes the loser fail with -EEXIST and both then find the
- * winner's entry.
+/* Count one sample for a process. A new tgid is inserted already counted
+ * with BPF_NOEXIST; if that fails, another CPU inserted it first (we add to
+ * its entry) or the map is full (returns false).
  */
-static __always_inline void *lookup_or_init(void *map, const void *key,
-					    const void *init)
+static __always_inline bool pid_inc(__u32 tgid, bool user)
 {
-	void *val = bpf_map_lookup_elem(map, key);
+	struct pid_counts *counts = bpf_map_lookup_elem(&samples_by_pid, &tgid);
+	struct pid_counts init = { .user = user, .kernel = !user };
 
-	if (val)
-		return val;
-	bpf_map_update_elem(map, key, init, BPF_NOEXIST);
-	return bpf_map_lookup_elem(map, key);
+	if (!counts) {
+		if (!bpf_map_update_elem(&samples_by_pid, &tgid, &init, BPF_NOEXIST))
+			return true;
+		counts = bpf_map_lookup_elem(&samples_by_pid, &tgid);
+		if (!counts)
+			return false;
+	}
+	if (user)
+		__sync_fetch_and_add(&counts->user, 1);
+	else
+		__sync_fetch_and_add(&counts->kernel, 1);
+	return true;
+}
+
+/* The same for one user instruction of one process. */
+static __always_inline bool ip_inc(const struct sample_key *key)
+{
+	__u64 *count = bpf_map_lookup_elem(&samples_by_ip, key);
+	__u64 one = 1;
+
+	if (!count) {
+		if (!bpf_map_update_elem(&samples_by_ip, key, &one, BPF_NOEXIST))
+			return true;
+		count = bpf_map_lookup_elem(&samples_by_ip, key);
+		if (!count)
+			return false;
+	}
+	__sync_fetch_and_add(count, 1);
+	return true;
 }
 
 SEC("perf_event")
 int sample_cpu(struct bpf_perf_event_data *ctx)
 {
-	static const struct pid_counts zero_counts;
-	static const __u64 zero;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
-	struct pid_counts *counts;
 	struct sample_key key;
-	__u64 *count;
 	bool user;
 
 	total_inc(TOTAL_SAMPLES);
@@ -117,25 +137,15 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	if (filter_tgids && !bpf_map_lookup_elem(&target_tgids, &tgid))
 		return 0;
 
-	counts = lookup_or_init(&samples_by_pid, &tgid, &zero_counts);
-	if (!counts)
+	if (!pid_inc(tgid, user))
 		total_inc(TOTAL_DROPPED_PID);
-	else if (user)
-		__sync_fetch_and_add(&counts->user, 1);
-	else
-		__sync_fetch_and_add(&counts->kernel, 1);
-
 	if (!user)
 		return 0;
 
 	key.tgid = tgid;
 	key.pad = 0;
 	key.user_ip = ctx->regs.ip;
-	count = lookup_or_init(&samples_by_ip, &key, &zero);
-	if (!count) {
+	if (!ip_inc(&key))
 		total_inc(TOTAL_DROPPED_IP);
-		return 0;
-	}
-	__sync_fetch_and_add(count, 1);
 	return 0;
 }
