@@ -73,6 +73,38 @@ Result<ElfFile> OpenElf(int fd, std::string_view path) {
   if (gelf_getehdr(f.elf.get(), &f.ehdr) == nullptr) {
     return MakeError("{}: unreadable ELF header: {}", path, ElfErr());
   }
+  // libelf quietly treats a header table that runs past the end of the file as
+  // empty (sections) or shortens it (program headers). A file like that is
+  // truncated or corrupt, and saying so beats returning an image without
+  // symbols. Extended numbering (e_shnum 0, e_phnum PN_XNUM) keeps the real
+  // count in section 0, which libelf checks itself.
+  auto check_table = [&](const char* what, uint64_t off, uint64_t count, uint64_t entsize,
+                         uint64_t expected_entsize) -> Status {
+    if (count == 0) return OkStatus();
+    if (entsize != expected_entsize) {
+      return MakeError("{}: {} entries are {} bytes, expected {}; the ELF header is corrupt", path, what,
+                       entsize, expected_entsize);
+    }
+    if (off > f.file_size || (f.file_size - off) / entsize < count) {
+      return MakeError("{}: {} table ({} entries at offset {:#x}) extends past the end of the file ({} bytes); "
+                       "the file is truncated or corrupt",
+                       path, what, count, off, f.file_size);
+    }
+    return OkStatus();
+  };
+  const bool is64 = gelf_getclass(f.elf.get()) == ELFCLASS64;
+  if (f.ehdr.e_phnum != PN_XNUM) {
+    auto st = check_table("program header", f.ehdr.e_phoff, f.ehdr.e_phnum, f.ehdr.e_phentsize,
+                          is64 ? sizeof(Elf64_Phdr) : sizeof(Elf32_Phdr));
+    if (!st) return st.error();
+  }
+  uint64_t shnum = f.ehdr.e_shnum;
+  if (shnum == 0 && f.ehdr.e_shoff != 0) shnum = 1;  // at least section 0 (extended numbering)
+  if (f.ehdr.e_shoff != 0 || f.ehdr.e_shnum != 0) {
+    auto st = check_table("section header", f.ehdr.e_shoff, shnum, f.ehdr.e_shentsize,
+                          is64 ? sizeof(Elf64_Shdr) : sizeof(Elf32_Shdr));
+    if (!st) return st.error();
+  }
   return f;
 }
 
@@ -217,7 +249,7 @@ Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Secti
     }
     if (!is_func) continue;
     if (sym.st_name >= strtab->size()) {
-      return MakeError("{}: symbol {} of {} has name offset {:#x} beyond {} ({} bytes)", f.path, i, sec.name,
+      return MakeError("{}: symbol {} of {} has name offset {:#x} beyond its string table {} ({} bytes)", f.path, i, sec.name,
                        sym.st_name, strsec.name, strtab->size());
     }
     const char* name_begin = strings + sym.st_name;
@@ -340,6 +372,14 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
                        f.ehdr.e_phoff, ElfErr());
     }
     if (phdr.p_type != PT_LOAD) continue;
+    // The kernel would not map such a segment either; without this, garbage
+    // read as headers (a corrupt e_phnum) would become bogus mappings.
+    if (phdr.p_filesz > phdr.p_memsz || phdr.p_offset > f.file_size ||
+        f.file_size - phdr.p_offset < phdr.p_filesz) {
+      return MakeError("{}: PT_LOAD program header {} is corrupt (offset {:#x}, file size {:#x}, memory size "
+                       "{:#x}, file {} bytes)",
+                       f.path, i, phdr.p_offset, phdr.p_filesz, phdr.p_memsz, f.file_size);
+    }
     img->segments.push_back(LoadSegment{phdr.p_offset, phdr.p_vaddr, phdr.p_filesz, phdr.p_memsz,
                                         (phdr.p_flags & PF_X) != 0});
   }
