@@ -59,8 +59,7 @@ struct {
  */
 static __always_inline bool user_mode(struct bpf_perf_event_data *ctx)
 {
-	__u64 cs = *(volatile __u64 *)((void *)&ctx->regs +
-				       __builtin_offsetof(struct pt_regs, cs));
+	__u64 cs = *(volatile __u64 *)((void *)&ctx->regs + __builtin_offsetof(struct pt_regs, cs));
 
 	return (cs & 3) == 3;
 }

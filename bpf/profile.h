@@ -35,11 +35,11 @@ struct pid_counts {
  */
 enum total_slot {
 	TOTAL_SAMPLES = 0,
-	TOTAL_IDLE,         /* the idle task (pid 0) was on CPU */
-	TOTAL_KERNEL,       /* a task was in kernel mode */
-	TOTAL_USER,         /* a task was in user mode */
-	TOTAL_DROPPED_IP,   /* samples_by_ip was full: sample kept in pid counts only */
-	TOTAL_DROPPED_PID,  /* samples_by_pid was full */
+	TOTAL_IDLE,        /* the idle task (pid 0) was on CPU */
+	TOTAL_KERNEL,      /* a task was in kernel mode */
+	TOTAL_USER,        /* a task was in user mode */
+	TOTAL_DROPPED_IP,  /* samples_by_ip was full: sample kept in pid counts only */
+	TOTAL_DROPPED_PID, /* samples_by_pid was full */
 	TOTAL_NR_SLOTS,
 };
 

@@ -27,8 +27,7 @@ Result<std::vector<int>> ParseCpuList(std::string_view text) {
     size_t comma = text.find(',');
     std::string_view range = text.substr(0, comma);
     text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-    if (comma != std::string_view::npos && text.empty())
-      return MakeError("malformed CPU list: trailing ','");
+    if (comma != std::string_view::npos && text.empty()) return MakeError("malformed CPU list: trailing ','");
     size_t dash = range.find('-');
     int first = 0;
     int last = 0;

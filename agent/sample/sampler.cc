@@ -101,8 +101,7 @@ Error PrivilegedStepError(const std::string& what, int err) {
   err = err < 0 ? -err : err;
   std::string reason = fmt::format("{}: {}", what, ErrnoText(err));
   if (err == EPERM || (err == EACCES && !HasBpfCapabilities())) {
-    return MakeError("tlsprof-agent needs root (or CAP_BPF + CAP_PERFMON) to load its BPF sampler: {}",
-                     reason);
+    return MakeError("tlsprof-agent needs root (or CAP_BPF + CAP_PERFMON) to load its BPF sampler: {}", reason);
   }
   if (err == EACCES) {
     return MakeError("{} (the kernel's verifier rejected the program; its log is above)", reason);
@@ -112,8 +111,8 @@ Error PrivilegedStepError(const std::string& what, int err) {
 
 Status ValidateFrequency(uint32_t frequency_hz) {
   if (frequency_hz < kMinFrequencyHz || frequency_hz > kMaxFrequencyHz) {
-    return MakeError("sampling frequency {} Hz is out of range: use {}..{} Hz (999 is the usual choice)",
-                     frequency_hz, kMinFrequencyHz, kMaxFrequencyHz);
+    return MakeError("sampling frequency {} Hz is out of range: use {}..{} Hz (999 is the usual choice)", frequency_hz,
+                     kMinFrequencyHz, kMaxFrequencyHz);
   }
   return OkStatus();
 }
@@ -153,8 +152,7 @@ struct Sampler::Impl {
   std::vector<LinkPtr> links;
 };
 
-Sampler::Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns)
-    : impl_(std::move(impl)), period_ns_(period_ns) {}
+Sampler::Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns) : impl_(std::move(impl)), period_ns_(period_ns) {}
 
 Sampler::~Sampler() = default;
 
@@ -191,8 +189,8 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
   const uint8_t present = 1;
   for (pid_t pid : options.target_pids) {
     uint32_t tgid = static_cast<uint32_t>(pid);
-    if (bpf_map__update_elem(impl->skel->maps.target_tgids, &tgid, sizeof(tgid), &present,
-                             sizeof(present), BPF_ANY) != 0) {
+    if (bpf_map__update_elem(impl->skel->maps.target_tgids, &tgid, sizeof(tgid), &present, sizeof(present), BPF_ANY) !=
+        0) {
       return MakeError("cannot add pid {} to the BPF pid filter: {}", pid, ErrnoText(errno));
     }
   }
@@ -201,8 +199,7 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
   // a stats fd; hold one for the life of the Sampler. Not fatal without it.
   int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
   if (stats_fd < 0) {
-    spdlog::warn("BPF run-time stats unavailable ({}); the sampler's own cost will read as 0",
-                 ErrnoText(errno));
+    spdlog::warn("BPF run-time stats unavailable ({}); the sampler's own cost will read as 0", ErrnoText(errno));
   } else {
     impl->stats_fd.reset(stats_fd);
   }
@@ -225,8 +222,7 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
         spdlog::warn("CPU {} went offline; not sampling it", cpu);
         continue;
       }
-      return PrivilegedStepError(fmt::format("opening the cpu-clock perf event on CPU {} failed", cpu),
-                                 err);
+      return PrivilegedStepError(fmt::format("opening the cpu-clock perf event on CPU {} failed", cpu), err);
     }
     bpf_link* link = bpf_program__attach_perf_event(impl->skel->progs.sample_cpu, pfd.get());
     if (!link) {
@@ -239,10 +235,9 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
   }
   if (impl->cpus.empty()) return MakeError("no online CPU could be sampled");
 
-  spdlog::info("BPF sampler running at {} Hz (period {} ns) on {} CPUs{}", options.frequency_hz,
-               period_ns, impl->cpus.size(),
-               options.target_pids.empty() ? ""
-                                           : fmt::format(", {} target processes", options.target_pids.size()));
+  spdlog::info("BPF sampler running at {} Hz (period {} ns) on {} CPUs{}", options.frequency_hz, period_ns,
+               impl->cpus.size(),
+               options.target_pids.empty() ? "" : fmt::format(", {} target processes", options.target_pids.size()));
   return std::unique_ptr<Sampler>(new Sampler(std::move(impl), period_ns));
 }
 

@@ -37,7 +37,7 @@ struct Totals {
 struct BpfRunStats {
   uint64_t run_time_ns = 0;  // from the kernel's BPF stats (BPF_STATS_RUN_TIME)
   uint64_t run_count = 0;
-  bool enabled = false;      // false if the kernel refused to enable stats
+  bool enabled = false;  // false if the kernel refused to enable stats
 };
 
 class Sampler {
@@ -50,7 +50,8 @@ class Sampler {
   uint64_t period_ns() const { return period_ns_; }  // CPU time one sample stands for
   int cpu_count() const;
 
-  // Walk the in-kernel aggregates without clearing them.
+  // Walk the in-kernel aggregates without clearing them. While sampling runs
+  // the walk is not a snapshot: entries added meanwhile may or may not be seen.
   void ForEachPid(const std::function<void(uint32_t tgid, const pid_counts&)>& fn) const;
   void ForEachIp(const std::function<void(const sample_key&, uint64_t count)>& fn) const;
   Totals ReadTotals() const;

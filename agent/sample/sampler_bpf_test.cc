@@ -6,9 +6,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <limits.h>
 #include <chrono>
 #include <fstream>
-#include <limits.h>
 #include <map>
 #include <sstream>
 #include <string>
@@ -161,9 +161,10 @@ TEST(SamplerBpfTest, CountsABusyChildAndEveryCpu) {
   ASSERT_TRUE(counts.count(static_cast<uint32_t>(child.pid()))) << "no samples for the busy child";
   const pid_counts child_counts = counts[static_cast<uint32_t>(child.pid())];
   const double child_expected = child_cpu * 1e9 / static_cast<double>(sampler->period_ns());
-  fmt::print("busy child {}: user {}, kernel {} samples; its CPU clock says {:.3f} s = {:.0f} samples; "
-             "a whole CPU would be {:.0f}\n",
-             child.pid(), child_counts.user, child_counts.kernel, child_cpu, child_expected, per_cpu);
+  fmt::print(
+      "busy child {}: user {}, kernel {} samples; its CPU clock says {:.3f} s = {:.0f} samples; "
+      "a whole CPU would be {:.0f}\n",
+      child.pid(), child_counts.user, child_counts.kernel, child_cpu, child_expected, per_cpu);
   ASSERT_GT(child_cpu, 0);
   EXPECT_NEAR(static_cast<double>(child_counts.user + child_counts.kernel), child_expected, 0.20 * child_expected);
   EXPECT_GT(child_counts.user, 10 * child_counts.kernel) << "a user-space spin loop should sample as user";
