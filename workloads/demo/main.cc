@@ -233,7 +233,7 @@ void ServeConnection(SSL_CTX* ctx, int fd) {
 }
 
 void ServerThread(SSL_CTX* ctx, int listen_fd) {
-  pthread_setname_np(pthread_self(), "demo-server");
+  pthread_setname_np(pthread_self(), "tlsprof-demo-sv");
   while (!g_stop_servers) {
     pollfd p{listen_fd, POLLIN, 0};
     const int pr = poll(&p, 1, 100);
@@ -319,7 +319,7 @@ bool RunConnection(const ClientShared& sh, const Scenario& sc, ScenarioStats& st
 }
 
 void ClientThread(ClientShared sh) {
-  pthread_setname_np(pthread_self(), "demo-client");
+  pthread_setname_np(pthread_self(), "tlsprof-demo-cl");
   const size_t n = sh.scenarios->size();
   std::vector<long long> spent_ns(n, 0);
   std::vector<Session> sessions(n);

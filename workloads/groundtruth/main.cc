@@ -284,7 +284,7 @@ std::atomic<bool> g_failed{false};
 // The worker: warm-up, then the measured window until g_stop.
 void Worker(std::vector<Category>& cats, const Options& opt, Window& win,
             std::atomic<int>& tid_out, std::atomic<bool>& warm_done) {
-  pthread_setname_np(pthread_self(), "gt-worker");
+  pthread_setname_np(pthread_self(), "tlsprof-gt-wrk");
   tid_out = static_cast<int>(syscall(SYS_gettid));
   const long long slice_ns = static_cast<long long>(opt.slice_ms * 1e6);
 
