@@ -31,7 +31,9 @@ struct pid_counts {
 
 /* Slots of the per-CPU totals array. The busy CPU of the host is
  * TOTAL - IDLE; with a pid filter, the scope's busy CPU is the sum of
- * samples_by_pid over the target pids.
+ * samples_by_pid over the target pids. Idle CPUs are not reliably sampled on
+ * every (virtual) machine, so TOTAL can fall short of cpus x time x rate:
+ * take utilisation against wall time, not against TOTAL.
  */
 enum total_slot {
 	TOTAL_SAMPLES = 0,
