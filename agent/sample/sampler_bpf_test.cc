@@ -1,5 +1,6 @@
 // Needs root and a real kernel (label "bpf"). A sampler that cannot load is a
 // failure here, never a skip: CI runs this as root on the target kernel.
+#include <grp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -254,6 +255,33 @@ TEST(SamplerBpfTest, RejectsFrequencyOutOfRange) {
     ASSERT_FALSE(sampler.ok()) << hz << " Hz accepted";
     EXPECT_THAT(sampler.error().message, HasSubstr("out of range"));
   }
+}
+
+TEST(SamplerBpfTest, ExplainsMissingPrivileges) {
+  // In a child that drops root (and with it every capability), Start() must
+  // fail with the message that tells the user what to do.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
+      _exit(2);
+    }
+    auto sampler = Sampler::Start({.frequency_hz = kHz, .target_pids = {}});
+    std::string message = sampler.ok() ? "started without privileges" : sampler.error().message;
+    _exit(write(write_end.get(), message.data(), message.size()) < 0 ? 3 : 0);
+  }
+  write_end.reset();
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = read(read_end.get(), buf, sizeof(buf))) > 0;) message.append(buf, static_cast<size_t>(n));
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_THAT(message, HasSubstr("tlsprof-agent needs root (or CAP_BPF + CAP_PERFMON) to load its BPF sampler: "));
 }
 
 TEST(SamplerBpfTest, RejectsANonexistentPid) {
