@@ -80,6 +80,8 @@ tlsprof::Status StartDemo(DemoWorkload& demo, double seconds) {
   pid_t pid = fork();
   if (pid < 0) return tlsprof::MakeError("fork: {}", std::strerror(errno));
   if (pid == 0) {
+    // The demo's summary line goes to stderr: stdout carries only the report.
+    dup2(STDERR_FILENO, STDOUT_FILENO);
     execl(binary.c_str(), binary.c_str(), "--duration", duration.c_str(), "--ready-file", ready.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);

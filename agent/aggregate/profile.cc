@@ -41,20 +41,19 @@ void Attributor::AddProcess(uint32_t tgid, uint64_t user_samples, uint64_t kerne
 }
 
 std::optional<classify::Classification> Attributor::Classify(const discovery::ProcessSnapshot& process, uint64_t ip,
-                                                             const discovery::ImageInfo** image, bool* named) {
-  *named = false;
-  *image = nullptr;
+                                                             SymbolKey* where) {
+  *where = SymbolKey{};
   const auto* m = process.Find(ip);
   if (m == nullptr || !m->image || !m->image->tls || !m->image->image) return std::nullopt;
   const discovery::ImageInfo& info = *m->image;
-  *image = &info;
+  where->image = &info;
   const symbols::BinaryImage& img = *info.image;
 
   std::optional<classify::Classification> c;
   auto vaddr = img.FileOffsetToVaddr(ip - m->mapping.start + m->mapping.offset);
   auto index = vaddr ? img.symbols.Find(*vaddr) : std::nullopt;
   if (index) {
-    *named = true;
+    where->symbol = *index;
     auto key = std::make_pair(&img, *index);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
@@ -73,16 +72,18 @@ void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
     profile_.unresolved_samples += count;
     return;
   }
-  const discovery::ImageInfo* image = nullptr;
-  bool named = false;
-  auto c = Classify(*snap, ip, &image, &named);
+  SymbolKey where;
+  auto c = Classify(*snap, ip, &where);
   if (!c) return;
   ProcessProfile& p = Process(tgid);
   p.crypto.Add(*c, count);
+  SymbolCount& sym = p.symbols[where];
+  sym.classification = *c;
+  sym.samples += count;
   for (LibraryUse& u : p.libraries) {
-    if (u.image != image) continue;
+    if (u.image != where.image) continue;
     u.tls_samples += count;
-    if (named) u.named_samples += count;
+    if (where.symbol >= 0) u.named_samples += count;
   }
 }
 

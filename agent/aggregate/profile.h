@@ -41,6 +41,17 @@ struct LibraryUse {
   uint64_t named_samples = 0;  // of those, how many fell inside a named symbol
 };
 
+// Samples that fell in one TLS symbol (or in unnamed code of one library).
+struct SymbolKey {
+  const discovery::ImageInfo* image = nullptr;
+  int64_t symbol = -1;  // index into image->image->symbols, -1 = unnamed
+  auto operator<=>(const SymbolKey&) const = default;
+};
+struct SymbolCount {
+  classify::Classification classification;
+  uint64_t samples = 0;
+};
+
 struct ProcessProfile {
   pid_t pid = 0;
   std::string comm;
@@ -48,6 +59,7 @@ struct ProcessProfile {
   uint64_t kernel_samples = 0;
   CryptoTime crypto;
   std::vector<LibraryUse> libraries;  // the TLS libraries it maps (with or without samples)
+  std::map<SymbolKey, SymbolCount> symbols;  // where its TLS samples fell, for the report's top symbols
 };
 
 struct Profile {
@@ -72,9 +84,9 @@ class Attributor {
   Profile Finish();
 
   // Classifies one user IP of a process. nullopt: not TLS library code.
-  // `named` tells whether the IP fell inside a symbol.
+  // `where` tells in which image and symbol the IP fell.
   std::optional<classify::Classification> Classify(const discovery::ProcessSnapshot& process, uint64_t ip,
-                                                   const discovery::ImageInfo** image, bool* named);
+                                                   SymbolKey* where);
 
  private:
   ProcessProfile& Process(uint32_t tgid);

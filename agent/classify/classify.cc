@@ -16,11 +16,18 @@ constexpr bool StartsWith(std::string_view s, std::string_view p) { return s.sub
 constexpr bool Contains(std::string_view s, std::string_view p) { return s.find(p) != std::string_view::npos; }
 constexpr bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-// A symbol name split for matching. C names: ns empty, leaf = the name less
-// leading '_' and compiler/linker suffixes. C++ names: ns = outermost
-// namespace ("" at global scope), leaf = innermost function name.
+// A symbol name split for matching.
+//   C names: gate = the name less compiler/linker suffixes (.constprop.0,
+//     .cold, @@OPENSSL_3.0.0); leaf = gate less leading '_' (perlasm's
+//     _aesni_ctr32_ghash_6x and __ecp_nistz256_mul_montq match rules as
+//     aesni_... and ecp_nistz256_...).
+//   C++ names: ns = outermost namespace ("" at global scope), leaf = innermost
+//     function name. Only internal-linkage globals (_ZL..., C-style statics of
+//     BoringSSL's .cc files) are gated like C names; other global-scope C++
+//     functions are never TLS (gate empty).
 struct CName {
   std::string_view ns;
+  std::string_view gate;
   std::string_view leaf;
   bool cxx = false;
 };
@@ -62,13 +69,21 @@ CName SplitMangled(std::string_view m) {
       if (components++ == 0) out.ns = id;
       out.leaf = id;
     }
-    // One component: a global-scope name inside an anonymous namespace.
-    if (components <= 1) out.ns = {};
+    // One component: a global-scope name inside an anonymous namespace,
+    // internal linkage like a C static.
+    if (components <= 1) {
+      out.ns = {};
+      out.gate = out.leaf;
+    }
     return out;
   }
-  if (pos < m.size() && m[pos] == 'L') ++pos;
+  const bool internal = pos < m.size() && m[pos] == 'L';
+  if (internal) ++pos;
   std::string_view id;
-  if (ReadSourceName(m, pos, id)) out.leaf = id;
+  if (ReadSourceName(m, pos, id)) {
+    out.leaf = id;
+    if (internal) out.gate = id;
+  }
   return out;
 }
 
@@ -97,14 +112,17 @@ CName SplitCName(std::string_view name) {
     out.ns = q.substr(0, first);
     size_t last = q.rfind("::");
     out.leaf = q.substr(last + 2);
-    if (StartsWith(out.ns, "(anonymous")) out.ns = {};
+    if (StartsWith(out.ns, "(anonymous")) {
+      out.ns = {};
+      out.gate = out.leaf;
+    }
     return out;
   }
   CName out;
-  std::string_view s = name;
+  out.gate = name.substr(0, name.find_first_of(".@("));
+  std::string_view s = out.gate;
   while (!s.empty() && s.front() == '_') s.remove_prefix(1);
-  size_t cut = s.find_first_of(".@(");
-  out.leaf = s.substr(0, cut);
+  out.leaf = s;
   return out;
 }
 
@@ -123,7 +141,7 @@ struct PrefixIndex {
   bool Matches(FamilyMask mask, std::string_view name) const {
     if (name.empty()) return false;
     for (const auto& p : by_first[static_cast<unsigned char>(name.front())]) {
-      if ((p.families & mask) && StartsWith(name, p.prefix)) return true;
+      if ((p.families & mask) && (p.exact ? name == p.prefix : StartsWith(name, p.prefix))) return true;
     }
     return false;
   }
@@ -162,7 +180,7 @@ std::optional<Classification> ApplyRules(FamilyMask mask, std::string_view s) {
 // Whether a split C/C++ name is library code of the families in `mask`.
 bool IsLibraryCName(FamilyMask mask, const CName& c) {
   if (c.cxx && !c.ns.empty()) return IsTlsNamespace(mask, c.ns);
-  return Index().Matches(mask, c.leaf);
+  return Index().Matches(mask, c.gate);
 }
 
 std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) {

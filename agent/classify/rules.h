@@ -39,10 +39,13 @@ struct Rule {
 };
 
 // A name that starts with one of these is TLS library code. If no Rule matches
-// it, it is {kOther, "unknown"}.
+// it, it is {kOther, "unknown"}. C prefixes are matched against the name as it
+// is (leading underscores kept, so glibc's __tls_get_addr is not "tls_"), less
+// any .clone/@version suffix.
 struct LibraryPrefix {
   FamilyMask families;
   std::string_view prefix;
+  bool exact = false;  // the whole name, not a prefix (e.g. "SHA256" but not libmd's "SHA256Init")
 };
 
 // The outermost namespace of a C++ symbol (mangled "_ZN4bssl..." or demangled

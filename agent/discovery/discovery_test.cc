@@ -106,7 +106,9 @@ TEST(Registry, FindsTheSystemLibcryptoInAProcessThatMapsIt) {
   // Our own test binary carries no TLS library.
   auto self = std::filesystem::read_symlink("/proc/self/exe").string();
   for (const auto& m : snap->mappings) {
-    if (m.mapping.path == self) EXPECT_FALSE(m.image && m.image->tls.has_value());
+    if (m.mapping.path == self) {
+      EXPECT_FALSE(m.image && m.image->tls.has_value());
+    }
   }
 }
 

@@ -12,6 +12,8 @@ namespace {
 using classify::Bucket;
 using nlohmann::json;
 
+constexpr size_t kTopSymbols = 20;
+
 double Share(uint64_t part, uint64_t whole) { return whole == 0 ? 0.0 : static_cast<double>(part) / whole; }
 
 json BucketsJson(const aggregate::CryptoTime& crypto, double sec_per_sample) {
@@ -57,6 +59,27 @@ json LibrariesJson(const aggregate::ProcessProfile& p) {
   return out;
 }
 
+// The TLS symbols with the most samples: what to look at first, and how a
+// reader checks the rules table against a real profile.
+json TopSymbolsJson(const aggregate::ProcessProfile& p, double sec_per_sample, size_t limit) {
+  std::vector<std::pair<aggregate::SymbolKey, aggregate::SymbolCount>> rows(p.symbols.begin(), p.symbols.end());
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.samples > b.second.samples; });
+  if (rows.size() > limit) rows.resize(limit);
+  json out = json::array();
+  for (const auto& [key, count] : rows) {
+    std::string name = key.symbol >= 0 ? key.image->image->symbols.at(static_cast<uint32_t>(key.symbol)).name
+                                       : "[unnamed]";
+    out.push_back({{"symbol", name},
+                   {"library", key.image->path},
+                   {"bucket", classify::BucketName(count.classification.bucket)},
+                   {"algorithm", count.classification.algorithm},
+                   {"cpu_seconds", count.samples * sec_per_sample},
+                   {"samples", count.samples},
+                   {"share_of_tls", Share(count.samples, p.crypto.tls)}});
+  }
+  return out;
+}
+
 std::string Percent(double share) { return fmt::format("{:.1f}%", share * 100.0); }
 
 }  // namespace
@@ -92,7 +115,8 @@ json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const Ag
                          {"tls_share", Share(p->crypto.tls, p->samples)},
                          {"buckets", BucketsJson(p->crypto, sec_per_sample)},
                          {"algorithms", AlgorithmsJson(p->crypto, sec_per_sample)},
-                         {"libraries", LibrariesJson(*p)}});
+                         {"libraries", LibrariesJson(*p)},
+                         {"top_symbols", TopSymbolsJson(*p, sec_per_sample, kTopSymbols)}});
   }
   doc["processes"] = std::move(processes);
   doc["samples"] = {{"total", run.total_samples},     {"busy", profile.scope_samples},

@@ -45,7 +45,7 @@ struct Builder {
   std::vector<uint8_t> b;
   void Put(uint64_t off, uint64_t v, unsigned size) {
     if (b.size() < off + size) b.resize(off + size);
-    for (unsigned i = 0; i < size; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
+    for (unsigned i = 0; i < size; ++i) b[off + i] = i < 8 ? static_cast<uint8_t>(v >> (8 * i)) : 0;
   }
   uint64_t PutString(uint64_t off, const std::string& s) {
     if (b.size() < off + s.size() + 1) b.resize(off + s.size() + 1);
