@@ -30,13 +30,25 @@ enum class SymbolSource { kNone, kDynsym, kSymtab, kGoPclntab };
 std::string_view SymbolSourceName(SymbolSource source);  // "none", "dynsym", "symtab", "gopclntab"
 
 struct BinaryImage {
-  std::string build_id;  // lowercase hex of NT_GNU_BUILD_ID (or Go build id note); empty if none
+  // Lowercase hex of NT_GNU_BUILD_ID. Go binaries linked internally have no GNU
+  // note: they get the bytes of Go's build ID note (owner "Go", type 4; an ASCII
+  // string like "abc/def/ghi/jkl"), hex-encoded. That ID is a fine cache key but
+  // unknown to debuginfod. Empty if neither note exists.
+  std::string build_id;
   std::string soname;    // DT_SONAME, empty for executables
-  bool is_go = false;    // has .gopclntab or .go.buildinfo
+  bool is_go = false;    // has .gopclntab or .go.buildinfo (or a pclntab was found by magic)
   std::vector<LoadSegment> segments;
   SymbolTable symbols;
   SymbolSource symbol_source = SymbolSource::kNone;
-  uint64_t symbols_seen = 0;  // function symbols in the file, before the keep filter
+  // Function symbols in the file, before the keep filter: those of .symtab (or
+  // pclntab), plus .dynsym entries at addresses the former lacks (a .dynsym
+  // name at an address .symtab already covers is a versioned alias and is
+  // neither counted nor stored). Symbols of size 0 are counted but not stored:
+  // they could never match.
+  //
+  // Go names: .symtab calls assembly functions "pkg.name.abi0"; pclntab calls
+  // them "pkg.name" and spells generic type arguments "[...]".
+  uint64_t symbols_seen = 0;
 
   // Maps a file offset (from /proc/PID/maps: ip - map_start + map_pgoff) to the
   // ELF virtual address used by the symbol table. nullopt if no PT_LOAD covers it.
