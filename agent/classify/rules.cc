@@ -509,7 +509,7 @@ constexpr LibraryPrefix kLibraryPrefixes[] = {
   {kOB, "SPAKE2_"}, {kOB, "spake2"}, {kOB, "HRSS_"}, {kOB, "hrss_"}, {kOB, "TRUST_TOKEN"}, {kOB, "trust_token"},
   {kOB, "pmbtoken_"}, {kOB, "voprf_"}, {kOB, "DLEQ"},
   // ---- symmetric ciphers, MACs, hashes, KDFs, randomness (perlasm included)
-  {kOB, "AES_"}, {kOB, "aes"}, {kOB, "vpaes_"}, {kOB, "_vpaes_"}, {kOB, "bsaes_"}, {kOB, "_bsaes_"},
+  {kOB, "AES_"}, {kOB, "aes"}, {kOB, "generic_aes_"}, {kOB, "vpaes_"}, {kOB, "_vpaes_"}, {kOB, "bsaes_"}, {kOB, "_bsaes_"},
   {kOB, "_aesni_"}, {kOB, "__aesni_"}, {kOB, "_x86_64_AES_"}, {kOB, "asm_AES_"}, {kOB, "_avx_cbc_"},
   {kOB, "gcm_"}, {kOB, "ghash_"}, {kOB, "ChaCha20"}, {kOB, "chacha"}, {kOB, "Poly1305"}, {kOB, "poly1305"},
   {kOB, "__poly1305_"}, {kOB, "__ocb_"}, {kOB, "cipher_"}, {kOB, "ccm_"}, {kOB, "ocb_"}, {kOB, "siv_"}, {kOB, "xts_"},
@@ -537,6 +537,7 @@ constexpr LibraryPrefix kLibraryPrefixes[] = {
   {kB, "CBB_"}, {kB, "CBS_"}, {kB, "cbb_"}, {kB, "cbs_"}, {kB, "BORINGSSL_"}, {kB, "boringssl_"},
   {kB, "BCM_"}, {kB, "bcm_"}, {kB, "aead_"}, {kB, "EVP_AEAD_"}, {kB, "HPKE_"}, {kB, "hpke_"},
   {kB, "POLYVAL_"}, {kB, "CRYPTO_BUFFER"}, {kB, "ERR_"}, {kB, "BUF_MEM_"}, {kB, "keccak_"},
+  {kB, "sk_"}, {kOB, "SSLeay"}, {kB, "asn1_get_string_table"},  // BoringSSL exports its stack API as sk_*
 
   // ---- Go: package paths (after a leading "vendor/" is dropped). crypto/
   // holds crypto/tls, crypto/x509 and every primitive; math/big is Go 1.19's
