@@ -537,7 +537,7 @@ constexpr LibraryPrefix kLibraryPrefixes[] = {
   {kB, "CBB_"}, {kB, "CBS_"}, {kB, "cbb_"}, {kB, "cbs_"}, {kB, "BORINGSSL_"}, {kB, "boringssl_"},
   {kB, "BCM_"}, {kB, "bcm_"}, {kB, "aead_"}, {kB, "EVP_AEAD_"}, {kB, "HPKE_"}, {kB, "hpke_"},
   {kB, "POLYVAL_"}, {kB, "CRYPTO_BUFFER"}, {kB, "ERR_"}, {kB, "BUF_MEM_"}, {kB, "keccak_"},
-  {kB, "sk_"}, {kOB, "SSLeay"}, {kB, "asn1_get_string_table"},  // BoringSSL exports its stack API as sk_*
+  {kOB, "sk_"}, {kOB, "SSLeay"}, {kB, "asn1_get_string_table"},  // BoringSSL exports its stack API as sk_*; OpenSSL has sk_* statics
 
   // ---- Go: package paths (after a leading "vendor/" is dropped). crypto/
   // holds crypto/tls, crypto/x509 and every primitive; math/big is Go 1.19's
