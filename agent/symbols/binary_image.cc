@@ -14,10 +14,14 @@ namespace tlsprof::symbols {
 
 std::string_view SymbolSourceName(SymbolSource source) {
   switch (source) {
-    case SymbolSource::kNone: return "none";
-    case SymbolSource::kDynsym: return "dynsym";
-    case SymbolSource::kSymtab: return "symtab";
-    case SymbolSource::kGoPclntab: return "gopclntab";
+    case SymbolSource::kNone:
+      return "none";
+    case SymbolSource::kDynsym:
+      return "dynsym";
+    case SymbolSource::kSymtab:
+      return "symtab";
+    case SymbolSource::kGoPclntab:
+      return "gopclntab";
   }
   return "none";
 }
@@ -60,7 +64,7 @@ Result<ElfFile> OpenElf(int fd, std::string_view path) {
   if (!initialized) return MakeError("libelf is too old (elf_version failed)");
   ElfFile f;
   f.path = std::string(path);
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0) return MakeError("{}: fstat failed: {}", path, std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return MakeError("{}: not a regular file", path);
   f.file_size = static_cast<uint64_t>(st.st_size);
@@ -82,13 +86,14 @@ Result<ElfFile> OpenElf(int fd, std::string_view path) {
                          uint64_t expected_entsize) -> Status {
     if (count == 0) return OkStatus();
     if (entsize != expected_entsize) {
-      return MakeError("{}: {} entries are {} bytes, expected {}; the ELF header is corrupt", path, what,
-                       entsize, expected_entsize);
+      return MakeError("{}: {} entries are {} bytes, expected {}; the ELF header is corrupt", path, what, entsize,
+                       expected_entsize);
     }
     if (off > f.file_size || (f.file_size - off) / entsize < count) {
-      return MakeError("{}: {} table ({} entries at offset {:#x}) extends past the end of the file ({} bytes); "
-                       "the file is truncated or corrupt",
-                       path, what, count, off, f.file_size);
+      return MakeError(
+          "{}: {} table ({} entries at offset {:#x}) extends past the end of the file ({} bytes); "
+          "the file is truncated or corrupt",
+          path, what, count, off, f.file_size);
     }
     return OkStatus();
   };
@@ -206,8 +211,8 @@ struct Section {
 //  - `addrs_out`, if set, collects every function address seen (pre-filter).
 Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Section>& sections,
                    const std::vector<bool>& exec_sections, const LoadOptions& options,
-                   const std::vector<uint64_t>* skip_addrs, std::vector<uint64_t>* addrs_out,
-                   SymbolTable& out, uint64_t& seen) {
+                   const std::vector<uint64_t>* skip_addrs, std::vector<uint64_t>* addrs_out, SymbolTable& out,
+                   uint64_t& seen) {
   Elf* elf = f.elf.get();
   const size_t sym_size = gelf_fsize(elf, ELF_T_SYM, 1, EV_CURRENT);
   if (sec.shdr.sh_entsize != sym_size) {
@@ -215,13 +220,12 @@ Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Secti
                      sec.shdr.sh_entsize, sym_size);
   }
   if (sec.shdr.sh_size % sym_size != 0) {
-    return MakeError("{}: {} size {} is not a multiple of its entry size {}", f.path, sec.name,
-                     sec.shdr.sh_size, sym_size);
+    return MakeError("{}: {} size {} is not a multiple of its entry size {}", f.path, sec.name, sec.shdr.sh_size,
+                     sym_size);
   }
   if (sec.shdr.sh_link == 0 || sec.shdr.sh_link >= sections.size() ||
       sections[sec.shdr.sh_link].shdr.sh_type != SHT_STRTAB) {
-    return MakeError("{}: {} links to section {}, which is not a string table", f.path, sec.name,
-                     sec.shdr.sh_link);
+    return MakeError("{}: {} links to section {}, which is not a string table", f.path, sec.name, sec.shdr.sh_link);
   }
   const Section& strsec = sections[sec.shdr.sh_link];
   auto strtab = SectionBytes(f, strsec.scn, strsec.shdr, strsec.name);
@@ -243,14 +247,13 @@ Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Secti
     bool is_func = type == STT_FUNC || type == STT_GNU_IFUNC;
     // Assembly often leaves code labels untyped; keep those that have a size
     // and sit in a code section.
-    if (type == STT_NOTYPE && sym.st_size > 0 && sym.st_shndx < exec_sections.size() &&
-        exec_sections[sym.st_shndx]) {
+    if (type == STT_NOTYPE && sym.st_size > 0 && sym.st_shndx < exec_sections.size() && exec_sections[sym.st_shndx]) {
       is_func = true;
     }
     if (!is_func) continue;
     if (sym.st_name >= strtab->size()) {
-      return MakeError("{}: symbol {} of {} has name offset {:#x} beyond its string table {} ({} bytes)", f.path, i, sec.name,
-                       sym.st_name, strsec.name, strtab->size());
+      return MakeError("{}: symbol {} of {} has name offset {:#x} beyond its string table {} ({} bytes)", f.path, i,
+                       sec.name, sym.st_name, strsec.name, strtab->size());
     }
     const char* name_begin = strings + sym.st_name;
     const void* nul = std::memchr(name_begin, '\0', strtab->size() - sym.st_name);
@@ -300,8 +303,8 @@ uint64_t GoTextStart(const ElfFile& f, const std::vector<Section>& sections, uin
 // the .gopclntab section (".data.rel.ro.gopclntab" in internally linked PIEs),
 // else for the table's header inside .data.rel.ro (externally linked PIEs,
 // where the C linker merged it). Returns false when no pclntab was found.
-Result<bool> ReadGoPclntab(const ElfFile& f, const std::vector<Section>& sections,
-                           const LoadOptions& options, std::vector<uint64_t>& addrs, BinaryImage& img) {
+Result<bool> ReadGoPclntab(const ElfFile& f, const std::vector<Section>& sections, const LoadOptions& options,
+                           std::vector<uint64_t>& addrs, BinaryImage& img) {
   std::span<const uint8_t> table;
   uint64_t table_vaddr = 0;
   for (const Section& s : sections) {
@@ -368,20 +371,20 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
   for (size_t i = 0; i < phnum; ++i) {
     GElf_Phdr phdr;
     if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) {
-      return MakeError("{}: cannot read program header {} of {} (e_phoff {:#x}): {}", f.path, i, phnum,
-                       f.ehdr.e_phoff, ElfErr());
+      return MakeError("{}: cannot read program header {} of {} (e_phoff {:#x}): {}", f.path, i, phnum, f.ehdr.e_phoff,
+                       ElfErr());
     }
     if (phdr.p_type != PT_LOAD) continue;
     // The kernel would not map such a segment either; without this, garbage
     // read as headers (a corrupt e_phnum) would become bogus mappings.
-    if (phdr.p_filesz > phdr.p_memsz || phdr.p_offset > f.file_size ||
-        f.file_size - phdr.p_offset < phdr.p_filesz) {
-      return MakeError("{}: PT_LOAD program header {} is corrupt (offset {:#x}, file size {:#x}, memory size "
-                       "{:#x}, file {} bytes)",
-                       f.path, i, phdr.p_offset, phdr.p_filesz, phdr.p_memsz, f.file_size);
+    if (phdr.p_filesz > phdr.p_memsz || phdr.p_offset > f.file_size || f.file_size - phdr.p_offset < phdr.p_filesz) {
+      return MakeError(
+          "{}: PT_LOAD program header {} is corrupt (offset {:#x}, file size {:#x}, memory size "
+          "{:#x}, file {} bytes)",
+          f.path, i, phdr.p_offset, phdr.p_filesz, phdr.p_memsz, f.file_size);
     }
-    img->segments.push_back(LoadSegment{phdr.p_offset, phdr.p_vaddr, phdr.p_filesz, phdr.p_memsz,
-                                        (phdr.p_flags & PF_X) != 0});
+    img->segments.push_back(
+        LoadSegment{phdr.p_offset, phdr.p_vaddr, phdr.p_filesz, phdr.p_memsz, (phdr.p_flags & PF_X) != 0});
   }
 
   auto build_id = FindBuildId(f);
@@ -403,8 +406,8 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
     Section& s = sections[i];
     s.scn = elf_getscn(elf, i);
     if (s.scn == nullptr || gelf_getshdr(s.scn, &s.shdr) == nullptr) {
-      return MakeError("{}: cannot read section header {} of {} (e_shoff {:#x}): {}", f.path, i, shnum,
-                       f.ehdr.e_shoff, ElfErr());
+      return MakeError("{}: cannot read section header {} of {} (e_shoff {:#x}): {}", f.path, i, shnum, f.ehdr.e_shoff,
+                       ElfErr());
     }
     if (i != 0) {
       const char* name = elf_strptr(elf, shstrndx, s.shdr.sh_name);
@@ -432,8 +435,7 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
         if (dyn.d_tag != DT_SONAME) continue;
         const char* soname = elf_strptr(elf, s.shdr.sh_link, dyn.d_un.d_val);
         if (soname == nullptr) {
-          return MakeError("{}: DT_SONAME offset {:#x} is outside the dynamic string table", f.path,
-                           dyn.d_un.d_val);
+          return MakeError("{}: DT_SONAME offset {:#x} is outside the dynamic string table", f.path, dyn.d_un.d_val);
         }
         img->soname = soname;
         break;
@@ -479,10 +481,10 @@ Result<std::shared_ptr<const BinaryImage>> ImageCache::Get(int fd, std::string_v
   if (!build_id->empty()) {
     key = "build-id:" + *build_id;
   } else {
-    struct stat st{};
+    struct stat st {};
     if (fstat(fd, &st) != 0) return MakeError("{}: fstat failed: {}", display_path, std::strerror(errno));
-    key = fmt::format("file:{}:{}:{}:{}.{:09}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec,
-                      st.st_mtim.tv_nsec);
+    key =
+        fmt::format("file:{}:{}:{}:{}.{:09}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -35,8 +35,8 @@ struct BinaryImage {
   // string like "abc/def/ghi/jkl"), hex-encoded. That ID is a fine cache key but
   // unknown to debuginfod. Empty if neither note exists.
   std::string build_id;
-  std::string soname;    // DT_SONAME, empty for executables
-  bool is_go = false;    // has .gopclntab or .go.buildinfo (or a pclntab was found by magic)
+  std::string soname;  // DT_SONAME, empty for executables
+  bool is_go = false;  // has .gopclntab or .go.buildinfo (or a pclntab was found by magic)
   std::vector<LoadSegment> segments;
   SymbolTable symbols;
   SymbolSource symbol_source = SymbolSource::kNone;

@@ -152,7 +152,7 @@ int main(void) {
   return n == 16 ? 0 : 1;
 })";
   auto r = RunCommand("cc -O1 -o " + dir.File("p") + " " + dir.File("p.c") +
-               " /usr/lib/x86_64-linux-gnu/libcrypto.a -lpthread -ldl");
+                      " /usr/lib/x86_64-linux-gnu/libcrypto.a -lpthread -ldl");
   ASSERT_EQ(r.status, 0) << r.output;
 
   auto img = LoadPath(dir.File("p"));
@@ -160,8 +160,8 @@ int main(void) {
   const BinaryImage& i = **img;
   EXPECT_EQ(i.symbol_source, SymbolSource::kSymtab);
   EXPECT_EQ(i.build_id, ReadelfBuildId(dir.File("p")));
-  for (const char* name : {"EVP_EncryptUpdate", "aesni_gcm_encrypt", "aesni_ctr32_encrypt_blocks",
-                           "ossl_gcm_stream_update"}) {
+  for (const char* name :
+       {"EVP_EncryptUpdate", "aesni_gcm_encrypt", "aesni_ctr32_encrypt_blocks", "ossl_gcm_stream_update"}) {
     const Symbol* s = SymbolNamed(i, name);
     ASSERT_NE(s, nullptr) << name;
     EXPECT_GT(s->size, 0u) << name;
@@ -201,7 +201,7 @@ TEST(ImageCacheTest, FilesWithoutBuildIdAreKeyedByInode) {
   if (!symtest::HaveTool("objcopy")) GTEST_SKIP() << "needs objcopy";
   TempDir dir;
   auto r = RunCommand("objcopy --remove-section .note.gnu.build-id /proc/self/exe " + dir.File("a") + " && cp " +
-               dir.File("a") + " " + dir.File("b"));
+                      dir.File("a") + " " + dir.File("b"));
   ASSERT_EQ(r.status, 0) << r.output;
   ImageCache cache;
   UniqueFd a1(open(dir.File("a").c_str(), O_RDONLY | O_CLOEXEC));

@@ -45,17 +45,14 @@ class Reader {
 };
 
 // Size of one functab field: u32 offsets since Go 1.18, uintptr PCs before.
-unsigned FieldSize(const GoPclntabHeader& h) {
-  return h.version >= GoPclntabVersion::kGo118 ? 4 : h.ptr_size;
-}
+unsigned FieldSize(const GoPclntabHeader& h) { return h.version >= GoPclntabVersion::kGo118 ? 4 : h.ptr_size; }
 
 // Decodes functions [0, limit) of the table; shared by the full walk and the
 // cheap validation of candidates found by magic. With `check_func_entry`, each
 // _func's own entry field must agree with the functab (a strong sign that a
 // magic match is really a pclntab).
-Result<uint64_t> Walk(std::span<const uint8_t> data, const GoPclntabHeader& h,
-                      uint64_t text_start, uint64_t limit, bool check_func_entry,
-                      const GoFunctionVisitor* visit) {
+Result<uint64_t> Walk(std::span<const uint8_t> data, const GoPclntabHeader& h, uint64_t text_start, uint64_t limit,
+                      bool check_func_entry, const GoFunctionVisitor* visit) {
   Reader r(data, h.big_endian, h.ptr_size);
   const unsigned fs = FieldSize(h);
   const bool relative = h.version >= GoPclntabVersion::kGo118;
@@ -81,8 +78,8 @@ Result<uint64_t> Walk(std::span<const uint8_t> data, const GoPclntabHeader& h,
     next = entry_at(i + 1);
     if (!next) return MakeError("Go pclntab is truncated: functab entry {}", i + 1);
     if (*next < entry) {
-      return MakeError("Go pclntab is corrupt: function {} starts at {:#x}, before function {} at {:#x}",
-                       i + 1, *next, i, entry);
+      return MakeError("Go pclntab is corrupt: function {} starts at {:#x}, before function {} at {:#x}", i + 1, *next,
+                       i, entry);
     }
     auto funcoff = r.Uint(functab + (2 * i + 1) * fs, fs);
     if (!funcoff) return MakeError("Go pclntab is truncated: functab entry {}", i);
@@ -122,11 +119,20 @@ Result<GoPclntabHeader> ParseGoPclntabHeader(std::span<const uint8_t> data) {
     if (be == m) magic = m, h.big_endian = true;
   }
   switch (magic) {
-    case kMagic12: h.version = GoPclntabVersion::kGo12; break;
-    case kMagic116: h.version = GoPclntabVersion::kGo116; break;
-    case kMagic118: h.version = GoPclntabVersion::kGo118; break;
-    case kMagic120: h.version = GoPclntabVersion::kGo120; break;
-    default: return MakeError("not a Go pclntab: unknown magic {:#010x}", le);
+    case kMagic12:
+      h.version = GoPclntabVersion::kGo12;
+      break;
+    case kMagic116:
+      h.version = GoPclntabVersion::kGo116;
+      break;
+    case kMagic118:
+      h.version = GoPclntabVersion::kGo118;
+      break;
+    case kMagic120:
+      h.version = GoPclntabVersion::kGo120;
+      break;
+    default:
+      return MakeError("not a Go pclntab: unknown magic {:#010x}", le);
   }
   h.quantum = data[6];
   h.ptr_size = data[7];
@@ -141,8 +147,8 @@ Result<GoPclntabHeader> ParseGoPclntabHeader(std::span<const uint8_t> data) {
     auto v = word(i);
     if (!v) return MakeError("Go pclntab header is truncated");
     if (*v >= data.size()) {
-      return MakeError("Go pclntab is corrupt: header offset {} ({:#x}) is beyond the table's {} bytes", i,
-                       *v, data.size());
+      return MakeError("Go pclntab is corrupt: header offset {} ({:#x}) is beyond the table's {} bytes", i, *v,
+                       data.size());
     }
     return *v;
   };
@@ -189,8 +195,7 @@ Result<GoPclntabHeader> ParseGoPclntabHeader(std::span<const uint8_t> data) {
   return h;
 }
 
-Result<uint64_t> ForEachGoFunction(std::span<const uint8_t> data, uint64_t text_start,
-                                   const GoFunctionVisitor& visit) {
+Result<uint64_t> ForEachGoFunction(std::span<const uint8_t> data, uint64_t text_start, const GoFunctionVisitor& visit) {
   auto h = ParseGoPclntabHeader(data);
   if (!h) return h.error();
   uint64_t base = h->text_start != 0 ? h->text_start : text_start;

@@ -67,7 +67,6 @@ using GoFunctionVisitor = std::function<void(uint64_t entry, uint64_t end, std::
 // Decodes every function. `text_start` is the module's text address
 // (runtime.text) used for 1.18+ tables whose header field is 0 (PIE); pass 0
 // to use the header's value. Returns the number of functions visited.
-Result<uint64_t> ForEachGoFunction(std::span<const uint8_t> data, uint64_t text_start,
-                                   const GoFunctionVisitor& visit);
+Result<uint64_t> ForEachGoFunction(std::span<const uint8_t> data, uint64_t text_start, const GoFunctionVisitor& visit);
 
 }  // namespace tlsprof::symbols

@@ -1,7 +1,7 @@
 #include "agent/symbols/go_pclntab.h"
 
-#include <gelf.h>
 #include <fcntl.h>
+#include <gelf.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -338,8 +338,8 @@ func main() {
   static std::string Build(const std::string& out, const std::string& flags, const std::string& env = "") {
     std::string d = dir_->path();
     auto r = RunCommand("cd " + d + " && GOCACHE=" + d + "/cache GOPATH=" + d +
-                        "/gopath GOFLAGS=-mod=mod GOPROXY=off GO111MODULE=off " + env + " go build " + flags +
-                        " -o " + out + " main.go");
+                        "/gopath GOFLAGS=-mod=mod GOPROXY=off GO111MODULE=off " + env + " go build " + flags + " -o " +
+                        out + " main.go");
     if (r.status != 0) {
       ADD_FAILURE() << "go build " << flags << ": " << r.output;
       return "";
@@ -355,9 +355,8 @@ func main() {
 };
 TempDir* GoBinaryTest::dir_ = nullptr;
 
-
-const char* const kGoFuncs[] = {"crypto/tls.(*Conn).Handshake", "crypto/aes.encryptBlockAsm",
-                                "crypto/sha256.block", "main.main"};
+const char* const kGoFuncs[] = {"crypto/tls.(*Conn).Handshake", "crypto/aes.encryptBlockAsm", "crypto/sha256.block",
+                                "main.main"};
 
 // Names .symtab gives each address. Go's .symtab marks assembly (ABI0)
 // functions with a ".abi0" suffix that pclntab does not have, and pclntab
@@ -479,8 +478,7 @@ TEST_F(GoBinaryTest, LdflagsStrippedBinaryUsesPclntab) {
   // -s only drops the symbol table; the code layout is the same.
   ExpectSameFunctions(**a, **b);
   // No GNU note: the build ID is the Go build ID, hex-encoded.
-  auto goid = RunCommand("cd " + std::string(stripped).substr(0, stripped.rfind('/')) +
-                         " && go tool buildid stripped");
+  auto goid = RunCommand("cd " + std::string(stripped).substr(0, stripped.rfind('/')) + " && go tool buildid stripped");
   ASSERT_EQ(goid.status, 0) << goid.output;
   std::string want;
   for (unsigned char c : goid.output.substr(0, goid.output.find('\n'))) want += fmt::format("{:02x}", c);

@@ -228,9 +228,15 @@ TEST_F(MalformedElfTest, RandomCorruptionNeverCrashes) {
       // Favour the headers, where corruption changes what the parser does.
       size_t pos;
       switch (rng() % 3) {
-        case 0: pos = rng() % 64; break;                                             // ELF header
-        case 1: pos = shoff + rng() % (bytes.size() - shoff); break;                 // section headers
-        default: pos = rng() % bytes.size(); break;                                  // anywhere
+        case 0:
+          pos = rng() % 64;
+          break;  // ELF header
+        case 1:
+          pos = shoff + rng() % (bytes.size() - shoff);
+          break;  // section headers
+        default:
+          pos = rng() % bytes.size();
+          break;  // anywhere
       }
       bytes[pos] = static_cast<uint8_t>(rng());
     }

@@ -17,9 +17,7 @@ void SymbolTable::Finalize() {
     return std::tie(a.addr, a.name, b.size) < std::tie(b.addr, b.name, a.size);
   });
   symbols_.erase(std::unique(symbols_.begin(), symbols_.end(),
-                             [](const Symbol& a, const Symbol& b) {
-                               return a.addr == b.addr && a.name == b.name;
-                             }),
+                             [](const Symbol& a, const Symbol& b) { return a.addr == b.addr && a.name == b.name; }),
                  symbols_.end());
   // Lookup order: by address, and among aliases at one address the larger one
   // first, so the smaller (more specific) one is pushed later and wins where
@@ -51,9 +49,8 @@ void SymbolTable::Finalize() {
     const Symbol& s = symbols_[i];
     // Clamp instead of wrapping: a bogus size must not make a symbol cover
     // low addresses.
-    return s.addr > std::numeric_limits<uint64_t>::max() - s.size
-               ? std::numeric_limits<uint64_t>::max()
-               : s.addr + s.size;
+    return s.addr > std::numeric_limits<uint64_t>::max() - s.size ? std::numeric_limits<uint64_t>::max()
+                                                                  : s.addr + s.size;
   };
 
   // Sweep by start address. The stack holds the symbols covering the current

@@ -88,10 +88,10 @@ TEST(SymbolTableTest, SameStartSmallerSymbolWinsWhereItApplies) {
 
 TEST(SymbolTableTest, NestedOverlapsPickHighestContainingStart) {
   SymbolTable t;
-  t.Add(0, 100, "A");   // [0, 100)
-  t.Add(10, 10, "B");   // [10, 20)
-  t.Add(15, 35, "C");   // [15, 50)
-  t.Add(60, 5, "D");    // [60, 65)
+  t.Add(0, 100, "A");  // [0, 100)
+  t.Add(10, 10, "B");  // [10, 20)
+  t.Add(15, 35, "C");  // [15, 50)
+  t.Add(60, 5, "D");   // [60, 65)
   t.Finalize();
   EXPECT_EQ(At(t, 5), "A");
   EXPECT_EQ(At(t, 12), "B");
@@ -154,8 +154,7 @@ TEST(SymbolTableTest, MatchesReferenceOnRandomTables) {
       const Symbol* best = nullptr;
       for (const Symbol& s : ref) {
         if (a < s.addr || a - s.addr >= s.size) continue;
-        if (best == nullptr ||
-            std::tie(s.addr, best->size, best->name) > std::tie(best->addr, s.size, s.name)) {
+        if (best == nullptr || std::tie(s.addr, best->size, best->name) > std::tie(best->addr, s.size, s.name)) {
           best = &s;
         }
       }

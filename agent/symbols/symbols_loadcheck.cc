@@ -29,10 +29,11 @@ long StatusKb(const char* field) {
 }
 
 bool IsTlsName(std::string_view n) {
-  for (std::string_view p : {"OPENSSL_", "EVP_", "ossl_", "SSL_", "ssl_", "tls1_", "tls13_", "aesni_",
-                             "aes_", "gcm_", "sha1_", "sha256_", "sha512_", "ecp_nistz256", "bn_", "BN_",
-                             "RSA_", "rsa_", "ECDSA_", "ecdsa_", "EC_", "ec_", "x25519", "X25519",
-                             "ChaCha20", "chacha20", "Poly1305", "poly1305", "CRYPTO_"}) {
+  for (std::string_view p :
+       {"OPENSSL_", "EVP_",     "ossl_",    "SSL_",     "ssl_",    "tls1_",        "tls13_", "aesni_",
+        "aes_",     "gcm_",     "sha1_",    "sha256_",  "sha512_", "ecp_nistz256", "bn_",    "BN_",
+        "RSA_",     "rsa_",     "ECDSA_",   "ecdsa_",   "EC_",     "ec_",          "x25519", "X25519",
+        "ChaCha20", "chacha20", "Poly1305", "poly1305", "CRYPTO_"}) {
     if (n.substr(0, p.size()) == p) return true;
   }
   return false;
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
               img.build_id.c_str(), std::string(tlsprof::symbols::SymbolSourceName(img.symbol_source)).c_str(),
               static_cast<unsigned long long>(img.symbols_seen), img.symbols.size(), img.is_go);
   std::printf("load time %.1f ms\n", std::chrono::duration<double, std::milli>(t1 - t0).count());
-  std::printf("RSS before %ld KiB, after %ld KiB (+%ld), peak before %ld KiB, peak after %ld KiB (+%ld)\n",
-              rss_before, rss_after, rss_after - rss_before, hwm_before, hwm_after, hwm_after - hwm_before);
+  std::printf("RSS before %ld KiB, after %ld KiB (+%ld), peak before %ld KiB, peak after %ld KiB (+%ld)\n", rss_before,
+              rss_after, rss_after - rss_before, hwm_before, hwm_after, hwm_after - hwm_before);
   return 0;
 }
