@@ -64,9 +64,10 @@ std::optional<size_t> FindGoPclntab(std::span<const uint8_t> region);
 // the table's bytes and is valid only during the call.
 using GoFunctionVisitor = std::function<void(uint64_t entry, uint64_t end, std::string_view name)>;
 
-// Decodes every function. `text_start` is the module's text address
-// (runtime.text) used for 1.18+ tables whose header field is 0 (PIE); pass 0
-// to use the header's value. Returns the number of functions visited.
+// Decodes every function. For 1.18+ tables, entries are offsets from
+// textStart: a non-zero header value is used as is; `text_start` (the
+// module's runtime.text) replaces it only when the file holds 0, as in PIEs
+// where the dynamic loader fills it in. Returns the number of functions visited.
 Result<uint64_t> ForEachGoFunction(std::span<const uint8_t> data, uint64_t text_start, const GoFunctionVisitor& visit);
 
 }  // namespace tlsprof::symbols
