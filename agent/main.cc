@@ -18,6 +18,7 @@
 #include <iostream>
 #include <thread>
 
+#include "agent/classify/classify.h"
 #include "agent/oneshot/oneshot.h"
 #include "agent/report/report.h"
 
@@ -101,6 +102,23 @@ tlsprof::Status StartDemo(DemoWorkload& demo, double seconds) {
   return tlsprof::OkStatus();
 }
 
+// `tlsprof-agent classify`: the rules table as a filter, so that bench/ can
+// classify another profiler's symbols (perf's) exactly as the agent does.
+int ClassifyNames(const std::string& family_name) {
+  using tlsprof::classify::Family;
+  Family family = family_name == "go" ? Family::kGo : family_name == "boringssl" ? Family::kBoringSSL : Family::kOpenSSL;
+  std::string name;
+  while (std::getline(std::cin, name)) {
+    auto c = tlsprof::classify::ClassifySymbol(family, name);
+    if (c) {
+      std::cout << name << '\t' << tlsprof::classify::BucketName(c->bucket) << '\t' << c->algorithm << '\n';
+    } else {
+      std::cout << name << "\t-\t-\n";
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,12 +143,20 @@ int main(int argc, char** argv) {
   CLI::App* demo = app.add_subcommand("demo", "Run the bundled demo TLS workload and profile the host while it runs");
   add_profile_flags(demo);
 
+  std::string family_name = "openssl";
+  CLI::App* classify_cmd =
+      app.add_subcommand("classify", "Classify symbol names read from stdin (one per line) with the rules table");
+  classify_cmd->add_option("--family", family_name, "openssl, boringssl or go")
+      ->check(CLI::IsMember({"openssl", "boringssl", "go"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+
+  if (classify_cmd->parsed()) return ClassifyNames(family_name);
 
   auto logger = spdlog::stderr_color_mt("tlsprof");
   spdlog::set_default_logger(logger);

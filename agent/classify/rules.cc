@@ -65,8 +65,8 @@ constexpr Rule kRules[] = {
   // --- AES-GCM: the stitched AES-CTR+GHASH asm (aesni_gcm_*, _aesni_ctr32_ghash_6x,
   // BoringSSL/OpenSSL 3.x VAES aes_gcm_*_vaes_*), GHASH (gcm_ghash_*, gcm_gmult_*,
   // gcm_init_*) and the GCM mode/provider/AEAD glue. GCM-SIV is not GCM.
-  {kOB, kContains, "gcm_siv",                 "", kCipher, kAes},
-  {kOB, kContains, "gcmsiv",                  "", kCipher, kAes},
+  {kOB, kContains, "gcm_siv",                 "", kCipher, kUnknown},
+  {kOB, kContains, "gcmsiv",                  "", kCipher, kUnknown},
   {kOB, kPrefix,   "aesni_gcm_",              "", kCipher, kAesGcm},
   {kOB, kPrefix,   "aesni_ctr32_ghash",       "", kCipher, kAesGcm},
   {kOB, kPrefix,   "aesni_ctr32_6x",          "", kCipher, kAesGcm},  // aesni-gcm-x86_64 helper
@@ -101,21 +101,21 @@ constexpr Rule kRules[] = {
   {kOB, kPrefix,   "ossl_cipher_hw_generic_ctr", "", kCipher, kAesCtr},
 
   // --- AES, mode not in the name: block functions, key schedules, ECB/CCM/OCB/XTS.
-  {kOB, kPrefix,   "aesni_",                  "", kCipher, kAes},
-  {kOB, kPrefix,   "aes_hw_",                 "", kCipher, kAes},
-  {kOB, kPrefix,   "aes_nohw_",               "", kCipher, kAes},
-  {kOB, kPrefix,   "vpaes_",                  "", kCipher, kAes},
-  {kOB, kPrefix,   "bsaes_",                  "", kCipher, kAes},
-  {kOB, kPrefix,   "ossl_bsaes_",             "", kCipher, kAes},
-  {kOB, kPrefix,   "x86_64_AES_",             "", kCipher, kAes},
-  {kOB, kPrefix,   "asm_AES_",                "", kCipher, kAes},
-  {kOB, kPrefix,   "AES_",                    "", kCipher, kAes},
-  {kOB, kPrefix,   "aes",                     "", kCipher, kAes},  // provider aes_*, aes128ocb_*, ...
-  {kOB, kContains, "_aes",                    "", kCipher, kAes},  // cipher_hw_aes*, EVP_aes_*, padlock_aes_*, afalg_aes_*
-  {kOB, kPrefix,   "ccm_",                    "", kCipher, kAes},
-  {kOB, kPrefix,   "ossl_ccm_",               "", kCipher, kAes},
-  {kOB, kPrefix,   "ocb_",                    "", kCipher, kAes},
-  {kOB, kPrefix,   "ossl_cipher_hw_generic_", "", kCipher, kAes},
+  {kOB, kPrefix,   "aesni_",                  "", kCipher, kUnknown},
+  {kOB, kPrefix,   "aes_hw_",                 "", kCipher, kUnknown},
+  {kOB, kPrefix,   "aes_nohw_",               "", kCipher, kUnknown},
+  {kOB, kPrefix,   "vpaes_",                  "", kCipher, kUnknown},
+  {kOB, kPrefix,   "bsaes_",                  "", kCipher, kUnknown},
+  {kOB, kPrefix,   "ossl_bsaes_",             "", kCipher, kUnknown},
+  {kOB, kPrefix,   "x86_64_AES_",             "", kCipher, kUnknown},
+  {kOB, kPrefix,   "asm_AES_",                "", kCipher, kUnknown},
+  {kOB, kPrefix,   "AES_",                    "", kCipher, kUnknown},
+  {kOB, kPrefix,   "aes",                     "", kCipher, kUnknown},  // provider aes_*, aes128ocb_*, ...
+  {kOB, kContains, "_aes",                    "", kCipher, kUnknown},  // cipher_hw_aes*, EVP_aes_*, padlock_aes_*, afalg_aes_*
+  {kOB, kPrefix,   "ccm_",                    "", kCipher, kUnknown},
+  {kOB, kPrefix,   "ossl_ccm_",               "", kCipher, kUnknown},
+  {kOB, kPrefix,   "ocb_",                    "", kCipher, kUnknown},
+  {kOB, kPrefix,   "ossl_cipher_hw_generic_", "", kCipher, kUnknown},
 
   // --- ChaCha20-Poly1305. In TLS, Poly1305 and ChaCha20 only occur together.
   {kOB, kContains, "chacha",                  "", kCipher, kChaCha20Poly1305},
@@ -183,8 +183,8 @@ constexpr Rule kRules[] = {
   {kOB, kContains, "felem_",                  "", kSig, kUnknown},  // felem_/smallfelem_/widefelem_/longfelem_
 
   // --- ECDSA and ECDH where the name shows the operation but not the curve.
-  {kOB, kContains, "ecdsa",                   "", kSig, kEcdsa},
-  {kOB, kContains, "ECDSA",                   "", kSig, kEcdsa},
+  {kOB, kContains, "ecdsa",                   "", kSig, kUnknown},
+  {kOB, kContains, "ECDSA",                   "", kSig, kUnknown},
   {kOB, kContains, "ecdh",                    "", kKx, kUnknown},
   {kOB, kContains, "ECDH",                    "", kKx, kUnknown},
 
@@ -310,14 +310,14 @@ constexpr Rule kRules[] = {
   {kG, kPrefix,   "crypto/internal/fips140/aes.",     "cbc", kCipher, kAesCbc},
   {kG, kPrefix,   "crypto/internal/fips140/aes.",     "CTR", kCipher, kAesCtr},
   {kG, kPrefix,   "crypto/internal/fips140/aes.",     "ctr", kCipher, kAesCtr},
-  {kG, kPrefix,   "crypto/internal/fips140/aes.",     "",    kCipher, kAes},
+  {kG, kPrefix,   "crypto/internal/fips140/aes.",     "",    kCipher, kUnknown},
   {kG, kPrefix,   "crypto/aes.",      "gcm", kCipher, kAesGcm},   // gcmAesEnc, (*gcmAsm).Seal
   {kG, kPrefix,   "crypto/aes.",      "GCM", kCipher, kAesGcm},   // (*aesCipherGCM).Encrypt
   {kG, kPrefix,   "crypto/aes.",      "cbc", kCipher, kAesCbc},
   {kG, kPrefix,   "crypto/aes.",      "CBC", kCipher, kAesCbc},
   {kG, kPrefix,   "crypto/aes.",      "ctr", kCipher, kAesCtr},   // Go 1.22+ ctrBlocks*Asm
   {kG, kPrefix,   "crypto/aes.",      "CTR", kCipher, kAesCtr},
-  {kG, kPrefix,   "crypto/aes.",      "",    kCipher, kAes},      // encryptBlockAsm, expandKeyAsm
+  {kG, kPrefix,   "crypto/aes.",      "",    kCipher, kUnknown},      // encryptBlockAsm, expandKeyAsm
   // crypto/cipher: the generic modes (used when the AES has no asm mode).
   {kG, kPrefix,   "crypto/cipher.",   "gcm", kCipher, kAesGcm},
   {kG, kPrefix,   "crypto/cipher.",   "GCM", kCipher, kAesGcm},
@@ -402,10 +402,10 @@ constexpr Rule kRules[] = {
   // unknown, unless the name carries it.
   {kG, kPrefix,   "crypto/ecdsa.",                    "P256", kSig, kEcdsaP256},
   {kG, kPrefix,   "crypto/ecdsa.",                    "P384", kSig, kEcdsaP384},
-  {kG, kPrefix,   "crypto/ecdsa.",                    "",     kSig, kEcdsa},
+  {kG, kPrefix,   "crypto/ecdsa.",                    "",     kSig, kUnknown},
   {kG, kPrefix,   "crypto/internal/fips140/ecdsa.",   "P256", kSig, kEcdsaP256},
   {kG, kPrefix,   "crypto/internal/fips140/ecdsa.",   "P384", kSig, kEcdsaP384},
-  {kG, kPrefix,   "crypto/internal/fips140/ecdsa.",   "",     kSig, kEcdsa},
+  {kG, kPrefix,   "crypto/internal/fips140/ecdsa.",   "",     kSig, kUnknown},
 
   // --- X25519 and Ed25519. Go 1.19 X25519 is golang.org/x/crypto/curve25519
   // (with its own internal/field); Go 1.20+ crypto/ecdh's X25519 runs on

@@ -36,7 +36,8 @@ class Processes:
 
     def start(self, argv, ready_file=None, port=None, timeout=60, **kw):
         log = open(self.path(f"{os.path.basename(argv[0])}-{len(self.procs)}.log"), "wb")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kw)
+        with log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kw)
         proc.log_path = log.name
         self.procs.append(proc)
         deadline = time.monotonic() + timeout
