@@ -6,9 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -95,7 +95,8 @@ tlsprof::Status StartDemo(DemoWorkload& demo, double seconds) {
       demo.pid = -1;
       return tlsprof::MakeError("the demo workload exited before it was ready (status {})", status);
     }
-    if (std::chrono::steady_clock::now() > deadline) return tlsprof::MakeError("the demo workload was not ready in 30 s");
+    if (std::chrono::steady_clock::now() > deadline)
+      return tlsprof::MakeError("the demo workload was not ready in 30 s");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   fs::remove(ready, ec);
@@ -106,7 +107,9 @@ tlsprof::Status StartDemo(DemoWorkload& demo, double seconds) {
 // classify another profiler's symbols (perf's) exactly as the agent does.
 int ClassifyNames(const std::string& family_name) {
   using tlsprof::classify::Family;
-  Family family = family_name == "go" ? Family::kGo : family_name == "boringssl" ? Family::kBoringSSL : Family::kOpenSSL;
+  Family family = family_name == "go"          ? Family::kGo
+                  : family_name == "boringssl" ? Family::kBoringSSL
+                                               : Family::kOpenSSL;
   std::string name;
   while (std::getline(std::cin, name)) {
     auto c = tlsprof::classify::ClassifySymbol(family, name);

@@ -57,8 +57,9 @@ std::optional<classify::Classification> Attributor::Classify(const discovery::Pr
     auto key = std::make_pair(&img, *index);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
-      it = cache_.emplace(key, classify::ClassifySymbol(classify::FamilyOf(info.tls->kind), img.symbols.at(*index).name))
-               .first;
+      it =
+          cache_.emplace(key, classify::ClassifySymbol(classify::FamilyOf(info.tls->kind), img.symbols.at(*index).name))
+              .first;
     }
     c = it->second;
   }

@@ -37,7 +37,7 @@ struct CryptoTime {
 
 struct LibraryUse {
   const discovery::ImageInfo* image = nullptr;
-  uint64_t tls_samples = 0;  // TLS samples inside this file
+  uint64_t tls_samples = 0;    // TLS samples inside this file
   uint64_t named_samples = 0;  // of those, how many fell inside a named symbol
 };
 
@@ -55,10 +55,10 @@ struct SymbolCount {
 struct ProcessProfile {
   pid_t pid = 0;
   std::string comm;
-  uint64_t samples = 0;         // user + kernel: the process's busy CPU
+  uint64_t samples = 0;  // user + kernel: the process's busy CPU
   uint64_t kernel_samples = 0;
   CryptoTime crypto;
-  std::vector<LibraryUse> libraries;  // the TLS libraries it maps (with or without samples)
+  std::vector<LibraryUse> libraries;         // the TLS libraries it maps (with or without samples)
   std::map<SymbolKey, SymbolCount> symbols;  // where its TLS samples fell, for the report's top symbols
 };
 
@@ -66,7 +66,7 @@ struct Profile {
   uint64_t scope_samples = 0;  // busy CPU of the scope (host or --pid set)
   CryptoTime crypto;
   std::map<pid_t, ProcessProfile> processes;  // only processes with samples
-  uint64_t unresolved_samples = 0;  // user IPs in processes the agent could not snapshot
+  uint64_t unresolved_samples = 0;            // user IPs in processes the agent could not snapshot
 };
 
 class Attributor {

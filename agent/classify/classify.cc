@@ -162,9 +162,15 @@ bool IsTlsNamespace(FamilyMask mask, std::string_view ns) {
 bool RuleMatches(const rules::Rule& r, std::string_view s) {
   bool ok = false;
   switch (r.match) {
-    case rules::Match::kExact: ok = s == r.pattern; break;
-    case rules::Match::kPrefix: ok = StartsWith(s, r.pattern); break;
-    case rules::Match::kContains: ok = Contains(s, r.pattern); break;
+    case rules::Match::kExact:
+      ok = s == r.pattern;
+      break;
+    case rules::Match::kPrefix:
+      ok = StartsWith(s, r.pattern);
+      break;
+    case rules::Match::kContains:
+      ok = Contains(s, r.pattern);
+      break;
   }
   return ok && (r.and_contains.empty() || Contains(s, r.and_contains));
 }
@@ -211,30 +217,42 @@ std::optional<Classification> ClassifyGo(std::string_view name) {
 
 std::string_view BucketName(Bucket bucket) {
   switch (bucket) {
-    case Bucket::kCipher: return "cipher";
-    case Bucket::kSignature: return "signature";
-    case Bucket::kKeyExchange: return "key_exchange";
-    case Bucket::kHash: return "hash";
-    case Bucket::kOther: return "other";
+    case Bucket::kCipher:
+      return "cipher";
+    case Bucket::kSignature:
+      return "signature";
+    case Bucket::kKeyExchange:
+      return "key_exchange";
+    case Bucket::kHash:
+      return "hash";
+    case Bucket::kOther:
+      return "other";
   }
   return "other";
 }
 
 std::string_view FamilyName(Family family) {
   switch (family) {
-    case Family::kOpenSSL: return "openssl";
-    case Family::kBoringSSL: return "boringssl";
-    case Family::kGo: return "go";
+    case Family::kOpenSSL:
+      return "openssl";
+    case Family::kBoringSSL:
+      return "boringssl";
+    case Family::kGo:
+      return "go";
   }
   return "openssl";
 }
 
 std::string_view LibraryKindName(LibraryKind kind) {
   switch (kind) {
-    case LibraryKind::kOpenSSL11: return "openssl-1.1";
-    case LibraryKind::kOpenSSL3: return "openssl-3";
-    case LibraryKind::kBoringSSL: return "boringssl";
-    case LibraryKind::kGo: return "go";
+    case LibraryKind::kOpenSSL11:
+      return "openssl-1.1";
+    case LibraryKind::kOpenSSL3:
+      return "openssl-3";
+    case LibraryKind::kBoringSSL:
+      return "boringssl";
+    case LibraryKind::kGo:
+      return "go";
   }
   return "openssl-3";
 }
@@ -242,9 +260,12 @@ std::string_view LibraryKindName(LibraryKind kind) {
 Family FamilyOf(LibraryKind kind) {
   switch (kind) {
     case LibraryKind::kOpenSSL11:
-    case LibraryKind::kOpenSSL3: return Family::kOpenSSL;
-    case LibraryKind::kBoringSSL: return Family::kBoringSSL;
-    case LibraryKind::kGo: return Family::kGo;
+    case LibraryKind::kOpenSSL3:
+      return Family::kOpenSSL;
+    case LibraryKind::kBoringSSL:
+      return Family::kBoringSSL;
+    case LibraryKind::kGo:
+      return Family::kGo;
   }
   return Family::kOpenSSL;
 }

@@ -135,9 +135,12 @@ TEST(ClassifyBoringSsl, EveryAndroidExportIsTls) {
 
 TEST(ClassifyBoringSsl, CxxNamesNeedABoringSslNamespace) {
   // node::crypto is node's binding code, v8 is v8: never TLS library code.
-  EXPECT_FALSE(ClassifySymbol(Family::kBoringSSL, "_ZN4node6crypto10CipherBase6UpdateERKN2v820FunctionCallbackInfoINS2_5ValueEEE"));
+  EXPECT_FALSE(ClassifySymbol(Family::kBoringSSL,
+                              "_ZN4node6crypto10CipherBase6UpdateERKN2v820FunctionCallbackInfoINS2_5ValueEEE"));
   EXPECT_FALSE(ClassifySymbol(Family::kBoringSSL, "node::crypto::Hash::HashUpdate(char const*, unsigned long)"));
-  EXPECT_FALSE(IsTlsSymbol("_ZN2v88internal4Heap14CollectGarbageENS0_15AllocationSpaceENS0_23GarbageCollectionReasonENS_15GCCallbackFlagsE"));
+  EXPECT_FALSE(
+      IsTlsSymbol("_ZN2v88internal4Heap14CollectGarbageENS0_15AllocationSpaceENS0_23GarbageCollectionReasonENS_"
+                  "15GCCallbackFlagsE"));
   // A global-scope C++ function with external linkage is not a C static.
   EXPECT_FALSE(IsTlsSymbol("_Z29openssl_digest_from_algorithmPKc"));
   // bssl:: with an unknown leaf is TLS library code, bucket other.
@@ -186,9 +189,9 @@ TEST(ClassifyNode, NodeV8UvAndLibcFunctionsAreNotTls) {
   ASSERT_GT(names.size(), 1000u);
   ExpectNoneTls(names, "node/V8/libuv/ICU/libc");
   // Names that look close to TLS prefixes but are not OpenSSL's.
-  for (const char* n : {"__tls_get_addr", "SHA256Init", "MD5Update", "rand_r", "pkey_alloc", "crypto_aead_aes256gcm_encrypt",
-                        "lh_table_new", "asn1_der_decoding", "default_malloc", "sh_single_quote", "uv_tls_get",
-                        "ngx_ssl_handshake", "_ZN4node6crypto7TLSWrap7ClearInEv"}) {
+  for (const char* n : {"__tls_get_addr", "SHA256Init", "MD5Update", "rand_r", "pkey_alloc",
+                        "crypto_aead_aes256gcm_encrypt", "lh_table_new", "asn1_der_decoding", "default_malloc",
+                        "sh_single_quote", "uv_tls_get", "ngx_ssl_handshake", "_ZN4node6crypto7TLSWrap7ClearInEv"}) {
     EXPECT_FALSE(IsTlsSymbol(n)) << n;
   }
 }
@@ -217,11 +220,10 @@ TEST(ClassifyNames, EmptyAndOddNamesAreNotTls) {
 
 TEST(ClassifyTable, EveryRowIsWellFormed) {
   const std::set<std::string_view> vocabulary = {
-      algo::kAesGcm,    algo::kAesCbc,     algo::kAesCtr,        algo::kChaCha20Poly1305,
-      algo::kRsa,       algo::kEcdsaP256,  algo::kEcdsaP384,    algo::kEd25519,
-      algo::kEcdheP256, algo::kEcdheP384,  algo::kX25519, algo::kMlKem,     algo::kSha1,
-      algo::kSha256,    algo::kSha512,     algo::kMd5,    algo::kP256Ambiguous, algo::kP384Ambiguous,
-      algo::kUnknown};
+      algo::kAesGcm,    algo::kAesCbc,        algo::kAesCtr,        algo::kChaCha20Poly1305, algo::kRsa,
+      algo::kEcdsaP256, algo::kEcdsaP384,     algo::kEd25519,       algo::kEcdheP256,        algo::kEcdheP384,
+      algo::kX25519,    algo::kMlKem,         algo::kSha1,          algo::kSha256,           algo::kSha512,
+      algo::kMd5,       algo::kP256Ambiguous, algo::kP384Ambiguous, algo::kUnknown};
   for (const auto& r : rules::Rules()) {
     EXPECT_FALSE(r.pattern.empty());
     EXPECT_NE(r.families, 0);
@@ -249,9 +251,15 @@ TEST(ClassifyTable, NoRowIsShadowedByAnEarlierOne) {
       if ((e.families & r.families) != r.families) continue;
       bool hit = false;
       switch (e.match) {
-        case rules::Match::kExact: hit = probe == e.pattern; break;
-        case rules::Match::kPrefix: hit = probe.starts_with(e.pattern); break;
-        case rules::Match::kContains: hit = probe.find(e.pattern) != std::string::npos; break;
+        case rules::Match::kExact:
+          hit = probe == e.pattern;
+          break;
+        case rules::Match::kPrefix:
+          hit = probe.starts_with(e.pattern);
+          break;
+        case rules::Match::kContains:
+          hit = probe.find(e.pattern) != std::string::npos;
+          break;
       }
       if (hit && !e.and_contains.empty()) hit = probe.find(e.and_contains) != std::string::npos;
       EXPECT_FALSE(hit && (e.bucket != r.bucket || e.algorithm != r.algorithm))
@@ -323,7 +331,8 @@ TEST(DetectLibrary, OpenSsl3AndOpenSsl11) {
   EXPECT_EQ(DetectLibrary(node.HasSymbol(), "", "/usr/bin/node", false), LibraryKind::kOpenSSL3);
   FakeBinary crypto11;
   crypto11.symbols = {"OPENSSL_init_crypto", "EVP_EncryptUpdate"};
-  EXPECT_EQ(DetectLibrary(crypto11.HasSymbol(), "libcrypto.so.1.1", "libcrypto.so.1.1", false), LibraryKind::kOpenSSL11);
+  EXPECT_EQ(DetectLibrary(crypto11.HasSymbol(), "libcrypto.so.1.1", "libcrypto.so.1.1", false),
+            LibraryKind::kOpenSSL11);
 }
 
 TEST(DetectLibrary, GoNeedsCryptoTls) {

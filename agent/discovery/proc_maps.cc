@@ -52,8 +52,8 @@ Result<Mapping> ParseLine(std::string_view line) {
   size_t colon = dev.find(':');
   uint64_t major = 0, minor = 0;
   if (dash == std::string_view::npos || !ParseHex(range.substr(0, dash), m.start) ||
-      !ParseHex(range.substr(dash + 1), m.end) || m.end < m.start || perms.size() < 4 ||
-      !ParseHex(offset, m.offset) || colon == std::string_view::npos || !ParseHex(dev.substr(0, colon), major) ||
+      !ParseHex(range.substr(dash + 1), m.end) || m.end < m.start || perms.size() < 4 || !ParseHex(offset, m.offset) ||
+      colon == std::string_view::npos || !ParseHex(dev.substr(0, colon), major) ||
       !ParseHex(dev.substr(colon + 1), minor) || !ParseDec(inode, m.inode)) {
     return MakeError("malformed maps line '{}'", line);
   }
@@ -119,7 +119,8 @@ Result<UniqueFd> OpenMappedFile(pid_t pid, const Mapping& mapping, const std::st
   UniqueFd fd(::open(map_file.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.valid()) return fd;
   int map_files_errno = errno;
-  if (!mapping.is_file()) return MakeError("mapping {:x}-{:x} of process {} has no file", mapping.start, mapping.end, pid);
+  if (!mapping.is_file())
+    return MakeError("mapping {:x}-{:x} of process {} has no file", mapping.start, mapping.end, pid);
   std::string rooted = fmt::format("{}/{}/root{}", proc_root, pid, mapping.path);
   fd.reset(::open(rooted.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {

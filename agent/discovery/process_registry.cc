@@ -55,8 +55,7 @@ std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, st
   return lib;
 }
 
-ProcessRegistry::ProcessRegistry(std::string proc_root)
-    : proc_root_(std::move(proc_root)), cache_(MakeLoadOptions()) {}
+ProcessRegistry::ProcessRegistry(std::string proc_root) : proc_root_(std::move(proc_root)), cache_(MakeLoadOptions()) {}
 
 const ProcessSnapshot* ProcessRegistry::Get(pid_t pid) const {
   auto it = processes_.find(pid);

@@ -106,9 +106,8 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   (*sampler)->ForEachPid([&](uint32_t tgid, const pid_counts& counts) {
     if (tgid != 0) attributor.AddProcess(tgid, counts.user, counts.kernel);
   });
-  (*sampler)->ForEachIp([&](const sample_key& key, uint64_t count) {
-    attributor.AddUserSamples(key.tgid, key.user_ip, count);
-  });
+  (*sampler)->ForEachIp(
+      [&](const sample_key& key, uint64_t count) { attributor.AddUserSamples(key.tgid, key.user_ip, count); });
   const sample::Totals totals = (*sampler)->ReadTotals();
   if (options.pids.empty()) {
     attributor.SetScopeSamples(totals.samples - totals.idle);

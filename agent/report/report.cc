@@ -63,12 +63,13 @@ json LibrariesJson(const aggregate::ProcessProfile& p) {
 // reader checks the rules table against a real profile.
 json TopSymbolsJson(const aggregate::ProcessProfile& p, double sec_per_sample, size_t limit) {
   std::vector<std::pair<aggregate::SymbolKey, aggregate::SymbolCount>> rows(p.symbols.begin(), p.symbols.end());
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.samples > b.second.samples; });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.second.samples > b.second.samples; });
   if (rows.size() > limit) rows.resize(limit);
   json out = json::array();
   for (const auto& [key, count] : rows) {
-    std::string name = key.symbol >= 0 ? key.image->image->symbols.at(static_cast<uint32_t>(key.symbol)).name
-                                       : "[unnamed]";
+    std::string name =
+        key.symbol >= 0 ? key.image->image->symbols.at(static_cast<uint32_t>(key.symbol)).name : "[unnamed]";
     out.push_back({{"symbol", name},
                    {"library", key.image->path},
                    {"bucket", classify::BucketName(count.classification.bucket)},
@@ -123,24 +124,25 @@ json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const Ag
                     {"tls", profile.crypto.tls},      {"idle", run.idle_samples},
                     {"kernel", run.kernel_samples},   {"user", run.user_samples},
                     {"dropped", run.dropped_samples}, {"unresolved", profile.unresolved_samples}};
-  doc["agent"] = {{"cpu_seconds", cost.cpu_seconds},
-                  {"window_cpu_seconds", cost.window_cpu_seconds},
-                  {"bpf_seconds", cost.bpf_seconds},
-                  {"bpf_runs", cost.bpf_runs},
-                  {"bpf_stats_enabled", cost.bpf_stats_enabled},
-                  {"cpu_share_of_core",
-                   run.duration_seconds > 0 ? (cost.window_cpu_seconds + cost.bpf_seconds) / run.duration_seconds : 0.0},
-                  {"max_rss_bytes", cost.max_rss_bytes},
-                  {"report_latency_seconds", cost.report_latency_seconds}};
+  doc["agent"] = {
+      {"cpu_seconds", cost.cpu_seconds},
+      {"window_cpu_seconds", cost.window_cpu_seconds},
+      {"bpf_seconds", cost.bpf_seconds},
+      {"bpf_runs", cost.bpf_runs},
+      {"bpf_stats_enabled", cost.bpf_stats_enabled},
+      {"cpu_share_of_core",
+       run.duration_seconds > 0 ? (cost.window_cpu_seconds + cost.bpf_seconds) / run.duration_seconds : 0.0},
+      {"max_rss_bytes", cost.max_rss_bytes},
+      {"report_latency_seconds", cost.report_latency_seconds}};
   return doc;
 }
 
 std::string RenderTable(const json& r) {
   std::string out;
   auto line = [&out](const std::string& s) { out += s + "\n"; };
-  std::string scope = r["scope"]["kind"] == "host" ? fmt::format("host {} ({} CPUs)", r["host"].get<std::string>(),
-                                                                  r["cpus"].get<int>())
-                                                    : fmt::format("pids {}", r["scope"]["pids"].dump());
+  std::string scope = r["scope"]["kind"] == "host"
+                          ? fmt::format("host {} ({} CPUs)", r["host"].get<std::string>(), r["cpus"].get<int>())
+                          : fmt::format("pids {}", r["scope"]["pids"].dump());
   line(fmt::format("tlsprof: {:.1f} s at {} Hz, {}", r["duration_seconds"].get<double>(),
                    r["frequency_hz"].get<uint32_t>(), scope));
   line("");
@@ -174,15 +176,16 @@ std::string RenderTable(const json& r) {
   }
   const auto& a = r["agent"];
   line("");
-  line(fmt::format("agent: {:.3f} CPU-s in window + {:.3f} s BPF = {} of one core; {:.3f} CPU-s in all; "
-                   "max RSS {:.1f} MB; report ready {:.0f} ms after the window",
-                   a["window_cpu_seconds"].get<double>(), a["bpf_seconds"].get<double>(),
-                   Percent(a["cpu_share_of_core"].get<double>()), a["cpu_seconds"].get<double>(),
-                   a["max_rss_bytes"].get<double>() / 1e6, a["report_latency_seconds"].get<double>() * 1000));
+  line(
+      fmt::format("agent: {:.3f} CPU-s in window + {:.3f} s BPF = {} of one core; {:.3f} CPU-s in all; "
+                  "max RSS {:.1f} MB; report ready {:.0f} ms after the window",
+                  a["window_cpu_seconds"].get<double>(), a["bpf_seconds"].get<double>(),
+                  Percent(a["cpu_share_of_core"].get<double>()), a["cpu_seconds"].get<double>(),
+                  a["max_rss_bytes"].get<double>() / 1e6, a["report_latency_seconds"].get<double>() * 1000));
   const auto& s = r["samples"];
-  line(fmt::format("samples: {} total, {} busy, {} TLS, {} idle, {} dropped, {} unresolved",
-                   s["total"].get<uint64_t>(), s["busy"].get<uint64_t>(), s["tls"].get<uint64_t>(),
-                   s["idle"].get<uint64_t>(), s["dropped"].get<uint64_t>(), s["unresolved"].get<uint64_t>()));
+  line(fmt::format("samples: {} total, {} busy, {} TLS, {} idle, {} dropped, {} unresolved", s["total"].get<uint64_t>(),
+                   s["busy"].get<uint64_t>(), s["tls"].get<uint64_t>(), s["idle"].get<uint64_t>(),
+                   s["dropped"].get<uint64_t>(), s["unresolved"].get<uint64_t>()));
   return out;
 }
 

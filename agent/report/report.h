@@ -34,9 +34,9 @@ struct RunInfo {
 
 // The agent's own cost over the run.
 struct AgentCost {
-  double cpu_seconds = 0;            // user + system CPU of the agent process, start to report
-  double window_cpu_seconds = 0;     // of which during the sampling window
-  double bpf_seconds = 0;            // BPF program run time, from the kernel's BPF stats
+  double cpu_seconds = 0;         // user + system CPU of the agent process, start to report
+  double window_cpu_seconds = 0;  // of which during the sampling window
+  double bpf_seconds = 0;         // BPF program run time, from the kernel's BPF stats
   uint64_t bpf_runs = 0;
   bool bpf_stats_enabled = false;
   uint64_t max_rss_bytes = 0;

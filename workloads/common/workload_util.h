@@ -28,8 +28,7 @@ inline bool WriteFileAtomically(const std::string& path, const std::string& cont
     return false;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::fprintf(stderr, "cannot rename %s to %s: %s\n", tmp.c_str(), path.c_str(),
-                 std::strerror(errno));
+    std::fprintf(stderr, "cannot rename %s to %s: %s\n", tmp.c_str(), path.c_str(), std::strerror(errno));
     return false;
   }
   return true;

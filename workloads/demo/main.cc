@@ -125,8 +125,7 @@ X509Ptr MakeSelfSigned(EVP_PKEY* key, const char* cn) {
   X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
   X509_gmtime_adj(X509_getm_notAfter(cert.get()), 7 * 24 * 3600);
   X509_NAME* name = X509_get_subject_name(cert.get());
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn),
-                             -1, -1, 0);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn), -1, -1, 0);
   X509_set_issuer_name(cert.get(), name);
   if (X509_set_pubkey(cert.get(), key) != 1) return nullptr;
   if (X509_sign(cert.get(), key, EVP_sha256()) <= 0) return nullptr;
@@ -217,15 +216,13 @@ void ServeConnection(SSL_CTX* ctx, int fd) {
       ERR_clear_error();
       break;
     }
-    if (r != sizeof req && !ReadFull(ssl.get(), req + r, sizeof req - r))
-      return ConnError("server", "short request");
+    if (r != sizeof req && !ReadFull(ssl.get(), req + r, sizeof req - r)) return ConnError("server", "short request");
     uint64_t n = 0;
     for (unsigned char b : req) n = n << 8 | b;
     while (n > 0) {
       const size_t chunk = std::min<uint64_t>(n, kRecord);
       size_t w = 0;
-      if (SSL_write_ex(ssl.get(), data.data(), chunk, &w) != 1)
-        return ConnError("server", "write failed");
+      if (SSL_write_ex(ssl.get(), data.data(), chunk, &w) != 1) return ConnError("server", "write failed");
       n -= w;
     }
   }
@@ -269,11 +266,10 @@ bool RunConnection(const ClientShared& sh, const Scenario& sc, ScenarioStats& st
   Ssl ssl(SSL_new(sh.ctx));
   if (!ssl) return ConnError("client", "SSL_new"), false;
   const int ver = sc.tls13 ? TLS1_3_VERSION : TLS1_2_VERSION;
-  bool ok = SSL_set_min_proto_version(ssl.get(), ver) == 1 &&
-            SSL_set_max_proto_version(ssl.get(), ver) == 1 &&
+  bool ok = SSL_set_min_proto_version(ssl.get(), ver) == 1 && SSL_set_max_proto_version(ssl.get(), ver) == 1 &&
             (sc.tls13 ? SSL_set_ciphersuites(ssl.get(), sc.suite) : SSL_set_cipher_list(ssl.get(), sc.suite)) == 1 &&
-            SSL_set1_groups_list(ssl.get(), sc.groups) == 1 &&
-            SSL_set1_sigalgs_list(ssl.get(), sc.sigalgs) == 1 && SSL_set_fd(ssl.get(), sock.get()) == 1;
+            SSL_set1_groups_list(ssl.get(), sc.groups) == 1 && SSL_set1_sigalgs_list(ssl.get(), sc.sigalgs) == 1 &&
+            SSL_set_fd(ssl.get(), sock.get()) == 1;
   if (!ok) return ConnError(sc.name, "configuring client SSL"), false;
   if (sc.resume && session) SSL_set_session(ssl.get(), session.get());
 
@@ -375,8 +371,8 @@ bool ApplyMix(const std::string& mix, std::vector<Scenario>& scs) {
     if (it == scs.end() || !(w >= 0)) {
       std::string known;
       for (auto& s : scs) known += std::string(" ") + s.name;
-      std::fprintf(stderr, "--mix: bad entry '%s' (want name=weight, weight >= 0); names:%s\n",
-                   item.c_str(), known.c_str());
+      std::fprintf(stderr, "--mix: bad entry '%s' (want name=weight, weight >= 0); names:%s\n", item.c_str(),
+                   known.c_str());
       return false;
     }
     it->weight = w;
@@ -391,16 +387,16 @@ SslCtx MakeServerCtx(EVP_PKEY* rsa_key, X509* rsa_cert, EVP_PKEY* ec_key, X509* 
   SslCtx ctx(SSL_CTX_new(TLS_server_method()));
   if (!ctx) return SetupFail("SSL_CTX_new (server)"), nullptr;
   static const unsigned char kSidCtx[] = "tlsprof-demo";
-  const bool ok =
-      SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION) == 1 &&
-      SSL_CTX_use_certificate(ctx.get(), rsa_cert) == 1 && SSL_CTX_use_PrivateKey(ctx.get(), rsa_key) == 1 &&
-      SSL_CTX_use_certificate(ctx.get(), ec_cert) == 1 && SSL_CTX_use_PrivateKey(ctx.get(), ec_key) == 1 &&
-      SSL_CTX_check_private_key(ctx.get()) == 1 &&
-      SSL_CTX_set_ciphersuites(ctx.get(),
-                               "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256") == 1 &&
-      SSL_CTX_set_cipher_list(ctx.get(), "ECDHE+AESGCM:ECDHE+CHACHA20:ECDHE-RSA-AES128-SHA:ECDHE-ECDSA-AES128-SHA") == 1 &&
-      SSL_CTX_set1_groups_list(ctx.get(), "X25519:P-256") == 1 &&
-      SSL_CTX_set_session_id_context(ctx.get(), kSidCtx, sizeof kSidCtx - 1) == 1;
+  const bool ok = SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION) == 1 &&
+                  SSL_CTX_use_certificate(ctx.get(), rsa_cert) == 1 &&
+                  SSL_CTX_use_PrivateKey(ctx.get(), rsa_key) == 1 && SSL_CTX_use_certificate(ctx.get(), ec_cert) == 1 &&
+                  SSL_CTX_use_PrivateKey(ctx.get(), ec_key) == 1 && SSL_CTX_check_private_key(ctx.get()) == 1 &&
+                  SSL_CTX_set_ciphersuites(
+                      ctx.get(), "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256") == 1 &&
+                  SSL_CTX_set_cipher_list(
+                      ctx.get(), "ECDHE+AESGCM:ECDHE+CHACHA20:ECDHE-RSA-AES128-SHA:ECDHE-ECDSA-AES128-SHA") == 1 &&
+                  SSL_CTX_set1_groups_list(ctx.get(), "X25519:P-256") == 1 &&
+                  SSL_CTX_set_session_id_context(ctx.get(), kSidCtx, sizeof kSidCtx - 1) == 1;
   if (!ok) return SetupFail("configuring server SSL_CTX"), nullptr;
   // Let the client's list decide the suite, so each scenario gets its own.
   SSL_CTX_clear_options(ctx.get(), SSL_OP_CIPHER_SERVER_PREFERENCE);
@@ -429,8 +425,7 @@ int main(int argc, char** argv) {
   std::string names;
   for (auto& s : scenarios) names += std::string(" ") + s.name;
   CLI::App app{"tlsprof-demo: TLS client and server over loopback on the system OpenSSL"};
-  app.add_option("--duration", opt.duration, "Seconds to run; 0 = until SIGTERM/SIGINT")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--duration", opt.duration, "Seconds to run; 0 = until SIGTERM/SIGINT")->check(CLI::NonNegativeNumber);
   app.add_option("--threads", opt.threads, "Client/server thread pairs")->check(CLI::Range(1, 64));
   app.add_option("--ready-file", opt.ready_file, "Written (content: port) once the listener is up");
   app.add_option("--port", opt.port, "Listen port on 127.0.0.1 (0 = ephemeral)")->check(CLI::Range(0, 65535));
@@ -460,8 +455,7 @@ int main(int argc, char** argv) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t alen = sizeof addr;
   if (listener.get() < 0 || bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      listen(listener.get(), 128) != 0 ||
-      getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &alen) != 0) {
+      listen(listener.get(), 128) != 0 || getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &alen) != 0) {
     std::fprintf(stderr, "tlsprof-demo: cannot listen on 127.0.0.1:%d: %s\n", opt.port, std::strerror(errno));
     return 1;
   }
@@ -472,8 +466,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < opt.threads; ++i) servers.emplace_back(ServerThread, server_ctx.get(), listener.get());
   // The listener is up (connections queue in the backlog), so announce it.
   bool failed = false;
-  if (!opt.ready_file.empty() &&
-      !tlsprof::workload::WriteFileAtomically(opt.ready_file, std::to_string(port) + "\n"))
+  if (!opt.ready_file.empty() && !tlsprof::workload::WriteFileAtomically(opt.ready_file, std::to_string(port) + "\n"))
     failed = true;
 
   const long long t0 = NowNanos(CLOCK_MONOTONIC);
@@ -495,10 +488,11 @@ int main(int argc, char** argv) {
     full += stats[i].full;
     resumed += stats[i].resumed;
     bytes += stats[i].bytes;
-    if (scenarios[i].weight > 0) per += " " + std::string(scenarios[i].name) + "=" + std::to_string(stats[i].connections);
+    if (scenarios[i].weight > 0)
+      per += " " + std::string(scenarios[i].name) + "=" + std::to_string(stats[i].connections);
   }
-  std::printf("tlsprof-demo: %.1fs port=%u handshakes=%ld full=%ld resumed=%ld bytes=%ld errors=%ld conns:%s\n",
-              secs, port, full + resumed, full, resumed, bytes, g_errors.load(), per.c_str());
+  std::printf("tlsprof-demo: %.1fs port=%u handshakes=%ld full=%ld resumed=%ld bytes=%ld errors=%ld conns:%s\n", secs,
+              port, full + resumed, full, resumed, bytes, g_errors.load(), per.c_str());
   std::fflush(stdout);
   if (failed || full + resumed == 0 || g_errors > 0) return 1;
   return 0;

@@ -100,8 +100,7 @@ Pkey Keygen(const char* type, const char* group = nullptr, unsigned rsa_bits = 0
   PkeyCtx ctx(EVP_PKEY_CTX_new_from_name(nullptr, type, nullptr));
   if (!ctx || EVP_PKEY_keygen_init(ctx.get()) <= 0) return nullptr;
   if (group != nullptr && EVP_PKEY_CTX_set_group_name(ctx.get(), group) <= 0) return nullptr;
-  if (rsa_bits != 0 && EVP_PKEY_CTX_set_rsa_keygen_bits(ctx.get(), static_cast<int>(rsa_bits)) <= 0)
-    return nullptr;
+  if (rsa_bits != 0 && EVP_PKEY_CTX_set_rsa_keygen_bits(ctx.get(), static_cast<int>(rsa_bits)) <= 0) return nullptr;
   EVP_PKEY* key = nullptr;
   if (EVP_PKEY_keygen(ctx.get(), &key) <= 0) return nullptr;
   return Pkey(key);
@@ -135,8 +134,7 @@ struct Primitives {
     int len = 0;
     if (EVP_EncryptInit_ex2(ctx, nullptr, nullptr, iv, nullptr) <= 0) return false;
     if (EVP_EncryptUpdate(ctx, nullptr, &len, iv, 13) <= 0) return false;  // AAD
-    if (EVP_EncryptUpdate(ctx, out.data(), &len, in.data(), static_cast<int>(in.size())) <= 0)
-      return false;
+    if (EVP_EncryptUpdate(ctx, out.data(), &len, in.data(), static_cast<int>(in.size())) <= 0) return false;
     if (EVP_EncryptFinal_ex(ctx, out.data() + len, &len) <= 0) return false;
     unsigned char tag[16];
     return EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag) > 0;
@@ -145,8 +143,7 @@ struct Primitives {
   bool CbcEncrypt() {
     // The context keeps chaining across calls, like a CBC record stream.
     int len = 0;
-    return EVP_EncryptUpdate(cbc_ctx.get(), out.data(), &len, in.data(),
-                             static_cast<int>(in.size())) > 0;
+    return EVP_EncryptUpdate(cbc_ctx.get(), out.data(), &len, in.data(), static_cast<int>(in.size())) > 0;
   }
 
   bool Digest(const EVP_MD* md) {
@@ -165,13 +162,11 @@ struct Primitives {
   bool Derive(EVP_PKEY_CTX* ctx, const std::vector<Pkey>& peers) {
     peer_index = (peer_index + 1) % peers.size();
     size_t len = sizeof secret;
-    return EVP_PKEY_derive_set_peer(ctx, peers[peer_index].get()) > 0 &&
-           EVP_PKEY_derive(ctx, secret, &len) > 0;
+    return EVP_PKEY_derive_set_peer(ctx, peers[peer_index].get()) > 0 && EVP_PKEY_derive(ctx, secret, &len) > 0;
   }
 };
 
-bool SetupCipher(Cipher& cipher, CipherCtx& ctx, const char* name, const unsigned char* key,
-                 const unsigned char* iv) {
+bool SetupCipher(Cipher& cipher, CipherCtx& ctx, const char* name, const unsigned char* key, const unsigned char* iv) {
   cipher.reset(EVP_CIPHER_fetch(nullptr, name, nullptr));
   ctx.reset(EVP_CIPHER_CTX_new());
   if (!cipher || !ctx) return Fail(std::string("fetching ") + name);
@@ -282,8 +277,8 @@ std::atomic<bool> g_measuring{false};
 std::atomic<bool> g_failed{false};
 
 // The worker: warm-up, then the measured window until g_stop.
-void Worker(std::vector<Category>& cats, const Options& opt, Window& win,
-            std::atomic<int>& tid_out, std::atomic<bool>& warm_done) {
+void Worker(std::vector<Category>& cats, const Options& opt, Window& win, std::atomic<int>& tid_out,
+            std::atomic<bool>& warm_done) {
   pthread_setname_np(pthread_self(), "tlsprof-gt-wrk");
   tid_out = static_cast<int>(syscall(SYS_gettid));
   const long long slice_ns = static_cast<long long>(opt.slice_ms * 1e6);
@@ -350,10 +345,8 @@ int main(int argc, char** argv) {
   CLI::App app{"tlsprof-groundtruth: known mix of libcrypto primitives for accuracy tests"};
   app.add_option("--duration", opt.duration, "Measured window in seconds (after warm-up); 0 = until SIGTERM")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup", opt.warmup, "Seconds of unmeasured mix before the window")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--slice-ms", opt.slice_ms, "Thread CPU per slice of one category")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", opt.warmup, "Seconds of unmeasured mix before the window")->check(CLI::NonNegativeNumber);
+  app.add_option("--slice-ms", opt.slice_ms, "Thread CPU per slice of one category")->check(CLI::PositiveNumber);
   app.add_option("--mix", opt.mix,
                  "Target CPU shares, name=weight,... (unlisted = off). Names: aes_gcm, "
                  "chacha20_poly1305, aes_cbc, sha256, sha1, rsa, x25519, ecdsa_p256, ecdhe_p256");
@@ -367,14 +360,12 @@ int main(int argc, char** argv) {
   Primitives p;
   std::vector<Category> cats = {
       {"aes_gcm", "cipher", "AES-GCM", 1, kBufferBytes, [&] { return p.Seal(p.gcm_ctx.get()); }},
-      {"chacha20_poly1305", "cipher", "ChaCha20-Poly1305", 1, kBufferBytes,
-       [&] { return p.Seal(p.chacha_ctx.get()); }},
+      {"chacha20_poly1305", "cipher", "ChaCha20-Poly1305", 1, kBufferBytes, [&] { return p.Seal(p.chacha_ctx.get()); }},
       {"aes_cbc", "cipher", "AES-CBC", 1, kBufferBytes, [&] { return p.CbcEncrypt(); }},
       {"sha256", "hash", "SHA-256", 1, kBufferBytes, [&] { return p.Digest(p.sha256.get()); }},
       {"sha1", "hash", "SHA-1", 1, kBufferBytes, [&] { return p.Digest(p.sha1.get()); }},
       {"rsa", "signature", "RSA", 1, 0, [&] { return p.Sign(p.rsa_sign_ctx.get()); }},
-      {"x25519", "key_exchange", "X25519", 1, 0,
-       [&] { return p.Derive(p.x25519_ctx.get(), p.x25519_peers); }},
+      {"x25519", "key_exchange", "X25519", 1, 0, [&] { return p.Derive(p.x25519_ctx.get(), p.x25519_peers); }},
       {"ecdsa_p256", "signature", "ECDSA-P256", opt.with_p256 ? 1.0 : 0.0, 0,
        [&] { return p.Sign(p.ecdsa_sign_ctx.get()); }},
       {"ecdhe_p256", "key_exchange", "ECDHE-P256", opt.with_p256 ? 1.0 : 0.0, 0,
@@ -414,8 +405,7 @@ int main(int argc, char** argv) {
   Window win;
   std::atomic<int> tid{0};
   std::atomic<bool> warm_done{false};
-  std::thread worker(Worker, std::ref(cats), std::cref(opt), std::ref(win), std::ref(tid),
-                     std::ref(warm_done));
+  std::thread worker(Worker, std::ref(cats), std::cref(opt), std::ref(win), std::ref(tid), std::ref(warm_done));
 
   // Wait out the warm-up (or a stop signal), then announce the window.
   int sig = 0;
@@ -476,7 +466,7 @@ int main(int argc, char** argv) {
     std::fputs(text.c_str(), stdout);
   }
   std::fprintf(stderr, "tlsprof-groundtruth: window %.2fs, thread cpu %.3fs, measured %.3fs%s\n",
-               (win.end_mono_ns - win.start_mono_ns) * 1e-9, win.thread_cpu_ns * 1e-9,
-               sum_ns * 1e-9, g_failed ? " (FAILED, see above)" : "");
+               (win.end_mono_ns - win.start_mono_ns) * 1e-9, win.thread_cpu_ns * 1e-9, sum_ns * 1e-9,
+               g_failed ? " (FAILED, see above)" : "");
   return g_failed ? 1 : 0;
 }
