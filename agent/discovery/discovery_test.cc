@@ -112,6 +112,26 @@ TEST(Registry, FindsTheSystemLibcryptoInAProcessThatMapsIt) {
   }
 }
 
+TEST(Registry, FindsDebiansSharedBoringSSL) {
+  // android-libboringssl: a stripped BoringSSL shared build whose libcrypto
+  // also exports OpenSSL-looking names such as OPENSSL_init_crypto.
+  constexpr const char* kPath = "/usr/lib/x86_64-linux-gnu/android/libcrypto.so.0";
+  void* handle = dlopen(kPath, RTLD_NOW);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  ProcessRegistry registry;
+  ASSERT_TRUE(registry.Refresh(getpid()).ok());
+  const ProcessSnapshot* snap = registry.Get(getpid());
+  ASSERT_NE(snap, nullptr);
+  void* sym = dlsym(handle, "EVP_AEAD_CTX_seal");
+  ASSERT_NE(sym, nullptr);
+  const auto* m = snap->Find(reinterpret_cast<uint64_t>(sym));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->mapping.path, kPath);
+  ASSERT_TRUE(m->image && m->image->tls.has_value());
+  EXPECT_EQ(m->image->tls->kind, classify::LibraryKind::kBoringSSL);
+  EXPECT_TRUE(m->image->tls->whole_file_is_tls);
+}
+
 TEST(Registry, KeepsTheLastSnapshotOfAProcessThatExited) {
   pid_t child = fork();
   ASSERT_GE(child, 0);
