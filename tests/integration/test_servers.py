@@ -51,6 +51,7 @@ class ServerTest(unittest.TestCase):
               f"{agent['max_rss_bytes'] / 1e6:.1f} MB, report after {agent['report_latency_seconds'] * 1000:.0f} ms")
         self.assertLessEqual(agent["max_rss_bytes"], 100 * 1000 * 1000)
         self.assertLessEqual(agent["report_latency_seconds"], 1.0)
+        self.assertLessEqual(agent["cpu_share_of_core"], 0.01, agent)
 
     def test_go_tls_server(self):
         go_tls = os.path.join(BIN, "tlsprof-go-tls")
