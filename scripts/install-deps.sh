@@ -12,13 +12,13 @@ fi
 packages=(
   # build
   build-essential cmake ninja-build pkg-config clang llvm
-  libbpf-dev bpftool libelf-dev zlib1g-dev libdw-dev libdebuginfod-dev
+  libbpf-dev bpftool libelf-dev zlib1g-dev libdw-dev libdebuginfod-dev binutils elfutils
   libssl-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   prometheus-cpp-dev
   # TLS libraries and servers profiled by the tests
-  openssl android-libboringssl-dev golang-go nodejs nginx wrk
+  openssl android-libboringssl-dev golang-go nodejs nginx wrk debuginfod
   # bench/ anchors and tools
   linux-perf python3 procps curl
 )
