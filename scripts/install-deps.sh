@@ -32,8 +32,8 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
-# nginx is started by the tests themselves, never as a system service.
+# nginx and debuginfod are started by the tests themselves, never as system services.
 if command -v systemctl >/dev/null 2>&1; then
-  systemctl disable --now nginx >/dev/null 2>&1 || true
+  systemctl disable --now nginx debuginfod >/dev/null 2>&1 || true
 fi
 echo "$want" >"$stamp"

@@ -8,7 +8,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace tlsprof::workload {
 
@@ -85,6 +88,35 @@ inline long long NowNanos(clockid_t clock) {
   timespec ts{};
   clock_gettime(clock, &ts);
   return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+// One entry of a --mix option ("name=weight,name,...").
+struct MixEntry {
+  std::string item;  // the entry as written
+  std::string name;
+  double weight;  // 1 when no '=weight' is given; -1 when it is not a number
+};
+
+// Splits a --mix value at commas into entries, skipping empty ones. Weights
+// are not range-checked: callers reject !(weight >= 0).
+inline std::vector<MixEntry> ParseMix(const std::string& mix) {
+  std::vector<MixEntry> entries;
+  std::stringstream ss(mix);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    double w = 1;
+    if (eq != std::string::npos) {
+      try {
+        w = std::stod(item.substr(eq + 1));
+      } catch (const std::exception&) {
+        w = -1;
+      }
+    }
+    entries.push_back({item, item.substr(0, eq), w});
+  }
+  return entries;
 }
 
 }  // namespace tlsprof::workload

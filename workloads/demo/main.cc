@@ -28,71 +28,29 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "agent/common/fd.h"
+#include "openssl_util.h"
 #include "workload_util.h"
 
 namespace {
 
 using tlsprof::workload::NowNanos;
-
-struct SslCtxDeleter {
-  void operator()(SSL_CTX* p) const { SSL_CTX_free(p); }
-};
-struct SslDeleter {
-  void operator()(SSL* p) const { SSL_free(p); }
-};
-struct SessionDeleter {
-  void operator()(SSL_SESSION* p) const { SSL_SESSION_free(p); }
-};
-struct PkeyDeleter {
-  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
-};
-struct X509Deleter {
-  void operator()(X509* p) const { X509_free(p); }
-};
-using SslCtx = std::unique_ptr<SSL_CTX, SslCtxDeleter>;
-using Ssl = std::unique_ptr<SSL, SslDeleter>;
-using Session = std::unique_ptr<SSL_SESSION, SessionDeleter>;
-using Pkey = std::unique_ptr<EVP_PKEY, PkeyDeleter>;
-using X509Ptr = std::unique_ptr<X509, X509Deleter>;
-
-// Owns a socket fd.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using tlsprof::workload::OpenSslErrors;
+using tlsprof::workload::Pkey;
+using tlsprof::workload::Session;
+using tlsprof::workload::Ssl;
+using tlsprof::workload::SslCtx;
+using tlsprof::workload::X509Ptr;
 
 // ---- error reporting -------------------------------------------------------
 
 std::atomic<long> g_errors{0};
 std::mutex g_log_mu;
 constexpr long kMaxLoggedErrors = 20;
-
-std::string OpenSslErrors() {
-  std::string s;
-  unsigned long e = 0;
-  while ((e = ERR_get_error()) != 0) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    s += " ";
-    s += buf;
-  }
-  return s;
-}
 
 // Counts a per-connection error and logs the first few; a failed connection
 // is never fatal.
@@ -105,10 +63,7 @@ void ConnError(const std::string& where, const std::string& what) {
   if (n == kMaxLoggedErrors) std::fprintf(stderr, "tlsprof-demo: further errors are only counted\n");
 }
 
-bool SetupFail(const std::string& what) {
-  std::fprintf(stderr, "tlsprof-demo: %s failed:%s\n", what.c_str(), OpenSslErrors().c_str());
-  return false;
-}
+bool SetupFail(const std::string& what) { return tlsprof::workload::ReportOpenSslFailure("tlsprof-demo", what); }
 
 // ---- keys and certificates ------------------------------------------------
 
@@ -201,7 +156,7 @@ bool ReadFull(SSL* ssl, unsigned char* buf, size_t n) {
 // ---- server ----------------------------------------------------------------
 
 void ServeConnection(SSL_CTX* ctx, int fd) {
-  Fd sock(fd);
+  tlsprof::UniqueFd sock(fd);
   SetTimeouts(fd);
   Ssl ssl(SSL_new(ctx));
   if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) return ConnError("server", "SSL_new");
@@ -253,7 +208,7 @@ struct ClientShared {
 // Runs one connection of `sc`. `session` is the last resumable session for
 // this scenario in this thread; it is replaced by the new one.
 bool RunConnection(const ClientShared& sh, const Scenario& sc, ScenarioStats& st, Session& session) {
-  Fd sock(socket(AF_INET, SOCK_STREAM, 0));
+  tlsprof::UniqueFd sock(socket(AF_INET, SOCK_STREAM, 0));
   if (sock.get() < 0) return ConnError("client", std::string("socket: ") + std::strerror(errno)), false;
   SetTimeouts(sock.get());
   sockaddr_in addr{};
@@ -353,29 +308,16 @@ struct Options {
 
 bool ApplyMix(const std::string& mix, std::vector<Scenario>& scs) {
   for (auto& s : scs) s.weight = 0;
-  std::stringstream ss(mix);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    const auto eq = item.find('=');
-    const std::string name = item.substr(0, eq);
-    double w = 1;
-    if (eq != std::string::npos) {
-      try {
-        w = std::stod(item.substr(eq + 1));
-      } catch (const std::exception&) {
-        w = -1;
-      }
-    }
-    auto it = std::find_if(scs.begin(), scs.end(), [&](auto& s) { return name == s.name; });
-    if (it == scs.end() || !(w >= 0)) {
+  for (const auto& e : tlsprof::workload::ParseMix(mix)) {
+    auto it = std::find_if(scs.begin(), scs.end(), [&](auto& s) { return e.name == s.name; });
+    if (it == scs.end() || !(e.weight >= 0)) {
       std::string known;
       for (auto& s : scs) known += std::string(" ") + s.name;
-      std::fprintf(stderr, "--mix: bad entry '%s' (want name=weight, weight >= 0); names:%s\n", item.c_str(),
+      std::fprintf(stderr, "--mix: bad entry '%s' (want name=weight, weight >= 0); names:%s\n", e.item.c_str(),
                    known.c_str());
       return false;
     }
-    it->weight = w;
+    it->weight = e.weight;
   }
   for (auto& s : scs)
     if (s.weight > 0) return true;
@@ -446,7 +388,7 @@ int main(int argc, char** argv) {
   SslCtx client_ctx = MakeClientCtx(rsa_cert.get(), ec_cert.get());
   if (!server_ctx || !client_ctx) return 1;
 
-  Fd listener(socket(AF_INET, SOCK_STREAM, 0));
+  tlsprof::UniqueFd listener(socket(AF_INET, SOCK_STREAM, 0));
   int one = 1;
   setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};

@@ -10,7 +10,6 @@
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
-#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
@@ -27,11 +26,11 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "openssl_util.h"
 #include "workload_util.h"
 
 namespace {
@@ -41,44 +40,16 @@ using tlsprof::workload::NowNanos;
 constexpr size_t kBufferBytes = 16 * 1024;
 constexpr int kPeerKeys = 64;
 
-struct PkeyDeleter {
-  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
-};
-struct PkeyCtxDeleter {
-  void operator()(EVP_PKEY_CTX* p) const { EVP_PKEY_CTX_free(p); }
-};
-struct CipherCtxDeleter {
-  void operator()(EVP_CIPHER_CTX* p) const { EVP_CIPHER_CTX_free(p); }
-};
-struct MdCtxDeleter {
-  void operator()(EVP_MD_CTX* p) const { EVP_MD_CTX_free(p); }
-};
-struct CipherDeleter {
-  void operator()(EVP_CIPHER* p) const { EVP_CIPHER_free(p); }
-};
-struct MdDeleter {
-  void operator()(EVP_MD* p) const { EVP_MD_free(p); }
-};
-using Pkey = std::unique_ptr<EVP_PKEY, PkeyDeleter>;
-using PkeyCtx = std::unique_ptr<EVP_PKEY_CTX, PkeyCtxDeleter>;
-using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxDeleter>;
-using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxDeleter>;
-using Cipher = std::unique_ptr<EVP_CIPHER, CipherDeleter>;
-using Md = std::unique_ptr<EVP_MD, MdDeleter>;
+using tlsprof::workload::Cipher;
+using tlsprof::workload::CipherCtx;
+using tlsprof::workload::Md;
+using tlsprof::workload::MdCtx;
+using tlsprof::workload::Pkey;
+using tlsprof::workload::PkeyCtx;
 
 // Prints OpenSSL's error queue after `what` and returns false, so setup code
 // can write `if (!x) return Fail("...")`.
-bool Fail(const std::string& what) {
-  std::fprintf(stderr, "tlsprof-groundtruth: %s failed:", what.c_str());
-  unsigned long e = 0;
-  while ((e = ERR_get_error()) != 0) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    std::fprintf(stderr, " %s", buf);
-  }
-  std::fprintf(stderr, "\n");
-  return false;
-}
+bool Fail(const std::string& what) { return tlsprof::workload::ReportOpenSslFailure("tlsprof-groundtruth", what); }
 
 // One measured category. `op` runs one operation and returns false on error.
 struct Category {
@@ -215,32 +186,19 @@ struct Options {
 // get weight 0 (disabled).
 bool ApplyMix(const std::string& mix, std::vector<Category>& cats) {
   for (auto& c : cats) c.weight = 0;
-  std::stringstream ss(mix);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    const auto eq = item.find('=');
-    const std::string name = item.substr(0, eq);
-    double w = 1;
-    if (eq != std::string::npos) {
-      try {
-        w = std::stod(item.substr(eq + 1));
-      } catch (const std::exception&) {
-        w = -1;
-      }
-    }
-    auto it = std::find_if(cats.begin(), cats.end(), [&](auto& c) { return c.name == name; });
+  for (const auto& e : tlsprof::workload::ParseMix(mix)) {
+    auto it = std::find_if(cats.begin(), cats.end(), [&](auto& c) { return c.name == e.name; });
     if (it == cats.end()) {
       std::string known;
       for (auto& c : cats) known += " " + c.name;
-      std::fprintf(stderr, "--mix: unknown category '%s'; known:%s\n", name.c_str(), known.c_str());
+      std::fprintf(stderr, "--mix: unknown category '%s'; known:%s\n", e.name.c_str(), known.c_str());
       return false;
     }
-    if (!(w >= 0)) {
-      std::fprintf(stderr, "--mix: weight for '%s' must be a number >= 0\n", name.c_str());
+    if (!(e.weight >= 0)) {
+      std::fprintf(stderr, "--mix: weight for '%s' must be a number >= 0\n", e.name.c_str());
       return false;
     }
-    it->weight = w;
+    it->weight = e.weight;
   }
   return true;
 }
