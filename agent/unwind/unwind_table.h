@@ -21,12 +21,23 @@ struct UnwindTable {
   std::vector<unwind_row> rows;  // sorted by pc; ranges without CFI are CFA_NONE rows
   // Statistics for the report and the tests.
   uint64_t fdes = 0;
-  uint64_t unsupported_rows = 0;  // CFA rules we do not model (became CFA_NONE)
+  uint64_t unsupported_rows = 0;          // CFA rules we do not model (became CFA_NONE)
+  uint64_t cfi_rows = 0;                  // rows libdw reported, before merging identical neighbours
+  uint64_t covered_bytes = 0;             // code bytes inside some FDE
+  uint64_t unsupported_bytes = 0;         // of those, bytes whose rule became CFA_NONE
+  uint64_t cfi_errors = 0;                // FDEs/CIEs we could not decode (skipped)
+  uint64_t kind_rows[CFA_NONE + 1] = {};  // final rows per enum unwind_cfa_kind
 };
 
-// Reads the CFI of the ELF file behind `fd` (executable sections only).
-// A file without CFI gives an empty table, not an error; a malformed one an
-// Error. Never crashes on bad input.
+// Reads the CFI of the ELF file behind `fd` (executable segments only).
+// Rows come from .eh_frame, and from .debug_frame where .eh_frame has no FDE.
+// Rules we cannot express (CFA from a register other than RSP/RBP, return
+// address not at CFA-8, e.g. signal trampolines) become CFA_NONE rows and
+// are counted in unsupported_rows. Code above 4 GiB (ELF vaddr) gives an
+// Error. Thread-safe (each call has its own libelf/libdw handles).
+// A file without CFI gives an empty table, not an error; a file that is not
+// x86-64 ELF gives an Error; CFI entries that do not decode are skipped and
+// counted in cfi_errors. Never crashes on bad input.
 Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_view display_path);
 
 // Finds the row that applies at `vaddr`; nullptr if before the first row.
@@ -46,6 +57,21 @@ struct MappedTable {
   const UnwindTable* table = nullptr;  // null: frame pointers only
 };
 // Returns the return addresses, leaf first (the leaf ip itself first).
+//
+// The algorithm the BPF unwinder must match, per frame:
+//  - stop if ip == 0; record ip; stop when max_frames are recorded;
+//  - look up ip for frame 0, ip - 1 for later frames (a return address points
+//    after the call, possibly into the next function or FDE); stop if no
+//    mapping holds it;
+//  - mapping without table (null or 0 rows, i.e. table_len 0): frame
+//    pointers: ra = *(bp + 8), sp' = bp + 16, bp' = *bp (stop if bp unknown);
+//  - else the row at (lookup ip - bias): CFA_RSP: cfa = sp + off; CFA_RBP:
+//    cfa = bp + off (stop if bp unknown); CFA_RSP_DEREF: cfa = *(sp + off) +
+//    deref_add; CFA_PLT: cfa = sp + 8 + ((ip & 15) >= 11 ? 8 : 0);
+//    CFA_END, CFA_NONE, no row: stop;
+//    ra = *(cfa - 8); RBP_AT_CFA: bp' = *(cfa + rbp_off); RBP_LOST: bp
+//    unknown from here on; sp' = cfa;
+//  - stop on any unreadable word, and unless sp' > sp (the stack must grow).
 std::vector<uint64_t> Unwind(const std::vector<MappedTable>& mappings, Registers regs, ReadWord read, void* ctx,
                              size_t max_frames = TLSPROF_UNWIND_MAX_FRAMES);
 

@@ -1,0 +1,491 @@
+// Builds the compact unwind rows of bpf/unwind.h from an ELF file's CFI.
+//
+// The FDE list comes from walking .eh_frame / .debug_frame with
+// dwarf_next_cfi (we only decode each FDE's address range ourselves); the
+// rows inside each FDE come from libdw's own CFI interpreter
+// (dwarf_cfi_addrframe + dwarf_frame_info), so the rules are elfutils'
+// reading of the CFI, not ours.
+#include "agent/unwind/unwind_table.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <gelf.h>
+#include <libelf.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+
+namespace tlsprof::unwind {
+namespace {
+
+constexpr int kRegRbp = 6;
+constexpr int kRegRsp = 7;
+constexpr int kRegRip = 16;
+
+// Owners for the libelf / libdw handles.
+struct ElfCloser {
+  void operator()(Elf* e) const { elf_end(e); }
+};
+struct DwarfCloser {
+  void operator()(Dwarf* d) const { dwarf_end(d); }
+};
+struct CfiCloser {
+  void operator()(Dwarf_CFI* c) const { dwarf_cfi_end(c); }
+};
+using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
+using DwarfPtr = std::unique_ptr<Dwarf, DwarfCloser>;
+using CfiPtr = std::unique_ptr<Dwarf_CFI, CfiCloser>;
+
+struct Interval {
+  uint64_t start = 0, end = 0;
+  int source = 0;  // index into the CFI list: 0 = .eh_frame, 1 = .debug_frame
+};
+
+// Reads an unsigned/signed LEB128; false if it runs past `end`.
+bool ReadUleb(const uint8_t*& p, const uint8_t* end, uint64_t* out) {
+  uint64_t v = 0;
+  for (int shift = 0; p < end && shift < 64; shift += 7) {
+    uint8_t b = *p++;
+    v |= uint64_t(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+bool ReadSleb(const uint8_t*& p, const uint8_t* end, int64_t* out) {
+  uint64_t v = 0;
+  int shift = 0;
+  for (; p < end && shift < 64;) {
+    uint8_t b = *p++;
+    v |= uint64_t(b & 0x7f) << shift;
+    shift += 7;
+    if (!(b & 0x80)) {
+      if (shift < 64 && (b & 0x40)) v |= ~uint64_t{0} << shift;
+      *out = int64_t(v);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Reads the value part of a DW_EH_PE_* encoded pointer (no application).
+bool ReadEncoded(const uint8_t*& p, const uint8_t* end, uint8_t enc, uint64_t* out) {
+  auto fixed = [&](auto t) {
+    using T = decltype(t);
+    if (end - p < static_cast<ptrdiff_t>(sizeof(T))) return false;
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    p += sizeof(T);
+    *out = uint64_t(int64_t(v));  // sign-extends the signed forms
+    if constexpr (std::is_unsigned_v<T>) *out = uint64_t(v);
+    return true;
+  };
+  switch (enc & 0x0f) {
+    case DW_EH_PE_absptr:
+    case DW_EH_PE_udata8:
+      return fixed(uint64_t{});
+    case DW_EH_PE_sdata8:
+      return fixed(int64_t{});
+    case DW_EH_PE_udata2:
+      return fixed(uint16_t{});
+    case DW_EH_PE_sdata2:
+      return fixed(int16_t{});
+    case DW_EH_PE_udata4:
+      return fixed(uint32_t{});
+    case DW_EH_PE_sdata4:
+      return fixed(int32_t{});
+    case DW_EH_PE_uleb128:
+      return ReadUleb(p, end, out);
+    case DW_EH_PE_sleb128: {
+      int64_t v;
+      if (!ReadSleb(p, end, &v)) return false;
+      *out = uint64_t(v);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+// The FDE pointer encoding a CIE announces ('R' in a 'z' augmentation).
+std::optional<uint8_t> CieFdeEncoding(const Dwarf_CIE& cie, bool eh_frame) {
+  if (!eh_frame) return DW_EH_PE_absptr;  // .debug_frame: plain target addresses
+  const char* aug = cie.augmentation;
+  if (aug == nullptr || aug[0] == '\0') return DW_EH_PE_absptr;
+  if (aug[0] != 'z') return std::nullopt;  // cannot find the FDE fields reliably
+  const uint8_t* p = cie.augmentation_data;
+  const uint8_t* end = p + cie.augmentation_data_size;
+  uint8_t fde_enc = DW_EH_PE_absptr;
+  for (const char* a = aug + 1; *a; ++a) {
+    switch (*a) {
+      case 'L':
+        if (p >= end) return std::nullopt;
+        ++p;
+        break;
+      case 'R':
+        if (p >= end) return std::nullopt;
+        fde_enc = *p++;
+        break;
+      case 'P': {
+        if (p >= end) return std::nullopt;
+        uint8_t enc = *p++;
+        uint64_t ignored;
+        if (!ReadEncoded(p, end, enc, &ignored)) return std::nullopt;
+        break;
+      }
+      case 'S':
+      case 'B':
+        break;
+      default:
+        return std::nullopt;
+    }
+  }
+  return fde_enc;
+}
+
+Elf_Scn* FindSection(Elf* elf, const char* name, GElf_Shdr* shdr_out) {
+  size_t shstrndx;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return nullptr;
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (!gelf_getshdr(scn, &shdr)) continue;
+    const char* n = elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (n && std::strcmp(n, name) == 0 && shdr.sh_type != SHT_NOBITS) {
+      *shdr_out = shdr;
+      return scn;
+    }
+  }
+  return nullptr;
+}
+
+// Appends the [start, end) of every FDE in a CFI section.
+void CollectFdes(Elf* elf, const char* section, bool eh_frame, int source, std::vector<Interval>* out,
+                 uint64_t* errors) {
+  GElf_Shdr shdr;
+  Elf_Scn* scn = FindSection(elf, section, &shdr);
+  if (!scn) return;
+  // Go and some toolchains compress .debug_frame (SHF_COMPRESSED); libelf
+  // inflates it in place for us.
+  if ((shdr.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0) {
+    ++*errors;
+    return;
+  }
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (!data || !data->d_buf || data->d_size == 0) return;
+  const unsigned char* ident = reinterpret_cast<const unsigned char*>(elf_getident(elf, nullptr));
+  if (!ident) return;
+  const auto* base = static_cast<const uint8_t*>(data->d_buf);
+
+  std::map<Dwarf_Off, std::optional<uint8_t>> cie_encoding;
+  auto encoding_of = [&](Dwarf_Off cie_off) -> std::optional<uint8_t> {
+    auto it = cie_encoding.find(cie_off);
+    if (it != cie_encoding.end()) return it->second;
+    Dwarf_CFI_Entry e;
+    Dwarf_Off next = Dwarf_Off(-1);
+    std::optional<uint8_t> enc;
+    if (dwarf_next_cfi(ident, data, eh_frame, cie_off, &next, &e) == 0 && dwarf_cfi_cie_p(&e)) {
+      enc = CieFdeEncoding(e.cie, eh_frame);
+    }
+    cie_encoding.emplace(cie_off, enc);
+    return enc;
+  };
+
+  Dwarf_Off off = 0;
+  while (off < data->d_size) {
+    Dwarf_CFI_Entry e;
+    Dwarf_Off next = Dwarf_Off(-1);
+    int r = dwarf_next_cfi(ident, data, eh_frame, off, &next, &e);
+    if (r > 0) break;
+    if (r < 0) {
+      ++*errors;
+      if (next == Dwarf_Off(-1) || next <= off) break;
+      off = next;
+      continue;
+    }
+    if (dwarf_cfi_cie_p(&e)) {
+      cie_encoding.emplace(off, CieFdeEncoding(e.cie, eh_frame));
+    } else {
+      std::optional<uint8_t> enc = encoding_of(e.fde.CIE_pointer);
+      const uint8_t* p = e.fde.start;
+      uint64_t loc = 0, len = 0;
+      if (!enc || *enc == DW_EH_PE_omit || (*enc & DW_EH_PE_indirect) || !ReadEncoded(p, e.fde.end, *enc, &loc)) {
+        ++*errors;
+      } else if (!ReadEncoded(p, e.fde.end, *enc & 0x0f, &len)) {
+        ++*errors;
+      } else {
+        switch (*enc & 0x70) {
+          case DW_EH_PE_absptr:
+            break;
+          case DW_EH_PE_pcrel:
+            loc += shdr.sh_addr + uint64_t(e.fde.start - base);
+            break;
+          default:  // datarel/textrel/funcrel: not used by x86-64 toolchains
+            ++*errors;
+            len = 0;
+        }
+        if (len > 0 && loc + len > loc) out->push_back({loc, loc + len, source});
+      }
+    }
+    if (next <= off) break;
+    off = next;
+  }
+}
+
+int64_t Signed(Dwarf_Word w) { return static_cast<int64_t>(w); }
+// "reg + off": libdw reports DW_CFA_def_cfa as DW_OP_bregx reg, off, while
+// CFA expressions keep the DW_OP_bregN their producer wrote.
+bool IsBreg(const Dwarf_Op& op, int reg, int64_t* off = nullptr) {
+  if (op.atom == DW_OP_breg0 + reg) {
+    if (off) *off = Signed(op.number);
+    return true;
+  }
+  if (op.atom == DW_OP_bregx && op.number == Dwarf_Word(reg)) {
+    if (off) *off = Signed(op.number2);
+    return true;
+  }
+  return false;
+}
+bool Fits32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
+bool Fits16(int64_t v) { return v >= INT16_MIN && v <= INT16_MAX; }
+
+// Maps libdw's CFA expression to a row kind; false if we do not model it.
+bool MapCfa(const Dwarf_Op* ops, size_t nops, unwind_row* row) {
+  int64_t off = 0;
+  if (nops == 1 && (IsBreg(ops[0], kRegRsp, &off) || IsBreg(ops[0], kRegRbp, &off)) && Fits32(off)) {
+    row->cfa_kind = IsBreg(ops[0], kRegRsp) ? CFA_RSP : CFA_RBP;
+    row->cfa_off = int32_t(off);
+    return true;
+  }
+  // OpenSSL perlasm, `.cfi_cfa_expression %rsp+N,deref,+M`: the function
+  // realigned its stack and keeps the caller's RSP in a stack slot.
+  if ((nops == 2 || nops == 3) && IsBreg(ops[0], kRegRsp, &off) && ops[1].atom == DW_OP_deref && Fits32(off)) {
+    int64_t add = 0;
+    if (nops == 3) {
+      if (ops[2].atom != DW_OP_plus_uconst) return false;
+      add = Signed(ops[2].number);
+    }
+    if (!Fits16(add)) return false;
+    row->cfa_kind = CFA_RSP_DEREF;
+    row->cfa_off = int32_t(off);
+    row->deref_add = int16_t(add);
+    return true;
+  }
+  // The GNU ld PLT expression: CFA = RSP + 8 + ((RIP & 15) >= 11 ? 8 : 0).
+  static constexpr uint8_t kPlt[] = {DW_OP_breg7, DW_OP_breg16, DW_OP_lit15, DW_OP_and, DW_OP_lit11,
+                                     DW_OP_ge,    DW_OP_lit3,   DW_OP_shl,   DW_OP_plus};
+  if (nops == std::size(kPlt) && ops[0].number == 8 && ops[1].number == 0) {
+    bool same = true;
+    for (size_t i = 0; i < nops; ++i) same = same && ops[i].atom == kPlt[i];
+    if (same) {
+      row->cfa_kind = CFA_PLT;
+      row->cfa_off = 8;
+      return true;
+    }
+  }
+  return false;
+}
+
+// "Saved at CFA + off" as libdw spells it: DW_OP_call_frame_cfa, then an
+// optional DW_OP_plus_uconst off (or DW_OP_consts off; DW_OP_plus).
+std::optional<int64_t> CfaOffsetRule(const Dwarf_Op* ops, size_t nops) {
+  if (nops == 0 || ops[0].atom != DW_OP_call_frame_cfa) return std::nullopt;
+  if (nops == 1) return 0;
+  if (nops == 2 && ops[1].atom == DW_OP_plus_uconst) return Signed(ops[1].number);
+  if (nops == 3 && ops[1].atom == DW_OP_consts && ops[2].atom == DW_OP_plus) return Signed(ops[1].number);
+  return std::nullopt;
+}
+
+enum class RowResult { kOk, kUnsupported, kEnd };
+
+RowResult MakeRow(Dwarf_Frame* frame, int ra_reg, unwind_row* row) {
+  *row = {};
+  row->rbp_kind = RBP_SAME;
+  Dwarf_Op ops_mem[3];
+  Dwarf_Op* ops = nullptr;
+  size_t nops = 0;
+  // Return address first: "undefined" marks the outermost frame (_start,
+  // clone), which ends the stack whatever the CFA says.
+  if (dwarf_frame_register(frame, ra_reg, ops_mem, &ops, &nops) != 0) return RowResult::kUnsupported;
+  if (nops == 0 && ops == ops_mem) {
+    row->cfa_kind = CFA_END;
+    return RowResult::kEnd;
+  }
+  // The format assumes RA at CFA - 8 (every normal x86-64 frame). Signal
+  // trampolines (__restore_rt) describe RA with an expression: unsupported.
+  std::optional<int64_t> ra_off = CfaOffsetRule(ops, nops);
+  if (!ra_off || *ra_off != -8) return RowResult::kUnsupported;
+
+  if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops == 0 || !MapCfa(ops, nops, row)) {
+    return RowResult::kUnsupported;
+  }
+
+  if (dwarf_frame_register(frame, kRegRbp, ops_mem, &ops, &nops) != 0) {
+    row->rbp_kind = RBP_LOST;
+  } else if (nops == 0) {
+    // same_value (ops null) or undefined (ops == ops_mem, libdw's default
+    // for an unmentioned register at function entry): RBP is still the
+    // caller's.
+    row->rbp_kind = RBP_SAME;
+  } else if (std::optional<int64_t> off = CfaOffsetRule(ops, nops); off && Fits16(*off)) {
+    row->rbp_kind = RBP_AT_CFA;
+    row->rbp_off = int16_t(*off);
+  } else {
+    row->rbp_kind = RBP_LOST;
+  }
+  return RowResult::kOk;
+}
+
+bool SameRule(const unwind_row& a, const unwind_row& b) {
+  return a.cfa_kind == b.cfa_kind && a.rbp_kind == b.rbp_kind && a.cfa_off == b.cfa_off && a.deref_add == b.deref_add &&
+         a.rbp_off == b.rbp_off;
+}
+
+class RowBuilder {
+ public:
+  explicit RowBuilder(UnwindTable* t) : t_(t) {}
+  void Add(uint64_t pc, unwind_row row) {
+    row.pc = uint32_t(pc);
+    auto& rows = t_->rows;
+    if (!rows.empty() && rows.back().pc == row.pc) {
+      rows.pop_back();  // an empty range: the later rule wins
+    }
+    if (!rows.empty() && SameRule(rows.back(), row)) return;
+    rows.push_back(row);
+  }
+  void AddNone(uint64_t pc) {
+    unwind_row row{};
+    row.cfa_kind = CFA_NONE;
+    row.rbp_kind = RBP_LOST;
+    Add(pc, row);
+  }
+
+ private:
+  UnwindTable* t_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_view display_path) {
+  static const bool elf_ok = elf_version(EV_CURRENT) != EV_NONE;
+  if (!elf_ok) return MakeError("{}: libelf is unusable (elf_version failed)", display_path);
+  ElfPtr elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
+    return MakeError("{}: not an ELF file ({})", display_path, elf_errmsg(-1));
+  }
+  GElf_Ehdr ehdr;
+  if (!gelf_getehdr(elf.get(), &ehdr)) {
+    return MakeError("{}: unreadable ELF header ({})", display_path, elf_errmsg(-1));
+  }
+  if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_machine != EM_X86_64) {
+    return MakeError("{}: not an x86-64 ELF file; only x86-64 stacks can be unwound", display_path);
+  }
+
+  // Executable segments: the only code the unwinder can be in.
+  std::vector<std::pair<uint64_t, uint64_t>> exec;
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf.get(), &phnum) != 0) {
+    return MakeError("{}: unreadable program headers ({})", display_path, elf_errmsg(-1));
+  }
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (!gelf_getphdr(elf.get(), int(i), &ph)) continue;
+    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X) || ph.p_memsz == 0) continue;
+    if (ph.p_vaddr + ph.p_memsz > (uint64_t{1} << 32) || ph.p_vaddr + ph.p_memsz < ph.p_vaddr) {
+      return MakeError(
+          "{}: code at ELF address {:#x} is beyond 4 GiB, which the 32-bit unwind rows cannot describe; "
+          "stacks through it fall back to frame pointers",
+          display_path, ph.p_vaddr);
+    }
+    exec.emplace_back(ph.p_vaddr, ph.p_vaddr + ph.p_memsz);
+  }
+  auto table = std::make_shared<UnwindTable>();
+  if (exec.empty()) return std::shared_ptr<const UnwindTable>(table);
+
+  // .eh_frame first: it is what the runtime itself trusts. .debug_frame
+  // (Go, or unstripped objects) fills what .eh_frame does not cover.
+  CfiPtr eh_cfi(dwarf_getcfi_elf(elf.get()));
+  DwarfPtr dwarf(dwarf_begin_elf(elf.get(), DWARF_C_READ, nullptr));
+  Dwarf_CFI* debug_cfi = nullptr;
+  std::vector<Interval> fdes;
+  if (eh_cfi) CollectFdes(elf.get(), ".eh_frame", true, 0, &fdes, &table->cfi_errors);
+  CollectFdes(elf.get(), ".debug_frame", false, 1, &fdes, &table->cfi_errors);
+  if (std::any_of(fdes.begin(), fdes.end(), [](const Interval& iv) { return iv.source == 1; })) {
+    debug_cfi = dwarf ? dwarf_getcfi(dwarf.get()) : nullptr;  // owned by `dwarf`
+  }
+  Dwarf_CFI* cfis[2] = {eh_cfi.get(), debug_cfi};
+
+  // Keep FDEs inside executable segments; drop the parts that overlap an
+  // earlier (or .eh_frame) FDE.
+  auto in_exec = [&](const Interval& iv) {
+    for (auto [s, e] : exec) {
+      if (iv.start >= s && iv.end <= e) return true;
+    }
+    return false;
+  };
+  std::erase_if(fdes, [&](const Interval& iv) { return !in_exec(iv) || !cfis[iv.source]; });
+  std::sort(fdes.begin(), fdes.end(), [](const Interval& a, const Interval& b) {
+    return a.start != b.start ? a.start < b.start : a.source < b.source;
+  });
+
+  RowBuilder builder(table.get());
+  uint64_t covered_end = 0;
+  for (Interval iv : fdes) {
+    if (iv.end <= covered_end) continue;
+    iv.start = std::max(iv.start, covered_end);
+    if (iv.start > covered_end && covered_end != 0) builder.AddNone(covered_end);  // gap between FDEs
+    ++table->fdes;
+    Dwarf_CFI* cfi = cfis[iv.source];
+    for (uint64_t pc = iv.start; pc < iv.end;) {
+      Dwarf_Frame* frame = nullptr;
+      unwind_row row{};
+      uint64_t next = iv.end;
+      if (dwarf_cfi_addrframe(cfi, pc, &frame) != 0 || frame == nullptr) {
+        // Bad CFI program: give up on the rest of this FDE.
+        ++table->cfi_errors;
+        ++table->unsupported_rows;
+        table->unsupported_bytes += iv.end - pc;
+        builder.AddNone(pc);
+        break;
+      }
+      Dwarf_Addr start = 0, end = 0;
+      bool signal = false;
+      int ra = dwarf_frame_info(frame, &start, &end, &signal);
+      if (ra < 0) ra = kRegRip;
+      if (end > pc) next = std::min<uint64_t>(end, iv.end);
+      ++table->cfi_rows;
+      RowResult r = MakeRow(frame, ra, &row);
+      std::free(frame);
+      if (r == RowResult::kUnsupported) {
+        ++table->unsupported_rows;
+        table->unsupported_bytes += next - pc;
+        row = {};
+        row.cfa_kind = CFA_NONE;
+        row.rbp_kind = RBP_LOST;
+      }
+      table->covered_bytes += next - pc;
+      builder.Add(pc, row);
+      if (next <= pc) next = iv.end;  // libdw gave an empty range: never loop
+      pc = next;
+    }
+    covered_end = iv.end;
+  }
+  if (covered_end != 0) builder.AddNone(covered_end);  // nothing past the last FDE
+  for (const unwind_row& row : table->rows) ++table->kind_rows[row.cfa_kind];
+  return std::shared_ptr<const UnwindTable>(table);
+}
+
+const unwind_row* FindRow(const UnwindTable& table, uint64_t vaddr) {
+  if (vaddr > std::numeric_limits<uint32_t>::max()) return nullptr;
+  auto it = std::upper_bound(table.rows.begin(), table.rows.end(), vaddr,
+                             [](uint64_t v, const unwind_row& r) { return v < r.pc; });
+  if (it == table.rows.begin()) return nullptr;
+  return &*(it - 1);
+}
+
+}  // namespace tlsprof::unwind
