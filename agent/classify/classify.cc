@@ -213,7 +213,199 @@ std::optional<Classification> ClassifyGo(std::string_view name) {
   return Classification{};
 }
 
+// ---- Operation and phase tables (operations.cc)
+
+// A frame's name prepared once for the operation and phase tables. For C++
+// names outside a TLS namespace `leaf` is empty: nothing matches.
+struct EntryName {
+  std::string_view leaf;  // C: suffix-less, leading '_' dropped; C++: innermost name; Go: whole
+  std::string_view full;  // kContains rows (C++ class names live here)
+  FamilyMask mask = 0;
+};
+
+EntryName PrepareEntryName(Family family, std::string_view name) {
+  EntryName e;
+  e.mask = rules::MaskOf(family);
+  if (family == Family::kGo) {
+    std::string_view g = GoName(name);
+    if (StartsWith(g, "_goboringcrypto_")) {  // BoringSSL linked into Go
+      e.mask = rules::kB;
+      e.leaf = SplitCName(g.substr(16)).leaf;
+      e.full = g;
+      return e;
+    }
+    e.leaf = g;
+    e.full = g;
+    return e;
+  }
+  const CName c = SplitCName(name);
+  if (c.cxx && !c.ns.empty() && !IsTlsNamespace(e.mask, c.ns)) return e;
+  e.leaf = c.leaf;
+  e.full = name;
+  return e;
+}
+
+template <typename Row>
+bool EntryMatches(const Row& r, const EntryName& e) {
+  if (!(r.families & e.mask) || e.leaf.empty()) return false;
+  switch (r.match) {
+    case rules::Match::kExact:
+      return e.leaf == r.pattern;
+    case rules::Match::kPrefix:
+      return StartsWith(e.leaf, r.pattern);
+    case rules::Match::kContains:
+      return Contains(e.full, r.pattern);
+  }
+  return false;
+}
+
+const rules::Operation* FindOperation(const EntryName& e) {
+  if (e.leaf.empty()) return nullptr;
+  for (const auto& r : rules::Operations()) {
+    if (EntryMatches(r, e)) return &r;
+  }
+  return nullptr;
+}
+
+std::optional<Phase> FindPhase(const EntryName& e) {
+  if (e.leaf.empty()) return std::nullopt;
+  for (const auto& r : rules::PhaseEntries()) {
+    if (EntryMatches(r, e)) return r.phase;
+  }
+  return std::nullopt;
+}
+
+bool IsAmbiguousCurve(std::string_view a) { return a == algo::kP256Ambiguous || a == algo::kP384Ambiguous; }
+
+// The shared P-256/P-384 code, once the operation says which one it serves.
+std::string_view ResolveCurve(std::string_view a, Bucket bucket) {
+  if (a == algo::kP256Ambiguous) return bucket == Bucket::kKeyExchange ? algo::kEcdheP256 : algo::kEcdsaP256;
+  if (a == algo::kP384Ambiguous) return bucket == Bucket::kKeyExchange ? algo::kEcdheP384 : algo::kEcdsaP384;
+  return a;
+}
+
+bool IsConcrete(std::string_view a) { return a != algo::kUnknown && a != rules::kAnyEcdsa && a != rules::kAnyEcdh; }
+
+// May a primitive labelled `a` name the algorithm of an operation of `bucket`
+// whose innermost constraining entry says `constraint`?
+bool Compatible(Bucket prim_bucket, std::string_view a, Bucket bucket, std::string_view constraint) {
+  if (a == algo::kUnknown) return false;
+  const bool curve = IsAmbiguousCurve(a);
+  if (curve) {
+    if (bucket != Bucket::kSignature && bucket != Bucket::kKeyExchange) return false;
+  } else if (prim_bucket != bucket) {
+    return false;
+  }
+  const std::string_view resolved = ResolveCurve(a, bucket);
+  if (constraint == algo::kUnknown) return true;
+  if (constraint == rules::kAnyEcdsa) return resolved == algo::kEcdsaP256 || resolved == algo::kEcdsaP384;
+  if (constraint == rules::kAnyEcdh) return resolved == algo::kEcdheP256 || resolved == algo::kEcdheP384;
+  return resolved == constraint;
+}
+
 }  // namespace
+
+std::string_view PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kHandshake:
+      return "handshake";
+    case Phase::kRecord:
+      return "record";
+    case Phase::kOther:
+      return "other";
+  }
+  return "other";
+}
+
+std::optional<Classification> ClassifyOperation(Family family, std::string_view name) {
+  const rules::Operation* op = FindOperation(PrepareEntryName(family, name));
+  if (!op) return std::nullopt;
+  return Classification{op->bucket, IsConcrete(op->algorithm) ? op->algorithm : algo::kUnknown};
+}
+
+std::optional<Phase> ClassifyPhaseEntry(Family family, std::string_view name) {
+  return FindPhase(PrepareEntryName(family, name));
+}
+
+StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
+  StackClassification out;
+  // Pass 1, leaf to root: TLS at all, the outermost operation (a container
+  // only if no other operation is on the stack), the phase.
+  const rules::Operation* op = nullptr;
+  size_t op_index = 0;
+  const rules::Operation* container = nullptr;
+  size_t container_index = 0;
+  bool handshake = false;
+  bool record = false;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const FrameInfo& f = frames[i];
+    if (!f.tls) continue;
+    out.tls = true;
+    if (f.name.empty()) continue;
+    const EntryName e = PrepareEntryName(f.family, f.name);
+    if (const rules::Operation* o = FindOperation(e)) {
+      if (o->container) {
+        container = o;
+        container_index = i;
+      } else {
+        op = o;
+        op_index = i;
+      }
+    }
+    if (!handshake) {
+      if (auto p = FindPhase(e)) {
+        handshake = *p == Phase::kHandshake;
+        record = record || *p == Phase::kRecord;
+      }
+    }
+  }
+  if (!out.tls) return out;
+  out.phase = handshake ? Phase::kHandshake : record ? Phase::kRecord : Phase::kOther;
+  if (!op && container) {
+    op = container;
+    op_index = container_index;
+  }
+
+  if (!op) {
+    // No operation: the innermost primitive decides, as leaf-only did.
+    for (const FrameInfo& f : frames) {
+      if (!f.tls || f.name.empty()) continue;
+      auto c = ClassifySymbol(f.family, f.name);
+      if (c && c->bucket != Bucket::kOther) {
+        out.classification = *c;
+        return out;
+      }
+    }
+    return out;
+  }
+
+  // Pass 2, from the outermost operation down to the leaf: the innermost
+  // primitive that fits the operation (same bucket, named algorithm, allowed
+  // by the innermost same-bucket operation above it), else the innermost
+  // same-bucket operation that names an algorithm.
+  const Bucket bucket = op->bucket;
+  std::string_view constraint = op->algorithm;
+  std::string_view from_op = IsConcrete(op->algorithm) ? op->algorithm : algo::kUnknown;
+  std::string_view from_primitive;
+  for (size_t i = op_index + 1; i-- > 0;) {
+    const FrameInfo& f = frames[i];
+    if (!f.tls || f.name.empty()) continue;
+    if (i != op_index) {
+      const rules::Operation* o = FindOperation(PrepareEntryName(f.family, f.name));
+      if (o && o->bucket == bucket && o->algorithm != algo::kUnknown) {
+        constraint = o->algorithm;
+        if (IsConcrete(o->algorithm)) from_op = o->algorithm;
+      }
+    }
+    auto c = ClassifySymbol(f.family, f.name);
+    if (c && Compatible(c->bucket, c->algorithm, bucket, constraint)) {
+      from_primitive = ResolveCurve(c->algorithm, bucket);
+    }
+  }
+  out.classification.bucket = bucket;
+  out.classification.algorithm = !from_primitive.empty() ? from_primitive : from_op;
+  return out;
+}
 
 std::string_view BucketName(Bucket bucket) {
   switch (bucket) {

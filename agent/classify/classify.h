@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace tlsprof::classify {
@@ -67,6 +68,50 @@ std::optional<Classification> ClassifySymbol(Family family, std::string_view nam
 // True if `name` is TLS library code for any family: the filter that keeps a
 // big static binary's symbol table small.
 bool IsTlsSymbol(std::string_view name);
+
+// ---- Stack-aware classification (semantics in README.md, "Stacks").
+
+// What a sample's TLS time serves: the handshake (including handshakes that
+// SSL_read/SSL_write or Go's Conn.Read run implicitly), the record layer
+// (application data, alerts, close_notify), or neither (setup, teardown).
+enum class Phase : uint8_t { kHandshake, kRecord, kOther };
+std::string_view PhaseName(Phase phase);  // "handshake", "record", "other"
+
+// One frame of a user stack as the caller resolved it.
+struct FrameInfo {
+  std::string_view name;             // may be empty (unnamed code in a stripped library)
+  Family family = Family::kOpenSSL;  // rules that apply to the frame's binary
+  bool tls = false;                  // the frame's address is in TLS library code (the caller knows)
+};
+
+struct StackClassification {
+  Classification classification;
+  Phase phase = Phase::kOther;
+  bool tls = false;  // any frame is TLS library code: the sample is TLS time
+};
+
+// Classifies a whole stack, frames leaf first. Only frames with tls=true are
+// looked at for operations, primitives and phase. Allocation-free; callers
+// cache the result per unique stack.
+//   bucket:    the outermost operation entry point's (ClassifyOperation); with
+//              none, the innermost primitive's (ClassifySymbol), else other.
+//   algorithm: the innermost primitive of that bucket that names one (the
+//              shared P-256/P-384 code resolves to ECDSA or ECDHE by the
+//              bucket), else the innermost operation that names one, else
+//              unknown.
+//   phase:     handshake if any handshake entry is on the stack, else record
+//              if any record entry is, else other.
+StackClassification ClassifyStack(std::span<const FrameInfo> frames);
+
+// The operation a function starts, for an entry point of `family` (e.g.
+// EVP_DigestSignFinal -> {signature, unknown}, X25519 -> {key_exchange,
+// X25519}); nullopt if it is none. Callers pass TLS library frames only.
+std::optional<Classification> ClassifyOperation(Family family, std::string_view name);
+
+// The phase a TLS API or state-machine function stands for (SSL_do_handshake
+// -> handshake, SSL_write -> record); nullopt if none. Callers pass TLS
+// library frames only: some OpenSSL state-machine statics have generic names.
+std::optional<Phase> ClassifyPhaseEntry(Family family, std::string_view name);
 
 // What TLS library a binary carries.
 enum class LibraryKind : uint8_t { kOpenSSL11, kOpenSSL3, kBoringSSL, kGo };

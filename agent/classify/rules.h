@@ -56,9 +56,46 @@ struct CxxNamespace {
   std::string_view ns;
 };
 
+// One row of the operation table (operations.cc): a function that performs a
+// whole crypto operation (sign, derive, seal, digest, ...). On a stack the
+// outermost such frame picks the sample's bucket.
+//   algorithm: what the entry point names; kUnknown for generic entry points
+//     (EVP_DigestSign), or kAnyEcdsa/kAnyEcdh for ECDSA/ECDH whose curve it
+//     does not name. A non-unknown value also limits which primitives inside
+//     the operation may name the algorithm (a bignum kernel labelled RSA under
+//     ECDSA_do_sign is not RSA).
+//   container: a record-layer wrapper that does several operations (Go's
+//     halfConn.encrypt runs HMAC and CBC for TLS 1.2 CBC suites); an operation
+//     nested inside it takes precedence.
+struct Operation {
+  FamilyMask families;
+  Match match;
+  std::string_view pattern;
+  Bucket bucket;
+  std::string_view algorithm;
+  bool container = false;
+};
+
+// Operation-table algorithms that are not report vocabulary: ECDSA or ECDH with
+// the curve not named. They constrain primitives and are reported as kUnknown.
+inline constexpr std::string_view kAnyEcdsa = "ECDSA (any curve)";
+inline constexpr std::string_view kAnyEcdh = "ECDH (any curve)";
+
+// One row of the phase table (operations.cc): a TLS API or state-machine
+// function that says whether its callees serve the handshake or the record
+// layer.
+struct PhaseEntry {
+  FamilyMask families;
+  Match match;
+  std::string_view pattern;
+  Phase phase;
+};
+
 // First match wins, in table order.
 std::span<const Rule> Rules();
 std::span<const LibraryPrefix> LibraryPrefixes();
 std::span<const CxxNamespace> CxxNamespaces();
+std::span<const Operation> Operations();
+std::span<const PhaseEntry> PhaseEntries();
 
 }  // namespace tlsprof::classify::rules

@@ -1,0 +1,413 @@
+// The stack tables: which functions start a crypto OPERATION (and so pick a
+// stack's bucket), and which TLS functions say the PHASE (handshake or
+// record). The leaf primitives stay in rules.cc. Semantics: README.md,
+// "Stacks"; engine: classify.cc (ClassifyStack).
+//
+// How a name is matched:
+//   * C names (OpenSSL, BoringSSL) as in rules.cc: leading '_' and GCC/nm
+//     suffixes dropped (tls1_PRF.constprop.0 is tls1_PRF). C++ names
+//     (BoringSSL's libssl) need a TLS namespace (bssl::); kExact/kPrefix rows
+//     see the innermost function name, kContains rows the whole name (so
+//     "X25519KeyShare" finds bssl::(anonymous namespace)::X25519KeyShare::Finish).
+//   * Go names whole, less a leading "vendor/".
+//   * First match wins, in table order. Rows are looked up only on frames the
+//     caller marks as TLS library code.
+//
+// Why so many layers per operation: OpenSSL 3 tail-calls from the EVP entry
+// point into the provider (EVP_PKEY_sign -> rsa_sign, EVP_PKEY_derive ->
+// ecx_derive, SSL_connect -> state_machine), so with DWARF or frame-pointer
+// unwinding the public entry point is often not on the stack. Each operation
+// therefore lists its public API, the provider/method function, and the libssl
+// caller where that caller does nothing else.
+#include "agent/classify/rules.h"
+
+namespace tlsprof::classify::rules {
+namespace {
+
+using enum Match;
+using enum Bucket;
+using namespace algo;
+
+constexpr Bucket kSig = kSignature;
+constexpr Bucket kKx = kKeyExchange;
+constexpr Phase kHandshake = Phase::kHandshake;
+constexpr Phase kRecord = Phase::kRecord;
+
+// clang-format off
+constexpr Operation kOperations[] = {
+  // ===================== OpenSSL 1.1/3.x and BoringSSL =====================
+
+  // --- Signature: sign and verify, including the digest of the message
+  // (EVP_DigestSign hashes), the nonce (ECDSA's DRBG) and the padding (PSS).
+  {kOB, kPrefix, "EVP_DigestSign",               kSig, kUnknown},  // Init/Update/Final, one-shot
+  {kOB, kPrefix, "EVP_DigestVerify",             kSig, kUnknown},
+  {kOB, kPrefix, "EVP_PKEY_sign",                kSig, kUnknown},  // also sign_init, sign_message_*
+  {kOB, kPrefix, "EVP_PKEY_verify",              kSig, kUnknown},  // also verify_recover
+  {kOB, kPrefix, "EVP_SignFinal",                kSig, kUnknown},
+  {kOB, kPrefix, "EVP_VerifyFinal",              kSig, kUnknown},
+  {kOB, kPrefix, "ASN1_item_sign",               kSig, kUnknown},  // certificate/CRL signing
+  {kOB, kPrefix, "ASN1_item_verify",             kSig, kUnknown},  // certificate chain checks
+  {kOB, kExact,  "X509_verify",                  kSig, kUnknown},  // not X509_verify_cert (chain building)
+  {kOB, kExact,  "X509_CRL_verify",              kSig, kUnknown},
+  {kOB, kExact,  "X509_REQ_verify",              kSig, kUnknown},
+  // libssl: CertificateVerify is a signature and a transcript hash, nothing else.
+  {kO,  kExact,  "tls_construct_cert_verify",    kSig, kUnknown},
+  {kO,  kExact,  "tls_process_cert_verify",      kSig, kUnknown},
+  // RSA signatures: public API, OpenSSL's RSA method and 3.x provider, 1.1 pkey.
+  {kOB, kPrefix, "RSA_sign",                     kSig, kRsa},      // RSA_sign, RSA_sign_pss_mgf1, RSA_sign_raw (BoringSSL)
+  {kOB, kPrefix, "RSA_verify",                   kSig, kRsa},      // RSA_verify, RSA_verify_PKCS1_PSS*, RSA_verify_raw
+  {kOB, kExact,  "RSA_private_encrypt",          kSig, kRsa},
+  {kOB, kExact,  "RSA_public_decrypt",           kSig, kRsa},
+  {kO,  kExact,  "rsa_ossl_private_encrypt",     kSig, kRsa},
+  {kO,  kExact,  "rsa_ossl_public_decrypt",      kSig, kRsa},
+  {kO,  kExact,  "rsa_sign",                     kSig, kRsa},      // providers/implementations/signature/rsa_sig.c
+  {kO,  kPrefix, "rsa_verify",                   kSig, kRsa},      // rsa_verify, rsa_verify_recover
+  {kO,  kPrefix, "rsa_digest_sign",              kSig, kRsa},
+  {kO,  kPrefix, "rsa_digest_verify",            kSig, kRsa},
+  {kO,  kPrefix, "pkey_rsa_sign",                kSig, kRsa},      // 1.1 (and 3.x legacy keys)
+  {kO,  kPrefix, "pkey_rsa_verify",              kSig, kRsa},      // verify, verifyrecover
+  // ECDSA: the curve is not in these names; the P-256/P-384 code inside says it.
+  {kOB, kPrefix, "ECDSA_sign",                   kSig, kAnyEcdsa}, // ECDSA_sign, _ex, _setup
+  {kOB, kPrefix, "ECDSA_do_sign",                kSig, kAnyEcdsa},
+  {kOB, kPrefix, "ECDSA_verify",                 kSig, kAnyEcdsa},
+  {kOB, kPrefix, "ECDSA_do_verify",              kSig, kAnyEcdsa},
+  {kOB, kPrefix, "ecdsa_sign",                   kSig, kAnyEcdsa}, // 3.x provider ecdsa_sign; BoringSSL ecdsa_sign_with_nonce*
+  {kOB, kPrefix, "ecdsa_verify",                 kSig, kAnyEcdsa},
+  {kO,  kPrefix, "ecdsa_digest_sign",            kSig, kAnyEcdsa},
+  {kO,  kPrefix, "ecdsa_digest_verify",          kSig, kAnyEcdsa},
+  {kO,  kPrefix, "ossl_ecdsa_sign",              kSig, kAnyEcdsa}, // ossl_ecdsa_sign, _sig, _setup
+  {kO,  kPrefix, "ossl_ecdsa_verify",            kSig, kAnyEcdsa},
+  {kO,  kPrefix, "ossl_ecdsa_simple_sign",       kSig, kAnyEcdsa},
+  {kO,  kPrefix, "ossl_ecdsa_simple_verify",     kSig, kAnyEcdsa},
+  {kO,  kPrefix, "pkey_ec_sign",                 kSig, kAnyEcdsa},
+  {kO,  kPrefix, "pkey_ec_verify",               kSig, kAnyEcdsa},
+  // Ed25519 (Ed448 has no canonical name: unknown).
+  {kOB, kPrefix, "ED25519_sign",                 kSig, kEd25519},  // BoringSSL
+  {kOB, kPrefix, "ED25519_verify",               kSig, kEd25519},
+  {kO,  kPrefix, "ossl_ed25519_sign",            kSig, kEd25519},
+  {kO,  kPrefix, "ossl_ed25519_verify",          kSig, kEd25519},
+  {kO,  kPrefix, "ed25519_digest_sign",          kSig, kEd25519},  // 3.x provider
+  {kO,  kPrefix, "ed25519_digest_verify",        kSig, kEd25519},
+  {kO,  kPrefix, "pkey_ecd_digestsign25519",     kSig, kEd25519},  // 1.1
+  {kO,  kPrefix, "pkey_ecd_digestverify25519",   kSig, kEd25519},
+  {kO,  kPrefix, "ossl_ed448_sign",              kSig, kUnknown},
+  {kO,  kPrefix, "ossl_ed448_verify",            kSig, kUnknown},
+
+  // --- Key exchange: derive, key generation (ephemeral keys in TLS; a
+  // long-term key generated in the process counts here too), KEM
+  // encapsulate/decapsulate, RSA key transport, peer-key validation.
+  {kOB, kPrefix, "EVP_PKEY_derive",              kKx, kUnknown},   // derive, derive_init, derive_set_peer(_ex)
+  {kOB, kPrefix, "EVP_PKEY_keygen",              kKx, kUnknown},
+  {kOB, kExact,  "EVP_PKEY_generate",            kKx, kUnknown},
+  {kOB, kExact,  "EVP_PKEY_Q_keygen",            kKx, kUnknown},
+  {kOB, kPrefix, "EVP_PKEY_encapsulate",         kKx, kUnknown},
+  {kOB, kPrefix, "EVP_PKEY_decapsulate",         kKx, kUnknown},
+  {kOB, kPrefix, "EVP_PKEY_auth_encapsulate",    kKx, kUnknown},
+  {kOB, kPrefix, "EVP_PKEY_auth_decapsulate",    kKx, kUnknown},
+  {kOB, kPrefix, "EVP_PKEY_encrypt",             kKx, kUnknown},   // TLS 1.2 RSA key transport
+  {kOB, kPrefix, "EVP_PKEY_decrypt",             kKx, kUnknown},
+  {kOB, kExact,  "RSA_private_decrypt",          kKx, kRsa},
+  {kOB, kExact,  "RSA_public_encrypt",           kKx, kRsa},
+  {kB,  kExact,  "RSA_decrypt",                  kKx, kRsa},
+  {kB,  kExact,  "RSA_encrypt",                  kKx, kRsa},
+  {kO,  kExact,  "rsa_ossl_private_decrypt",     kKx, kRsa},
+  {kO,  kExact,  "rsa_ossl_public_encrypt",      kKx, kRsa},
+  {kO,  kExact,  "rsa_decrypt",                  kKx, kRsa},       // 3.x provider asym cipher
+  {kO,  kExact,  "rsa_encrypt",                  kKx, kRsa},
+  {kO,  kPrefix, "pkey_rsa_decrypt",             kKx, kRsa},
+  {kO,  kPrefix, "pkey_rsa_encrypt",             kKx, kRsa},
+  // ECDH on prime curves.
+  {kOB, kPrefix, "ECDH_compute_key",             kKx, kAnyEcdh},
+  {kO,  kPrefix, "ossl_ecdh_",                   kKx, kAnyEcdh},   // ossl_ecdh_compute_key, ossl_ecdh_simple_compute_key
+  {kO,  kPrefix, "ecdh_",                        kKx, kAnyEcdh},   // 3.x provider: ecdh_derive, ecdh_plain_derive, ecdh_set_peer
+  {kOB, kExact,  "EC_KEY_generate_key",          kKx, kAnyEcdh},   // ECDHE key generation (1.1, BoringSSL)
+  {kO,  kExact,  "ossl_ec_key_gen",              kKx, kAnyEcdh},
+  {kO,  kExact,  "ec_gen",                       kKx, kAnyEcdh},   // 3.x provider EC keygen
+  {kO,  kPrefix, "pkey_ec_derive",               kKx, kAnyEcdh},   // 1.1
+  {kO,  kPrefix, "pkey_ec_kdf_derive",           kKx, kAnyEcdh},
+  {kO,  kPrefix, "pkey_ec_keygen",               kKx, kAnyEcdh},
+  // X25519 (X448 unknown). ecx_* serve X25519, X448 and EdDSA keys; the leaves say which.
+  {kOB, kExact,  "X25519",                       kKx, kX25519},    // BoringSSL
+  {kOB, kPrefix, "X25519_keypair",               kKx, kX25519},
+  {kOB, kPrefix, "X25519_public_from_private",   kKx, kX25519},
+  {kO,  kPrefix, "ossl_x25519",                  kKx, kX25519},    // ossl_x25519, ossl_x25519_public_from_private
+  {kO,  kExact,  "x25519_gen",                   kKx, kX25519},    // 3.x provider
+  {kO,  kPrefix, "pkey_ecx_derive25519",         kKx, kX25519},    // 1.1
+  {kO,  kExact,  "ecx_derive",                   kKx, kUnknown},   // 3.x provider: X25519 and X448
+  {kO,  kExact,  "ecx_gen",                      kKx, kUnknown},
+  {kO,  kPrefix, "pkey_ecx_",                    kKx, kUnknown},   // 1.1 derive448, keygen
+  {kO,  kPrefix, "ossl_x448",                    kKx, kUnknown},
+  // ML-KEM and BoringSSL's Kyber draft.
+  {kB,  kPrefix, "KYBER_",                       kKx, kMlKem},     // KYBER_generate_key, KYBER_encap, KYBER_decap
+  {kB,  kPrefix, "MLKEM768_",                    kKx, kMlKem},
+  {kB,  kPrefix, "MLKEM1024_",                   kKx, kMlKem},
+  {kO,  kPrefix, "ossl_ml_kem_",                 kKx, kMlKem},     // OpenSSL 3.5
+  // Finite-field DH.
+  {kOB, kPrefix, "DH_compute_key",               kKx, kUnknown},
+  {kOB, kExact,  "DH_generate_key",              kKx, kUnknown},
+  {kO,  kPrefix, "ossl_dh_compute_key",          kKx, kUnknown},
+  {kO,  kExact,  "dh_derive",                    kKx, kUnknown},
+  {kO,  kPrefix, "pkey_dh_derive",               kKx, kUnknown},
+  // libssl functions that do key exchange and nothing else. (TLS 1.2
+  // ServerKeyExchange is left out: it generates a key AND signs it.)
+  {kO,  kExact,  "ssl_derive",                   kKx, kUnknown},
+  {kO,  kPrefix, "ssl_generate_pkey",            kKx, kUnknown},   // ssl_generate_pkey, ssl_generate_pkey_group
+  {kO,  kExact,  "ssl_gensecret",                kKx, kUnknown},
+  {kO,  kExact,  "ssl_encapsulate",              kKx, kUnknown},
+  {kO,  kExact,  "ssl_decapsulate",              kKx, kUnknown},
+  {kO,  kExact,  "tls_construct_ctos_key_share", kKx, kUnknown},
+  {kO,  kExact,  "tls_construct_stoc_key_share", kKx, kUnknown},
+  {kO,  kExact,  "tls_parse_ctos_key_share",     kKx, kUnknown},
+  {kO,  kExact,  "tls_parse_stoc_key_share",     kKx, kUnknown},
+  {kO,  kPrefix, "tls_construct_cke_",           kKx, kUnknown},   // ClientKeyExchange: _ecdhe, _rsa, _dhe, ...
+  {kO,  kPrefix, "tls_process_cke_",             kKx, kUnknown},
+  {kO,  kExact,  "tls_construct_client_key_exchange", kKx, kUnknown},
+  {kO,  kExact,  "tls_process_client_key_exchange",   kKx, kUnknown},
+  {kB,  kPrefix, "ssl_ext_key_share_",           kKx, kUnknown},
+  {kB,  kExact,  "do_send_client_key_exchange",  kKx, kUnknown},
+  {kB,  kExact,  "do_read_client_key_exchange",  kKx, kUnknown},
+  // BoringSSL's SSLKeyShare classes (bssl::(anonymous namespace)::X25519KeyShare::Finish, ...).
+  {kB,  kContains, "X25519KeyShare",             kKx, kX25519},
+  {kB,  kContains, "KeyShare",                   kKx, kUnknown},   // ECKeyShare, hybrids (both halves' leaves name themselves)
+
+  // --- Cipher: AEAD seal/open and cipher update/final.
+  {kOB, kPrefix, "EVP_EncryptUpdate",            kCipher, kUnknown},
+  {kOB, kPrefix, "EVP_DecryptUpdate",            kCipher, kUnknown},
+  {kOB, kPrefix, "EVP_CipherUpdate",             kCipher, kUnknown},
+  {kOB, kPrefix, "EVP_EncryptFinal",             kCipher, kUnknown},
+  {kOB, kPrefix, "EVP_DecryptFinal",             kCipher, kUnknown},
+  {kOB, kPrefix, "EVP_CipherFinal",              kCipher, kUnknown},
+  {kOB, kExact,  "EVP_Cipher",                   kCipher, kUnknown},
+  {kOB, kPrefix, "EVP_CipherPipeline",           kCipher, kUnknown},
+  {kB,  kPrefix, "EVP_AEAD_CTX_seal",            kCipher, kUnknown},  // seal, seal_scatter
+  {kB,  kPrefix, "EVP_AEAD_CTX_open",            kCipher, kUnknown},  // open, open_gather
+  {kO,  kExact,  "tls13_enc",                    kCipher, kUnknown},  // libssl record protection
+  {kO,  kExact,  "tls1_enc",                     kCipher, kUnknown},
+  {kO,  kExact,  "ssl3_enc",                     kCipher, kUnknown},
+  {kB,  kContains, "SSLAEADContext",             kCipher, kUnknown},  // bssl::SSLAEADContext::Seal/Open/SealScatter
+
+  // --- Hash: digests, HMAC, HKDF, the TLS PRF and the TLS 1.3 key schedule.
+  {kOB, kExact,  "EVP_Digest",                   kHash, kUnknown},   // one-shot
+  {kOB, kPrefix, "EVP_DigestUpdate",             kHash, kUnknown},
+  {kOB, kPrefix, "EVP_DigestFinal",              kHash, kUnknown},   // _ex, _XOF
+  {kOB, kExact,  "EVP_Q_digest",                 kHash, kUnknown},
+  {kOB, kPrefix, "EVP_MAC_",                     kHash, kUnknown},
+  {kOB, kExact,  "EVP_Q_mac",                    kHash, kUnknown},
+  {kOB, kExact,  "HMAC",                         kHash, kUnknown},
+  {kOB, kPrefix, "HMAC_",                        kHash, kUnknown},   // HMAC_Init_ex, _Update, _Final, HMAC_CTX_*
+  {kOB, kPrefix, "EVP_KDF_derive",               kHash, kUnknown},
+  {kOB, kPrefix, "HKDF",                         kHash, kUnknown},   // BoringSSL HKDF, HKDF_extract, HKDF_expand
+  {kB,  kExact,  "CRYPTO_tls1_prf",              kHash, kUnknown},
+  {kO,  kPrefix, "kdf_",                         kHash, kUnknown},   // 3.x provider KDFs: kdf_hkdf_derive, kdf_tls1_3_derive, kdf_tls1_prf_derive
+  {kO,  kPrefix, "hmac_",                        kHash, kUnknown},   // 3.x provider HMAC
+  {kO,  kPrefix, "mac_digest_sign",              kHash, kUnknown},   // 3.x HMAC keys used through EVP_DigestSign
+  {kO,  kPrefix, "pkey_hkdf_",                   kHash, kUnknown},   // 1.1
+  {kO,  kPrefix, "pkey_tls1_prf_",               kHash, kUnknown},
+  {kO,  kPrefix, "pkey_hmac_",                   kHash, kUnknown},
+  // libssl: record MAC (TLS 1.2 CBC suites; it runs through EVP_DigestSign
+  // with an HMAC key, so it must be named here to stay hash), PRF, key
+  // schedule, Finished, PSK binder, session-ticket HMAC, transcript.
+  {kO,  kPrefix, "tls1_mac",                     kHash, kUnknown},   // tls1_mac, tls1_mac_old
+  {kO,  kExact,  "n_ssl3_mac",                   kHash, kUnknown},
+  {kO,  kExact,  "ssl3_cbc_digest_record",       kHash, kUnknown},
+  {kOB, kExact,  "tls1_PRF",                     kHash, kUnknown},
+  {kOB, kPrefix, "tls1_generate_",               kHash, kUnknown},   // master secret, key block
+  {kO,  kExact,  "tls1_final_finish_mac",        kHash, kUnknown},
+  {kO,  kExact,  "tls1_export_keying_material",  kHash, kUnknown},
+  {kOB, kPrefix, "tls13_hkdf_expand",            kHash, kUnknown},
+  {kO,  kPrefix, "tls13_generate_",              kHash, kUnknown},   // secret, handshake_secret, master_secret
+  {kOB, kPrefix, "tls13_derive_",                kHash, kUnknown},   // key, iv, finishedkey; BoringSSL tls13_derive_*
+  {kO,  kExact,  "tls13_final_finish_mac",       kHash, kUnknown},
+  {kO,  kExact,  "tls13_export_keying_material", kHash, kUnknown},
+  {kO,  kExact,  "tls_psk_do_binder",            kHash, kUnknown},
+  {kO,  kPrefix, "ssl_hmac_",                    kHash, kUnknown},   // session-ticket HMAC
+  {kO,  kExact,  "ssl3_finish_mac",              kHash, kUnknown},   // handshake transcript
+  {kO,  kExact,  "ssl3_digest_cached_records",   kHash, kUnknown},
+  {kO,  kExact,  "ssl_handshake_hash",           kHash, kUnknown},
+  {kB,  kPrefix, "tls13_advance_key_schedule",   kHash, kUnknown},
+  {kB,  kPrefix, "tls13_init_key_schedule",      kHash, kUnknown},
+  {kB,  kPrefix, "tls13_finished_mac",           kHash, kUnknown},
+  {kB,  kPrefix, "tls13_psk_binder",             kHash, kUnknown},
+  {kB,  kPrefix, "hkdf_expand_label",            kHash, kUnknown},
+  {kB,  kContains, "SSLTranscript",              kHash, kUnknown},
+
+  // ===================== Go crypto/tls and its primitives =====================
+
+  // --- Signature.
+  {kG, kPrefix, "crypto/ecdsa.Sign",                     kSig, kAnyEcdsa},  // Sign, SignASN1, Sign.func1
+  {kG, kPrefix, "crypto/ecdsa.(*PrivateKey).Sign",       kSig, kAnyEcdsa},
+  {kG, kPrefix, "crypto/ecdsa.Verify",                   kSig, kAnyEcdsa},  // Verify, VerifyASN1
+  {kG, kPrefix, "crypto/internal/fips140/ecdsa.Sign",    kSig, kAnyEcdsa},  // Go 1.24
+  {kG, kPrefix, "crypto/internal/fips140/ecdsa.Verify",  kSig, kAnyEcdsa},
+  {kG, kPrefix, "crypto/rsa.Sign",                       kSig, kRsa},       // SignPSS, SignPKCS1v15
+  {kG, kPrefix, "crypto/rsa.(*PrivateKey).Sign",         kSig, kRsa},
+  {kG, kPrefix, "crypto/rsa.Verify",                     kSig, kRsa},       // VerifyPSS, VerifyPKCS1v15
+  {kG, kPrefix, "crypto/internal/fips140/rsa.Sign",      kSig, kRsa},
+  {kG, kPrefix, "crypto/internal/fips140/rsa.Verify",    kSig, kRsa},
+  {kG, kPrefix, "crypto/ed25519.Sign",                   kSig, kEd25519},
+  {kG, kPrefix, "crypto/ed25519.PrivateKey.Sign",        kSig, kEd25519},
+  {kG, kPrefix, "crypto/ed25519.Verify",                 kSig, kEd25519},
+  {kG, kPrefix, "crypto/internal/fips140/ed25519.Sign",  kSig, kEd25519},
+  {kG, kPrefix, "crypto/internal/fips140/ed25519.Verify", kSig, kEd25519},
+  {kG, kPrefix, "crypto/x509.(*Certificate).CheckSignature", kSig, kUnknown},
+  {kG, kPrefix, "crypto/x509.checkSignature",            kSig, kUnknown},
+  {kG, kPrefix, "crypto/tls.verifyHandshakeSignature",   kSig, kUnknown},
+
+  // --- Key exchange. Go 1.19: crypto/tls's own ecdheParameters over
+  // x/crypto/curve25519 and crypto/elliptic; Go 1.20+: crypto/ecdh.
+  {kG, kPrefix, "crypto/tls.(*x25519Parameters).",       kKx, kX25519},
+  {kG, kPrefix, "crypto/tls.(*nistParameters).",         kKx, kAnyEcdh},
+  {kG, kPrefix, "crypto/tls.generateECDHE",              kKx, kUnknown},    // generateECDHEParameters (1.19), generateECDHEKey (1.20+)
+  {kG, kPrefix, "crypto/tls.(*ecdheKeyAgreement).generateClientKeyExchange", kKx, kUnknown},
+  {kG, kPrefix, "crypto/tls.(*ecdheKeyAgreement).processClientKeyExchange",  kKx, kUnknown},
+  {kG, kPrefix, "crypto/tls.(*rsaKeyAgreement).",        kKx, kRsa},
+  {kG, kPrefix, "golang.org/x/crypto/curve25519.",       kKx, kX25519},
+  {kG, kPrefix, "crypto/ecdh.",                          kKx, kUnknown},    // the leaves name the curve
+  {kG, kPrefix, "crypto/internal/fips140/ecdh.",         kKx, kUnknown},
+  {kG, kPrefix, "crypto/rsa.DecryptPKCS1v15",            kKx, kRsa},        // TLS 1.2 RSA key transport (and ...SessionKey)
+  {kG, kPrefix, "crypto/rsa.EncryptPKCS1v15",            kKx, kRsa},
+  {kG, kPrefix, "crypto/rsa.DecryptOAEP",                kKx, kRsa},
+  {kG, kPrefix, "crypto/rsa.EncryptOAEP",                kKx, kRsa},
+  {kG, kPrefix, "crypto/internal/mlkem768.",             kKx, kMlKem},      // Go 1.23
+  {kG, kPrefix, "crypto/internal/fips140/mlkem.",        kKx, kMlKem},      // Go 1.24
+  {kG, kPrefix, "crypto/mlkem.",                         kKx, kMlKem},
+
+  // --- Cipher. halfConn.encrypt/decrypt is a container: for TLS 1.2 CBC
+  // suites it also computes the record MAC, which stays hash.
+  {kG, kPrefix, "crypto/cipher.(*gcm).",                 kCipher, kAesGcm},
+  {kG, kPrefix, "crypto/aes.(*gcmAsm).",                 kCipher, kAesGcm},
+  {kG, kPrefix, "crypto/internal/fips140/aes/gcm.",      kCipher, kAesGcm},
+  {kG, kPrefix, "golang.org/x/crypto/chacha20poly1305.(*chacha20poly1305).", kCipher, kChaCha20Poly1305},
+  {kG, kPrefix, "crypto/cipher.(*cbcEncrypter).",        kCipher, kAesCbc},
+  {kG, kPrefix, "crypto/cipher.(*cbcDecrypter).",        kCipher, kAesCbc},
+  {kG, kPrefix, "crypto/tls.(*xorNonceAEAD).",           kCipher, kUnknown},
+  {kG, kPrefix, "crypto/tls.(*prefixNonceAEAD).",        kCipher, kUnknown},
+  {kG, kPrefix, "crypto/tls.(*halfConn).encrypt",        kCipher, kUnknown, true},
+  {kG, kPrefix, "crypto/tls.(*halfConn).decrypt",        kCipher, kUnknown, true},
+
+  // --- Hash.
+  {kG, kPrefix, "crypto/hmac.",                          kHash, kUnknown},
+  {kG, kPrefix, "crypto/internal/fips140/hmac.",         kHash, kUnknown},
+  {kG, kPrefix, "crypto/hkdf.",                          kHash, kUnknown},
+  {kG, kPrefix, "crypto/internal/fips140/hkdf.",         kHash, kUnknown},
+  {kG, kPrefix, "golang.org/x/crypto/hkdf.",             kHash, kUnknown},
+  {kG, kPrefix, "crypto/internal/fips140/tls12.",        kHash, kUnknown},
+  {kG, kPrefix, "crypto/internal/fips140/tls13.",        kHash, kUnknown},
+  {kG, kPrefix, "crypto/tls.prf",                        kHash, kUnknown},  // prf10, prf12, prfAndHashForVersion
+  {kG, kPrefix, "crypto/tls.pHash",                      kHash, kUnknown},
+  {kG, kPrefix, "crypto/tls.tls10MAC",                   kHash, kUnknown},
+  {kG, kPrefix, "crypto/tls.(*cthWrapper).",             kHash, kUnknown},
+  {kG, kPrefix, "crypto/tls.(*finishedHash).",           kHash, kUnknown},
+  {kG, kPrefix, "crypto/tls.(*cipherSuiteTLS13).",       kHash, kUnknown},  // TLS 1.3 key schedule (HKDF)
+  {kG, kPrefix, "crypto/sha256.",                        kHash, kSha256},
+  {kG, kPrefix, "crypto/sha512.",                        kHash, kSha512},
+  {kG, kPrefix, "crypto/sha1.",                          kHash, kSha1},
+  {kG, kPrefix, "crypto/md5.",                           kHash, kMd5},
+};
+
+// Phase entries. A stack is handshake if any of its TLS frames is a
+// handshake entry, else record if any is a record entry, else other. So a
+// handshake that SSL_read/SSL_write (or Go's Conn.Read/Write) runs
+// implicitly is handshake, and so are post-handshake messages
+// (NewSessionTicket, KeyUpdate) processed inside SSL_read.
+constexpr PhaseEntry kPhaseEntries[] = {
+  // ---- OpenSSL 1.1/3.x and BoringSSL public API
+  {kOB, kExact,  "SSL_do_handshake",             kHandshake},
+  {kOB, kExact,  "SSL_accept",                   kHandshake},
+  {kOB, kExact,  "SSL_connect",                  kHandshake},
+  {kOB, kPrefix, "SSL_renegotiate",              kHandshake},
+  {kOB, kExact,  "SSL_key_update",               kHandshake},
+  {kOB, kExact,  "SSL_verify_client_post_handshake", kHandshake},
+  {kOB, kExact,  "SSL_stateless",                kHandshake},
+  {kOB, kExact,  "SSL_read_early_data",          kHandshake},
+  {kOB, kExact,  "SSL_write_early_data",         kHandshake},
+  {kB,  kExact,  "SSL_process_quic_post_handshake", kHandshake},
+  {kB,  kExact,  "SSL_process_tls13_new_session_ticket", kHandshake},
+  // ---- OpenSSL state machine: SSL_connect/SSL_accept/SSL_do_handshake tail-call
+  // into state_machine, so these are often the only handshake frames.
+  // state_machine is a generic static name: matched only on frames the
+  // caller marks as TLS code (like every row here).
+  {kO,  kPrefix, "ossl_statem_",                 kHandshake},  // accept, connect, *_process_message, ...
+  {kO,  kPrefix, "statem_",                      kHandshake},  // statem_flush
+  {kO,  kExact,  "state_machine",                kHandshake},
+  {kO,  kExact,  "read_state_machine",           kHandshake},
+  {kO,  kExact,  "write_state_machine",          kHandshake},
+  {kO,  kPrefix, "tls_construct_",               kHandshake},  // handshake messages and extensions
+  {kO,  kPrefix, "tls_process_",                 kHandshake},
+  {kO,  kPrefix, "tls_post_process_",            kHandshake},
+  {kO,  kPrefix, "tls_prepare_",                 kHandshake},
+  {kO,  kPrefix, "tls_parse_",                   kHandshake},
+  {kO,  kExact,  "tls_setup_handshake",          kHandshake},
+  {kO,  kExact,  "tls_finish_handshake",         kHandshake},
+  {kO,  kExact,  "tls_get_message_header",       kHandshake},
+  {kO,  kExact,  "tls_get_message_body",         kHandshake},
+  {kO,  kPrefix, "dtls_construct_",              kHandshake},
+  {kO,  kPrefix, "dtls_process_",                kHandshake},
+  // ---- BoringSSL handshake driver (C++, bssl::)
+  {kB,  kExact,  "ssl_run_handshake",            kHandshake},
+  {kB,  kExact,  "ssl_server_handshake",         kHandshake},
+  {kB,  kExact,  "ssl_client_handshake",         kHandshake},
+  {kB,  kExact,  "tls13_server_handshake",       kHandshake},
+  {kB,  kExact,  "tls13_client_handshake",       kHandshake},
+  {kB,  kExact,  "tls13_post_handshake",         kHandshake},
+  {kB,  kExact,  "ssl_do_post_handshake",        kHandshake},
+  // ---- Record layer: application data, alerts, close_notify.
+  {kOB, kExact,  "SSL_read",                     kRecord},
+  {kOB, kExact,  "SSL_read_ex",                  kRecord},
+  {kOB, kExact,  "SSL_peek",                     kRecord},
+  {kOB, kExact,  "SSL_peek_ex",                  kRecord},
+  {kOB, kExact,  "SSL_write",                    kRecord},
+  {kOB, kExact,  "SSL_write_ex",                 kRecord},
+  {kOB, kExact,  "SSL_write_ex2",                kRecord},
+  {kOB, kExact,  "SSL_sendfile",                 kRecord},
+  {kOB, kExact,  "SSL_shutdown",                 kRecord},
+  {kO,  kPrefix, "ssl_read_internal",            kRecord},
+  {kO,  kPrefix, "ssl_write_internal",           kRecord},
+  {kO,  kPrefix, "ssl_peek_internal",            kRecord},
+  {kO,  kPrefix, "ssl3_read_",                   kRecord},     // ssl3_read_bytes, ssl3_read_n, ssl3_read_internal
+  {kO,  kPrefix, "ssl3_write_",                  kRecord},     // ssl3_write_bytes, ssl3_write_pending
+  {kO,  kExact,  "ssl3_get_record",              kRecord},
+  {kO,  kExact,  "do_ssl3_write",                kRecord},
+  {kO,  kPrefix, "dtls1_read_bytes",             kRecord},
+  {kO,  kPrefix, "dtls1_write_",                 kRecord},
+  {kB,  kExact,  "ssl_read_impl",                kRecord},
+  {kB,  kExact,  "tls_open_record",              kRecord},
+  {kB,  kExact,  "tls_seal_record",              kRecord},
+  {kB,  kExact,  "tls_write_app_data",           kRecord},
+  {kB,  kExact,  "tls_read_app_data",            kRecord},
+  {kB,  kExact,  "tls_open_app_data",            kRecord},
+
+  // ---- Go crypto/tls (Go 1.19-1.24)
+  {kG,  kPrefix, "crypto/tls.(*Conn).Handshake",                 kHandshake},  // Handshake, HandshakeContext
+  {kG,  kPrefix, "crypto/tls.(*Conn).handshakeContext",          kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).handshakeFn",               kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).serverHandshake",           kHandshake},  // and the -fm method value
+  {kG,  kPrefix, "crypto/tls.(*Conn).clientHandshake",           kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*serverHandshakeState",            kHandshake},  // TLS 1.2 and TLS13 variants
+  {kG,  kPrefix, "crypto/tls.(*clientHandshakeState",            kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).readClientHello",           kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).readHandshake",             kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).writeHandshakeRecord",      kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).handlePostHandshakeMessage", kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).handleNewSessionTicket",    kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).handleKeyUpdate",           kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).handleRenegotiation",       kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).verifyServerCertificate",   kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).processCertsFromClient",    kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).makeClientHello",           kHandshake},
+  {kG,  kPrefix, "crypto/tls.(*Conn).Read",                      kRecord},
+  {kG,  kPrefix, "crypto/tls.(*Conn).Write",                     kRecord},
+  {kG,  kPrefix, "crypto/tls.(*Conn).Close",                     kRecord},     // Close, CloseWrite
+  {kG,  kPrefix, "crypto/tls.(*Conn).closeNotify",               kRecord},
+  {kG,  kPrefix, "crypto/tls.(*Conn).readRecord",                kRecord},     // readRecord, readRecordOrCCS
+  {kG,  kPrefix, "crypto/tls.(*Conn).writeRecordLocked",         kRecord},
+  {kG,  kPrefix, "crypto/tls.(*halfConn).",                      kRecord},
+};
+// clang-format on
+
+}  // namespace
+
+std::span<const Operation> Operations() { return kOperations; }
+std::span<const PhaseEntry> PhaseEntries() { return kPhaseEntries; }
+
+}  // namespace tlsprof::classify::rules

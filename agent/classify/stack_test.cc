@@ -1,0 +1,368 @@
+// stack_test: ClassifyStack, ClassifyOperation and ClassifyPhaseEntry against
+// real call chains (testdata/stacks_*.txt, captured with perf from the
+// workloads; each file's header says how) and small hand-built stacks of real
+// symbol names for the libraries we have no live capture of (BoringSSL,
+// OpenSSL 1.1). No privileges needed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "agent/classify/classify.h"
+#include "agent/classify/rules.h"
+
+namespace tlsprof::classify {
+namespace {
+
+struct StackCase {
+  std::string title;
+  std::string bucket, algorithm, phase, tls;
+  Family family = Family::kOpenSSL;
+  std::vector<std::string> names;  // owns the strings FrameInfo points into
+  std::vector<bool> tls_flags;
+
+  std::vector<FrameInfo> Frames() const {
+    std::vector<FrameInfo> out;
+    for (size_t i = 0; i < names.size(); ++i) out.push_back({names[i], family, tls_flags[i]});
+    return out;
+  }
+};
+
+std::vector<StackCase> ReadStacks(const std::string& file) {
+  const std::string path = std::string(TLSPROF_SOURCE_DIR) + "/agent/classify/testdata/" + file;
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  std::vector<StackCase> out;
+  std::string line;
+  StackCase cur;
+  auto flush = [&] {
+    if (!cur.title.empty()) out.push_back(cur);
+    cur = StackCase{};
+  };
+  while (std::getline(in, line)) {
+    if (!line.empty() && line[0] == '#') continue;
+    if (line.empty()) {
+      flush();
+    } else if (line.rfind("== ", 0) == 0) {
+      cur.title = line.substr(3);
+    } else if (line.rfind("expect: ", 0) == 0) {
+      std::istringstream ss(line.substr(8));
+      ss >> cur.bucket >> cur.algorithm >> cur.phase >> cur.tls;
+    } else if (line.rfind("family: ", 0) == 0) {
+      const std::string f = line.substr(8);
+      cur.family = f == "go" ? Family::kGo : f == "boringssl" ? Family::kBoringSSL : Family::kOpenSSL;
+    } else {
+      EXPECT_TRUE(line.size() >= 3 && (line[0] == 'T' || line[0] == '-') && line[1] == ' ') << file << ": " << line;
+      std::string name = line.substr(2);
+      cur.names.push_back(name == "?" ? std::string() : name);
+      cur.tls_flags.push_back(line[0] == 'T');
+    }
+  }
+  flush();
+  return out;
+}
+
+void ExpectStacks(const std::string& file, size_t min_cases) {
+  const auto cases = ReadStacks(file);
+  ASSERT_GE(cases.size(), min_cases) << file;
+  for (const auto& c : cases) {
+    const auto frames = c.Frames();
+    const StackClassification got = ClassifyStack(frames);
+    EXPECT_EQ(BucketName(got.classification.bucket), c.bucket) << c.title;
+    EXPECT_EQ(got.classification.algorithm, c.algorithm) << c.title;
+    EXPECT_EQ(PhaseName(got.phase), c.phase) << c.title;
+    EXPECT_EQ(got.tls ? "true" : "false", c.tls) << c.title;
+  }
+}
+
+TEST(ClassifyStackFixtures, OpenSsl3RealChains) { ExpectStacks("stacks_openssl3.txt", 20); }
+TEST(ClassifyStackFixtures, Go119RealChains) { ExpectStacks("stacks_go119.txt", 8); }
+
+// ---- Hand-built stacks (leaf first) from real names.
+
+StackClassification Classify(Family family, std::initializer_list<std::pair<const char*, bool>> frames) {
+  std::vector<FrameInfo> v;
+  for (const auto& [name, tls] : frames) v.push_back({name, family, tls});
+  return ClassifyStack(v);
+}
+
+void ExpectResult(const StackClassification& got, Bucket bucket, std::string_view algorithm, Phase phase) {
+  EXPECT_TRUE(got.tls);
+  EXPECT_EQ(BucketName(got.classification.bucket), BucketName(bucket));
+  EXPECT_EQ(got.classification.algorithm, algorithm);
+  EXPECT_EQ(PhaseName(got.phase), PhaseName(phase));
+}
+
+TEST(ClassifyStack, EmptyAndNonTlsStacks) {
+  EXPECT_FALSE(ClassifyStack({}).tls);
+  auto got = Classify(Family::kOpenSSL, {{"__memmove_avx_unaligned_erms", false}, {"main", false}});
+  EXPECT_FALSE(got.tls);
+  EXPECT_EQ(got.phase, Phase::kOther);
+  EXPECT_EQ(got.classification.bucket, Bucket::kOther);
+}
+
+TEST(ClassifyStack, LibcCalledFromLibcryptoIsTlsTime) {
+  auto got = Classify(Family::kOpenSSL,
+                      {{"__memcpy_avx_unaligned_erms", false}, {"aesni_gcm_encrypt", true}, {"worker", false}});
+  ExpectResult(got, Bucket::kCipher, algo::kAesGcm, Phase::kOther);  // no operation: innermost primitive
+}
+
+TEST(ClassifyStack, UnnamedFramesOfAStrippedLibrary) {
+  auto got = Classify(Family::kOpenSSL, {{"", true}, {"", true}, {"EVP_DigestSign", true}, {"", true}, {"app", false}});
+  ExpectResult(got, Bucket::kSignature, algo::kUnknown, Phase::kOther);
+  got = Classify(Family::kOpenSSL, {{"", true}, {"", true}, {"app", false}});
+  ExpectResult(got, Bucket::kOther, algo::kUnknown, Phase::kOther);
+}
+
+TEST(ClassifyStack, OutermostOperationPicksTheBucket) {
+  // SHA-256 inside EVP_DigestSignFinal (ECDSA): signature, and SHA-256 (hash
+  // bucket) does not name the signature's algorithm.
+  auto got = Classify(Family::kOpenSSL, {{"sha256_block_data_order_avx2", true},
+                                         {"SHA256_Final", true},
+                                         {"EVP_DigestFinal_ex", true},
+                                         {"ecdsa_digest_sign_final", true},
+                                         {"EVP_DigestSignFinal", true},
+                                         {"tls_construct_cert_verify", true},
+                                         {"state_machine", true}});
+  ExpectResult(got, Bucket::kSignature, algo::kUnknown, Phase::kHandshake);
+  // HKDF inside ECDH with a KDF: key exchange.
+  got = Classify(Family::kOpenSSL,
+                 {{"sha256_block_data_order_shaext", true}, {"HMAC_Update", true}, {"ecdh_X9_63_kdf_derive", true}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kUnknown, Phase::kOther);
+}
+
+TEST(ClassifyStack, ImplicitHandshakeInsideSslReadIsHandshake) {
+  auto got = Classify(Family::kOpenSSL, {{"x25519_fe64_mul", true},
+                                         {"x25519_scalar_mult", true},
+                                         {"ossl_x25519", true},
+                                         {"ecx_derive", true},
+                                         {"ssl_derive", true},
+                                         {"tls_process_client_hello", true},
+                                         {"state_machine", true},
+                                         {"ossl_statem_accept", true},
+                                         {"ssl3_read_bytes", true},
+                                         {"SSL_read", true},
+                                         {"serve", false}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kX25519, Phase::kHandshake);
+}
+
+TEST(ClassifyStack, OpenSsl11Names) {
+  // 1.1.1: EVP_PKEY_derive -> pkey_ec_derive -> ECDH_compute_key -> P-256.
+  auto got = Classify(Family::kOpenSSL, {{"ecp_nistz256_point_doublex", true},
+                                         {"ecp_nistz256_points_mul", true},
+                                         {"EC_POINT_mul", true},
+                                         {"ecdh_simple_compute_key", true},
+                                         {"ECDH_compute_key", true},
+                                         {"pkey_ec_derive", true},
+                                         {"EVP_PKEY_derive", true},
+                                         {"ssl_derive", true},
+                                         {"tls_process_cke_ecdhe", true},
+                                         {"tls_process_client_key_exchange", true},
+                                         {"ossl_statem_server_process_message", true},
+                                         {"state_machine", true},
+                                         {"SSL_do_handshake", true}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kEcdheP256, Phase::kHandshake);
+  got = Classify(Family::kOpenSSL, {{"bn_sqr8x_internal", true},
+                                    {"BN_mod_exp_mont_consttime", true},
+                                    {"rsa_ossl_mod_exp", true},
+                                    {"rsa_ossl_private_encrypt", true},
+                                    {"pkey_rsa_sign", true},
+                                    {"EVP_DigestSignFinal", true},
+                                    {"tls_construct_cert_verify", true},
+                                    {"state_machine", true}});
+  ExpectResult(got, Bucket::kSignature, algo::kRsa, Phase::kHandshake);
+}
+
+TEST(ClassifyStack, BoringSsl) {
+  // AES-GCM record seal in SSL_write (mangled bssl:: names as in .symtab).
+  auto got =
+      Classify(Family::kBoringSSL, {{"aesni_gcm_encrypt", true},
+                                    {"aead_aes_gcm_seal_scatter", true},
+                                    {"EVP_AEAD_CTX_seal_scatter", true},
+                                    {"_ZN4bssl14SSLAEADContext11SealScatterEPhS1_S1_hthNS_4SpanIKhEES4_S4_S4_", true},
+                                    {"_ZN4bssl15tls_seal_recordEP6ssl_stPhPmmhPKhm", true},
+                                    {"SSL_write", true},
+                                    {"app", false}});
+  ExpectResult(got, Bucket::kCipher, algo::kAesGcm, Phase::kRecord);
+  // Stripped android libcrypto.so.0: only the export X25519 is named.
+  got = Classify(Family::kBoringSSL,
+                 {{"", true}, {"", true}, {"X25519", true}, {"", true}, {"", true}, {"SSL_do_handshake", true}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kX25519, Phase::kHandshake);
+  // bssl::ssl_run_handshake inside SSL_read (implicit handshake), demangled.
+  got = Classify(Family::kBoringSSL, {{"ecp_nistz256_ord_sqr_mont", true},
+                                      {"ECDSA_do_sign", true},
+                                      {"ECDSA_sign", true},
+                                      {"bssl::ssl_private_key_sign(bssl::SSL_HANDSHAKE*, unsigned char*)", true},
+                                      {"bssl::ssl_run_handshake(bssl::SSL_HANDSHAKE*, bool*)", true},
+                                      {"SSL_read", true}});
+  ExpectResult(got, Bucket::kSignature, algo::kEcdsaP256, Phase::kHandshake);
+  // A Kyber/ML-KEM hybrid key share: the class name is the operation.
+  got =
+      Classify(Family::kBoringSSL,
+               {{"_ZN4bssl12_GLOBAL__N_122X25519MLKEM768KeyShare6AcceptEPNS_3CBBEPNS_5ArrayIhEEPhNS_4SpanIKhEE", true},
+                {"_ZN4bssl25ssl_ext_key_share_acceptEPNS_13SSL_HANDSHAKEEPNS_5ArrayIhEEPhPKNS_4SpanIKhEE", true}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kUnknown, Phase::kOther);
+  // EVP_AEAD_CTX_seal with no primitive named: cipher, algorithm unknown.
+  EXPECT_EQ(ClassifyOperation(Family::kBoringSSL, "EVP_AEAD_CTX_seal")->bucket, Bucket::kCipher);
+  EXPECT_FALSE(ClassifyOperation(Family::kBoringSSL, "EVP_aead_aes_128_gcm"));
+}
+
+TEST(ClassifyStack, GoCbcRecordMacStaysHashInsideTheHalfConnContainer) {
+  auto got = Classify(Family::kGo, {{"crypto/sha1.block", true},
+                                    {"crypto/sha1.(*digest).Write", true},
+                                    {"crypto/hmac.(*hmac).Write", true},
+                                    {"crypto/tls.tls10MAC", true},
+                                    {"crypto/tls.(*halfConn).encrypt", true},
+                                    {"crypto/tls.(*Conn).writeRecordLocked", true},
+                                    {"crypto/tls.(*Conn).Write", true}});
+  ExpectResult(got, Bucket::kHash, algo::kSha1, Phase::kRecord);
+  got = Classify(Family::kGo, {{"crypto/aes.encryptBlockAsm.abi0", true},
+                               {"crypto/cipher.(*cbcEncrypter).CryptBlocks", true},
+                               {"crypto/tls.(*halfConn).encrypt", true},
+                               {"crypto/tls.(*Conn).Write", true}});
+  ExpectResult(got, Bucket::kCipher, algo::kAesCbc, Phase::kRecord);
+}
+
+TEST(ClassifyStack, GoReadThatRunsTheHandshakeIsHandshake) {
+  auto got = Classify(Family::kGo, {{"math/big.addMulVVW.abi0", true},
+                                    {"math/big.nat.montgomery", true},
+                                    {"crypto/rsa.decrypt", true},
+                                    {"crypto/rsa.SignPSS", true},
+                                    {"crypto/rsa.(*PrivateKey).Sign", true},
+                                    {"crypto/tls.(*serverHandshakeStateTLS13).sendServerCertificate", true},
+                                    {"crypto/tls.(*serverHandshakeStateTLS13).handshake", true},
+                                    {"crypto/tls.(*Conn).serverHandshake", true},
+                                    {"crypto/tls.(*Conn).handshakeContext", true},
+                                    {"crypto/tls.(*Conn).HandshakeContext", true},
+                                    {"crypto/tls.(*Conn).Read", true},
+                                    {"net/http.(*conn).serve", false}});
+  ExpectResult(got, Bucket::kSignature, algo::kRsa, Phase::kHandshake);
+  // ECDSA's scalar inverse runs on math/big (labelled RSA as a leaf): under
+  // crypto/ecdsa.Sign it must not say RSA.
+  got = Classify(Family::kGo, {{"math/big.nat.expNN", true},
+                               {"math/big.(*Int).Exp", true},
+                               {"crypto/ecdsa.fermatInverse", true},
+                               {"crypto/ecdsa.signGeneric", true},
+                               {"crypto/ecdsa.Sign", true}});
+  ExpectResult(got, Bucket::kSignature, algo::kUnknown, Phase::kOther);
+}
+
+TEST(ClassifyOperation, EntryPointsFromTheIssue) {
+  auto op = [](Family f, std::string_view n) { return ClassifyOperation(f, n); };
+  ASSERT_TRUE(op(Family::kOpenSSL, "RSA_sign"));
+  EXPECT_EQ(op(Family::kOpenSSL, "RSA_sign")->algorithm, algo::kRsa);
+  EXPECT_EQ(op(Family::kOpenSSL, "RSA_private_encrypt")->algorithm, algo::kRsa);
+  EXPECT_EQ(op(Family::kOpenSSL, "ECDSA_do_sign")->bucket, Bucket::kSignature);
+  EXPECT_EQ(op(Family::kOpenSSL, "ECDSA_do_sign")->algorithm, algo::kUnknown);  // curve unknown
+  EXPECT_EQ(op(Family::kBoringSSL, "X25519")->algorithm, algo::kX25519);
+  EXPECT_EQ(op(Family::kBoringSSL, "X25519")->bucket, Bucket::kKeyExchange);
+  EXPECT_EQ(op(Family::kOpenSSL, "EVP_PKEY_derive_set_peer_ex")->bucket, Bucket::kKeyExchange);
+  EXPECT_EQ(op(Family::kOpenSSL, "EVP_PKEY_generate")->bucket, Bucket::kKeyExchange);
+  EXPECT_EQ(op(Family::kOpenSSL, "EVP_DecryptUpdate")->bucket, Bucket::kCipher);
+  EXPECT_EQ(op(Family::kOpenSSL, "EVP_MAC_final")->bucket, Bucket::kHash);
+  EXPECT_EQ(op(Family::kOpenSSL, "tls1_PRF.constprop.0")->bucket, Bucket::kHash);
+  EXPECT_EQ(op(Family::kOpenSSL, "EVP_DigestSignFinal@@OPENSSL_3.0.0")->bucket, Bucket::kSignature);
+  EXPECT_EQ(op(Family::kGo, "crypto/ecdsa.Sign")->algorithm, algo::kUnknown);
+  EXPECT_EQ(op(Family::kGo, "crypto/rsa.VerifyPSS")->algorithm, algo::kRsa);
+  EXPECT_EQ(op(Family::kGo, "crypto/rsa.DecryptPKCS1v15SessionKey")->bucket, Bucket::kKeyExchange);
+  EXPECT_EQ(op(Family::kGo, "vendor/golang.org/x/crypto/curve25519.X25519")->algorithm, algo::kX25519);
+  EXPECT_EQ(op(Family::kGo, "crypto/internal/mlkem768.Decapsulate")->algorithm, algo::kMlKem);
+  EXPECT_EQ(op(Family::kGo, "crypto/tls.(*halfConn).encrypt")->bucket, Bucket::kCipher);
+  EXPECT_EQ(op(Family::kGo, "crypto/tls.prf12.func1")->bucket, Bucket::kHash);
+  EXPECT_FALSE(op(Family::kGo, "crypto/tls.(*Conn).Handshake"));
+  EXPECT_FALSE(op(Family::kOpenSSL, "SSL_do_handshake"));
+  EXPECT_FALSE(op(Family::kOpenSSL, "aesni_gcm_encrypt"));  // a primitive, not an entry point
+  // C++ outside a TLS namespace never matches.
+  EXPECT_FALSE(op(Family::kBoringSSL, "_ZN4node6crypto4Sign10SignFinalEv"));
+  EXPECT_FALSE(op(Family::kBoringSSL, "node::crypto::ECDH::ComputeSecret(v8::FunctionCallbackInfo<v8::Value> const&)"));
+  // Families are kept apart.
+  EXPECT_FALSE(op(Family::kGo, "EVP_DigestSign"));
+  EXPECT_FALSE(op(Family::kOpenSSL, "crypto/ecdsa.Sign"));
+}
+
+TEST(ClassifyPhaseEntry, PublicApiAndStateMachine) {
+  auto ph = [](Family f, std::string_view n) { return ClassifyPhaseEntry(f, n); };
+  EXPECT_EQ(ph(Family::kOpenSSL, "SSL_do_handshake"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kOpenSSL, "SSL_accept"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kOpenSSL, "SSL_connect@@OPENSSL_3.0.0"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kOpenSSL, "ossl_statem_accept"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kOpenSSL, "state_machine"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kOpenSSL, "SSL_read_ex"), Phase::kRecord);
+  EXPECT_EQ(ph(Family::kOpenSSL, "SSL_write"), Phase::kRecord);
+  EXPECT_EQ(ph(Family::kOpenSSL, "SSL_peek"), Phase::kRecord);
+  EXPECT_EQ(ph(Family::kOpenSSL, "SSL_sendfile"), Phase::kRecord);
+  EXPECT_FALSE(ph(Family::kOpenSSL, "SSL_new"));
+  EXPECT_FALSE(ph(Family::kOpenSSL, "SSL_CTX_use_certificate"));
+  EXPECT_EQ(ph(Family::kBoringSSL, "_ZN4bssl17ssl_run_handshakeEPNS_13SSL_HANDSHAKEEPb"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kBoringSSL, "bssl::ssl_run_handshake(bssl::SSL_HANDSHAKE*, bool*)"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kGo, "crypto/tls.(*Conn).Handshake"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kGo, "crypto/tls.(*Conn).HandshakeContext"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kGo, "crypto/tls.(*Conn).serverHandshake-fm"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kGo, "crypto/tls.(*clientHandshakeStateTLS13).handshake"), Phase::kHandshake);
+  EXPECT_EQ(ph(Family::kGo, "crypto/tls.(*Conn).Read"), Phase::kRecord);
+  EXPECT_EQ(ph(Family::kGo, "crypto/tls.(*Conn).Write"), Phase::kRecord);
+  EXPECT_FALSE(ph(Family::kGo, "crypto/tls.(*Conn).ConnectionState"));
+}
+
+// ---- Table hygiene
+
+// Every operation row names TLS library code: an exact or prefix pattern
+// passes the library gate, so the operation table cannot widen what is TLS.
+TEST(ClassifyTables, OperationPatternsAreTlsLibraryNames) {
+  for (const auto& r : rules::Operations()) {
+    if (r.match == rules::Match::kContains) continue;  // C++ class names: gated by namespace
+    // BoringSSL's libssl functions are C++ in namespace bssl.
+    const std::string cxx = "bssl::" + std::string(r.pattern) + "()";
+    EXPECT_TRUE(IsTlsSymbol(r.pattern) || (r.families == rules::kB && IsTlsSymbol(cxx))) << r.pattern;
+  }
+}
+
+TEST(ClassifyTables, NoOperationRowIsShadowedByAnEarlierOne) {
+  const auto ops = rules::Operations();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].match == rules::Match::kContains) continue;
+    auto got = ClassifyOperation((ops[i].families & rules::kG)   ? Family::kGo
+                                 : (ops[i].families & rules::kO) ? Family::kOpenSSL
+                                                                 : Family::kBoringSSL,
+                                 ops[i].pattern);
+    ASSERT_TRUE(got) << ops[i].pattern;
+    EXPECT_EQ(got->bucket, ops[i].bucket) << ops[i].pattern << " is taken by an earlier row";
+  }
+}
+
+TEST(ClassifyTables, PhaseRowsAreReachable) {
+  for (const auto& r : rules::PhaseEntries()) {
+    if (r.match == rules::Match::kContains) continue;
+    Family f = (r.families & rules::kG)   ? Family::kGo
+               : (r.families & rules::kO) ? Family::kOpenSSL
+                                          : Family::kBoringSSL;
+    EXPECT_EQ(ClassifyPhaseEntry(f, r.pattern), r.phase) << r.pattern;
+  }
+}
+
+// Cheap enough to run once per unique stack: a 40-frame stack well under
+// 100 us on any machine this runs on (it is ~10 us here).
+TEST(ClassifyStack, IsCheap) {
+  const auto cases = ReadStacks("stacks_openssl3.txt");
+  ASSERT_FALSE(cases.empty());
+  std::vector<std::vector<FrameInfo>> stacks;
+  for (const auto& c : cases) stacks.push_back(c.Frames());
+  const auto start = std::chrono::steady_clock::now();
+  int n = 0;
+  for (int rep = 0; rep < 50; ++rep) {
+    for (const auto& s : stacks) {
+      n += ClassifyStack(s).tls ? 1 : 0;
+    }
+  }
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+                    (50.0 * static_cast<double>(stacks.size()));
+  EXPECT_GT(n, 0);
+  EXPECT_LT(us, 500.0) << "per stack";
+  std::printf("ClassifyStack: %.1f us per stack (%zu real stacks)\n", us, stacks.size());
+}
+
+}  // namespace
+}  // namespace tlsprof::classify
