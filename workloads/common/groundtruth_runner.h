@@ -1,0 +1,58 @@
+// The library-independent half of the ground-truth workloads
+// (tlsprof-groundtruth, -shared, -boringssl): CLI, mix scheduling, the
+// measured worker thread and the JSON report. Each TLS library supplies only
+// its categories (one closure per primitive) and a setup function, so every
+// variant has the same flags, the same scheduling and the same JSON and the
+// accuracy tests can treat them alike. Free of any TLS library header.
+//
+// Not thread-safe: RunGroundTruth() is meant to be called once, from main().
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tlsprof::workload {
+
+// Size of one bulk op (a TLS record's worth): libraries size their buffers
+// with it, and the JSON reports it as buffer_bytes.
+inline constexpr size_t kGroundTruthBufferBytes = 16 * 1024;
+
+// One measured category. The library fills in the first block; the runner
+// owns the rest.
+struct GroundTruthCategory {
+  std::string name;              // --mix name, e.g. "aes_gcm"
+  std::string bucket;            // cipher, hash, signature, key_exchange
+  std::string algorithm;         // AES-GCM, SHA-256, ...
+  bool needs_with_p256 = false;  // off in the default mix unless --with-p256
+  size_t bytes_per_op = 0;       // 0 for public-key operations
+  std::function<bool()> op;      // one operation; false on error
+
+  // Runner state.
+  double weight = 0;
+  int batch = 1;                  // ops between clock reads, sized by calibration
+  long long cpu_ns = 0, ops = 0;  // measured window only
+  long long warm_cpu_ns = 0;      // warm-up, kept apart from the window
+};
+
+struct GroundTruthSpec {
+  std::string program;  // binary name, for messages and --help
+  std::string library;  // written to the JSON as "library" (openssl, boringssl)
+  std::vector<GroundTruthCategory> categories;
+  // Makes keys, peers and contexts for the categories `enabled(name)` says
+  // are on. Runs before anything is measured. Prints why and returns false
+  // on failure.
+  std::function<bool(const std::function<bool(std::string_view)>& enabled)> setup;
+  // Prints "<program>: <what> failed: <the library's error queue>".
+  std::function<void(const std::string& what)> report_failure;
+};
+
+// Parses the command line, runs setup, calibration, warm-up and the measured
+// window, writes the JSON, and returns the process exit code (0 ok, 1 setup
+// or operation failure, 2 bad flags). The categories' closures must stay
+// valid until it returns.
+int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec);
+
+}  // namespace tlsprof::workload
