@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,5 +75,24 @@ struct MappedTable {
 //  - stop on any unreadable word, and unless sp' > sp (the stack must grow).
 std::vector<uint64_t> Unwind(const std::vector<MappedTable>& mappings, Registers regs, ReadWord read, void* ctx,
                              size_t max_frames = TLSPROF_UNWIND_MAX_FRAMES);
+
+// Why a walk ended; the BPF side keeps the same reasons as counters.
+enum class UnwindStop {
+  kZeroIp,      // return address 0 (some runtimes end their stacks this way)
+  kMaxFrames,   // max_frames recorded
+  kNoMapping,   // ip in no known mapping (JIT code, vdso, unknown file)
+  kNoRow,       // before the first row of the table
+  kEnd,         // CFA_END: the outermost frame, a complete stack
+  kNoCfi,       // CFA_NONE: a gap between FDEs or a rule we do not model
+  kBpUnknown,   // CFA_RBP or frame-pointer walk after RBP was lost
+  kUnreadable,  // a word could not be read
+  kNotGrowing,  // the new SP is not above the old one
+};
+struct UnwindResult {
+  std::vector<uint64_t> frames;  // as Unwind() returns them
+  UnwindStop stop = UnwindStop::kZeroIp;
+};
+UnwindResult UnwindWithReason(const std::vector<MappedTable>& mappings, Registers regs, ReadWord read, void* ctx,
+                              size_t max_frames = TLSPROF_UNWIND_MAX_FRAMES);
 
 }  // namespace tlsprof::unwind

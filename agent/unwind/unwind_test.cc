@@ -39,7 +39,10 @@ using tlsprof::unwind::FindRow;
 using tlsprof::unwind::MappedTable;
 using tlsprof::unwind::Registers;
 using tlsprof::unwind::Unwind;
+using tlsprof::unwind::UnwindResult;
+using tlsprof::unwind::UnwindStop;
 using tlsprof::unwind::UnwindTable;
+using tlsprof::unwind::UnwindWithReason;
 
 // Captures the registers at this point of the calling function. The ip is
 // that of the next instruction, whose CFI row describes the captured rsp.
@@ -309,4 +312,360 @@ TEST(UnwindLiveTest, ThroughLibcryptoCallback) {
   for (int i = 1; i < caller; ++i) in_crypto += InFile(f[i], "libcrypto.so");
   EXPECT_GE(in_crypto, 2) << Describe(f);
   ExpectReachesStart(f, caller);
+}
+
+// ---- Sampled unwinding: what the BPF sampler does. A CPU-time timer
+// interrupts crypto code at arbitrary instructions (the perlasm assembly
+// included); the handler copies registers and the top of the stack, like a
+// perf_event sample, and each sample is unwound afterwards from the copy.
+
+namespace {
+
+constexpr size_t kStackCopy = 32 * 1024;
+constexpr size_t kMaxSamples = 1500;
+struct StackSample {
+  Registers regs;
+  uint64_t lo = 0;
+  size_t len = 0;
+  uint8_t stack[kStackCopy];
+};
+StackSample* g_samples = nullptr;
+std::atomic<size_t> g_nsamples{0};
+uint64_t g_stack_lo = 0, g_stack_hi = 0;
+
+void OnProfSignal(int, siginfo_t*, void* ctx) {
+  size_t i = g_nsamples.load(std::memory_order_relaxed);
+  if (i >= kMaxSamples) return;
+  const auto* uc = static_cast<const ucontext_t*>(ctx);
+  StackSample& s = g_samples[i];
+  s.regs = {uint64_t(uc->uc_mcontext.gregs[REG_RIP]), uint64_t(uc->uc_mcontext.gregs[REG_RSP]),
+            uint64_t(uc->uc_mcontext.gregs[REG_RBP])};
+  s.lo = s.regs.sp - 128;  // the red zone too: perlasm keeps its saved RSP at rsp-8
+  s.len = (s.lo >= g_stack_lo && s.lo < g_stack_hi) ? std::min<uint64_t>(kStackCopy, g_stack_hi - s.lo) : 0;
+  std::memcpy(s.stack, reinterpret_cast<const void*>(s.lo), s.len);
+  g_nsamples.store(i + 1, std::memory_order_relaxed);
+}
+
+// Stack words come from the copy (the live stack has moved on since);
+// anything else from live memory.
+bool ReadSample(void* ctx, uint64_t addr, uint64_t* out) {
+  const auto* s = static_cast<const StackSample*>(ctx);
+  if (addr >= s->lo && addr + 8 <= s->lo + s->len) {
+    std::memcpy(out, s->stack + (addr - s->lo), 8);
+    return true;
+  }
+  if (addr >= g_stack_lo && addr < g_stack_hi) return false;
+  return ReadSelf(nullptr, addr, out);
+}
+
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+extern "C" __attribute__((noinline)) int tlsprof_unwind_test_crypto_loop(double seconds) {
+  std::vector<unsigned char> buf(64 * 1024, 0x5a), out(buf.size() + 64);
+  unsigned char md[EVP_MAX_MD_SIZE], key[32] = {1}, iv[12] = {2};
+  unsigned int md_len = 0;
+  int len = 0, rounds = 0;
+  EVP_CIPHER_CTX* gcm = EVP_CIPHER_CTX_new();
+  EVP_CIPHER_CTX* chacha = EVP_CIPHER_CTX_new();
+  EVP_EncryptInit_ex(gcm, EVP_aes_256_gcm(), nullptr, key, iv);
+  EVP_EncryptInit_ex(chacha, EVP_chacha20_poly1305(), nullptr, key, iv);
+  for (double end = CpuSeconds() + seconds; CpuSeconds() < end; ++rounds) {
+    EVP_Digest(buf.data(), buf.size(), md, &md_len, EVP_sha512(), nullptr);
+    EVP_Digest(buf.data(), buf.size(), md, &md_len, EVP_sha256(), nullptr);
+    EVP_Digest(buf.data(), buf.size(), md, &md_len, EVP_sha1(), nullptr);
+    EVP_EncryptUpdate(gcm, out.data(), &len, buf.data(), int(buf.size()));
+    EVP_EncryptUpdate(chacha, out.data(), &len, buf.data(), int(buf.size()));
+  }
+  EVP_CIPHER_CTX_free(gcm);
+  EVP_CIPHER_CTX_free(chacha);
+  asm volatile("" ::: "memory");
+  return rounds;
+}
+
+TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_getattr_np(pthread_self(), &attr), 0);
+  void* stack_addr = nullptr;
+  size_t stack_size = 0;
+  pthread_attr_getstack(&attr, &stack_addr, &stack_size);
+  pthread_attr_destroy(&attr);
+  g_stack_lo = uint64_t(stack_addr);
+  g_stack_hi = g_stack_lo + stack_size;
+  std::vector<StackSample> samples(kMaxSamples);
+  g_samples = samples.data();
+  g_nsamples = 0;
+
+  std::vector<MappedTable> mappings = SelfMappings();  // built before sampling starts
+  struct sigaction sa = {}, old = {};
+  sa.sa_sigaction = OnProfSignal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGPROF, &sa, &old), 0);
+  itimerval timer = {{0, 1000}, {0, 1000}}, off = {};
+  setitimer(ITIMER_PROF, &timer, nullptr);
+  int rounds = tlsprof_unwind_test_crypto_loop(0.8);
+  setitimer(ITIMER_PROF, &off, nullptr);
+  sigaction(SIGPROF, &old, nullptr);
+  const size_t n = g_nsamples.load();
+  ASSERT_GT(n, 100u) << "too few SIGPROF samples (" << rounds << " rounds)";
+
+  uint64_t crypto_bias = 0;
+  std::string crypto_path = LoadedPath("libcrypto.so", &crypto_bias);
+  auto crypto_table = TableFor(crypto_path);
+  ASSERT_TRUE(crypto_table);
+  static const char* kKinds[] = {"rsp", "rbp", "rsp_deref", "plt", "end", "none"};
+  size_t in_crypto = 0, reached = 0, reached_crypto = 0, cut_crypto = 0;
+  size_t by_kind[CFA_NONE + 1] = {}, reached_by_kind[CFA_NONE + 1] = {};
+  std::map<uint64_t, size_t> cut_at;  // libcrypto vaddr of the frame whose rule stopped the walk
+  std::string failures;
+  for (size_t i = 0; i < n; ++i) {
+    StackSample& s = samples[i];
+    UnwindResult r = UnwindWithReason(mappings, s.regs, ReadSample, &s, kMaxFrames);
+    const auto& frames = r.frames;
+    bool ok = r.stop == UnwindStop::kEnd && FindFrame(frames, "tlsprof_unwind_test_crypto_loop") >= 0 &&
+              Symbolize(frames.back()).name == "_start";
+    reached += ok;
+    if (!InFile(s.regs.ip, "libcrypto.so")) continue;
+    ++in_crypto;
+    reached_crypto += ok;
+    const unwind_row* row = FindRow(*crypto_table, s.regs.ip - crypto_bias);
+    int kind = row ? int(row->cfa_kind) : int(CFA_NONE);
+    ++by_kind[kind];
+    reached_by_kind[kind] += ok;
+    // The only acceptable early stop: a libcrypto rule the format cannot
+    // express (CFA = RAX/RSI/R11 + off in perlasm), never a wrong one.
+    bool cut = !ok && r.stop == UnwindStop::kNoCfi && InFile(frames.back(), "libcrypto.so");
+    if (cut) {
+      ++cut_crypto;
+      ++cut_at[frames.back() - crypto_bias];
+    } else if (!ok && failures.size() < 4000) {
+      char head[160];
+      std::snprintf(head, sizeof(head), "leaf vaddr %#lx (%s), stop reason %d:\n", s.regs.ip - crypto_bias,
+                    kKinds[kind], int(r.stop));
+      failures += head + Describe(frames);
+    }
+  }
+  std::printf(
+      "%zu samples, %zu unwound to the caller and _start; %zu with the leaf in libcrypto: %zu unwound, %zu cut "
+      "at an unsupported libcrypto rule\n",
+      n, reached, in_crypto, reached_crypto, cut_crypto);
+  for (int k = 0; k <= CFA_NONE; ++k) {
+    if (by_kind[k]) {
+      std::printf("  leaf row %-9s: %zu samples, %zu unwound\n", kKinds[k], by_kind[k], reached_by_kind[k]);
+    }
+  }
+  for (auto [vaddr, count] : cut_at) std::printf("  cut at libcrypto vaddr %#lx: %zu samples\n", vaddr, count);
+  ASSERT_GT(in_crypto, n / 2) << "the loop should spend most of its time in libcrypto";
+  EXPECT_EQ(reached_crypto + cut_crypto, in_crypto) << "walks that went wrong:\n" << failures;
+  EXPECT_GE(reached_crypto * 100, in_crypto * 60);
+}
+
+// ---- The reference algorithm on synthetic tables and memory: the cases the
+// BPF side must reproduce exactly.
+
+namespace {
+
+struct FakeMemory {
+  std::map<uint64_t, uint64_t> words;
+  static bool Read(void* ctx, uint64_t addr, uint64_t* out) {
+    auto& w = static_cast<FakeMemory*>(ctx)->words;
+    auto it = w.find(addr);
+    if (it == w.end()) return false;
+    *out = it->second;
+    return true;
+  }
+};
+
+unwind_row Row(uint32_t pc, uint8_t kind, int32_t off, uint8_t rbp_kind = RBP_SAME, int16_t rbp_off = 0,
+               int16_t add = 0) {
+  unwind_row r{};
+  r.pc = pc;
+  r.cfa_kind = kind;
+  r.cfa_off = off;
+  r.rbp_kind = rbp_kind;
+  r.rbp_off = rbp_off;
+  r.deref_add = add;
+  return r;
+}
+
+}  // namespace
+
+TEST(UnwindAlgorithmTest, RowKindsAndReturnAddressLookup) {
+  // One file mapped at bias 0x10000: code at vaddr 0x1000..0x2000.
+  UnwindTable t;
+  t.rows = {Row(0x1000, CFA_RSP, 16, RBP_AT_CFA, -16),  // leaf: push rbp done
+            Row(0x1100, CFA_RSP_DEREF, 24, RBP_SAME, 0, 8),
+            Row(0x1200, CFA_RBP, 16, RBP_AT_CFA, -16),
+            Row(0x1300, CFA_END, 0),  // starts exactly at the return address below
+            Row(0x1400, CFA_PLT, 8),
+            Row(0x1420, CFA_NONE, 0)};
+  std::vector<MappedTable> maps = {{0x11000, 0x12000, 0x10000, &t}};
+  FakeMemory mem;
+  const uint64_t sp0 = 0x7000;
+  // Frame 0 (CFA_RSP 16): ra at sp+8, caller's rbp at sp.
+  mem.words[sp0 + 8] = 0x11180;
+  mem.words[sp0] = 0x9000;
+  // Frame 1 at 0x1180 (RSP_DEREF: cfa = *(sp+24) + 8), sp = 0x7010.
+  mem.words[0x7010 + 24] = 0x7100;
+  mem.words[0x7100] = 0x11300;  // ra (cfa - 8): exactly the start of the CFA_END row
+  // Frame 2 at 0x1300: ip - 1 = 0x12ff is in the CFA_RBP row; rbp = 0x9000.
+  mem.words[0x9000 + 8] = 0x11410;  // ra at cfa - 8 = rbp + 8
+  mem.words[0x9000] = 0x9500;       // saved rbp at cfa - 16
+  // Frame 3 at 0x1410 (ip - 1 = 0x140f: PLT row), sp = 0x9010: cfa = sp + 8
+  // (+8 more only when (ip & 15) >= 11 — ip itself, here 0x11410 & 15 = 0).
+  mem.words[0x9010] = 0x11301;  // ra; 0x1300 is CFA_END
+  UnwindResult r = UnwindWithReason(maps, {0x11010, sp0, 0x1234}, FakeMemory::Read, &mem, 16);
+  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x11010, 0x11180, 0x11300, 0x11410, 0x11301}));
+  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+}
+
+TEST(UnwindAlgorithmTest, StopsAndFramePointers) {
+  UnwindTable t;
+  t.rows = {Row(0x1000, CFA_RSP, 8, RBP_LOST), Row(0x1100, CFA_RBP, 16), Row(0x1200, CFA_RSP, 0),
+            Row(0x1300, CFA_NONE, 0)};
+  std::vector<MappedTable> maps = {{0x1000, 0x2000, 0, &t}, {0x5000, 0x6000, 0, nullptr}};
+  FakeMemory mem;
+  // RBP_LOST, then a CFA_RBP row: stop, RBP is unknown.
+  mem.words[0x7008] = 0x1150;
+  EXPECT_EQ(UnwindWithReason(maps, {0x1000, 0x7008, 0}, FakeMemory::Read, &mem).stop, UnwindStop::kBpUnknown);
+  // CFA = SP: the stack does not grow.
+  mem.words[0x6ff8] = 0x1000;
+  EXPECT_EQ(UnwindWithReason(maps, {0x1200, 0x7000, 0}, FakeMemory::Read, &mem).stop, UnwindStop::kNotGrowing);
+  // CFA_NONE, no mapping, unreadable, max frames.
+  EXPECT_EQ(UnwindWithReason(maps, {0x1300, 0x7000, 0}, FakeMemory::Read, &mem).stop, UnwindStop::kNoCfi);
+  EXPECT_EQ(UnwindWithReason(maps, {0x3000, 0x7000, 0}, FakeMemory::Read, &mem).stop, UnwindStop::kNoMapping);
+  EXPECT_EQ(UnwindWithReason(maps, {0x1000, 0x8000, 0}, FakeMemory::Read, &mem).stop, UnwindStop::kUnreadable);
+  // Frame pointers in the table-less mapping: ra = *(bp+8), bp' = *bp, sp' = bp + 16.
+  mem.words[0x8008] = 0x5100;
+  mem.words[0x8000] = 0x8100;
+  mem.words[0x8108] = 0;  // a zero return address ends the walk
+  mem.words[0x8100] = 0;
+  UnwindResult r = UnwindWithReason(maps, {0x5000, 0x7ff0, 0x8000}, FakeMemory::Read, &mem);
+  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x5000, 0x5100}));
+  EXPECT_EQ(r.stop, UnwindStop::kZeroIp);
+  EXPECT_EQ(UnwindWithReason(maps, {0x5000, 0x7ff0, 0x8000}, FakeMemory::Read, &mem, 1).stop, UnwindStop::kMaxFrames);
+}
+
+TEST(UnwindAlgorithmTest, FindRow) {
+  UnwindTable t;
+  t.rows = {Row(0x1000, CFA_RSP, 8), Row(0x1010, CFA_RSP, 16), Row(0x1020, CFA_NONE, 0)};
+  EXPECT_EQ(FindRow(t, 0xfff), nullptr);
+  EXPECT_EQ(FindRow(t, 0x1000)->cfa_off, 8);
+  EXPECT_EQ(FindRow(t, 0x100f)->cfa_off, 8);
+  EXPECT_EQ(FindRow(t, 0x1010)->cfa_off, 16);
+  EXPECT_EQ(FindRow(t, 0x5000)->cfa_kind, CFA_NONE);
+  EXPECT_EQ(FindRow(t, uint64_t{1} << 33), nullptr);
+  EXPECT_EQ(FindRow(UnwindTable{}, 0x1000), nullptr);
+}
+
+// ---- Bad input: an Error or an empty table, never a crash.
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/tlsprof-unwind-test-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name, const std::string& bytes) const {
+    std::string p = path_ + "/" + name;
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Builds the table of `path`; checks the invariants when it succeeds.
+bool BuildChecked(const std::string& path, size_t* rows = nullptr) {
+  tlsprof::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
+  auto built = BuildUnwindTable(fd.get(), path);
+  if (!built.ok()) {
+    EXPECT_FALSE(built.error().message.empty());
+    return false;
+  }
+  const auto& r = (*built)->rows;
+  for (size_t i = 1; i < r.size(); ++i) EXPECT_LT(r[i - 1].pc, r[i].pc) << path;
+  if (rows) *rows = r.size();
+  return true;
+}
+
+}  // namespace
+
+TEST(UnwindTableTest, MalformedInput) {
+  TempDir dir;
+  EXPECT_FALSE(BuildChecked(dir.File("text", "not an ELF file at all\n")));
+  EXPECT_FALSE(BuildChecked(dir.File("empty", "")));
+  {
+    auto bad = BuildUnwindTable(-1, "fd -1");
+    EXPECT_FALSE(bad.ok());
+  }
+
+  uint64_t bias = 0;
+  std::string lib_path = LoadedPath("libcrypto.so", &bias);
+  std::string image = ReadAll(lib_path);
+  ASSERT_GT(image.size(), 1u << 20);
+  for (size_t len : {size_t{4}, size_t{64}, size_t{200}, size_t{4096}, image.size() / 2, image.size() - 4096}) {
+    BuildChecked(dir.File("truncated", image.substr(0, len)));  // must just not crash
+  }
+
+  // Corrupt .eh_frame (and around it) at random: libdw must reject, not crash.
+  std::string eh_frame_bounds = dir.path() + "/bounds";
+  std::string cmd = "readelf -SW '" + lib_path + "' | awk '$2==\".eh_frame\"{print $5, $6}' > " + eh_frame_bounds;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  unsigned long off = 0, size = 0;
+  ASSERT_EQ(std::sscanf(ReadAll(eh_frame_bounds).c_str(), "%lx %lx", &off, &size), 2);
+  std::mt19937 rng(1);
+  for (int round = 0; round < 8; ++round) {
+    std::string copy = image;
+    for (int i = 0; i < 2000; ++i) copy[off + rng() % size] = char(rng());
+    size_t rows = 0;
+    BuildChecked(dir.File("corrupt", copy), &rows);
+  }
+
+  // An ELF file without CFI: an empty table.
+  std::string nocfi = dir.path() + "/nocfi";
+  cmd = "objcopy -R .eh_frame -R .eh_frame_hdr -R .debug_frame /bin/true " + nocfi;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  size_t rows = 1;
+  EXPECT_TRUE(BuildChecked(nocfi, &rows));
+  EXPECT_EQ(rows, 0u);
+}
+
+// ---- Go: Go 1.19 writes .debug_frame only (no .eh_frame); the table comes
+// from it. Go keeps frame pointers, so the agent may use either.
+TEST(UnwindTableTest, GoBinary) {
+  if (std::system("command -v go >/dev/null 2>&1") != 0) GTEST_SKIP() << "go is not installed";
+  TempDir dir;
+  dir.File("go.mod", "module unwindgo\n\ngo 1.19\n");
+  dir.File("main.go", "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hi\") }\n");
+  std::string cmd =
+      "cd " + dir.path() + " && GOPROXY=off GOFLAGS=-mod=mod GOCACHE=/tmp/tlsprof-go-cache go build -o hello . 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::string path = dir.path() + "/hello";
+  tlsprof::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  auto built = BuildUnwindTable(fd.get(), path);
+  ASSERT_TRUE(built.ok()) << built.error().message;
+  const UnwindTable& t = **built;
+  std::printf("go binary: %zu rows, %lu FDEs, %lu unsupported, rsp rows %lu, rbp rows %lu\n", t.rows.size(), t.fdes,
+              t.unsupported_rows, t.kind_rows[CFA_RSP], t.kind_rows[CFA_RBP]);
+  EXPECT_GT(t.fdes, 100u);
+  EXPECT_GT(t.kind_rows[CFA_RSP], 100u);
+  EXPECT_EQ(t.unsupported_rows, 0u);
 }
