@@ -38,8 +38,9 @@ inline constexpr std::string_view kSha1 = "SHA-1";
 inline constexpr std::string_view kSha256 = "SHA-256";
 inline constexpr std::string_view kSha512 = "SHA-512";
 inline constexpr std::string_view kMd5 = "MD5";
-// P-256 field/point arithmetic that ECDSA-P256 and ECDHE-P256 share: without
-// the stack (a later issue) a leaf there cannot say which operation it serves.
+// P-256 field/point arithmetic that ECDSA-P256 and ECDHE-P256 share: a leaf
+// there cannot say which operation it serves. ClassifyStack resolves it from
+// the operation on the stack; ClassifySymbol (leaf only) keeps it.
 inline constexpr std::string_view kP256Ambiguous = "P-256 (ECDSA or ECDHE)";
 // The same for P-384, and for the generic prime-curve code that on x86-64
 // OpenSSL 3.0 and BoringSSL serves P-384 (P-256 and X25519 have their own).

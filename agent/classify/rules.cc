@@ -16,8 +16,10 @@
 //     {other, unknown}. A rule never makes a name TLS code on its own, so a
 //     kContains row cannot drag a node or libc function in.
 //
-// Leaf-only attribution: nothing here sees the stack. Where a leaf serves more
-// than one operation, the row says which one it picks and why.
+// These rows see one name (the leaf, or one frame of a stack). Where a leaf
+// serves more than one operation, the row says which one it picks and why;
+// on a stack, the operation table (operations.cc) decides the bucket and
+// resolves the shared P-256/P-384 labels (README.md, "Stacks").
 #include "agent/classify/rules.h"
 
 namespace tlsprof::classify::rules {
