@@ -6,11 +6,16 @@
  * Every sample is counted in totals. Non-idle samples of a process that
  * passes the tgid filter are counted in samples_by_pid, and user-mode ones
  * also in samples_by_ip, keyed by the interrupted user instruction.
+ *
+ * User-mode samples of a process that user space put in unwind_procs are also
+ * unwound (DWARF CFI rows or frame pointers, see unwind.h) and, if the stack
+ * touches TLS code, counted in samples_by_stack.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
 #include "profile.h"
+#include "unwind.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -113,6 +118,285 @@ static __always_inline bool ip_inc(const struct sample_key *key)
 	return true;
 }
 
+/* ---- User-stack unwinding ------------------------------------------------
+ *
+ * The same algorithm as the reference tlsprof::unwind::UnwindWithReason()
+ * (agent/unwind/unwind.cc); keep the two in step.
+ */
+
+/* The rows of every table, one after another. User space appends a table
+ * once per build-id and never moves it (agent/sample/sampler.h); a
+ * mapping names its table by [table_start, table_start + table_len).
+ * 2^21 rows x 16 B = 32 MiB, created without trouble here (memcg-accounted).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TLSPROF_UNWIND_MAX_ROWS);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+/* The processes to unwind, keyed by tgid: their mappings sorted by start. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TLSPROF_UNWIND_MAX_PROCS);
+	__type(key, __u32);
+	__type(value, struct unwind_proc);
+} unwind_procs SEC(".maps");
+
+/* Samples per user stack of a process (leaf first). Preallocated, like the
+ * other hash maps.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TLSPROF_MAX_STACK_KEYS);
+	__type(key, struct stack_key);
+	__type(value, __u64);
+} samples_by_stack SEC(".maps");
+
+/* The walk's state: the stack key alone (264 B) would not fit the 512-byte
+ * BPF stack next to the rest. Per CPU, and the program cannot nest on one
+ * CPU, so one slot per CPU is enough.
+ */
+struct ustack_walk {
+	struct stack_key key;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 bp_known; /* false after an RBP_LOST frame */
+	__u32 tls;      /* a frame so far is in a TLS or TLS_SYMBOLS mapping */
+	__u32 stop;     /* enum total_slot: why the walk ended; 0 while walking */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ustack_walk);
+} unwind_scratch SEC(".maps");
+
+/* bpf_loop's callback context, on the program's stack. */
+struct ustack_walk_ctx {
+	struct ustack_walk *st;
+	const struct unwind_proc *proc;
+};
+
+/* Binary-search steps: enough for ranges of up to 2^(n-1) entries. */
+#define UNWIND_MAPPING_SEARCH_STEPS 5 /* 16 mappings */
+#define UNWIND_ROW_SEARCH_STEPS 22    /* 2^21 rows */
+
+_Static_assert(TLSPROF_UNWIND_MAX_MAPPINGS == 1 << (UNWIND_MAPPING_SEARCH_STEPS - 1),
+               "mapping search steps");
+_Static_assert(TLSPROF_UNWIND_MAX_ROWS <= 1 << (UNWIND_ROW_SEARCH_STEPS - 1), "row search steps");
+_Static_assert((TLSPROF_UNWIND_MAX_FRAMES & (TLSPROF_UNWIND_MAX_FRAMES - 1)) == 0,
+               "ips[] is indexed with a mask");
+
+/* The mapping of the process that contains ip, or NULL. */
+static __always_inline const struct unwind_mapping *find_mapping(const struct unwind_proc *proc,
+                                                                 __u64 ip)
+{
+	const struct unwind_mapping *m;
+	__u32 lo = 0, hi = proc->nr_mappings, mid;
+	int k;
+
+	if (hi > TLSPROF_UNWIND_MAX_MAPPINGS)
+		hi = TLSPROF_UNWIND_MAX_MAPPINGS;
+	/* The first mapping that starts above ip is mappings[lo]. */
+	for (k = 0; k < UNWIND_MAPPING_SEARCH_STEPS && lo < hi; k++) {
+		mid = (lo + hi) / 2;
+		if (proc->mappings[mid & (TLSPROF_UNWIND_MAX_MAPPINGS - 1)].start <= ip)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return NULL;
+	m = &proc->mappings[(lo - 1) & (TLSPROF_UNWIND_MAX_MAPPINGS - 1)];
+	return ip < m->end ? m : NULL;
+}
+
+/* The last row with pc <= vaddr among rows [start, start + len), or NULL. */
+static __always_inline const struct unwind_row *find_row(__u32 start, __u32 len, __u64 vaddr)
+{
+	__u32 lo = start, hi = start + len, mid;
+	const struct unwind_row *row;
+	int k;
+
+	if (vaddr > 0xffffffffULL || hi < lo)
+		return NULL;
+	for (k = 0; k < UNWIND_ROW_SEARCH_STEPS && lo < hi; k++) {
+		mid = lo + (hi - lo) / 2;
+		row = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!row)
+			return NULL;
+		if (row->pc <= vaddr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == start)
+		return NULL;
+	mid = lo - 1;
+	return bpf_map_lookup_elem(&unwind_rows, &mid);
+}
+
+static __always_inline bool read_user_word(__u64 addr, __u64 *out)
+{
+	return bpf_probe_read_user(out, sizeof(*out), (const void *)addr) == 0;
+}
+
+static __always_inline long unwind_stop(struct ustack_walk *st, __u32 reason)
+{
+	st->stop = reason;
+	return 1; /* ends bpf_loop */
+}
+
+/* One frame: records st->ip, then finds the caller's registers. */
+static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
+{
+	struct ustack_walk *st = w->st;
+	const struct unwind_proc *proc = w->proc;
+	const struct unwind_mapping *m;
+	const struct unwind_row *row;
+	__u64 lookup, cfa, ra, bp;
+	__u32 n;
+
+	if (!st || !proc)
+		return 1;
+	if (st->ip == 0)
+		return unwind_stop(st, TOTAL_UNWIND_STOP_ZERO_IP);
+	n = st->key.nr_frames;
+	if (n >= TLSPROF_UNWIND_MAX_FRAMES)
+		return unwind_stop(st, TOTAL_UNWIND_STOP_MAX_FRAMES);
+	st->key.ips[n & (TLSPROF_UNWIND_MAX_FRAMES - 1)] = st->ip;
+	st->key.nr_frames = n + 1;
+
+	/* A return address points after the call, maybe past the caller's end. */
+	lookup = n == 0 ? st->ip : st->ip - 1;
+	m = find_mapping(proc, lookup);
+	if (!m)
+		return unwind_stop(st, TOTAL_UNWIND_STOP_NO_MAPPING);
+	/* Only samples that need a stack get one: past the first walk, a stack
+	 * with no TLS frame yet is abandoned.
+	 */
+	if (m->flags & (UNWIND_MAPPING_TLS | UNWIND_MAPPING_TLS_SYMBOLS))
+		st->tls = 1;
+	else if (!st->tls && n + 1 >= TLSPROF_UNWIND_FIRST_WALK)
+		return unwind_stop(st, TOTAL_UNWIND_NOT_TLS);
+
+	bp = st->bp;
+	if (m->table_len == 0 || (m->flags & UNWIND_MAPPING_FP)) {
+		if (!st->bp_known)
+			return unwind_stop(st, TOTAL_UNWIND_STOP_BP_UNKNOWN);
+		if (!read_user_word(st->bp + 8, &ra) || !read_user_word(st->bp, &bp))
+			return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
+		cfa = st->bp + 16;
+	} else {
+		row = find_row(m->table_start, m->table_len, lookup - m->bias);
+		if (!row)
+			return unwind_stop(st, TOTAL_UNWIND_STOP_NO_ROW);
+		switch (row->cfa_kind) {
+		case CFA_RSP:
+			cfa = st->sp + (__s64)row->cfa_off;
+			break;
+		case CFA_RBP:
+			if (!st->bp_known)
+				return unwind_stop(st, TOTAL_UNWIND_STOP_BP_UNKNOWN);
+			cfa = st->bp + (__s64)row->cfa_off;
+			break;
+		case CFA_RSP_DEREF:
+			/* The slot may lie below RSP (perlasm uses the red zone). */
+			if (!read_user_word(st->sp + (__s64)row->cfa_off, &cfa))
+				return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
+			cfa += (__s64)row->deref_add;
+			break;
+		case CFA_PLT:
+			cfa = st->sp + 8 + ((st->ip & 15) >= 11 ? 8 : 0);
+			break;
+		case CFA_END:
+			return unwind_stop(st, TOTAL_UNWIND_STOP_END);
+		default:
+			return unwind_stop(st, TOTAL_UNWIND_STOP_CFA_NONE);
+		}
+		if (!read_user_word(cfa - 8, &ra))
+			return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
+		if (row->rbp_kind == RBP_AT_CFA) {
+			if (!read_user_word(cfa + (__s64)row->rbp_off, &bp))
+				return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
+			st->bp_known = 1;
+		} else if (row->rbp_kind == RBP_LOST) {
+			st->bp_known = 0;
+		}
+	}
+	/* A non-growing SP would loop. */
+	if (cfa <= st->sp)
+		return unwind_stop(st, TOTAL_UNWIND_STOP_NOT_GROWING);
+	st->ip = ra;
+	st->sp = cfa;
+	st->bp = bp;
+	return 0;
+}
+
+static __always_inline bool stack_inc(const struct stack_key *key)
+{
+	__u64 *count = bpf_map_lookup_elem(&samples_by_stack, key);
+	__u64 one = 1;
+
+	if (!count) {
+		if (!bpf_map_update_elem(&samples_by_stack, key, &one, BPF_NOEXIST))
+			return true;
+		count = bpf_map_lookup_elem(&samples_by_stack, key);
+		if (!count)
+			return false;
+	}
+	__sync_fetch_and_add(count, 1);
+	return true;
+}
+
+/* Unwinds a user-mode sample of tgid if user space registered the process. */
+static __always_inline void unwind_sample(struct bpf_perf_event_data *ctx, __u32 tgid)
+{
+	const struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	struct ustack_walk_ctx walk;
+	struct ustack_walk *st;
+	__u32 zero = 0;
+
+	if (!proc)
+		return;
+	st = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!st)
+		return;
+	/* Equal stacks must give equal keys: unused ips are zero. */
+	__builtin_memset(&st->key, 0, sizeof(st->key));
+	st->key.tgid = tgid;
+	st->ip = ctx->regs.ip;
+	st->sp = ctx->regs.sp;
+	st->bp = ctx->regs.bp;
+	st->bp_known = 1;
+	st->tls = 0;
+	st->stop = 0;
+
+	walk.st = st;
+	walk.proc = proc;
+	/* One more step than frames: the last one only finds out that more
+	 * frames were left (TOTAL_UNWIND_STOP_MAX_FRAMES).
+	 */
+	bpf_loop(TLSPROF_UNWIND_MAX_FRAMES + 1, unwind_step, &walk, 0);
+
+	if (!st->tls) {
+		total_inc(TOTAL_UNWIND_NOT_TLS);
+		return;
+	}
+	if (!stack_inc(&st->key)) {
+		total_inc(TOTAL_DROPPED_STACK);
+		return;
+	}
+	total_inc(TOTAL_UNWOUND);
+	if (st->stop)
+		total_inc(st->stop);
+}
+
 SEC("perf_event")
 int sample_cpu(struct bpf_perf_event_data *ctx)
 {
@@ -146,5 +430,6 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	key.user_ip = ctx->regs.ip;
 	if (!ip_inc(&key))
 		total_inc(TOTAL_DROPPED_IP);
+	unwind_sample(ctx, tgid);
 	return 0;
 }

@@ -42,6 +42,22 @@ enum total_slot {
 	TOTAL_USER,        /* a task was in user mode */
 	TOTAL_DROPPED_IP,  /* samples_by_ip was full: sample kept in pid counts only */
 	TOTAL_DROPPED_PID, /* samples_by_pid was full */
+	/* Stack unwinding (bpf/unwind.bpf.h), for user samples of the processes
+	 * in unwind_procs only. Every sample that gets a stack ends with exactly
+	 * one TOTAL_UNWIND_STOP_* reason (the same as tlsprof::unwind::UnwindStop).
+	 */
+	TOTAL_UNWOUND,                 /* sample counted in samples_by_stack */
+	TOTAL_DROPPED_STACK,           /* samples_by_stack was full: stack lost */
+	TOTAL_UNWIND_NOT_TLS,          /* first walk found no TLS mapping: no stack, by design */
+	TOTAL_UNWIND_STOP_ZERO_IP,     /* return address 0: a complete stack */
+	TOTAL_UNWIND_STOP_END,         /* CFA_END (outermost frame): a complete stack */
+	TOTAL_UNWIND_STOP_MAX_FRAMES,  /* TLSPROF_UNWIND_MAX_FRAMES kept, more above */
+	TOTAL_UNWIND_STOP_NO_MAPPING,  /* ip in no mapping of the process */
+	TOTAL_UNWIND_STOP_NO_ROW,      /* ip before the first row of its table */
+	TOTAL_UNWIND_STOP_CFA_NONE,    /* CFA_NONE: no CFI (or a rule not modelled) */
+	TOTAL_UNWIND_STOP_BP_UNKNOWN,  /* RBP needed after an RBP_LOST frame */
+	TOTAL_UNWIND_STOP_UNREADABLE,  /* a stack word could not be read */
+	TOTAL_UNWIND_STOP_NOT_GROWING, /* the caller's SP is not above the callee's */
 	TOTAL_NR_SLOTS,
 };
 

@@ -9,6 +9,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -134,6 +135,51 @@ Status ValidateTargetPid(pid_t pid) {
     break;
   }
   return OkStatus();
+}
+
+// The Totals field of a totals slot.
+uint64_t* TotalsField(Totals& t, uint32_t slot) {
+  switch (static_cast<total_slot>(slot)) {
+    case TOTAL_SAMPLES:
+      return &t.samples;
+    case TOTAL_IDLE:
+      return &t.idle;
+    case TOTAL_KERNEL:
+      return &t.kernel;
+    case TOTAL_USER:
+      return &t.user;
+    case TOTAL_DROPPED_IP:
+      return &t.dropped_ip;
+    case TOTAL_DROPPED_PID:
+      return &t.dropped_pid;
+    case TOTAL_UNWOUND:
+      return &t.unwound;
+    case TOTAL_DROPPED_STACK:
+      return &t.dropped_stack;
+    case TOTAL_UNWIND_NOT_TLS:
+      return &t.unwind_not_tls;
+    case TOTAL_UNWIND_STOP_ZERO_IP:
+      return &t.unwind_stop.zero_ip;
+    case TOTAL_UNWIND_STOP_END:
+      return &t.unwind_stop.end;
+    case TOTAL_UNWIND_STOP_MAX_FRAMES:
+      return &t.unwind_stop.max_frames;
+    case TOTAL_UNWIND_STOP_NO_MAPPING:
+      return &t.unwind_stop.no_mapping;
+    case TOTAL_UNWIND_STOP_NO_ROW:
+      return &t.unwind_stop.no_row;
+    case TOTAL_UNWIND_STOP_CFA_NONE:
+      return &t.unwind_stop.cfa_none;
+    case TOTAL_UNWIND_STOP_BP_UNKNOWN:
+      return &t.unwind_stop.bp_unknown;
+    case TOTAL_UNWIND_STOP_UNREADABLE:
+      return &t.unwind_stop.unreadable;
+    case TOTAL_UNWIND_STOP_NOT_GROWING:
+      return &t.unwind_stop.not_growing;
+    case TOTAL_NR_SLOTS:
+      break;
+  }
+  return nullptr;
 }
 
 int PerfEventOpen(perf_event_attr* attr, pid_t pid, int cpu) {
@@ -283,9 +329,7 @@ std::vector<Totals> Sampler::ReadTotalsPerCpu() const {
       continue;
     }
     for (size_t cpu = 0; cpu < values.size(); ++cpu) {
-      Totals& t = per_cpu[cpu];
-      uint64_t* field[TOTAL_NR_SLOTS] = {&t.samples, &t.idle, &t.kernel, &t.user, &t.dropped_ip, &t.dropped_pid};
-      *field[slot] = values[cpu];
+      if (uint64_t* field = TotalsField(per_cpu[cpu], slot)) *field = values[cpu];
     }
   }
   return per_cpu;
@@ -293,13 +337,8 @@ std::vector<Totals> Sampler::ReadTotalsPerCpu() const {
 
 Totals Sampler::ReadTotals() const {
   Totals sum;
-  for (const Totals& t : ReadTotalsPerCpu()) {
-    sum.samples += t.samples;
-    sum.idle += t.idle;
-    sum.kernel += t.kernel;
-    sum.user += t.user;
-    sum.dropped_ip += t.dropped_ip;
-    sum.dropped_pid += t.dropped_pid;
+  for (Totals& t : ReadTotalsPerCpu()) {
+    for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) *TotalsField(sum, slot) += *TotalsField(t, slot);
   }
   return sum;
 }
@@ -314,6 +353,84 @@ BpfRunStats Sampler::ReadBpfStats() const {
     stats.run_count = info.run_cnt;
   }
   return stats;
+}
+
+uint32_t Sampler::max_rows() const { return bpf_map__max_entries(impl_->skel->maps.unwind_rows); }
+
+Result<uint32_t> Sampler::AllocateRows(uint32_t count) {
+  if (count > max_rows() - next_row_) {
+    return MakeError("the BPF unwind row array is full ({} of {} rows used, {} more asked): that file is not unwound",
+                     next_row_, max_rows(), count);
+  }
+  uint32_t first = next_row_;
+  next_row_ += count;
+  return first;
+}
+
+Status Sampler::UploadRows(uint32_t first_row, std::span<const unwind_row> rows) {
+  const uint32_t max = max_rows();
+  if (first_row > max || rows.size() > max - first_row) {
+    return MakeError("unwind rows [{}, {}) do not fit the BPF row array of {} rows", first_row,
+                     uint64_t{first_row} + rows.size(), max);
+  }
+  // Batches bound the key array we build; BPF_MAP_UPDATE_BATCH on an array
+  // map exists since Linux 5.6.
+  constexpr size_t kBatch = 65536;
+  std::vector<uint32_t> keys;
+  const int fd = bpf_map__fd(impl_->skel->maps.unwind_rows);
+  for (size_t done = 0; done < rows.size();) {
+    const size_t n = std::min(kBatch, rows.size() - done);
+    keys.resize(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = first_row + static_cast<uint32_t>(done + i);
+    uint32_t count = static_cast<uint32_t>(n);
+    LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    if (bpf_map_update_batch(fd, keys.data(), rows.data() + done, &count, &opts) != 0) {
+      return MakeError("cannot upload unwind rows [{}, {}) to the kernel: {}", first_row + done, first_row + done + n,
+                       ErrnoText(errno));
+    }
+    done += n;
+  }
+  return OkStatus();
+}
+
+Status Sampler::SetProcess(uint32_t tgid, const unwind_proc& proc) {
+  if (proc.nr_mappings > TLSPROF_UNWIND_MAX_MAPPINGS) {
+    return MakeError("process {}: {} unwind mappings given, at most {} are supported", tgid, proc.nr_mappings,
+                     TLSPROF_UNWIND_MAX_MAPPINGS);
+  }
+  const uint32_t max = max_rows();
+  for (uint32_t i = 0; i < proc.nr_mappings; ++i) {
+    const unwind_mapping& m = proc.mappings[i];
+    if (m.start >= m.end) return MakeError("process {}: unwind mapping {} is empty or reversed", tgid, i);
+    if (i > 0 && m.start < proc.mappings[i - 1].end) {
+      return MakeError("process {}: unwind mappings must be sorted by start and disjoint (mapping {})", tgid, i);
+    }
+    if (m.table_start > max || m.table_len > max - m.table_start) {
+      return MakeError("process {}: unwind mapping {} names rows [{}, {}) outside the row array of {}", tgid, i,
+                       m.table_start, uint64_t{m.table_start} + m.table_len, max);
+    }
+  }
+  if (bpf_map__update_elem(impl_->skel->maps.unwind_procs, &tgid, sizeof(tgid), &proc, sizeof(proc), BPF_ANY) != 0) {
+    return MakeError("cannot register process {} for stack unwinding: {}", tgid, ErrnoText(errno));
+  }
+  return OkStatus();
+}
+
+void Sampler::RemoveProcess(uint32_t tgid) {
+  bpf_map__delete_elem(impl_->skel->maps.unwind_procs, &tgid, sizeof(tgid), 0);
+}
+
+void Sampler::ForEachStack(const std::function<void(const stack_key&, uint64_t count)>& fn) const {
+  const bpf_map* map = impl_->skel->maps.samples_by_stack;
+  stack_key key{};
+  stack_key next{};
+  const stack_key* prev = nullptr;
+  while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
+    uint64_t count = 0;
+    if (bpf_map__lookup_elem(map, &next, sizeof(next), &count, sizeof(count), 0) == 0) fn(next, count);
+    key = next;
+    prev = &key;
+  }
 }
 
 }  // namespace tlsprof::sample

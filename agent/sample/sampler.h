@@ -4,6 +4,14 @@
 // Lifecycle: Start() opens the skeleton, sets rodata, loads, opens the per-CPU
 // events and attaches; the destructor detaches and destroys everything.
 // Not thread-safe: one thread owns a Sampler.
+//
+// Stack unwinding (bpf/unwind.h): user samples of the processes registered
+// with SetProcess() are unwound in the kernel from the rows uploaded with
+// UploadRows() (or frame pointers) and counted per stack (ForEachStack) when
+// the stack touches a TLS mapping. Rows live in one global array. Its
+// allocator is append-only: AllocateRows() hands out the next free range and
+// never reuses or moves one, so user space uploads each table once per
+// build-id and lets every process mapping that file point at the same range.
 #pragma once
 
 #include <sys/types.h>
@@ -11,10 +19,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "agent/common/result.h"
 #include "bpf/profile.h"
+#include "bpf/unwind.h"
 
 namespace tlsprof::sample {
 
@@ -32,6 +42,21 @@ struct Totals {
   uint64_t user = 0;
   uint64_t dropped_ip = 0;
   uint64_t dropped_pid = 0;
+  // Stack unwinding (see the TOTAL_* slots in bpf/profile.h).
+  uint64_t unwound = 0;         // samples counted in samples_by_stack
+  uint64_t dropped_stack = 0;   // samples_by_stack was full
+  uint64_t unwind_not_tls = 0;  // registered process, but no TLS frame in the first walk
+  struct UnwindStops {
+    uint64_t zero_ip = 0;  // complete stacks
+    uint64_t end = 0;      // complete stacks (CFA_END)
+    uint64_t max_frames = 0;
+    uint64_t no_mapping = 0;
+    uint64_t no_row = 0;
+    uint64_t cfa_none = 0;
+    uint64_t bp_unknown = 0;
+    uint64_t unreadable = 0;
+    uint64_t not_growing = 0;
+  } unwind_stop;  // why each unwound stack ended (sum == unwound)
 };
 
 struct BpfRunStats {
@@ -59,6 +84,27 @@ class Sampler {
   std::vector<Totals> ReadTotalsPerCpu() const;
   BpfRunStats ReadBpfStats() const;
 
+  // --- Stack unwinding ---
+  // Rows in the kernel's row array (TLSPROF_UNWIND_MAX_ROWS).
+  uint32_t max_rows() const;
+  // Rows handed out so far by AllocateRows().
+  uint32_t allocated_rows() const { return next_row_; }
+  // Reserves `count` consecutive rows and returns the first; an error when
+  // the array is full (the caller then unwinds that file with frame pointers
+  // or not at all). Append-only: ranges are never freed or moved.
+  Result<uint32_t> AllocateRows(uint32_t count);
+  // Writes rows [first_row, first_row + rows.size()) of the array (batched).
+  // The range must lie inside the array; it need not come from AllocateRows.
+  Status UploadRows(uint32_t first_row, std::span<const unwind_row> rows);
+  // Registers (or replaces) the mappings of a process; from the next sample
+  // on its user stacks are unwound. Checks that nr_mappings fits, mappings
+  // are sorted and disjoint and tables lie inside the row array.
+  Status SetProcess(uint32_t tgid, const unwind_proc& proc);
+  // Stops unwinding a process (e.g. it exited); absent tgids are ignored.
+  void RemoveProcess(uint32_t tgid);
+  // Walks samples_by_stack like ForEachIp (not a snapshot while sampling).
+  void ForEachStack(const std::function<void(const stack_key&, uint64_t count)>& fn) const;
+
   // Stops sampling (detaches the per-CPU events) but keeps the maps readable.
   void Stop();
 
@@ -67,6 +113,7 @@ class Sampler {
   explicit Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns);
   std::unique_ptr<Impl> impl_;
   uint64_t period_ns_;
+  uint32_t next_row_ = 0;
 };
 
 }  // namespace tlsprof::sample
