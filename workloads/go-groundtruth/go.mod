@@ -1,0 +1,3 @@
+module tlsprof/workloads/go-groundtruth
+
+go 1.19
