@@ -366,6 +366,10 @@ func (w *worker) run() {
 	runtime.LockOSThread()
 	defer close(w.done)
 	w.tid = syscall.Gettid()
+	// Name the thread like the C++ worker (prctl PR_SET_NAME, comm of this
+	// thread only), so a profile can find it by name as well as by tid.
+	name := []byte("tlsprof-gt-wrk\x00")
+	syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0)
 	// Calibrate on the locked thread: its CPU clock is only meaningful there.
 	if err := calibrate(w.cats); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
