@@ -139,6 +139,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--frequency", options.frequency_hz, "Samples per second per CPU")->check(CLI::Range(1, 10000));
     cmd->add_option("--format", format, "table or json")->check(CLI::IsMember({"table", "json"}));
     cmd->add_option("--output,-o", output, "Write the report to this file instead of stdout");
+    cmd->add_option("--folded", options.folded_path, "Also write the TLS stacks as folded stacks (flamegraph.pl)");
+    cmd->add_option("--pprof", options.pprof_path, "Also write the TLS stacks as a pprof profile (go tool pprof)");
+    cmd->add_flag("!--no-stacks", options.stacks, "Leaf-only attribution: do not unwind user stacks");
   };
   CLI::App* profile = app.add_subcommand("profile", "Profile the host (or --pid processes) once and print a report");
   add_profile_flags(profile);

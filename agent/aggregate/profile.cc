@@ -4,15 +4,17 @@
 
 namespace tlsprof::aggregate {
 
-void CryptoTime::Add(const classify::Classification& c, uint64_t count) {
+void CryptoTime::Add(const classify::Classification& c, classify::Phase phase, uint64_t count) {
   tls += count;
   buckets[static_cast<size_t>(c.bucket)] += count;
-  algorithms[{c.bucket, c.algorithm}] += count;
+  phases[static_cast<size_t>(phase)] += count;
+  algorithms[{c.bucket, c.algorithm, phase}] += count;
 }
 
 void CryptoTime::Merge(const CryptoTime& other) {
   tls += other.tls;
   for (size_t i = 0; i < buckets.size(); ++i) buckets[i] += other.buckets[i];
+  for (size_t i = 0; i < phases.size(); ++i) phases[i] += other.phases[i];
   for (const auto& [key, count] : other.algorithms) algorithms[key] += count;
 }
 
@@ -27,7 +29,7 @@ ProcessProfile& Attributor::Process(uint32_t tgid) {
         if (!m.image || !m.image->tls) continue;
         bool seen = std::any_of(p.libraries.begin(), p.libraries.end(),
                                 [&](const LibraryUse& u) { return u.image == m.image.get(); });
-        if (!seen) p.libraries.push_back({m.image.get(), 0, 0});
+        if (!seen) p.libraries.push_back({.image = m.image.get()});
       }
     }
   }
@@ -40,52 +42,105 @@ void Attributor::AddProcess(uint32_t tgid, uint64_t user_samples, uint64_t kerne
   p.kernel_samples += kernel_samples;
 }
 
-std::optional<classify::Classification> Attributor::Classify(const discovery::ProcessSnapshot& process, uint64_t ip,
-                                                             SymbolKey* where) {
-  *where = SymbolKey{};
+Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address) {
+  Frame f;
   const auto* m = process.Find(ip);
-  if (m == nullptr || !m->image || !m->image->tls || !m->image->image) return std::nullopt;
+  if (m == nullptr || !m->image || !m->image->image) return f;
   const discovery::ImageInfo& info = *m->image;
-  where->image = &info;
   const symbols::BinaryImage& img = *info.image;
-
-  std::optional<classify::Classification> c;
-  auto vaddr = img.FileOffsetToVaddr(ip - m->mapping.start + m->mapping.offset);
+  f.where.image = &info;
+  const uint64_t lookup = return_address ? ip - 1 : ip;
+  auto vaddr = img.FileOffsetToVaddr(lookup - m->mapping.start + m->mapping.offset);
   auto index = vaddr ? img.symbols.Find(*vaddr) : std::nullopt;
+  if (!info.tls) return f;  // code outside TLS libraries: no name is needed
+  f.family = classify::FamilyOf(info.tls->kind);
   if (index) {
-    where->symbol = *index;
+    f.where.symbol = *index;
+    f.name = img.symbols.at(*index).name;
     auto key = std::make_pair(&img, *index);
     auto it = cache_.find(key);
-    if (it == cache_.end()) {
-      it =
-          cache_.emplace(key, classify::ClassifySymbol(classify::FamilyOf(info.tls->kind), img.symbols.at(*index).name))
-              .first;
-    }
-    c = it->second;
+    if (it == cache_.end()) it = cache_.emplace(key, classify::ClassifySymbol(f.family, f.name)).first;
+    f.leaf = it->second;
   }
-  if (info.tls->whole_file_is_tls && !c) c = classify::Classification{};  // {other, unknown}
-  return c;
+  // A shared libssl/libcrypto is TLS code throughout, named or not; in a
+  // static link only the TLS symbols are.
+  f.tls = info.tls->whole_file_is_tls || f.leaf.has_value();
+  if (f.tls && !f.leaf) f.leaf = classify::Classification{};  // {other, unknown}
+  return f;
+}
+
+void Attributor::Account(ProcessProfile& p, const Frame& where, const classify::Classification& c,
+                         classify::Phase phase, uint64_t count, bool from_stack) {
+  p.crypto.Add(c, phase, count);
+  SymbolCount& sym = p.symbols[where.where];
+  sym.classification = where.leaf.value_or(c);
+  sym.samples += count;
+  for (LibraryUse& u : p.libraries) {
+    if (u.image != where.where.image) continue;
+    u.tls_samples += count;
+    if (where.where.symbol >= 0) u.named_samples += count;
+    if (c.bucket != classify::Bucket::kOther) u.bucket_samples += count;
+    if (c.algorithm != classify::algo::kUnknown) u.algorithm_samples += count;
+    if (from_stack) u.stack_samples += count;
+  }
+}
+
+void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t count) {
+  if (ips.empty()) return;
+  const auto* snap = registry_.Get(static_cast<pid_t>(tgid));
+  if (snap == nullptr) return;  // left to the leaf path, which counts it unresolved
+  covered_[{tgid, ips[0]}] += count;
+
+  constexpr size_t kMaxFrames = 64;
+  std::array<Frame, kMaxFrames> frames;
+  std::array<classify::FrameInfo, kMaxFrames> infos;
+  const size_t n = std::min(ips.size(), kMaxFrames);
+  const Frame* innermost_tls = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    frames[i] = Resolve(*snap, ips[i], i > 0);
+    infos[i] = {frames[i].name, frames[i].family, frames[i].tls};
+    if (frames[i].tls && innermost_tls == nullptr) innermost_tls = &frames[i];
+  }
+  const classify::StackClassification sc = classify::ClassifyStack({infos.data(), n});
+  if (!sc.tls || innermost_tls == nullptr) return;
+
+  ProcessProfile& p = Process(tgid);
+  Account(p, *innermost_tls, sc.classification, sc.phase, count, /*from_stack=*/true);
+  profile_.stack_samples += count;
+
+  StackSample stack;
+  stack.pid = static_cast<pid_t>(tgid);
+  stack.classification = sc.classification;
+  stack.phase = sc.phase;
+  stack.samples = count;
+  stack.frames.reserve(n);
+  for (size_t i = 0; i < n; ++i) stack.frames.push_back(FrameName(frames[i], ips[i]));
+  profile_.stacks.push_back(std::move(stack));
+}
+
+std::string Attributor::FrameName(const Frame& f, uint64_t ip) {
+  if (!f.name.empty()) return std::string(f.name);
+  if (f.where.image == nullptr) return fmt::format("[unknown+0x{:x}]", ip);
+  const std::string& path = f.where.image->path;
+  size_t slash = path.rfind('/');
+  return fmt::format("[{}]", slash == std::string::npos ? path : path.substr(slash + 1));
 }
 
 void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
+  if (auto it = covered_.find({tgid, ip}); it != covered_.end()) {
+    const uint64_t taken = std::min(count, it->second);
+    count -= taken;
+    it->second -= taken;
+    if (count == 0) return;
+  }
   const auto* snap = registry_.Get(static_cast<pid_t>(tgid));
   if (snap == nullptr) {
     profile_.unresolved_samples += count;
     return;
   }
-  SymbolKey where;
-  auto c = Classify(*snap, ip, &where);
-  if (!c) return;
-  ProcessProfile& p = Process(tgid);
-  p.crypto.Add(*c, count);
-  SymbolCount& sym = p.symbols[where];
-  sym.classification = *c;
-  sym.samples += count;
-  for (LibraryUse& u : p.libraries) {
-    if (u.image != where.image) continue;
-    u.tls_samples += count;
-    if (where.symbol >= 0) u.named_samples += count;
-  }
+  Frame f = Resolve(*snap, ip, false);
+  if (!f.tls) return;
+  Account(Process(tgid), f, *f.leaf, classify::Phase::kOther, count, /*from_stack=*/false);
 }
 
 Profile Attributor::Finish() {

@@ -1,11 +1,12 @@
 // Attribution and aggregation: turns the sampler's per-(process, IP) counts
 // into CPU time per process, bucket and algorithm.
 //
-// Leaf-only semantics (docs/attribution.md): a sample is TLS time when its
-// user IP lies in TLS library code — anywhere in a shared libssl/libcrypto, or
-// inside a TLS symbol of a binary that links the library statically (node, Go,
-// static OpenSSL). Its bucket and algorithm come from that symbol through the
-// rules table; unnamed code of a shared TLS library is {other, unknown}.
+// Semantics (docs/attribution.md): a sample with a user stack is TLS time when
+// any frame lies in TLS library code — anywhere in a shared libssl/libcrypto,
+// or inside a TLS symbol of a binary that links the library statically (node,
+// Go, static OpenSSL); classify::ClassifyStack picks bucket, algorithm and
+// phase. A sample without a stack is attributed by its leaf alone, in phase
+// `other`.
 // Not thread-safe: one thread owns an Attributor.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,21 +26,33 @@
 
 namespace tlsprof::aggregate {
 
-using AlgorithmKey = std::pair<classify::Bucket, std::string_view>;  // algorithm names are static strings
+inline constexpr size_t kPhaseCount = 3;  // classify::Phase values
+
+// One row of the algorithm table: algorithm names are static strings.
+struct AlgorithmKey {
+  classify::Bucket bucket = classify::Bucket::kOther;
+  std::string_view algorithm;
+  classify::Phase phase = classify::Phase::kOther;
+  auto operator<=>(const AlgorithmKey&) const = default;
+};
 
 struct CryptoTime {
   uint64_t tls = 0;  // samples in TLS library code
   std::array<uint64_t, classify::kBucketCount> buckets{};
+  std::array<uint64_t, kPhaseCount> phases{};
   std::map<AlgorithmKey, uint64_t> algorithms;
 
-  void Add(const classify::Classification& c, uint64_t count);
+  void Add(const classify::Classification& c, classify::Phase phase, uint64_t count);
   void Merge(const CryptoTime& other);
 };
 
 struct LibraryUse {
   const discovery::ImageInfo* image = nullptr;
-  uint64_t tls_samples = 0;    // TLS samples inside this file
-  uint64_t named_samples = 0;  // of those, how many fell inside a named symbol
+  uint64_t tls_samples = 0;        // TLS samples inside this file
+  uint64_t named_samples = 0;      // of those, how many fell inside a named symbol
+  uint64_t bucket_samples = 0;     // of those, how many got a bucket other than `other`
+  uint64_t algorithm_samples = 0;  // of those, how many got an algorithm other than `unknown`
+  uint64_t stack_samples = 0;      // of those, how many were attributed from a whole user stack
 };
 
 // Samples that fell in one TLS symbol (or in unnamed code of one library).
@@ -62,11 +76,23 @@ struct ProcessProfile {
   std::map<SymbolKey, SymbolCount> symbols;  // where its TLS samples fell, for the report's top symbols
 };
 
+// One unique user stack with its attribution, for the folded and pprof
+// exports. Frames leaf first, already symbolized.
+struct StackSample {
+  pid_t pid = 0;
+  std::vector<std::string> frames;
+  classify::Classification classification;
+  classify::Phase phase = classify::Phase::kOther;
+  uint64_t samples = 0;
+};
+
 struct Profile {
   uint64_t scope_samples = 0;  // busy CPU of the scope (host or --pid set)
   CryptoTime crypto;
   std::map<pid_t, ProcessProfile> processes;  // only processes with samples
   uint64_t unresolved_samples = 0;            // user IPs in processes the agent could not snapshot
+  uint64_t stack_samples = 0;                 // TLS samples attributed from whole stacks
+  std::vector<StackSample> stacks;            // TLS stacks only
 };
 
 class Attributor {
@@ -75,7 +101,11 @@ class Attributor {
 
   // Busy CPU of one process (from samples_by_pid).
   void AddProcess(uint32_t tgid, uint64_t user_samples, uint64_t kernel_samples);
-  // User-mode samples at one IP (from samples_by_ip).
+  // One user stack, leaf first (from samples_by_stack). Call before
+  // AddUserSamples: the samples a stack covers are taken out of its leaf IP's
+  // count, so each sample is attributed once.
+  void AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t count);
+  // User-mode samples at one IP (from samples_by_ip), attributed by the leaf.
   void AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count);
   // The scope's busy CPU; for the host this is all non-idle samples, which
   // includes processes whose pid entry could not be stored.
@@ -83,18 +113,29 @@ class Attributor {
 
   Profile Finish();
 
-  // Classifies one user IP of a process. nullopt: not TLS library code.
-  // `where` tells in which image and symbol the IP fell.
-  std::optional<classify::Classification> Classify(const discovery::ProcessSnapshot& process, uint64_t ip,
-                                                   SymbolKey* where);
+  // Where one user IP of a process lies. `return_address`: the IP is a
+  // caller's return address, so the call instruction is at ip - 1.
+  struct Frame {
+    SymbolKey where;        // image null: not in a file the agent knows
+    std::string_view name;  // empty when unnamed
+    classify::Family family = classify::Family::kOpenSSL;
+    bool tls = false;                              // TLS library code
+    std::optional<classify::Classification> leaf;  // the rules table's verdict on the symbol
+  };
+  Frame Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address);
 
  private:
+  void Account(ProcessProfile& p, const Frame& where, const classify::Classification& c, classify::Phase phase,
+               uint64_t count, bool from_stack);
+  static std::string FrameName(const Frame& f, uint64_t ip);
   ProcessProfile& Process(uint32_t tgid);
 
   const discovery::ProcessRegistry& registry_;
   Profile profile_;
   // (image, symbol index) → classification; symbols are classified once.
   std::map<std::pair<const symbols::BinaryImage*, uint32_t>, std::optional<classify::Classification>> cache_;
+  // (tgid, leaf ip) → samples already attributed through a stack.
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> covered_;
 };
 
 }  // namespace tlsprof::aggregate

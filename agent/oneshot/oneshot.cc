@@ -5,14 +5,19 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <chrono>
+#include <optional>
 #include <set>
+#include <span>
 #include <thread>
 
 #include "agent/aggregate/profile.h"
 #include "agent/discovery/process_registry.h"
+#include "agent/report/exports.h"
 #include "agent/report/report.h"
 #include "agent/sample/sampler.h"
+#include "agent/stacks/unwind_registrar.h"
 
 namespace tlsprof::oneshot {
 namespace {
@@ -38,13 +43,29 @@ std::string HostName() {
   return buf;
 }
 
+// Snapshots a process and, if it maps a TLS library, registers it with the
+// BPF unwinder. Failures concern one process and are never fatal.
+void Discover(pid_t pid, discovery::ProcessRegistry& registry, stacks::UnwindRegistrar* registrar) {
+  auto status = registry.Refresh(pid);
+  if (!status.ok()) {
+    spdlog::debug("{}", status.error().message);
+    return;
+  }
+  if (registrar == nullptr) return;
+  const auto* snap = registry.Get(pid);
+  if (snap == nullptr || !snap->has_tls()) return;
+  auto registered = registrar->Register(pid, *snap);
+  if (!registered.ok()) spdlog::debug("process {}: {}", pid, registered.error().message);
+}
+
 // Snapshots every process that has samples and that the registry has not seen.
-void DiscoverNew(const sample::Sampler& sampler, discovery::ProcessRegistry& registry, std::set<uint32_t>& seen) {
+void DiscoverNew(const sample::Sampler& sampler, discovery::ProcessRegistry& registry,
+                 stacks::UnwindRegistrar* registrar, std::set<uint32_t>& seen) {
+  std::vector<uint32_t> fresh;
   sampler.ForEachPid([&](uint32_t tgid, const pid_counts&) {
-    if (tgid == 0 || !seen.insert(tgid).second) return;
-    auto status = registry.Refresh(static_cast<pid_t>(tgid));
-    if (!status.ok()) spdlog::debug("{}", status.error().message);
+    if (tgid != 0 && seen.insert(tgid).second) fresh.push_back(tgid);
   });
+  for (uint32_t tgid : fresh) Discover(static_cast<pid_t>(tgid), registry, registrar);
 }
 
 }  // namespace
@@ -60,13 +81,19 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   if (!sampler.ok()) return sampler.error();
 
   discovery::ProcessRegistry registry;
+  std::optional<stacks::UnwindRegistrar> registrar;
+  if (options.stacks) registrar.emplace(**sampler);
+  stacks::UnwindRegistrar* unwinder = registrar ? &*registrar : nullptr;
   std::set<uint32_t> seen;
-  // The target processes are known up front: snapshot them before the window
-  // so that their symbol loading is not on the report's critical path.
-  for (pid_t pid : options.pids) {
+  // Processes that exist now are snapshotted before the window, so their
+  // symbol loading is not on the report's critical path and their stacks
+  // are unwound from the first sample on. Later ones are found as they get
+  // samples.
+  const std::vector<pid_t> initial = options.pids.empty() ? discovery::ListPids() : options.pids;
+  for (pid_t pid : initial) {
+    if (pid == getpid()) continue;
     seen.insert(static_cast<uint32_t>(pid));
-    auto status = registry.Refresh(pid);
-    if (!status.ok()) spdlog::warn("{}", status.error().message);
+    Discover(pid, registry, unwinder);
   }
 
   const auto window_start = Clock::now();
@@ -83,7 +110,7 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
     while (!stop.load() && Clock::now() < wake) {
       std::this_thread::sleep_for(std::min<Clock::duration>(wake - Clock::now(), std::chrono::milliseconds(50)));
     }
-    DiscoverNew(**sampler, registry, seen);
+    DiscoverNew(**sampler, registry, unwinder, seen);
   }
   (*sampler)->Stop();
   const auto window_end = Clock::now();
@@ -105,6 +132,13 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   aggregate::Attributor attributor(registry);
   (*sampler)->ForEachPid([&](uint32_t tgid, const pid_counts& counts) {
     if (tgid != 0) attributor.AddProcess(tgid, counts.user, counts.kernel);
+  });
+  // Stacks first: the samples they cover are taken out of the leaf counts.
+  (*sampler)->ForEachStack([&](const stack_key& key, uint64_t count) {
+    const uint32_t n = std::min<uint32_t>(key.nr_frames, TLSPROF_UNWIND_MAX_FRAMES);
+    std::array<uint64_t, TLSPROF_UNWIND_MAX_FRAMES> ips{};  // __u64 is not uint64_t's type
+    std::copy_n(key.ips, n, ips.begin());
+    attributor.AddStack(key.tgid, std::span<const uint64_t>(ips.data(), n), count);
   });
   (*sampler)->ForEachIp(
       [&](const sample_key& key, uint64_t count) { attributor.AddUserSamples(key.tgid, key.user_ip, count); });
@@ -139,8 +173,26 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   cost.bpf_stats_enabled = bpf.enabled;
   cost.max_rss_bytes = MaxRssBytes();
   cost.cpu_seconds = SelfCpuSeconds() - cpu_at_start;
+  if (!options.folded_path.empty()) {
+    auto written = report::WriteFile(options.folded_path, report::FoldedStacks(profile));
+    if (!written.ok()) return written.error();
+  }
+  if (!options.pprof_path.empty()) {
+    auto written =
+        report::WriteFile(options.pprof_path, report::PprofProfile(profile, run.period_ns, run.duration_seconds));
+    if (!written.ok()) return written.error();
+  }
   cost.report_latency_seconds = std::chrono::duration<double>(Clock::now() - window_end).count();
-  return report::BuildReport(profile, run, cost);
+  nlohmann::json doc = report::BuildReport(profile, run, cost);
+  if (registrar) {
+    const auto& st = registrar->stats();
+    doc["agent"]["unwind"] = {{"processes", st.processes},
+                              {"tables", st.tables},
+                              {"rows", st.rows},
+                              {"table_failures", st.table_failures},
+                              {"mappings_left_out", st.mappings_left_out}};
+  }
+  return doc;
 }
 
 }  // namespace tlsprof::oneshot

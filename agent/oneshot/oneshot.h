@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,12 @@ struct Options {
   // How often new processes are snapshotted while the window runs. Short
   // enough to catch short-lived processes, long enough to cost nothing.
   double poll_seconds = 0.5;
+  // Unwind user stacks of TLS processes in BPF (stack-aware attribution).
+  // Off: leaf-only attribution, the foundation's behaviour (and its cost).
+  bool stacks = true;
+  // Exports of the TLS stacks; empty: not written.
+  std::string folded_path;
+  std::string pprof_path;
 };
 
 // Runs the profile and returns the report document. `stop` ends the window

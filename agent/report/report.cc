@@ -28,13 +28,26 @@ json BucketsJson(const aggregate::CryptoTime& crypto, double sec_per_sample) {
   return out;
 }
 
+json PhasesJson(const aggregate::CryptoTime& crypto, double sec_per_sample) {
+  json out = json::array();
+  for (size_t i = 0; i < aggregate::kPhaseCount; ++i) {
+    uint64_t n = crypto.phases[i];
+    out.push_back({{"phase", classify::PhaseName(static_cast<classify::Phase>(i))},
+                   {"cpu_seconds", n * sec_per_sample},
+                   {"samples", n},
+                   {"share_of_tls", Share(n, crypto.tls)}});
+  }
+  return out;
+}
+
 json AlgorithmsJson(const aggregate::CryptoTime& crypto, double sec_per_sample) {
   std::vector<std::pair<aggregate::AlgorithmKey, uint64_t>> rows(crypto.algorithms.begin(), crypto.algorithms.end());
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   json out = json::array();
   for (const auto& [key, n] : rows) {
-    out.push_back({{"bucket", classify::BucketName(key.first)},
-                   {"algorithm", key.second},
+    out.push_back({{"bucket", classify::BucketName(key.bucket)},
+                   {"algorithm", key.algorithm},
+                   {"phase", classify::PhaseName(key.phase)},
                    {"cpu_seconds", n * sec_per_sample},
                    {"samples", n},
                    {"share_of_tls", Share(n, crypto.tls)}});
@@ -54,7 +67,10 @@ json LibrariesJson(const aggregate::ProcessProfile& p) {
                    {"symbols", symbols::SymbolSourceName(img.symbol_source)},
                    {"symbol_count", img.symbols.size()},
                    {"tls_samples", use.tls_samples},
-                   {"named_share", Share(use.named_samples, use.tls_samples)}});
+                   {"named_share", Share(use.named_samples, use.tls_samples)},
+                   {"bucket_share", Share(use.bucket_samples, use.tls_samples)},
+                   {"algorithm_share", Share(use.algorithm_samples, use.tls_samples)},
+                   {"stack_share", Share(use.stack_samples, use.tls_samples)}});
   }
   return out;
 }
@@ -98,6 +114,7 @@ json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const Ag
   doc["tls_cpu_seconds"] = profile.crypto.tls * sec_per_sample;
   doc["tls_share"] = Share(profile.crypto.tls, profile.scope_samples);
   doc["buckets"] = BucketsJson(profile.crypto, sec_per_sample);
+  doc["phases"] = PhasesJson(profile.crypto, sec_per_sample);
   doc["algorithms"] = AlgorithmsJson(profile.crypto, sec_per_sample);
 
   std::vector<const aggregate::ProcessProfile*> procs;
@@ -115,15 +132,21 @@ json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const Ag
                          {"tls_cpu_seconds", p->crypto.tls * sec_per_sample},
                          {"tls_share", Share(p->crypto.tls, p->samples)},
                          {"buckets", BucketsJson(p->crypto, sec_per_sample)},
+                         {"phases", PhasesJson(p->crypto, sec_per_sample)},
                          {"algorithms", AlgorithmsJson(p->crypto, sec_per_sample)},
                          {"libraries", LibrariesJson(*p)},
                          {"top_symbols", TopSymbolsJson(*p, sec_per_sample, kTopSymbols)}});
   }
   doc["processes"] = std::move(processes);
-  doc["samples"] = {{"total", run.total_samples},     {"busy", profile.scope_samples},
-                    {"tls", profile.crypto.tls},      {"idle", run.idle_samples},
-                    {"kernel", run.kernel_samples},   {"user", run.user_samples},
-                    {"dropped", run.dropped_samples}, {"unresolved", profile.unresolved_samples}};
+  doc["samples"] = {{"total", run.total_samples},
+                    {"busy", profile.scope_samples},
+                    {"tls", profile.crypto.tls},
+                    {"tls_with_stack", profile.stack_samples},
+                    {"idle", run.idle_samples},
+                    {"kernel", run.kernel_samples},
+                    {"user", run.user_samples},
+                    {"dropped", run.dropped_samples},
+                    {"unresolved", profile.unresolved_samples}};
   doc["agent"] = {
       {"cpu_seconds", cost.cpu_seconds},
       {"window_cpu_seconds", cost.window_cpu_seconds},
@@ -155,10 +178,16 @@ std::string RenderTable(const json& r) {
                      Percent(b["share_of_tls"].get<double>())));
   }
   line("");
-  line(fmt::format("{:<24} {:<14} {:>10} {:>13}", "algorithm", "bucket", "cpu_s", "share_of_tls"));
+  line(fmt::format("{:<11} {:>10} {:>13}", "phase", "cpu_s", "share_of_tls"));
+  for (const auto& ph : r["phases"]) {
+    line(fmt::format("{:<11} {:>10.3f} {:>13}", ph["phase"].get<std::string>(), ph["cpu_seconds"].get<double>(),
+                     Percent(ph["share_of_tls"].get<double>())));
+  }
+  line("");
+  line(fmt::format("{:<24} {:<14} {:<11} {:>10} {:>13}", "algorithm", "bucket", "phase", "cpu_s", "share_of_tls"));
   for (const auto& a : r["algorithms"]) {
-    line(fmt::format("{:<24} {:<14} {:>10.3f} {:>13}", a["algorithm"].get<std::string>(),
-                     a["bucket"].get<std::string>(), a["cpu_seconds"].get<double>(),
+    line(fmt::format("{:<24} {:<14} {:<11} {:>10.3f} {:>13}", a["algorithm"].get<std::string>(),
+                     a["bucket"].get<std::string>(), a["phase"].get<std::string>(), a["cpu_seconds"].get<double>(),
                      Percent(a["share_of_tls"].get<double>())));
   }
   line("");

@@ -1,0 +1,23 @@
+// Exports of a profile's TLS stacks for flame-graph tools:
+//   folded stacks (flamegraph.pl, speedscope, inferno), one line per stack:
+//     comm;[phase];[bucket algorithm];outermost;...;leaf count
+//   pprof (go tool pprof, speedscope): a profile.proto with one sample per
+//     stack, labels bucket/algorithm/phase/pid/comm, value = samples and
+//     CPU nanoseconds.
+// Only TLS samples that came with a user stack are exported. Pure functions.
+#pragma once
+
+#include <string>
+
+#include "agent/aggregate/profile.h"
+#include "agent/common/result.h"
+
+namespace tlsprof::report {
+
+std::string FoldedStacks(const aggregate::Profile& profile);
+// Serialized (uncompressed) pprof profile.proto bytes.
+std::string PprofProfile(const aggregate::Profile& profile, uint64_t period_ns, double duration_seconds);
+
+Status WriteFile(const std::string& path, const std::string& bytes);
+
+}  // namespace tlsprof::report

@@ -1,0 +1,156 @@
+#include "agent/stacks/unwind_registrar.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace tlsprof::stacks {
+namespace {
+
+using discovery::ProcessSnapshot;
+
+bool IsLibc(const std::string& path) {
+  auto slash = path.rfind('/');
+  std::string_view base =
+      slash == std::string::npos ? std::string_view(path) : std::string_view(path).substr(slash + 1);
+  return base.starts_with("libc.so") || base.starts_with("libc-");
+}
+
+// Lower is more important when a process has more executable mappings than
+// the unwinder's per-process slots.
+int Priority(const ProcessSnapshot::ExecMapping& m, size_t index) {
+  if (m.image && m.image->tls) return 0;
+  if (index == 0) return 1;  // usually the main executable (lowest address of a non-PIE or PIE binary)
+  if (IsLibc(m.mapping.path)) return 1;
+  return 2;
+}
+
+}  // namespace
+
+std::vector<unwind_row> RowsInsideSymbols(const unwind::UnwindTable& table, const symbols::SymbolTable& symbols) {
+  std::vector<unwind_row> out;
+  auto none_at = [](uint64_t pc) {
+    unwind_row r{};
+    r.pc = static_cast<uint32_t>(pc);
+    r.cfa_kind = CFA_NONE;
+    return r;
+  };
+  auto push = [&out](const unwind_row& r) {
+    if (!out.empty() && out.back().pc == r.pc) {
+      out.back() = r;
+      return;
+    }
+    if (!out.empty()) {
+      const unwind_row& b = out.back();
+      if (b.cfa_kind == r.cfa_kind && b.rbp_kind == r.rbp_kind && b.cfa_off == r.cfa_off &&
+          b.deref_add == r.deref_add && b.rbp_off == r.rbp_off) {
+        return;  // same rule continues
+      }
+    }
+    out.push_back(r);
+  };
+  for (const auto& sym : symbols.all()) {
+    if (sym.size == 0) continue;
+    const uint64_t end = sym.addr + sym.size;
+    if (end > UINT32_MAX) continue;
+    const unwind_row* first = unwind::FindRow(table, sym.addr);
+    unwind_row start = first ? *first : none_at(sym.addr);
+    start.pc = static_cast<uint32_t>(sym.addr);
+    push(start);
+    auto it = std::upper_bound(table.rows.begin(), table.rows.end(), sym.addr,
+                               [](uint64_t pc, const unwind_row& r) { return pc < r.pc; });
+    for (; it != table.rows.end() && it->pc < end; ++it) push(*it);
+    push(none_at(end));
+  }
+  return out;
+}
+
+UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot::ExecMapping& m) {
+  const discovery::ImageInfo* info = m.image.get();
+  if (auto it = slots_.find(info); it != slots_.end()) return it->second;
+  Slot slot;
+  auto fd = discovery::OpenMappedFile(pid, m.mapping);
+  if (!fd.ok()) {
+    ++stats_.table_failures;
+    spdlog::debug("unwind: {}", fd.error().message);
+    return slot;  // not cached: another process may still have it open
+  }
+  auto table = unwind::BuildUnwindTable(fd->get(), info->path);
+  if (!table.ok()) {
+    ++stats_.table_failures;
+    spdlog::debug("unwind: no table for {}: {}", info->path, table.error().message);
+    slots_.emplace(info, slot);
+    return slot;
+  }
+  std::vector<unwind_row> rows;
+  const bool static_tls = info->tls && !info->tls->whole_file_is_tls;
+  if (static_tls) {
+    rows = RowsInsideSymbols(**table, info->image->symbols);
+  } else {
+    rows = (*table)->rows;
+  }
+  if (rows.empty() || rows.size() > UINT32_MAX) {
+    ++stats_.table_failures;
+    slots_.emplace(info, slot);
+    return slot;
+  }
+  auto first = sampler_.AllocateRows(static_cast<uint32_t>(rows.size()));
+  auto uploaded = first.ok() ? sampler_.UploadRows(*first, rows) : Status(first.error());
+  if (!uploaded.ok()) {
+    ++stats_.table_failures;
+    spdlog::warn("unwind: no table for {} ({} rows): {}", info->path, rows.size(), uploaded.error().message);
+    slots_.emplace(info, slot);
+    return slot;
+  }
+  slot.first_row = *first;
+  slot.rows = static_cast<uint32_t>(rows.size());
+  ++stats_.tables;
+  stats_.rows += slot.rows;
+  slots_.emplace(info, slot);
+  return slot;
+}
+
+Status UnwindRegistrar::Register(pid_t pid, const ProcessSnapshot& process) {
+  if (!process.has_tls()) return OkStatus();
+  std::vector<std::pair<int, size_t>> order;
+  for (size_t i = 0; i < process.mappings.size(); ++i) {
+    if (process.mappings[i].image && process.mappings[i].image->image) {
+      order.emplace_back(Priority(process.mappings[i], i), i);
+    }
+  }
+  std::stable_sort(order.begin(), order.end());
+  if (order.size() > TLSPROF_UNWIND_MAX_MAPPINGS) {
+    stats_.mappings_left_out += order.size() - TLSPROF_UNWIND_MAX_MAPPINGS;
+    order.resize(TLSPROF_UNWIND_MAX_MAPPINGS);
+  }
+  std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+    return process.mappings[a.second].mapping.start < process.mappings[b.second].mapping.start;
+  });
+
+  unwind_proc proc{};
+  for (const auto& [priority, index] : order) {
+    const auto& m = process.mappings[index];
+    const discovery::ImageInfo& info = *m.image;
+    auto vaddr = info.image->FileOffsetToVaddr(m.mapping.offset);
+    if (!vaddr) continue;
+    unwind_mapping& um = proc.mappings[proc.nr_mappings];
+    um.start = m.mapping.start;
+    um.end = m.mapping.end;
+    um.bias = m.mapping.start - *vaddr;
+    if (info.tls) um.flags |= info.tls->whole_file_is_tls ? UNWIND_MAPPING_TLS : UNWIND_MAPPING_TLS_SYMBOLS;
+    if (info.image->is_go) {
+      um.flags |= UNWIND_MAPPING_FP;  // Go keeps frame pointers; its CFI is not needed
+    } else {
+      Slot slot = TableFor(pid, m);
+      um.table_start = slot.first_row;
+      um.table_len = slot.rows;
+    }
+    ++proc.nr_mappings;
+  }
+  auto status = sampler_.SetProcess(static_cast<uint32_t>(pid), proc);
+  if (!status.ok()) return status;
+  ++stats_.processes;
+  return OkStatus();
+}
+
+}  // namespace tlsprof::stacks

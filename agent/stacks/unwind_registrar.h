@@ -1,0 +1,64 @@
+// UnwindRegistrar: tells the BPF unwinder about the processes whose stacks
+// matter — those that map a TLS library. For each it uploads (once per file)
+// the unwind table of every mapping the unwinder may walk, and writes the
+// process's mapping list into the unwind_procs map.
+//
+// What gets a table:
+//   - a shared libssl/libcrypto: its whole table (every address is TLS code);
+//   - a binary with a static TLS library (node, static OpenSSL): only the rows
+//     inside its TLS symbols, so node's 90 MB of V8 never costs kernel memory;
+//     unwinding stops where the TLS code ends, which is above the outermost
+//     TLS API frame that the phase needs;
+//   - a Go binary: no table, frame pointers;
+//   - libc, the main executable and other libraries: their whole table, so a
+//     libc leaf called from libcrypto (malloc, memcpy) unwinds into it.
+// Not thread-safe: one thread owns it, next to the Sampler it feeds.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+
+#include "agent/common/result.h"
+#include "agent/discovery/process_registry.h"
+#include "agent/sample/sampler.h"
+#include "agent/unwind/unwind_table.h"
+
+namespace tlsprof::stacks {
+
+struct RegistrarStats {
+  uint64_t processes = 0;          // registered with the unwinder
+  uint64_t tables = 0;             // files whose table was uploaded
+  uint64_t rows = 0;               // rows uploaded
+  uint64_t table_failures = 0;     // files without a usable table (no CFI, unreadable, no room)
+  uint64_t mappings_left_out = 0;  // beyond TLSPROF_UNWIND_MAX_MAPPINGS
+};
+
+class UnwindRegistrar {
+ public:
+  explicit UnwindRegistrar(sample::Sampler& sampler) : sampler_(sampler) {}
+
+  // Registers a process that maps a TLS library (no-op otherwise). A failure
+  // for one file or process is logged and skipped; the process then gets
+  // leaf-only attribution for what cannot be unwound.
+  Status Register(pid_t pid, const discovery::ProcessSnapshot& process);
+  const RegistrarStats& stats() const { return stats_; }
+
+ private:
+  struct Slot {
+    uint32_t first_row = 0;
+    uint32_t rows = 0;  // 0: no table
+  };
+  Slot TableFor(pid_t pid, const discovery::ProcessSnapshot::ExecMapping& m);
+
+  sample::Sampler& sampler_;
+  std::map<const discovery::ImageInfo*, Slot> slots_;
+  RegistrarStats stats_;
+};
+
+// The rows of `table` that lie inside the image's (TLS) symbols, with
+// CFA_NONE rows in the gaps. Exposed for tests.
+std::vector<unwind_row> RowsInsideSymbols(const unwind::UnwindTable& table, const symbols::SymbolTable& symbols);
+
+}  // namespace tlsprof::stacks
