@@ -2,12 +2,14 @@
 
 #include <gelf.h>
 #include <libelf.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
 #include <span>
 
+#include "agent/symbols/debug_sources.h"
 #include "agent/symbols/go_pclntab.h"
 
 namespace tlsprof::symbols {
@@ -22,9 +24,17 @@ std::string_view SymbolSourceName(SymbolSource source) {
       return "symtab";
     case SymbolSource::kGoPclntab:
       return "gopclntab";
+    case SymbolSource::kDebugLink:
+      return "debuglink";
+    case SymbolSource::kBuildIdDebugDir:
+      return "build-id-dir";
+    case SymbolSource::kDebuginfod:
+      return "debuginfod";
   }
   return "none";
 }
+
+bool DebugSearch::DefaultUseDebuginfod() { return DebuginfodConfigured(); }
 
 std::optional<uint64_t> BinaryImage::FileOffsetToVaddr(uint64_t file_offset) const {
   for (const LoadSegment& s : segments) {
@@ -172,7 +182,12 @@ bool ScanNotes(Elf_Data* data, std::string& gnu, std::string& go) {
 // Such an ID serves as a cache key but will not be known to debuginfod.
 // PT_NOTE segments are read first: they survive section-header stripping and
 // are what the loader maps; SHT_NOTE sections are the fallback.
-Result<std::string> FindBuildId(const ElfFile& f) {
+struct BuildId {
+  std::string hex;
+  bool gnu = false;  // NT_GNU_BUILD_ID (what debug files and debuginfod are keyed by)
+};
+
+BuildId FindBuildIdNote(const ElfFile& f) {
   std::string gnu, go;
   Elf* elf = f.elf.get();
   size_t phnum = 0;
@@ -184,7 +199,7 @@ Result<std::string> FindBuildId(const ElfFile& f) {
       if (phdr.p_offset > f.file_size || f.file_size - phdr.p_offset < phdr.p_filesz) continue;
       Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(phdr.p_offset), phdr.p_filesz,
                                             phdr.p_align == 8 ? ELF_T_NHDR8 : ELF_T_NHDR);
-      if (data != nullptr && ScanNotes(data, gnu, go)) return gnu;
+      if (data != nullptr && ScanNotes(data, gnu, go)) return {gnu, true};
     }
   }
   for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
@@ -192,9 +207,9 @@ Result<std::string> FindBuildId(const ElfFile& f) {
     if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
     if (shdr.sh_offset > f.file_size || f.file_size - shdr.sh_offset < shdr.sh_size) continue;
     Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data != nullptr && ScanNotes(data, gnu, go)) return gnu;
+    if (data != nullptr && ScanNotes(data, gnu, go)) return {gnu, true};
   }
-  return go;
+  return {go, false};
 }
 
 struct Section {
@@ -347,16 +362,159 @@ Result<bool> ReadGoPclntab(const ElfFile& f, const std::vector<Section>& section
   return true;
 }
 
+// Section headers, read once. Names come from .shstrtab through elf_strptr,
+// which bounds-checks the offsets.
+struct Sections {
+  std::vector<Section> sections;
+  std::vector<bool> exec;  // exec[i]: section i holds code (SHF_EXECINSTR)
+};
+
+Result<Sections> ReadSections(const ElfFile& f) {
+  Elf* elf = f.elf.get();
+  size_t shnum = 0, shstrndx = 0;
+  if (elf_getshdrnum(elf, &shnum) != 0) {
+    return MakeError("{}: cannot read the section header count: {}", f.path, ElfErr());
+  }
+  if (shnum > 0 && elf_getshdrstrndx(elf, &shstrndx) != 0) {
+    return MakeError("{}: cannot find the section name table: {}", f.path, ElfErr());
+  }
+  Sections out;
+  out.sections.resize(shnum);
+  out.exec.assign(shnum, false);
+  for (size_t i = 0; i < shnum; ++i) {
+    Section& s = out.sections[i];
+    s.scn = elf_getscn(elf, i);
+    if (s.scn == nullptr || gelf_getshdr(s.scn, &s.shdr) == nullptr) {
+      return MakeError("{}: cannot read section header {} of {} (e_shoff {:#x}): {}", f.path, i, shnum, f.ehdr.e_shoff,
+                       ElfErr());
+    }
+    if (i != 0) {
+      const char* name = elf_strptr(elf, shstrndx, s.shdr.sh_name);
+      if (name != nullptr) s.name = name;
+    }
+    out.exec[i] = (s.shdr.sh_flags & SHF_EXECINSTR) != 0;
+  }
+  return out;
+}
+
+// "/a/b/c.so" -> "/a/b"; "c.so" -> ""; "/c.so" -> "/".
+std::string DirName(std::string_view path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return "";
+  if (slash == 0) return "/";
+  return std::string(path.substr(0, slash));
+}
+
+struct DebugFileRequest {
+  BuildId build_id;               // of the stripped binary
+  std::optional<DebugLink> link;  // its .gnu_debuglink, if any and well-formed
+  std::string host_dir;           // its directory as the agent can open it
+  std::string ns_dir;             // its directory inside its mount namespace
+};
+
+// Reads the .symtab of one candidate debug file into `img` (collecting the
+// addresses into `addrs`). Returns false, with a debug log saying why, if the
+// file does not belong to the binary, is malformed or has no .symtab; `img` is
+// then untouched.
+bool TryDebugFile(std::string_view binary, int fd, const std::string& path, const DebugFileRequest& req,
+                  std::optional<uint32_t> expected_crc, const LoadOptions& options, std::vector<uint64_t>& addrs,
+                  BinaryImage& img) {
+  auto opened = OpenElf(fd, path);
+  if (!opened) {
+    spdlog::debug("{}: skipping debug file: {}", binary, opened.error().message);
+    return false;
+  }
+  const ElfFile& d = *opened;
+  if (expected_crc) {
+    auto crc = FileCrc32(fd);
+    if (!crc || *crc != *expected_crc) {
+      spdlog::debug("{}: skipping debug file {}: CRC32 {} does not match the .gnu_debuglink's {:08x}", binary, path,
+                    crc ? fmt::format("{:08x}", *crc) : crc.error().message, *expected_crc);
+      return false;
+    }
+  }
+  // A binary without a GNU build-id can only be matched by the debuglink CRC.
+  const BuildId debug_id = FindBuildIdNote(d);
+  if (req.build_id.gnu && (!debug_id.gnu || debug_id.hex != req.build_id.hex)) {
+    spdlog::debug("{}: skipping debug file {}: its build-id {} does not match the binary's {}", binary, path,
+                  debug_id.hex.empty() ? "(none)" : debug_id.hex, req.build_id.hex);
+    return false;
+  }
+  auto sections = ReadSections(d);
+  if (!sections) {
+    spdlog::debug("{}: skipping debug file: {}", binary, sections.error().message);
+    return false;
+  }
+  const Section* symtab = nullptr;
+  for (const Section& s : sections->sections) {
+    if (s.shdr.sh_type == SHT_SYMTAB) {
+      symtab = &s;
+      break;
+    }
+  }
+  if (symtab == nullptr) {
+    spdlog::debug("{}: skipping debug file {}: it has no .symtab", binary, path);
+    return false;
+  }
+  // Read into a scratch table first so a file that fails half-way leaves no
+  // partial symbols behind.
+  SymbolTable table;
+  uint64_t seen = 0;
+  std::vector<uint64_t> found;
+  auto st = ReadSymbols(d, *symtab, sections->sections, sections->exec, options, nullptr, &found, table, seen);
+  if (!st) {
+    spdlog::debug("{}: skipping debug file: {}", binary, st.error().message);
+    return false;
+  }
+  for (const Symbol& s : table.all()) img.symbols.Add(s.addr, s.size, s.name);
+  img.symbols_seen += seen;
+  addrs.insert(addrs.end(), found.begin(), found.end());
+  return true;
+}
+
+// Tries the debug sources in order (DebugSearch); returns which one provided
+// a .symtab, or nullopt.
+std::optional<SymbolSource> LoadDebugSymtab(std::string_view binary, const DebugFileRequest& req,
+                                            const LoadOptions& options, std::vector<uint64_t>& addrs,
+                                            BinaryImage& img) {
+  const DebugSearch& search = options.debug;
+  auto try_path = [&](const std::string& path, std::optional<uint32_t> crc) {
+    UniqueFd fd = OpenDebugCandidate(path);
+    if (!fd.valid()) return false;  // absent: the usual case, not worth a log line
+    return TryDebugFile(binary, fd.get(), path, req, crc, options, addrs, img);
+  };
+  if (req.link) {
+    for (const std::string& path : DebugLinkCandidates(req.host_dir, req.ns_dir, req.link->name, search.debug_roots)) {
+      if (try_path(path, req.link->crc)) return SymbolSource::kDebugLink;
+    }
+  }
+  // Only GNU build-ids name files in .build-id trees and on debuginfod servers.
+  if (!req.build_id.gnu) return std::nullopt;
+  for (const std::string& path : BuildIdCandidates(req.build_id.hex, search.debug_roots)) {
+    if (try_path(path, std::nullopt)) return SymbolSource::kBuildIdDebugDir;
+  }
+  if (search.use_debuginfod) {
+    auto fd = FetchFromDebuginfod(req.build_id.hex, search.debuginfod_timeout);
+    if (!fd) {
+      spdlog::debug("{}: {}", binary, fd.error().message);
+    } else if (TryDebugFile(binary, fd->get(), "debuginfod:" + req.build_id.hex, req, std::nullopt, options, addrs,
+                            img)) {
+      return SymbolSource::kDebuginfod;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<std::string> ReadBuildId(int fd) {
   auto f = OpenElf(fd, "fd " + std::to_string(fd));
   if (!f) return f.error();
-  return FindBuildId(*f);
+  return FindBuildIdNote(*f).hex;
 }
 
 Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_view display_path,
-                                                           const LoadOptions& options) {
+                                                           const LoadOptions& options, std::string_view host_dir) {
   auto opened = OpenElf(fd, display_path);
   if (!opened) return opened.error();
   const ElfFile& f = *opened;
@@ -387,43 +545,24 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
         LoadSegment{phdr.p_offset, phdr.p_vaddr, phdr.p_filesz, phdr.p_memsz, (phdr.p_flags & PF_X) != 0});
   }
 
-  auto build_id = FindBuildId(f);
-  if (!build_id) return build_id.error();
-  img->build_id = std::move(*build_id);
+  const BuildId build_id = FindBuildIdNote(f);
+  img->build_id = build_id.hex;
 
-  // Section headers, read once. Names come from .shstrtab through elf_strptr,
-  // which bounds-checks the offsets.
-  size_t shnum = 0, shstrndx = 0;
-  if (elf_getshdrnum(elf, &shnum) != 0) {
-    return MakeError("{}: cannot read the section header count: {}", f.path, ElfErr());
-  }
-  if (shnum > 0 && elf_getshdrstrndx(elf, &shstrndx) != 0) {
-    return MakeError("{}: cannot find the section name table: {}", f.path, ElfErr());
-  }
-  std::vector<Section> sections(shnum);
-  std::vector<bool> exec_sections(shnum, false);
-  for (size_t i = 0; i < shnum; ++i) {
-    Section& s = sections[i];
-    s.scn = elf_getscn(elf, i);
-    if (s.scn == nullptr || gelf_getshdr(s.scn, &s.shdr) == nullptr) {
-      return MakeError("{}: cannot read section header {} of {} (e_shoff {:#x}): {}", f.path, i, shnum, f.ehdr.e_shoff,
-                       ElfErr());
-    }
-    if (i != 0) {
-      const char* name = elf_strptr(elf, shstrndx, s.shdr.sh_name);
-      if (name != nullptr) s.name = name;
-    }
-    exec_sections[i] = (s.shdr.sh_flags & SHF_EXECINSTR) != 0;
-  }
+  auto read_sections = ReadSections(f);
+  if (!read_sections) return read_sections.error();
+  const std::vector<Section>& sections = read_sections->sections;
+  const std::vector<bool>& exec_sections = read_sections->exec;
 
   const Section* symtab = nullptr;
   const Section* dynsym = nullptr;
+  const Section* debuglink = nullptr;
   for (const Section& s : sections) {
     if (s.shdr.sh_type == SHT_SYMTAB && symtab == nullptr) symtab = &s;
     if (s.shdr.sh_type == SHT_DYNSYM && dynsym == nullptr) dynsym = &s;
     if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab" || s.name == ".go.buildinfo") {
       img->is_go = true;
     }
+    if (s.name == ".gnu_debuglink" && debuglink == nullptr) debuglink = &s;
     if (s.shdr.sh_type == SHT_DYNAMIC && img->soname.empty()) {
       auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
       if (!bytes) return bytes.error();
@@ -460,6 +599,21 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
       have_primary = true;
     }
   }
+  if (!have_primary) {
+    std::optional<DebugLink> link;
+    if (debuglink != nullptr) {
+      auto bytes = SectionBytes(f, debuglink->scn, debuglink->shdr, debuglink->name);
+      if (bytes) link = ParseDebugLink(*bytes, f.ehdr.e_ident[EI_DATA] == ELFDATA2MSB);
+      if (!link) spdlog::debug("{}: ignoring a malformed .gnu_debuglink section", f.path);
+    }
+    std::string own_dir = DirName(display_path);
+    std::string dir = host_dir.empty() && !own_dir.empty() && own_dir.front() == '/' ? own_dir : std::string(host_dir);
+    DebugFileRequest request{build_id, link, std::move(dir), std::move(own_dir)};
+    if (auto source = LoadDebugSymtab(f.path, request, options, primary_addrs, *img)) {
+      img->symbol_source = *source;
+      have_primary = true;
+    }
+  }
   if (dynsym != nullptr) {
     std::sort(primary_addrs.begin(), primary_addrs.end());
     uint64_t before = img->symbols_seen;
@@ -474,7 +628,8 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
   return std::shared_ptr<const BinaryImage>(std::move(img));
 }
 
-Result<std::shared_ptr<const BinaryImage>> ImageCache::Get(int fd, std::string_view display_path) {
+Result<std::shared_ptr<const BinaryImage>> ImageCache::Get(int fd, std::string_view display_path,
+                                                           std::string_view host_dir) {
   auto build_id = ReadBuildId(fd);
   if (!build_id) return MakeError("{}: {}", display_path, build_id.error().message);
   std::string key;
@@ -493,7 +648,7 @@ Result<std::shared_ptr<const BinaryImage>> ImageCache::Get(int fd, std::string_v
   // Loaded without the lock so one slow binary does not stall lookups of
   // others. Two threads may load the same new binary at once; the first
   // insert wins and both return the same image.
-  auto image = LoadBinaryImage(fd, display_path, options_);
+  auto image = LoadBinaryImage(fd, display_path, options_, host_dir);
   if (!image) return image.error();
   std::lock_guard<std::mutex> lock(mu_);
   return images_.emplace(std::move(key), std::move(*image)).first->second;

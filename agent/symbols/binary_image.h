@@ -2,6 +2,7 @@
 // library), loaded once per build-id and shared between processes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,9 +26,12 @@ struct LoadSegment {
   bool executable = false;
 };
 
-// Where the symbols of an image came from (reported per library).
-enum class SymbolSource { kNone, kDynsym, kSymtab, kGoPclntab };
-std::string_view SymbolSourceName(SymbolSource source);  // "none", "dynsym", "symtab", "gopclntab"
+// Where the symbols of an image came from (reported per library). The last
+// three name the separate debug file whose .symtab was used (merged with the
+// file's own .dynsym) because the file itself has none.
+enum class SymbolSource { kNone, kDynsym, kSymtab, kGoPclntab, kDebugLink, kBuildIdDebugDir, kDebuginfod };
+// "none", "dynsym", "symtab", "gopclntab", "debuglink", "build-id-dir", "debuginfod"
+std::string_view SymbolSourceName(SymbolSource source);
 
 struct BinaryImage {
   // Lowercase hex of NT_GNU_BUILD_ID. Go binaries linked internally have no GNU
@@ -60,18 +64,57 @@ struct BinaryImage {
 // agent's RSS stays small. nullptr keeps everything.
 using SymbolFilter = std::function<bool(std::string_view name)>;
 
+// Where to look for a separate debug file when a binary has no .symtab (and
+// is not a Go binary with a pclntab). Sources are tried in this order, and the
+// first debug file whose GNU build-id matches the binary's wins (a binary
+// without a build-id accepts a debuglink file on its CRC alone):
+//  1. .gnu_debuglink, GDB's order: <host_dir>/<name>, <host_dir>/.debug/<name>,
+//     then <root>/<dir of display_path>/<name> for each debug root; the
+//     file's CRC32 must match the one in the link;
+//  2. <root>/.build-id/xx/yyyy.debug for each debug root;
+//  3. debuginfod, if use_debuginfod.
+// Files that do not match, are malformed or lack .symtab are skipped (logged at
+// debug level).
+struct DebugSearch {
+  // Directories as the agent sees them (host paths).
+  std::vector<std::string> debug_roots = {"/usr/lib/debug"};
+  // Default: true iff $DEBUGINFOD_URLS is set and non-empty when the options
+  // are made. libdebuginfod reads DEBUGINFOD_URLS and DEBUGINFOD_CACHE_PATH
+  // itself at each query.
+  bool use_debuginfod = DefaultUseDebuginfod();
+  // Longest wait for one debuginfod query (see FetchFromDebuginfod in
+  // debug_sources.h: enforced by cancelling, ~1 s granularity).
+  std::chrono::milliseconds debuginfod_timeout{5000};
+
+  static bool DefaultUseDebuginfod();
+};
+
 struct LoadOptions {
   SymbolFilter keep;  // may be empty
+  DebugSearch debug;
 };
 
 // Reads an ELF file through an open fd (so deleted or replaced files, opened via
 // /proc/PID/map_files, work). Symbol order of preference: .symtab, then
 // .dynsym (both merged when .symtab exists, since .dynsym may hold names a
-// partial .symtab lacks), then Go's .gopclntab when the binary has no symtab.
+// partial .symtab lacks), then Go's .gopclntab when the binary has no symtab,
+// then the .symtab of a separate debug file (see DebugSearch), merged with
+// .dynsym the same way.
+//
+// `display_path` is the file's path inside the process's mount namespace (as
+// in /proc/PID/maps); its directory locates debuglink files under the debug
+// roots. `host_dir` is that same directory as the agent can open it, e.g.
+// "/proc/PID/root/usr/lib/x86_64-linux-gnu", for debuglink files next to the
+// binary; when empty, the directory of an absolute display_path is used
+// (right when the agent and the process share a mount namespace). A wrong
+// directory is harmless: build-id and CRC checks reject foreign files.
+//
 // Malformed files (truncated, bogus offsets or counts) give an Error, never a
-// crash. Thread-safe (no shared state).
+// crash; a malformed debug file is skipped. Thread-safe (the only shared
+// state is the debuginfod negative cache, which is locked).
 Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_view display_path,
-                                                           const LoadOptions& options = {});
+                                                           const LoadOptions& options = {},
+                                                           std::string_view host_dir = {});
 
 // Cheap: reads only the ELF header and notes. Returns "" when there is none.
 Result<std::string> ReadBuildId(int fd);
@@ -81,7 +124,8 @@ Result<std::string> ReadBuildId(int fd);
 class ImageCache {
  public:
   explicit ImageCache(LoadOptions options = {}) : options_(std::move(options)) {}
-  Result<std::shared_ptr<const BinaryImage>> Get(int fd, std::string_view display_path);
+  // display_path and host_dir as for LoadBinaryImage.
+  Result<std::shared_ptr<const BinaryImage>> Get(int fd, std::string_view display_path, std::string_view host_dir = {});
   size_t size() const;
 
  private:
