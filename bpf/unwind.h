@@ -13,11 +13,11 @@
 #include <linux/types.h>
 #endif
 
-#define TLSPROF_UNWIND_MAX_FRAMES 32     /* frames kept per stack */
+#define TLSPROF_UNWIND_MAX_FRAMES 32      /* frames kept per stack */
 #define TLSPROF_UNWIND_MAX_ROWS (1 << 21) /* rows in the global row array */
-#define TLSPROF_UNWIND_MAX_MAPPINGS 16   /* unwindable mappings per process */
+#define TLSPROF_UNWIND_MAX_MAPPINGS 16    /* unwindable mappings per process */
 #define TLSPROF_UNWIND_MAX_PROCS 8192
-#define TLSPROF_UNWIND_FIRST_WALK 3      /* frames tried to find TLS code above a non-TLS leaf */
+#define TLSPROF_UNWIND_FIRST_WALK 3 /* frames tried to find TLS code above a non-TLS leaf */
 #define TLSPROF_MAX_STACK_KEYS 65536
 
 /* How to compute the CFA at a row. */
@@ -32,9 +32,10 @@ enum unwind_cfa_kind {
 
 /* Where the caller's RBP is. */
 enum unwind_rbp_kind {
-	RBP_SAME = 0,    /* unchanged in this frame */
-	RBP_AT_CFA = 1,  /* saved at CFA + rbp_off */
-	RBP_LOST = 2,    /* not recoverable (expression we do not model): unwinding continues with RBP unknown */
+	RBP_SAME = 0,   /* unchanged in this frame */
+	RBP_AT_CFA = 1, /* saved at CFA + rbp_off */
+	RBP_LOST =
+	        2, /* not recoverable (expression we do not model): unwinding continues with RBP unknown */
 };
 
 /* One row: applies from `pc` (ELF virtual address) up to the next row's pc.
@@ -51,14 +52,15 @@ struct unwind_row {
 };
 
 enum unwind_mapping_flags {
-	UNWIND_MAPPING_TLS = 1 << 0,      /* code of a TLS library: a frame here makes the sample TLS */
-	UNWIND_MAPPING_FP = 1 << 1,       /* walk frame pointers (Go; or no CFI table) */
-	UNWIND_MAPPING_TLS_SYMBOLS = 1 << 2, /* TLS only inside TLS symbols (static link): user space decides */
+	UNWIND_MAPPING_TLS = 1 << 0, /* code of a TLS library: a frame here makes the sample TLS */
+	UNWIND_MAPPING_FP = 1 << 1,  /* walk frame pointers (Go; or no CFI table) */
+	UNWIND_MAPPING_TLS_SYMBOLS =
+	        1 << 2, /* TLS only inside TLS symbols (static link): user space decides */
 };
 
 /* An executable mapping of a process that the unwinder knows. */
 struct unwind_mapping {
-	__u64 start;       /* runtime address range [start, end) */
+	__u64 start; /* runtime address range [start, end) */
 	__u64 end;
 	__u64 bias;        /* runtime address - ELF virtual address */
 	__u32 table_start; /* first row in unwind_rows */
