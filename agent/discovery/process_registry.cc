@@ -70,7 +70,12 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
   info->path = mapping.path;
   auto fd = OpenMappedFile(pid, mapping, proc_root_);
   if (fd.ok()) {
-    auto image = cache_.Get(fd->get(), mapping.path);
+    // Debug files next to a library (debuglink) are looked up where the
+    // process sees them: inside its mount namespace, through /proc/PID/root.
+    const size_t slash = mapping.path.rfind('/');
+    const std::string host_dir =
+        fmt::format("{}/{}/root{}", proc_root_, pid, slash == std::string::npos ? "" : mapping.path.substr(0, slash));
+    auto image = cache_.Get(fd->get(), mapping.path, host_dir);
     if (image.ok()) {
       info->image = std::move(image).value();
       info->tls = DetectTlsLibrary(*info->image, mapping.path);
