@@ -257,6 +257,12 @@ constexpr Operation kOperations[] = {
   // x/crypto/curve25519 and crypto/elliptic; Go 1.20+: crypto/ecdh.
   {kG, kPrefix, "crypto/tls.(*x25519Parameters).",       kKx, kX25519},
   {kG, kPrefix, "crypto/tls.(*nistParameters).",         kKx, kAnyEcdh},
+  // Go 1.19 crypto/tls derives the ECDHE-P256 secret with elliptic's
+  // ScalarMult on the peer's point; ECDSA never calls it there (signing uses
+  // ScalarBaseMult, verification CombinedMult), so it names the operation.
+  {kG, kExact,  "crypto/elliptic.(*p256Curve).ScalarMult", kKx, kEcdheP256},
+  {kG, kExact,  "crypto/elliptic.(*nistCurve[*crypto/internal/nistec.P256Point]).ScalarMult", kKx, kEcdheP256},
+  {kG, kExact,  "crypto/elliptic.(*CurveParams).ScalarMult", kKx, kAnyEcdh},
   {kG, kPrefix, "crypto/tls.generateECDHE",              kKx, kUnknown},    // generateECDHEParameters (1.19), generateECDHEKey (1.20+)
   {kG, kPrefix, "crypto/tls.(*ecdheKeyAgreement).generateClientKeyExchange", kKx, kUnknown},
   {kG, kPrefix, "crypto/tls.(*ecdheKeyAgreement).processClientKeyExchange",  kKx, kUnknown},

@@ -27,6 +27,7 @@ import (
 	"crypto/rsa"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/tls"
 	_ "crypto/tls" // links the vendored x/crypto packages the linknames below name
 	"encoding/binary"
 	"encoding/json"
@@ -437,6 +438,8 @@ type reportJSON struct {
 	OK                   bool           `json:"ok"`
 }
 
+var tlsHandshake = (*tls.Conn).Handshake
+
 func main() {
 	duration := flag.Float64("duration", 20, "Measured window in seconds (after warm-up); 0 = until SIGTERM")
 	warmup := flag.Float64("warmup", 1, "Seconds of unmeasured mix before the window")
@@ -447,6 +450,12 @@ func main() {
 	output := flag.String("output", "", "JSON written at exit")
 	readyFile := flag.String("ready-file", "", "Written (content: pid) when the measured window starts")
 	flag.Parse()
+	// Link crypto/tls's connection code in, as in every Go TLS server:
+	// tlsprof recognises a Go binary's crypto as TLS library code only when
+	// crypto/tls is there.
+	if tlsHandshake == nil {
+		os.Exit(1)
+	}
 	if flag.NArg() != 0 || *duration < 0 || *warmup < 0 || !(*sliceMs > 0) {
 		fmt.Fprintf(os.Stderr, "%s: bad arguments (see --help)\n", program)
 		os.Exit(2)
