@@ -4,11 +4,13 @@
 #include <libelf.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <span>
 
+#include "agent/symbols/archive_match.h"
 #include "agent/symbols/debug_sources.h"
 #include "agent/symbols/go_pclntab.h"
 
@@ -30,6 +32,8 @@ std::string_view SymbolSourceName(SymbolSource source) {
       return "build-id-dir";
     case SymbolSource::kDebuginfod:
       return "debuginfod";
+    case SymbolSource::kStaticArchive:
+      return "static-archive";
   }
   return "none";
 }
@@ -505,6 +509,48 @@ std::optional<SymbolSource> LoadDebugSymtab(std::string_view binary, const Debug
   return std::nullopt;
 }
 
+// Names from a static archive of the same build (DebugSearch::static_archives
+// and the soname defaults). Returns true if an archive passed the same-build
+// check; its matches are then in `img` and their addresses in `addrs`.
+bool LoadStaticArchive(int fd, std::string_view binary, std::string_view soname, const DebugFileRequest& req,
+                       const LoadOptions& options, std::vector<uint64_t>& addrs, BinaryImage& img) {
+  const DebugSearch& search = options.debug;
+  std::vector<std::string> candidates = search.static_archives;
+  for (std::string& path : DefaultStaticArchives(soname, search.static_archive_sonames, {req.host_dir, req.ns_dir})) {
+    if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) {
+      candidates.push_back(std::move(path));
+    }
+  }
+  for (const std::string& path : candidates) {
+    if (access(path.c_str(), R_OK) != 0) continue;  // absent: the usual case
+    auto index = GetArchiveIndex(path);
+    if (!index) {
+      spdlog::debug("{}: skipping static archive: {}", binary, index.error().message);
+      continue;
+    }
+    auto match = MatchArchive(fd, binary, **index);
+    if (!match) {
+      spdlog::debug("{}: skipping static archive: {}", binary, match.error().message);
+      continue;
+    }
+    const ArchiveMatchStats& st = match->stats;
+    spdlog::debug(
+        "{}: {} names for {} functions from {} ({} of {} exports verified; {} of {} FDE ranges unique, {} "
+        "ambiguous; {} more from {} anchored sections)",
+        binary, match->functions.size(), st.functions, path, st.exports_matched, st.exports_checked, st.fde_unique,
+        st.fde_ranges, st.fde_ambiguous, st.anchored_functions, st.anchored_sections);
+    uint64_t last = UINT64_MAX;
+    for (const MatchedFunction& f : match->functions) {
+      ++img.symbols_seen;
+      if (f.addr != last) addrs.push_back(f.addr);
+      last = f.addr;
+      if (!options.keep || options.keep(f.name)) img.symbols.Add(f.addr, f.size, f.name);
+    }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<std::string> ReadBuildId(int fd) {
@@ -611,6 +657,9 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
     DebugFileRequest request{build_id, link, std::move(dir), std::move(own_dir)};
     if (auto source = LoadDebugSymtab(f.path, request, options, primary_addrs, *img)) {
       img->symbol_source = *source;
+      have_primary = true;
+    } else if (LoadStaticArchive(fd, f.path, img->soname, request, options, primary_addrs, *img)) {
+      img->symbol_source = SymbolSource::kStaticArchive;
       have_primary = true;
     }
   }

@@ -26,11 +26,24 @@ struct LoadSegment {
   bool executable = false;
 };
 
-// Where the symbols of an image came from (reported per library). The last
-// three name the separate debug file whose .symtab was used (merged with the
-// file's own .dynsym) because the file itself has none.
-enum class SymbolSource { kNone, kDynsym, kSymtab, kGoPclntab, kDebugLink, kBuildIdDebugDir, kDebuginfod };
-// "none", "dynsym", "symtab", "gopclntab", "debuglink", "build-id-dir", "debuginfod"
+// Where the symbols of an image came from (reported per library).
+// kDebugLink, kBuildIdDebugDir and kDebuginfod name the separate debug file
+// whose .symtab was used (merged with the file's own .dynsym) because the file
+// itself has none; kStaticArchive means the names were recovered by matching
+// the code against a static archive of the same build (archive_match.h), also
+// merged with .dynsym.
+enum class SymbolSource {
+  kNone,
+  kDynsym,
+  kSymtab,
+  kGoPclntab,
+  kDebugLink,
+  kBuildIdDebugDir,
+  kDebuginfod,
+  kStaticArchive
+};
+// "none", "dynsym", "symtab", "gopclntab", "debuglink", "build-id-dir",
+// "debuginfod", "static-archive"
 std::string_view SymbolSourceName(SymbolSource source);
 
 struct BinaryImage {
@@ -86,6 +99,19 @@ struct DebugSearch {
   // debug_sources.h: enforced by cancelling, ~1 s granularity).
   std::chrono::milliseconds debuginfod_timeout{5000};
 
+  // Last resort for a stripped library that no debug file was found for:
+  // static archives of the same build (see archive_match.h), tried in order
+  // until one passes the same-build check. First `static_archives` (host
+  // paths), tried for every such library; then, for a library whose DT_SONAME
+  // is in `static_archive_sonames`, lib<name>.a in the library's own
+  // directory (host_dir) and in the same directory of the agent's own root
+  // (e.g. libssl-dev's /usr/lib/x86_64-linux-gnu/libcrypto.a). A foreign
+  // archive fails the check and is skipped (logged at debug level). Parsed
+  // archives are cached for the life of the process (per dev:inode:size:mtime).
+  std::vector<std::string> static_archives;
+  std::vector<std::string> static_archive_sonames = {"libcrypto.so.3", "libssl.so.3", "libcrypto.so.1.1",
+                                                     "libssl.so.1.1"};
+
   static bool DefaultUseDebuginfod();
 };
 
@@ -99,7 +125,8 @@ struct LoadOptions {
 // .dynsym (both merged when .symtab exists, since .dynsym may hold names a
 // partial .symtab lacks), then Go's .gopclntab when the binary has no symtab,
 // then the .symtab of a separate debug file (see DebugSearch), merged with
-// .dynsym the same way.
+// .dynsym the same way, then names matched from a static archive of the same
+// build (DebugSearch::static_archives), merged with .dynsym too.
 //
 // `display_path` is the file's path inside the process's mount namespace (as
 // in /proc/PID/maps); its directory locates debuglink files under the debug
