@@ -826,6 +826,7 @@ Result<ArchiveMatch> MatchArchive(int so_fd, std::string_view so_path, const Arc
   // 2. FDE ranges.
   std::map<uint64_t, std::pair<uint64_t, std::vector<uint32_t>>> named;  // addr -> (size, function indices)
   std::vector<uint32_t> hits;
+  std::vector<Range> ambiguous;
   for (const Range& r : so.fdes) {
     std::span<const uint8_t> bytes = so.code.Read(r.start, r.len);
     if (bytes.empty()) continue;
@@ -853,6 +854,7 @@ Result<ArchiveMatch> MatchArchive(int so_fd, std::string_view so_path, const Arc
     bool one_name = std::all_of(hits.begin(), hits.end(), [&](uint32_t c) { return fn[c].name == fn[hits[0]].name; });
     if (!one_body && !one_name) {
       ++stats.fde_ambiguous;
+      ambiguous.push_back(r);
       continue;
     }
     uint32_t unmasked = UINT32_MAX;
@@ -871,13 +873,28 @@ Result<ArchiveMatch> MatchArchive(int so_fd, std::string_view so_path, const Arc
   }
 
   // 3. Anchored sections.
-  for (const auto& [section, bases] : votes) {
-    if (bases.size() != 1) {
-      ++stats.conflicting_sections;
-      continue;
+  // Checks every function of `section` at `base`; returns the bytes they
+  // cover and the unmasked bytes that matched, or nullopt if one differs.
+  struct Fit {
+    uint64_t begin = 0, end = 0, weight = 0;
+    uint32_t section = 0;
+    uint64_t base = 0;
+  };
+  auto fit = [&](uint32_t section, uint64_t base) -> std::optional<Fit> {
+    Fit f{UINT64_MAX, 0, 0, section, base};
+    for (uint32_t c : index.InSection(section)) {
+      const ArchiveFunction& a = fn[c];
+      if (!Matches(index, a, so.code.Read(base + a.offset, a.size))) return std::nullopt;
+      f.begin = std::min(f.begin, base + a.offset);
+      f.end = std::max(f.end, base + a.offset + a.size);
+      f.weight += a.unmasked;
     }
-    ++stats.anchored_sections;
-    const uint64_t base = bases.begin()->first;
+    return f;
+  };
+  // Names the functions of `section` that match at `base`; returns how many
+  // addresses were new.
+  auto place = [&](uint32_t section, uint64_t base) {
+    uint64_t added = 0;
     std::span<const uint32_t> members = index.InSection(section);
     for (size_t k = 0; k < members.size();) {
       // Aliases (one body) are adjacent: same offset.
@@ -888,10 +905,89 @@ Result<ArchiveMatch> MatchArchive(int so_fd, std::string_view so_path, const Arc
       std::span<const uint8_t> bytes = so.code.Read(addr, f.size);
       if (!bytes.empty() && Matches(index, f, bytes) && !named.contains(addr)) {
         named[addr] = {f.size, std::vector<uint32_t>(members.begin() + k, members.begin() + e)};
-        ++stats.anchored_functions;
+        ++added;
       }
       k = e;
     }
+    return added;
+  };
+  std::vector<std::pair<uint64_t, uint64_t>> taken;  // [begin, end) of placed sections
+  for (const auto& [section, bases] : votes) {
+    if (bases.size() != 1) {
+      ++stats.conflicting_sections;
+      continue;
+    }
+    ++stats.anchored_sections;
+    const uint64_t base = bases.begin()->first;
+    stats.anchored_functions += place(section, base);
+    uint64_t b = UINT64_MAX, e = 0;
+    for (uint32_t c : index.InSection(section)) {
+      b = std::min(b, base + fn[c].offset);
+      e = std::max(e, base + fn[c].offset + fn[c].size);
+    }
+    if (b < e) taken.emplace_back(b, e);
+  }
+
+  // 3b. Sections without an anchor whose whole layout fits where an
+  // ambiguous range points (a file of macro-generated wrappers that are
+  // identical one by one, but not as a sequence). A fit overlapping a placed
+  // section, another fit of a similar weight, or the same section elsewhere is
+  // not used.
+  // Candidates: (section, base) pairs that at least two ambiguous ranges
+  // point to, for sections without anchors. (A section of one function
+  // cannot be told from its twins by layout.)
+  std::vector<std::pair<uint32_t, uint64_t>> layout_candidates;
+  for (const Range& r : ambiguous) {
+    std::span<const uint8_t> bytes = so.code.Read(r.start, r.len);
+    uint32_t last_mask = UINT32_MAX;
+    uint64_t h = 0;
+    for (uint32_t c : index.WithSize(r.len)) {
+      if (votes.contains(fn[c].section)) continue;
+      if (fn[c].mask != last_mask) {
+        last_mask = fn[c].mask;
+        h = ArchiveIndex::MaskedHash(bytes, index.mask(last_mask));
+      }
+      if (h == fn[c].hash) layout_candidates.emplace_back(fn[c].section, r.start - fn[c].offset);
+    }
+  }
+  std::sort(layout_candidates.begin(), layout_candidates.end());
+  std::vector<Fit> fits;
+  std::map<uint32_t, int> fits_per_section;
+  for (size_t k = 0; k < layout_candidates.size();) {
+    size_t e = k + 1;
+    while (e < layout_candidates.size() && layout_candidates[e] == layout_candidates[k]) ++e;
+    const auto [section, base] = layout_candidates[k];
+    const bool supported = e - k >= 2;
+    k = e;
+    if (!supported) continue;
+    std::optional<Fit> f = fit(section, base);
+    if (!f || f->weight < options.min_layout_bytes) continue;
+    fits.push_back(*f);
+    ++fits_per_section[section];
+  }
+  std::sort(taken.begin(), taken.end());
+  auto overlaps_taken = [&](const Fit& f) {
+    auto it = std::lower_bound(taken.begin(), taken.end(), std::make_pair(f.end, uint64_t{0}));
+    return it != taken.begin() && std::prev(it)->second > f.begin;
+  };
+  std::sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) { return a.begin < b.begin; });
+  for (size_t k = 0; k < fits.size();) {
+    size_t e = k + 1;
+    uint64_t end = fits[k].end;
+    while (e < fits.size() && fits[e].begin < end) end = std::max(end, fits[e++].end);
+    size_t best = k;
+    for (size_t j = k; j < e; ++j) {
+      if (fits[j].weight > fits[best].weight) best = j;
+    }
+    bool clear = fits_per_section[fits[best].section] == 1 && !overlaps_taken(fits[best]);
+    for (size_t j = k; j < e && clear; ++j) {
+      if (j != best && fits[j].weight * 2 > fits[best].weight) clear = false;
+    }
+    if (clear) {
+      ++stats.layout_sections;
+      stats.layout_functions += place(fits[best].section, fits[best].base);
+    }
+    k = e;
   }
 
   for (const auto& [addr, entry] : named) {

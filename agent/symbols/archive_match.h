@@ -22,7 +22,10 @@
 //     in the .so. The other functions of an anchored section are then checked
 //     at section base + their offset, which names functions that were
 //     ambiguous alone (identical small functions in several objects) or have
-//     no FDE. Sections with conflicting anchors are not used.
+//     no FDE. Sections with conflicting anchors are not used. A section
+//     without anchors is placed where an ambiguous range points if all of
+//     its functions match there, nothing else fits there and it fits nowhere
+//     else.
 //
 // Thread-safety: ArchiveIndex is immutable after Load; the cache behind
 // GetArchiveIndex is locked. MatchArchive is reentrant.
@@ -118,6 +121,9 @@ struct ArchiveMatchOptions {
   // Step 2: a function matched by its FDE range alone needs this many
   // unmasked bytes (a 3-byte `xor eax,eax; ret` says nothing).
   uint32_t min_unique_bytes = 12;
+  // Step 3b: a section placed by its layout alone needs this many unmasked
+  // bytes in all.
+  uint64_t min_layout_bytes = 48;
 };
 
 struct MatchedFunction {
@@ -139,6 +145,8 @@ struct ArchiveMatchStats {
   uint64_t anchored_sections = 0;
   uint64_t conflicting_sections = 0;
   uint64_t anchored_functions = 0;  // named in step 3 (not already by step 2)
+  uint64_t layout_sections = 0;     // placed by their whole layout (step 3b)
+  uint64_t layout_functions = 0;    // named by those
   uint64_t functions = 0;           // distinct addresses named in the result
 };
 

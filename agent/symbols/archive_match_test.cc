@@ -159,14 +159,12 @@ TEST(ArchiveMatchTest, BlindPrecisionAndRecallOnExports) {
       (*index)->memory_bytes() / 1048576.0, Ms(t1 - t0), Ms(t2 - t1));
   std::printf("exports %llu, defined by the archive %llu, fingerprint match %llu\n", (unsigned long long)st.exports,
               (unsigned long long)st.exports_checked, (unsigned long long)st.exports_matched);
-  std::printf(
-      "FDE ranges %llu: unique %llu, ambiguous %llu, too small %llu, no candidate %llu, no match %llu; "
-      "anchored sections %llu (conflicting %llu) added %llu; named addresses %llu\n",
-      (unsigned long long)st.fde_ranges, (unsigned long long)st.fde_unique, (unsigned long long)st.fde_ambiguous,
-      (unsigned long long)st.fde_too_small, (unsigned long long)st.fde_no_candidate,
-      (unsigned long long)st.fde_no_match, (unsigned long long)st.anchored_sections,
-      (unsigned long long)st.conflicting_sections, (unsigned long long)st.anchored_functions,
-      (unsigned long long)st.functions);
+  fmt::print(
+      "FDE ranges {}: unique {}, ambiguous {}, too small {}, no candidate {}, no match {}; anchored sections {} "
+      "(conflicting {}) added {}; placed by layout {} added {}; named addresses {}\n",
+      st.fde_ranges, st.fde_unique, st.fde_ambiguous, st.fde_too_small, st.fde_no_candidate, st.fde_no_match,
+      st.anchored_sections, st.conflicting_sections, st.anchored_functions, st.layout_sections, st.layout_functions,
+      st.functions);
 
   auto dyn = LoadPath(kLibcrypto, DynsymOnly());
   ASSERT_TRUE(dyn);
