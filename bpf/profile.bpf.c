@@ -167,6 +167,7 @@ struct ustack_walk {
 	__u32 tls;      /* a frame so far is in a TLS or TLS_SYMBOLS mapping */
 	__u32 stop;     /* enum total_slot: why the walk ended; 0 while walking */
 	__u32 pad;
+	__u64 map0; /* start of frame 0's mapping (CFA_REG at frame 1) */
 };
 
 struct {
@@ -180,6 +181,7 @@ struct {
 struct ustack_walk_ctx {
 	struct ustack_walk *st;
 	const struct unwind_proc *proc;
+	struct bpf_perf_event_data *ctx; /* the sample's registers (CFA_REG) */
 };
 
 /* Binary-search steps: enough for ranges of up to 2^(n-1) entries. */
@@ -189,6 +191,7 @@ struct ustack_walk_ctx {
 _Static_assert(TLSPROF_UNWIND_MAX_MAPPINGS == 1 << (UNWIND_MAPPING_SEARCH_STEPS - 1),
                "mapping search steps");
 _Static_assert(TLSPROF_UNWIND_MAX_ROWS <= 1 << (UNWIND_ROW_SEARCH_STEPS - 1), "row search steps");
+_Static_assert(sizeof(struct unwind_row) == 16, "unwind_row layout");
 _Static_assert((TLSPROF_UNWIND_MAX_FRAMES & (TLSPROF_UNWIND_MAX_FRAMES - 1)) == 0,
                "ips[] is indexed with a mask");
 
@@ -245,6 +248,73 @@ static __always_inline bool read_user_word(__u64 addr, __u64 *out)
 {
 	return bpf_probe_read_user(out, sizeof(*out), (const void *)addr) == 0;
 }
+
+/* A general register of the sample by x86-64 DWARF number (0 rax, 1 rdx,
+ * 2 rcx, 3 rbx, 4 rsi, 5 rdi, 8-15 r8-r15); false for any other number.
+ * The verifier only takes 8-byte perf-reg loads at a constant offset from
+ * the unmodified ctx pointer; clang would merge the cases into one load
+ * from ctx + variable, so each case is its own load in inline asm.
+ */
+#define SAMPLE_REG(field)                                                                       \
+	({                                                                                      \
+		__u64 __v;                                                                      \
+		asm volatile("%[v] = *(u64 *)(%[c] + %[off])"                                   \
+		             : [v] "=r"(__v)                                                    \
+		             : [c] "r"(ctx), [off] "i"(__builtin_offsetof(                      \
+		                                     struct bpf_perf_event_data, regs.field))); \
+		__v;                                                                            \
+	})
+static __always_inline bool sample_reg(struct bpf_perf_event_data *ctx, __u32 reg, __u64 *out)
+{
+	switch (reg) {
+	case 0:
+		*out = SAMPLE_REG(ax);
+		break;
+	case 1:
+		*out = SAMPLE_REG(dx);
+		break;
+	case 2:
+		*out = SAMPLE_REG(cx);
+		break;
+	case 3:
+		*out = SAMPLE_REG(bx);
+		break;
+	case 4:
+		*out = SAMPLE_REG(si);
+		break;
+	case 5:
+		*out = SAMPLE_REG(di);
+		break;
+	case 8:
+		*out = SAMPLE_REG(r8);
+		break;
+	case 9:
+		*out = SAMPLE_REG(r9);
+		break;
+	case 10:
+		*out = SAMPLE_REG(r10);
+		break;
+	case 11:
+		*out = SAMPLE_REG(r11);
+		break;
+	case 12:
+		*out = SAMPLE_REG(r12);
+		break;
+	case 13:
+		*out = SAMPLE_REG(r13);
+		break;
+	case 14:
+		*out = SAMPLE_REG(r14);
+		break;
+	case 15:
+		*out = SAMPLE_REG(r15);
+		break;
+	default:
+		return false;
+	}
+	return true;
+}
+#undef SAMPLE_REG
 
 static __always_inline long unwind_stop(struct ustack_walk *st, __u32 reason)
 {
@@ -314,6 +384,17 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 		case CFA_PLT:
 			cfa = st->sp + 8 + ((st->ip & 15) >= 11 ? 8 : 0);
 			break;
+		case CFA_REG:
+			/* The sample's register holds at frame 0, and at frame 1
+			 * below a leaf of the same file (perlasm convention).
+			 */
+			if (!(n == 0 || (n <= UNWIND_CFA_REG_MAX_FRAME && m->start == st->map0)) ||
+			    !w->ctx || !sample_reg(w->ctx, row->reg, &cfa))
+				return unwind_stop(st, TOTAL_UNWIND_STOP_REG_UNKNOWN);
+			cfa += (__s64)row->cfa_off;
+			if (cfa <= st->sp || cfa - st->sp > UNWIND_CFA_REG_MAX_DIST || (cfa & 7))
+				return unwind_stop(st, TOTAL_UNWIND_STOP_REG_UNKNOWN);
+			break;
 		case CFA_END:
 			return unwind_stop(st, TOTAL_UNWIND_STOP_END);
 		default:
@@ -332,6 +413,8 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 	/* A non-growing SP would loop. */
 	if (cfa <= st->sp)
 		return unwind_stop(st, TOTAL_UNWIND_STOP_NOT_GROWING);
+	if (n == 0)
+		st->map0 = m->start;
 	st->ip = ra;
 	st->sp = cfa;
 	st->bp = bp;
@@ -376,9 +459,11 @@ static __always_inline void unwind_sample(struct bpf_perf_event_data *ctx, __u32
 	st->bp_known = 1;
 	st->tls = 0;
 	st->stop = 0;
+	st->map0 = 0;
 
 	walk.st = st;
 	walk.proc = proc;
+	walk.ctx = ctx;
 	/* One more step than frames: the last one only finds out that more
 	 * frames were left (TOTAL_UNWIND_STOP_MAX_FRAMES).
 	 */

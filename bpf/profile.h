@@ -58,6 +58,7 @@ enum total_slot {
 	TOTAL_UNWIND_STOP_BP_UNKNOWN,  /* RBP needed after an RBP_LOST frame */
 	TOTAL_UNWIND_STOP_UNREADABLE,  /* a stack word could not be read */
 	TOTAL_UNWIND_STOP_NOT_GROWING, /* the caller's SP is not above the callee's */
+	TOTAL_UNWIND_STOP_REG_UNKNOWN, /* CFA_REG past frame 0/1, or an implausible CFA */
 	TOTAL_NR_SLOTS,
 };
 

@@ -28,7 +28,18 @@ enum unwind_cfa_kind {
 	CFA_PLT = 3,       /* PLT stub: CFA = RSP + 8, + 8 more when (RIP & 15) >= 11 */
 	CFA_END = 4,       /* outermost frame (return address undefined): stop */
 	CFA_NONE = 5,      /* no CFI covers this range: fall back to RBP if allowed, else stop */
+	CFA_REG = 6,       /* CFA = <DWARF register `reg`> + cfa_off (perlasm: rax, r9, rsi, r11) */
 };
+#define UNWIND_CFA_NR_KINDS 7
+
+/* CFA_REG: the register's value is only known from the sample itself, so
+ * the unwinders accept such a row at frame 0, and at frame 1 when frame 0 is
+ * in the same mapping (an OpenSSL perlasm leaf such as _aesni_ctr32_ghash_6x
+ * keeps its caller's CFA register intact). The CFA must then be plausible:
+ * above SP, at most UNWIND_CFA_REG_MAX_DIST above it, and 8-byte aligned.
+ */
+#define UNWIND_CFA_REG_MAX_DIST (1 << 20)
+#define UNWIND_CFA_REG_MAX_FRAME 1
 
 /* Where the caller's RBP is. */
 enum unwind_rbp_kind {
@@ -45,7 +56,7 @@ struct unwind_row {
 	__u32 pc;
 	__u8 cfa_kind;
 	__u8 rbp_kind;
-	__u16 pad;
+	__u16 reg; /* CFA_REG: x86-64 DWARF register number (0 rax .. 15 r15); else 0 */
 	__s32 cfa_off;
 	__s16 deref_add;
 	__s16 rbp_off;

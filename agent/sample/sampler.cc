@@ -176,6 +176,8 @@ uint64_t* TotalsField(Totals& t, uint32_t slot) {
       return &t.unwind_stop.unreadable;
     case TOTAL_UNWIND_STOP_NOT_GROWING:
       return &t.unwind_stop.not_growing;
+    case TOTAL_UNWIND_STOP_REG_UNKNOWN:
+      return &t.unwind_stop.reg_unknown;
     case TOTAL_NR_SLOTS:
       break;
   }

@@ -56,7 +56,8 @@ struct Totals {
     uint64_t bp_unknown = 0;
     uint64_t unreadable = 0;
     uint64_t not_growing = 0;
-  } unwind_stop;  // why each unwound stack ended (sum == unwound)
+    uint64_t reg_unknown = 0;  // CFA_REG row where the register is not known
+  } unwind_stop;               // why each unwound stack ended (sum == unwound)
 };
 
 struct BpfRunStats {

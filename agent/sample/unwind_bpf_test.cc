@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <limits.h>
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -181,18 +182,19 @@ void PrintStops(const Totals& t) {
   const Totals::UnwindStops& s = t.unwind_stop;
   std::printf(
       "unwound %lu, dropped %lu, not TLS %lu; stops: zero_ip %lu end %lu max_frames %lu no_mapping %lu no_row %lu "
-      "cfa_none %lu bp_unknown %lu unreadable %lu not_growing %lu\n",
+      "cfa_none %lu bp_unknown %lu unreadable %lu not_growing %lu reg_unknown %lu\n",
       static_cast<unsigned long>(t.unwound), static_cast<unsigned long>(t.dropped_stack),
       static_cast<unsigned long>(t.unwind_not_tls), static_cast<unsigned long>(s.zero_ip),
       static_cast<unsigned long>(s.end), static_cast<unsigned long>(s.max_frames),
       static_cast<unsigned long>(s.no_mapping), static_cast<unsigned long>(s.no_row),
       static_cast<unsigned long>(s.cfa_none), static_cast<unsigned long>(s.bp_unknown),
-      static_cast<unsigned long>(s.unreadable), static_cast<unsigned long>(s.not_growing));
+      static_cast<unsigned long>(s.unreadable), static_cast<unsigned long>(s.not_growing),
+      static_cast<unsigned long>(s.reg_unknown));
 }
 
 uint64_t SumStops(const Totals::UnwindStops& s) {
   return s.zero_ip + s.end + s.max_frames + s.no_mapping + s.no_row + s.cfa_none + s.bp_unknown + s.unreadable +
-         s.not_growing;
+         s.not_growing + s.reg_unknown;
 }
 
 std::unique_ptr<Sampler> StartOrFail(const SamplerOptions& options) {
@@ -325,6 +327,151 @@ TEST(UnwindBpfTest, ApiChecksBounds) {
   EXPECT_FALSE(sampler->SetProcess(1, proc).ok());
   sampler->RemoveProcess(1);
   sampler->RemoveProcess(1);  // absent: ignored
+}
+
+// ---- Through Debian's stripped libcrypto.so.3: a child encrypting with
+// AES-128-GCM spends most of its time in perlasm's _aesni_ctr32_ghash_6x,
+// called from aesni_gcm_encrypt, whose CFA is rax + 8 throughout (CFA_REG).
+
+// One executable segment of a loaded object, as the child (a fork) has it.
+struct LoadedSegment {
+  std::string path;
+  uint64_t start = 0, end = 0, bias = 0;
+};
+std::vector<LoadedSegment> LoadedSegments() {
+  std::vector<LoadedSegment> out;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* out = static_cast<std::vector<LoadedSegment>*>(data);
+        std::string path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "/proc/self/exe";
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+          out->push_back(
+              {path, info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz, info->dlpi_addr});
+        }
+        return 0;
+      },
+      &out);
+  return out;
+}
+
+struct GcmRun {
+  uint64_t crypto_leaf = 0;  // stacks (samples) whose leaf is in libcrypto
+  uint64_t with_caller = 0;  // of those, with a return address in tlsprof_gcm_loop
+  uint64_t with_evp = 0;     // of those, with a frame in EVP_EncryptUpdate
+  double ns_per_sample = 0;  // the program's run time per sample
+  Totals totals;
+};
+
+// Profiles `child` for `duration` with libcrypto, libc and the test binary
+// registered; `strip_cfa_reg` turns CFA_REG rows into CFA_NONE (the walk as
+// it was before CFA_REG existed).
+GcmRun ProfileGcmChild(const ChainChild& child, bool strip_cfa_reg, std::chrono::milliseconds duration) {
+  GcmRun run;
+  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+  if (!sampler) return run;
+  std::map<std::string, UploadedTable> tables;
+  unwind_proc proc{};
+  uint64_t crypto_start = 0, crypto_end = 0;
+  for (const LoadedSegment& seg : LoadedSegments()) {
+    const bool crypto = seg.path.find("libcrypto.so") != std::string::npos;
+    const bool wanted = crypto || seg.path.find("libc.so") != std::string::npos || seg.path == "/proc/self/exe";
+    if (!wanted) continue;
+    if (!tables.count(seg.path)) {
+      UniqueFd fd(open(seg.path.c_str(), O_RDONLY | O_CLOEXEC));
+      EXPECT_TRUE(fd.valid()) << seg.path;
+      auto table = tlsprof::unwind::BuildUnwindTable(fd.get(), seg.path);
+      EXPECT_TRUE(table.ok()) << table.error().message;
+      if (!table.ok()) return run;
+      std::vector<unwind_row> rows = table.value()->rows;
+      uint64_t reg_rows = 0;
+      for (unwind_row& r : rows) {
+        if (r.cfa_kind != CFA_REG) continue;
+        ++reg_rows;
+        if (strip_cfa_reg) {
+          const uint32_t pc = r.pc;
+          r = unwind_row{};
+          r.pc = pc;
+          r.cfa_kind = CFA_NONE;
+          r.rbp_kind = RBP_LOST;
+        }
+      }
+      if (crypto) {
+        EXPECT_GT(reg_rows, 0u) << "libcrypto has CFA = rax + 8 rows";
+      }
+      auto first = sampler->AllocateRows(static_cast<uint32_t>(rows.size()));
+      EXPECT_TRUE(first.ok());
+      if (!first.ok()) return run;
+      EXPECT_TRUE(sampler->UploadRows(first.value(), rows).ok());
+      tables[seg.path] = {first.value(), static_cast<uint32_t>(rows.size())};
+    }
+    if (proc.nr_mappings >= TLSPROF_UNWIND_MAX_MAPPINGS) break;
+    unwind_mapping& m = proc.mappings[proc.nr_mappings++];
+    m = {.start = seg.start,
+         .end = seg.end,
+         .bias = seg.bias,
+         .table_start = tables[seg.path].first,
+         .table_len = tables[seg.path].len,
+         .flags = crypto ? uint32_t{UNWIND_MAPPING_TLS} : 0u,
+         .pad = 0};
+    if (crypto) crypto_start = seg.start, crypto_end = seg.end;
+  }
+  std::sort(proc.mappings, proc.mappings + proc.nr_mappings,
+            [](const unwind_mapping& a, const unwind_mapping& b) { return a.start < b.start; });
+  EXPECT_NE(crypto_start, 0u) << "the test links libcrypto.so.3";
+  Status st = sampler->SetProcess(child.pid(), proc);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  BpfRunStats before = sampler->ReadBpfStats();
+  std::this_thread::sleep_for(duration);
+  BpfRunStats after = sampler->ReadBpfStats();
+  sampler->Stop();
+  if (after.run_count > before.run_count) {
+    run.ns_per_sample = static_cast<double>(after.run_time_ns - before.run_time_ns) /
+                        static_cast<double>(after.run_count - before.run_count);
+  }
+  run.totals = sampler->ReadTotals();
+  int printed = 0;
+  sampler->ForEachStack([&](const stack_key& key, uint64_t count) {
+    if (key.tgid != child.pid() || key.nr_frames == 0) return;
+    if (key.ips[0] < crypto_start || key.ips[0] >= crypto_end) return;
+    run.crypto_leaf += count;
+    std::vector<std::string> names = FrameNames(key);
+    const bool caller = std::find(names.begin(), names.end(), "tlsprof_gcm_loop") != names.end();
+    run.with_caller += caller ? count : 0;
+    run.with_evp += std::find(names.begin(), names.end(), "EVP_EncryptUpdate") != names.end() ? count : 0;
+    if (!caller && !strip_cfa_reg && printed++ < 3) {
+      std::string joined;
+      for (uint32_t i = 0; i < key.nr_frames && i < TLSPROF_UNWIND_MAX_FRAMES; ++i) {
+        joined += " " + names[i];
+        if (key.ips[i] >= crypto_start && key.ips[i] < crypto_end) {
+          joined += fmt::format("(+{:#x})", key.ips[i] - crypto_start);
+        }
+      }
+      std::printf("libcrypto stack without the caller (%lu samples):%s\n", static_cast<unsigned long>(count),
+                  joined.c_str());
+    }
+  });
+  return run;
+}
+
+TEST(UnwindBpfTest, AesGcmThroughSharedLibcrypto) {
+  ChainChild child(tlsprof_gcm_loop);
+  ASSERT_TRUE(child.ready());
+  const GcmRun without = ProfileGcmChild(child, /*strip_cfa_reg=*/true, std::chrono::milliseconds(1000));
+  const GcmRun with = ProfileGcmChild(child, /*strip_cfa_reg=*/false, std::chrono::milliseconds(1500));
+  for (const GcmRun* r : {&without, &with}) {
+    std::printf(
+        "%s: %lu libcrypto-leaf samples, %lu reach tlsprof_gcm_loop, %lu pass EVP_EncryptUpdate; %.0f ns "
+        "per sample\n",
+        r == &without ? "CFA_REG rows stripped" : "with CFA_REG       ", static_cast<unsigned long>(r->crypto_leaf),
+        static_cast<unsigned long>(r->with_caller), static_cast<unsigned long>(r->with_evp), r->ns_per_sample);
+    PrintStops(r->totals);
+  }
+  EXPECT_GT(with.crypto_leaf, 300u);
+  EXPECT_GE(with.with_caller * 10, with.crypto_leaf * 9);
+  EXPECT_EQ(with.totals.unwound, SumStops(with.totals.unwind_stop));
+  EXPECT_EQ(with.totals.dropped_stack, 0u);
 }
 
 // Cost of the program per sample with the same workload (one child per CPU in

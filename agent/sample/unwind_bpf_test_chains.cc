@@ -3,6 +3,10 @@
 // Each frame has a different size, so wrong CFA offsets cannot go unnoticed.
 #include "agent/sample/unwind_bpf_test_chains.h"
 
+#include <openssl/evp.h>
+
+#include <vector>
+
 volatile int tlsprof_chain_stop = 0;
 
 namespace {
@@ -34,5 +38,18 @@ __attribute__((noinline)) uint64_t tlsprof_dw_chain2(volatile uint64_t* sink) {
 }
 __attribute__((noinline)) uint64_t tlsprof_dw_chain1(volatile uint64_t* sink) {
   return tlsprof_dw_chain2(sink) + Use<33>(sink);
+}
+__attribute__((noinline)) uint64_t tlsprof_gcm_loop(volatile uint64_t* sink) {
+  std::vector<unsigned char> in(16 * 1024, 0x5a), out(in.size() + 32);
+  const unsigned char key[16] = {1}, iv[12] = {2};
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  if (!ctx || EVP_EncryptInit_ex(ctx, EVP_aes_128_gcm(), nullptr, key, iv) != 1) return 0;
+  int len = 0;
+  while (tlsprof_chain_stop == 0) {
+    if (EVP_EncryptUpdate(ctx, out.data(), &len, in.data(), static_cast<int>(in.size())) != 1) break;
+    *sink = *sink + out[static_cast<size_t>(len) - 1];
+  }
+  EVP_CIPHER_CTX_free(ctx);
+  return *sink;
 }
 }

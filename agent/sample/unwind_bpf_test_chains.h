@@ -21,6 +21,10 @@ uint64_t tlsprof_dw_chain3(volatile uint64_t* sink);
 uint64_t tlsprof_dw_chain4(volatile uint64_t* sink);
 uint64_t tlsprof_dw_chain5(volatile uint64_t* sink);
 uint64_t tlsprof_dw_leaf(volatile uint64_t* sink);
+// AES-128-GCM EVP_EncryptUpdate on 16 KiB buffers through the shared
+// libcrypto, forever (while tlsprof_chain_stop is zero); without frame
+// pointers. Its stack passes perlasm's aesni_gcm_encrypt (CFA = rax + 8).
+uint64_t tlsprof_gcm_loop(volatile uint64_t* sink);
 // Never set: the leaves spin while it is zero (not provably infinite, so the
 // compiler keeps ordinary calls and returns).
 extern volatile int tlsprof_chain_stop;

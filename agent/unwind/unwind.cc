@@ -13,8 +13,10 @@ const MappedTable* FindMapping(const std::vector<MappedTable>& mappings, uint64_
 }
 
 // One step: the caller's registers from the callee's, or why not.
-std::optional<UnwindStop> Step(const MappedTable& m, uint64_t lookup, Registers* regs, bool* bp_known, ReadWord read,
-                               void* ctx) {
+// `sample_gpr` is non-null while the sample's registers are still trusted
+// (CFA_REG rows, see unwind.h).
+std::optional<UnwindStop> Step(const MappedTable& m, uint64_t lookup, Registers* regs, bool* bp_known,
+                               const uint64_t* sample_gpr, ReadWord read, void* ctx) {
   uint64_t cfa = 0, ra = 0, bp = regs->bp;
   if (m.table == nullptr || m.table->rows.empty()) {
     // Frame pointers (Go, or a binary without CFI): the BPF side's table_len 0.
@@ -40,6 +42,13 @@ std::optional<UnwindStop> Step(const MappedTable& m, uint64_t lookup, Registers*
       case CFA_PLT:
         cfa = regs->sp + 8 + ((regs->ip & 15) >= 11 ? 8 : 0);
         break;
+      case CFA_REG:
+        if (!sample_gpr || row->reg >= 16) return UnwindStop::kRegUnknown;
+        cfa = sample_gpr[row->reg] + int64_t(row->cfa_off);
+        if (cfa <= regs->sp || cfa - regs->sp > UNWIND_CFA_REG_MAX_DIST || (cfa & 7) != 0) {
+          return UnwindStop::kRegUnknown;
+        }
+        break;
       case CFA_END:
         return UnwindStop::kEnd;
       default:
@@ -64,6 +73,8 @@ UnwindResult UnwindWithReason(const std::vector<MappedTable>& mappings, Register
                               size_t max_frames) {
   UnwindResult r;
   bool bp_known = true;
+  const Registers sample = regs;
+  const MappedTable* prev = nullptr;  // frame 0's mapping
   for (size_t depth = 0;; ++depth) {
     if (regs.ip == 0) {
       r.stop = UnwindStop::kZeroIp;
@@ -81,10 +92,16 @@ UnwindResult UnwindWithReason(const std::vector<MappedTable>& mappings, Register
       r.stop = UnwindStop::kNoMapping;
       break;
     }
-    if (std::optional<UnwindStop> stop = Step(*m, lookup, &regs, &bp_known, read, ctx)) {
+    // The sample's registers hold at frame 0, and at frame 1 when frame 0
+    // was a leaf of the same file (perlasm leaves keep the caller's CFA
+    // register).
+    const bool gpr_known = depth == 0 || (depth <= UNWIND_CFA_REG_MAX_FRAME && m == prev);
+    if (std::optional<UnwindStop> stop =
+            Step(*m, lookup, &regs, &bp_known, gpr_known ? sample.gpr : nullptr, read, ctx)) {
       r.stop = *stop;
       break;
     }
+    prev = m;
   }
   return r;
 }

@@ -22,6 +22,8 @@
 namespace tlsprof::unwind {
 namespace {
 
+static_assert(sizeof(unwind_row) == 16, "the BPF side reads 16-byte rows");
+
 constexpr int kRegRbp = 6;
 constexpr int kRegRsp = 7;
 constexpr int kRegRip = 16;
@@ -262,6 +264,20 @@ bool MapCfa(const Dwarf_Op* ops, size_t nops, unwind_row* row) {
     row->cfa_off = int32_t(off);
     return true;
   }
+  // "Any other GPR + off" (OpenSSL perlasm: rax, r9, rsi, r11 hold the
+  // caller's RSP): only the sample's own registers give its value, so the
+  // unwinders use it at the first frames only (see CFA_REG in unwind.h).
+  if (nops == 1 && Fits32(Signed(ops[0].atom == DW_OP_bregx ? ops[0].number2 : ops[0].number))) {
+    int reg = -1;
+    if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg15) reg = ops[0].atom - DW_OP_breg0;
+    if (ops[0].atom == DW_OP_bregx && ops[0].number < 16) reg = int(ops[0].number);
+    if (reg >= 0 && reg != kRegRbp && reg != kRegRsp) {
+      row->cfa_kind = CFA_REG;
+      row->reg = uint16_t(reg);
+      row->cfa_off = int32_t(Signed(ops[0].atom == DW_OP_bregx ? ops[0].number2 : ops[0].number));
+      return true;
+    }
+  }
   // OpenSSL perlasm, `.cfi_cfa_expression %rsp+N,deref,+M`: the function
   // realigned its stack and keeps the caller's RSP in a stack slot.
   if ((nops == 2 || nops == 3) && IsBreg(ops[0], kRegRsp, &off) && ops[1].atom == DW_OP_deref && Fits32(off)) {
@@ -342,8 +358,8 @@ RowResult MakeRow(Dwarf_Frame* frame, int ra_reg, unwind_row* row) {
 }
 
 bool SameRule(const unwind_row& a, const unwind_row& b) {
-  return a.cfa_kind == b.cfa_kind && a.rbp_kind == b.rbp_kind && a.cfa_off == b.cfa_off && a.deref_add == b.deref_add &&
-         a.rbp_off == b.rbp_off;
+  return a.cfa_kind == b.cfa_kind && a.reg == b.reg && a.rbp_kind == b.rbp_kind && a.cfa_off == b.cfa_off &&
+         a.deref_add == b.deref_add && a.rbp_off == b.rbp_off;
 }
 
 class RowBuilder {

@@ -22,18 +22,19 @@ struct UnwindTable {
   std::vector<unwind_row> rows;  // sorted by pc; ranges without CFI are CFA_NONE rows
   // Statistics for the report and the tests.
   uint64_t fdes = 0;
-  uint64_t unsupported_rows = 0;          // CFA rules we do not model (became CFA_NONE)
-  uint64_t cfi_rows = 0;                  // rows libdw reported, before merging identical neighbours
-  uint64_t covered_bytes = 0;             // code bytes inside some FDE
-  uint64_t unsupported_bytes = 0;         // of those, bytes whose rule became CFA_NONE
-  uint64_t cfi_errors = 0;                // FDEs/CIEs we could not decode (skipped)
-  uint64_t kind_rows[CFA_NONE + 1] = {};  // final rows per enum unwind_cfa_kind
+  uint64_t unsupported_rows = 0;                 // CFA rules we do not model (became CFA_NONE)
+  uint64_t cfi_rows = 0;                         // rows libdw reported, before merging identical neighbours
+  uint64_t covered_bytes = 0;                    // code bytes inside some FDE
+  uint64_t unsupported_bytes = 0;                // of those, bytes whose rule became CFA_NONE
+  uint64_t cfi_errors = 0;                       // FDEs/CIEs we could not decode (skipped)
+  uint64_t kind_rows[UNWIND_CFA_NR_KINDS] = {};  // final rows per enum unwind_cfa_kind
 };
 
 // Reads the CFI of the ELF file behind `fd` (executable segments only).
 // Rows come from .eh_frame, and from .debug_frame where .eh_frame has no FDE.
-// Rules we cannot express (CFA from a register other than RSP/RBP, return
-// address not at CFA-8, e.g. signal trampolines) become CFA_NONE rows and
+// CFA = other GPR + off becomes a CFA_REG row. Rules we cannot express
+// (other CFA expressions, return address not at CFA-8, e.g. signal
+// trampolines) become CFA_NONE rows and
 // are counted in unsupported_rows. Code above 4 GiB (ELF vaddr) gives an
 // Error. Thread-safe (each call has its own libelf/libdw handles).
 // A file without CFI gives an empty table, not an error; a file that is not
@@ -50,6 +51,10 @@ struct Registers {
   uint64_t ip = 0;
   uint64_t sp = 0;
   uint64_t bp = 0;
+  // All 16 GPRs of the sample, by x86-64 DWARF number (0 rax, 1 rdx, 2 rcx,
+  // 3 rbx, 4 rsi, 5 rdi, 6 rbp, 7 rsp, 8-15 r8-r15); only CFA_REG rows read
+  // them, and only at the first frames. gpr[6]/gpr[7] are unused (bp, sp).
+  uint64_t gpr[16] = {};
 };
 // Reads 8 bytes of the unwound process's memory at addr; false if unreadable.
 using ReadWord = bool (*)(void* ctx, uint64_t addr, uint64_t* out);
@@ -69,6 +74,9 @@ struct MappedTable {
 //  - else the row at (lookup ip - bias): CFA_RSP: cfa = sp + off; CFA_RBP:
 //    cfa = bp + off (stop if bp unknown); CFA_RSP_DEREF: cfa = *(sp + off) +
 //    deref_add; CFA_PLT: cfa = sp + 8 + ((ip & 15) >= 11 ? 8 : 0);
+//    CFA_REG: cfa = sample's gpr[reg] + off, only at frame 0, or frame 1 when
+//    frame 0 was in the same mapping; stop (kRegUnknown) elsewhere or unless
+//    sp < cfa <= sp + UNWIND_CFA_REG_MAX_DIST and cfa is 8-aligned;
 //    CFA_END, CFA_NONE, no row: stop;
 //    ra = *(cfa - 8); RBP_AT_CFA: bp' = *(cfa + rbp_off); RBP_LOST: bp
 //    unknown from here on; sp' = cfa;
@@ -87,6 +95,7 @@ enum class UnwindStop {
   kBpUnknown,   // CFA_RBP or frame-pointer walk after RBP was lost
   kUnreadable,  // a word could not be read
   kNotGrowing,  // the new SP is not above the old one
+  kRegUnknown,  // CFA_REG beyond the frames where the register is known, or an implausible CFA
 };
 struct UnwindResult {
   std::vector<uint64_t> frames;  // as Unwind() returns them

@@ -10,7 +10,7 @@
 #include "agent/unwind/unwind_table.h"
 
 int main(int argc, char** argv) {
-  static const char* kKinds[] = {"rsp", "rbp", "rsp_deref", "plt", "end", "none"};
+  static const char* kKinds[] = {"rsp", "rbp", "rsp_deref", "plt", "end", "none", "reg"};
   int rc = 0;
   for (int i = 1; i < argc; ++i) {
     tlsprof::UniqueFd fd(open(argv[i], O_RDONLY | O_CLOEXEC));
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
         argv[i], ms, t.rows.size(), t.rows.size() * sizeof(unwind_row) / 1024, t.fdes, t.cfi_rows, t.unsupported_rows,
         t.cfi_rows ? 100.0 * t.unsupported_rows / t.cfi_rows : 0.0,
         t.covered_bytes ? 100.0 * t.unsupported_bytes / t.covered_bytes : 0.0, t.covered_bytes, t.cfi_errors);
-    for (int k = 0; k <= CFA_NONE; ++k) std::printf(" %s=%lu", kKinds[k], t.kind_rows[k]);
+    for (int k = 0; k < UNWIND_CFA_NR_KINDS; ++k) std::printf(" %s=%lu", kKinds[k], t.kind_rows[k]);
     std::printf("\n");
   }
   return rc;

@@ -239,6 +239,13 @@ TEST(UnwindTableTest, LibcryptoTable) {
   for (size_t i = 1; i < t.rows.size(); ++i) ASSERT_LT(t.rows[i - 1].pc, t.rows[i].pc) << i;
   EXPECT_LT(t.unsupported_rows * 50, t.cfi_rows) << "more than 2% of libcrypto's CFI rows are not modelled";
   EXPECT_GT(t.kind_rows[CFA_RSP_DEREF], 0u) << "perlasm's .cfi_cfa_expression rows are missing";
+  EXPECT_GT(t.kind_rows[CFA_REG], 0u) << "perlasm's CFA = rax/r9/rsi/r11 + off rows are missing";
+  for (const unwind_row& r : t.rows) {
+    if (r.cfa_kind != CFA_REG) continue;
+    EXPECT_LT(r.reg, 16) << std::hex << r.pc;
+    EXPECT_NE(r.reg, 6) << std::hex << r.pc;  // rbp and rsp have their own kinds
+    EXPECT_NE(r.reg, 7) << std::hex << r.pc;
+  }
   EXPECT_EQ(t.rows.back().cfa_kind, CFA_NONE) << "code past the last FDE must not inherit its rule";
 
   for (const char* fn : {"EVP_EncryptUpdate", "EVP_DigestUpdate", "SSL_library_init"}) {
@@ -323,8 +330,14 @@ namespace {
 
 constexpr size_t kStackCopy = 32 * 1024;
 constexpr size_t kMaxSamples = 1500;
+// What the crypto loop is doing, recorded with each sample.
+enum Phase : int { kPhaseOther = 0, kPhaseSha512, kPhaseSha256, kPhaseSha1, kPhaseGcm, kPhaseChacha, kPhases };
+const char* const kPhaseNames[kPhases] = {"other", "sha512", "sha256", "sha1", "aes-256-gcm", "chacha20-poly1305"};
+volatile int g_phase = kPhaseOther;
+
 struct StackSample {
   Registers regs;
+  int phase = kPhaseOther;
   uint64_t lo = 0;
   size_t len = 0;
   uint8_t stack[kStackCopy];
@@ -338,8 +351,13 @@ void OnProfSignal(int, siginfo_t*, void* ctx) {
   if (i >= kMaxSamples) return;
   const auto* uc = static_cast<const ucontext_t*>(ctx);
   StackSample& s = g_samples[i];
-  s.regs = {uint64_t(uc->uc_mcontext.gregs[REG_RIP]), uint64_t(uc->uc_mcontext.gregs[REG_RSP]),
-            uint64_t(uc->uc_mcontext.gregs[REG_RBP])};
+  const greg_t* g = uc->uc_mcontext.gregs;
+  s.regs = {uint64_t(g[REG_RIP]), uint64_t(g[REG_RSP]), uint64_t(g[REG_RBP])};
+  // By x86-64 DWARF number, like a perf_event sample's registers.
+  static constexpr int kGregOfDwarf[16] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI, REG_RBP, REG_RSP,
+                                           REG_R8,  REG_R9,  REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15};
+  for (int r = 0; r < 16; ++r) s.regs.gpr[r] = uint64_t(g[kGregOfDwarf[r]]);
+  s.phase = g_phase;
   s.lo = s.regs.sp - 128;  // the red zone too: perlasm keeps its saved RSP at rsp-8
   s.len = (s.lo >= g_stack_lo && s.lo < g_stack_hi) ? std::min<uint64_t>(kStackCopy, g_stack_hi - s.lo) : 0;
   std::memcpy(s.stack, reinterpret_cast<const void*>(s.lo), s.len);
@@ -376,11 +394,17 @@ extern "C" __attribute__((noinline)) int tlsprof_unwind_test_crypto_loop(double 
   EVP_EncryptInit_ex(gcm, EVP_aes_256_gcm(), nullptr, key, iv);
   EVP_EncryptInit_ex(chacha, EVP_chacha20_poly1305(), nullptr, key, iv);
   for (double end = CpuSeconds() + seconds; CpuSeconds() < end; ++rounds) {
+    g_phase = kPhaseSha512;
     EVP_Digest(buf.data(), buf.size(), md, &md_len, EVP_sha512(), nullptr);
+    g_phase = kPhaseSha256;
     EVP_Digest(buf.data(), buf.size(), md, &md_len, EVP_sha256(), nullptr);
+    g_phase = kPhaseSha1;
     EVP_Digest(buf.data(), buf.size(), md, &md_len, EVP_sha1(), nullptr);
+    g_phase = kPhaseGcm;
     EVP_EncryptUpdate(gcm, out.data(), &len, buf.data(), int(buf.size()));
+    g_phase = kPhaseChacha;
     EVP_EncryptUpdate(chacha, out.data(), &len, buf.data(), int(buf.size()));
+    g_phase = kPhaseOther;
   }
   EVP_CIPHER_CTX_free(gcm);
   EVP_CIPHER_CTX_free(chacha);
@@ -419,9 +443,13 @@ TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
   std::string crypto_path = LoadedPath("libcrypto.so", &crypto_bias);
   auto crypto_table = TableFor(crypto_path);
   ASSERT_TRUE(crypto_table);
-  static const char* kKinds[] = {"rsp", "rbp", "rsp_deref", "plt", "end", "none"};
+  static const char* kKinds[] = {"rsp", "rbp", "rsp_deref", "plt", "end", "none", "reg"};
   size_t in_crypto = 0, reached = 0, reached_crypto = 0, cut_crypto = 0;
-  size_t by_kind[CFA_NONE + 1] = {}, reached_by_kind[CFA_NONE + 1] = {};
+  size_t by_kind[UNWIND_CFA_NR_KINDS] = {}, reached_by_kind[UNWIND_CFA_NR_KINDS] = {};
+  size_t by_phase[kPhases] = {}, reached_by_phase[kPhases] = {};
+  // The same walks without the sample's general registers: what CFA_REG
+  // rows add (they stop such walks, as before CFA_REG existed).
+  size_t reached_crypto_no_gpr = 0, reached_by_phase_no_gpr[kPhases] = {};
   std::map<uint64_t, size_t> cut_at;  // libcrypto vaddr of the frame whose rule stopped the walk
   std::string failures;
   for (size_t i = 0; i < n; ++i) {
@@ -434,13 +462,22 @@ TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
     if (!InFile(s.regs.ip, "libcrypto.so")) continue;
     ++in_crypto;
     reached_crypto += ok;
+    ++by_phase[s.phase];
+    reached_by_phase[s.phase] += ok;
+    Registers no_gpr = s.regs;
+    std::fill(std::begin(no_gpr.gpr), std::end(no_gpr.gpr), ~uint64_t{0});  // implausible: CFA_REG stops
+    UnwindResult r0 = UnwindWithReason(mappings, no_gpr, ReadSample, &s, kMaxFrames);
+    bool ok0 = r0.stop == UnwindStop::kEnd && FindFrame(r0.frames, "tlsprof_unwind_test_crypto_loop") >= 0;
+    reached_crypto_no_gpr += ok0;
+    reached_by_phase_no_gpr[s.phase] += ok0;
     const unwind_row* row = FindRow(*crypto_table, s.regs.ip - crypto_bias);
-    int kind = row ? int(row->cfa_kind) : int(CFA_NONE);
+    int kind = row && row->cfa_kind < UNWIND_CFA_NR_KINDS ? int(row->cfa_kind) : int(CFA_NONE);
     ++by_kind[kind];
     reached_by_kind[kind] += ok;
     // The only acceptable early stop: a libcrypto rule the format cannot
-    // express (CFA = RAX/RSI/R11 + off in perlasm), never a wrong one.
-    bool cut = !ok && r.stop == UnwindStop::kNoCfi && InFile(frames.back(), "libcrypto.so");
+    // express, or a CFA_REG row above frame 1, never a wrong one.
+    bool cut = !ok && (r.stop == UnwindStop::kNoCfi || r.stop == UnwindStop::kRegUnknown) &&
+               InFile(frames.back(), "libcrypto.so");
     if (cut) {
       ++cut_crypto;
       ++cut_at[frames.back() - crypto_bias];
@@ -455,15 +492,28 @@ TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
       "%zu samples, %zu unwound to the caller and _start; %zu with the leaf in libcrypto: %zu unwound, %zu cut "
       "at an unsupported libcrypto rule\n",
       n, reached, in_crypto, reached_crypto, cut_crypto);
-  for (int k = 0; k <= CFA_NONE; ++k) {
+  for (int k = 0; k < UNWIND_CFA_NR_KINDS; ++k) {
     if (by_kind[k]) {
       std::printf("  leaf row %-9s: %zu samples, %zu unwound\n", kKinds[k], by_kind[k], reached_by_kind[k]);
     }
   }
   for (auto [vaddr, count] : cut_at) std::printf("  cut at libcrypto vaddr %#lx: %zu samples\n", vaddr, count);
+  for (int p = 0; p < kPhases; ++p) {
+    if (by_phase[p]) {
+      std::printf("  phase %-17s: %zu libcrypto samples, %zu unwound (%zu without CFA_REG)\n", kPhaseNames[p],
+                  by_phase[p], reached_by_phase[p], reached_by_phase_no_gpr[p]);
+    }
+  }
+  std::printf("  all libcrypto samples: %zu unwound with CFA_REG, %zu without\n", reached_crypto,
+              reached_crypto_no_gpr);
   ASSERT_GT(in_crypto, n / 2) << "the loop should spend most of its time in libcrypto";
   EXPECT_EQ(reached_crypto + cut_crypto, in_crypto) << "walks that went wrong:\n" << failures;
-  EXPECT_GE(reached_crypto * 100, in_crypto * 60);
+  EXPECT_GE(reached_crypto * 100, in_crypto * 95);
+  // AES-GCM and ChaCha20 samples (perlasm CFA = rax/r9 + 8) reach the caller.
+  for (int p : {kPhaseGcm, kPhaseChacha}) {
+    EXPECT_GT(by_phase[p], 5u) << kPhaseNames[p];
+    EXPECT_GE(reached_by_phase[p] * 100, by_phase[p] * 95) << kPhaseNames[p];
+  }
 }
 
 // ---- The reference algorithm on synthetic tables and memory: the cases the
@@ -550,6 +600,69 @@ TEST(UnwindAlgorithmTest, StopsAndFramePointers) {
   EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x5000, 0x5100}));
   EXPECT_EQ(r.stop, UnwindStop::kZeroIp);
   EXPECT_EQ(UnwindWithReason(maps, {0x5000, 0x7ff0, 0x8000}, FakeMemory::Read, &mem, 1).stop, UnwindStop::kMaxFrames);
+}
+
+unwind_row RegRow(uint32_t pc, uint16_t reg, int32_t off) {
+  unwind_row r = Row(pc, CFA_REG, off);
+  r.reg = reg;
+  return r;
+}
+
+// CFA_REG: the sample's register, at frame 0 and at frame 1 below a leaf of
+// the same mapping, if the CFA is plausible; kRegUnknown otherwise.
+TEST(UnwindAlgorithmTest, CfaFromAnotherRegister) {
+  UnwindTable t;
+  t.rows = {Row(0x1000, CFA_RSP, 8),   // perlasm leaf (_aesni_ctr32_ghash_6x)
+            RegRow(0x1100, 0, 8),      // CFA = rax + 8 (aesni_gcm_encrypt)
+            Row(0x1200, CFA_RSP, 16),  // its caller (EVP_EncryptUpdate)
+            RegRow(0x1300, 9, 8),      // CFA = r9 + 8
+            Row(0x1400, CFA_END, 0)};  // _start
+  UnwindTable other;
+  other.rows = {Row(0x1000, CFA_RSP, 8)};
+  std::vector<MappedTable> maps = {{0x1000, 0x2000, 0, &t}, {0x5000, 0x6000, 0x4000, &other}};
+  FakeMemory mem;
+  // Frame 0 in the CFA = rax + 8 row: rax = 0x7100, ra at 0x7100.
+  mem.words[0x7100] = 0x1210;      // into the caller
+  mem.words[0x7108 + 8] = 0x1401;  // caller: cfa = 0x7108 + 16; ra at cfa - 8
+  Registers regs{0x1150, 0x7000, 0};
+  regs.gpr[0] = 0x7100;
+  UnwindResult r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
+  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1150, 0x1210, 0x1401}));
+  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+
+  // Frame 0 is the leaf (CFA_RSP), frame 1 in the rax row of the same mapping.
+  mem.words[0x6ff8] = 0x1180;  // the leaf's ra (cfa = sp + 8)
+  regs = {0x1010, 0x6ff8, 0};
+  regs.gpr[0] = 0x7100;
+  r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
+  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1010, 0x1180, 0x1210, 0x1401}));
+  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+
+  // Frame 0 in another mapping (e.g. libc, which may clobber rax): stop.
+  mem.words[0x6ff0] = 0x1180;
+  regs = {0x5010, 0x6ff0, 0};
+  regs.gpr[0] = 0x7100;
+  r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
+  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x5010, 0x1180}));
+  EXPECT_EQ(r.stop, UnwindStop::kRegUnknown);
+
+  // Frame 2: the sample's registers no longer hold, whatever they are.
+  mem.words[0x7200] = 0x1010;  // frame 0 (CFA_RSP 16 at 0x1210) returns into the leaf
+  mem.words[0x7208] = 0x1310;  // leaf returns into the r9 row
+  regs = {0x1210, 0x71f8, 0};
+  regs.gpr[9] = 0x7300;
+  r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
+  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1210, 0x1010, 0x1310}));
+  EXPECT_EQ(r.stop, UnwindStop::kRegUnknown);
+
+  // Implausible CFAs at frame 0: below SP, more than 1 MiB above, misaligned.
+  for (uint64_t rax : {uint64_t{0x6000}, uint64_t{0x7000 + (2 << 20)}, uint64_t{0x7101}, ~uint64_t{0}}) {
+    regs = {0x1150, 0x7000, 0};
+    regs.gpr[0] = rax;
+    r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
+    EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1150})) << std::hex << rax;
+    EXPECT_EQ(r.stop, UnwindStop::kRegUnknown) << std::hex << rax;
+  }
 }
 
 TEST(UnwindAlgorithmTest, FindRow) {
