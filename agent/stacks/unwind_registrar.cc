@@ -43,7 +43,7 @@ std::vector<unwind_row> RowsInsideSymbols(const unwind::UnwindTable& table, cons
     if (!out.empty()) {
       const unwind_row& b = out.back();
       if (b.cfa_kind == r.cfa_kind && b.rbp_kind == r.rbp_kind && b.cfa_off == r.cfa_off &&
-          b.deref_add == r.deref_add && b.rbp_off == r.rbp_off) {
+          b.deref_add == r.deref_add && b.rbp_off == r.rbp_off && b.reg == r.reg) {
         return;  // same rule continues
       }
     }
