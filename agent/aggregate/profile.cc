@@ -103,6 +103,16 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   }
   const classify::StackClassification sc = classify::ClassifyStack({infos.data(), n});
   if (!sc.tls || innermost_tls == nullptr) return;
+  // The outermost frame that starts an operation of the stack's bucket.
+  const Frame* operation = nullptr;
+  for (size_t i = n; i-- > 0;) {
+    if (!frames[i].tls || frames[i].name.empty()) continue;
+    auto op = classify::ClassifyOperation(frames[i].family, frames[i].name);
+    if (op && op->bucket == sc.classification.bucket) {
+      operation = &frames[i];
+      break;
+    }
+  }
 
   ProcessProfile& p = Process(tgid);
   Account(p, *innermost_tls, sc.classification, sc.phase, count, /*from_stack=*/true);
@@ -116,6 +126,17 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   stack.frames.reserve(n);
   for (size_t i = 0; i < n; ++i) stack.frames.push_back(FrameName(frames[i], ips[i]));
   profile_.stacks.push_back(std::move(stack));
+
+  if (operation != nullptr && sc.classification.bucket != classify::Bucket::kOther) {
+    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where}];
+    group.bucket = sc.classification.bucket;
+    if (sc.classification.algorithm == classify::algo::kUnknown) {
+      group.unknown[static_cast<size_t>(sc.phase)] += count;
+      group.unknown_stacks.push_back(profile_.stacks.size() - 1);
+    } else {
+      group.named[sc.classification.algorithm] += count;
+    }
+  }
 }
 
 std::string Attributor::FrameName(const Frame& f, uint64_t ip) {
@@ -143,7 +164,46 @@ void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
   Account(Process(tgid), f, *f.leaf, classify::Phase::kOther, count, /*from_stack=*/false);
 }
 
+void Attributor::InferFromOperations() {
+  for (auto& [key, group] : operations_) {
+    uint64_t named_total = 0;
+    for (const auto& [alg, n] : group.named) named_total += n;
+    if (named_total == 0) continue;
+    auto pit = profile_.processes.find(key.first);
+    if (pit == profile_.processes.end()) continue;
+    auto& algorithms = pit->second.crypto.algorithms;
+    for (size_t phase = 0; phase < kPhaseCount; ++phase) {
+      const uint64_t unknown = group.unknown[phase];
+      if (unknown == 0) continue;
+      const auto ph = static_cast<classify::Phase>(phase);
+      // Split in proportion to the named samples, largest remainder last so
+      // the counts add up exactly.
+      uint64_t given = 0;
+      std::string_view largest;
+      uint64_t largest_n = 0;
+      for (const auto& [alg, n] : group.named) {
+        const uint64_t share = unknown * n / named_total;
+        algorithms[{group.bucket, alg, ph}] += share;
+        given += share;
+        if (n > largest_n) largest_n = n, largest = alg;
+      }
+      algorithms[{group.bucket, largest, ph}] += unknown - given;
+      auto it = algorithms.find({group.bucket, classify::algo::kUnknown, ph});
+      if (it != algorithms.end()) {
+        it->second -= std::min(it->second, unknown);
+        if (it->second == 0) algorithms.erase(it);
+      }
+    }
+    // The exported stacks carry the inferred algorithm when it is unique.
+    if (group.named.size() == 1) {
+      for (size_t index : group.unknown_stacks)
+        profile_.stacks[index].classification.algorithm = group.named.begin()->first;
+    }
+  }
+}
+
 Profile Attributor::Finish() {
+  InferFromOperations();
   for (const auto& [pid, p] : profile_.processes) profile_.crypto.Merge(p.crypto);
   return std::move(profile_);
 }

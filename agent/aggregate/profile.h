@@ -111,6 +111,8 @@ class Attributor {
   // includes processes whose pid entry could not be stored.
   void SetScopeSamples(uint64_t samples) { profile_.scope_samples = samples; }
 
+  // Completes the profile: algorithms left unknown inside an operation are
+  // inferred from what the same operation named (InferFromOperations).
   Profile Finish();
 
   // Where one user IP of a process lies. `return_address`: the IP is a
@@ -136,6 +138,20 @@ class Attributor {
   std::map<std::pair<const symbols::BinaryImage*, uint32_t>, std::optional<classify::Classification>> cache_;
   // (tgid, leaf ip) → samples already attributed through a stack.
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> covered_;
+
+  // Samples of one operation entry point (the outermost operation frame's
+  // symbol) in one process. Part of an operation never names its algorithm
+  // (ECDSA's nonce generation runs in the DRBG and bignum code, no frame
+  // says the curve); those samples take the algorithms that the rest of the
+  // same operation, in the same process, named — see InferFromOperations().
+  struct OperationGroup {
+    classify::Bucket bucket = classify::Bucket::kOther;
+    std::map<std::string_view, uint64_t> named;   // algorithm → samples
+    std::array<uint64_t, kPhaseCount> unknown{};  // samples per phase with algorithm "unknown"
+    std::vector<size_t> unknown_stacks;           // indexes into profile_.stacks
+  };
+  std::map<std::pair<pid_t, SymbolKey>, OperationGroup> operations_;
+  void InferFromOperations();
 };
 
 }  // namespace tlsprof::aggregate
