@@ -5,10 +5,9 @@
 //
 // What gets a table:
 //   - a shared libssl/libcrypto: its whole table (every address is TLS code);
-//   - a binary with a static TLS library (node, static OpenSSL): only the rows
-//     inside its TLS symbols, so node's 90 MB of V8 never costs kernel memory;
-//     unwinding stops where the TLS code ends, which is above the outermost
-//     TLS API frame that the phase needs;
+//   - a binary with a static TLS library (node, static OpenSSL): its whole
+//     table too (node: 372k rows, 6 MiB), since the walk from a TLS leaf to
+//     the operation entry crosses library functions the rules do not name;
 //   - a Go binary: no table, frame pointers;
 //   - libc, the main executable and other libraries: their whole table, so a
 //     libc leaf called from libcrypto (malloc, memcpy) unwinds into it.
@@ -56,9 +55,5 @@ class UnwindRegistrar {
   std::map<const discovery::ImageInfo*, Slot> slots_;
   RegistrarStats stats_;
 };
-
-// The rows of `table` that lie inside the image's (TLS) symbols, with
-// CFA_NONE rows in the gaps. Exposed for tests.
-std::vector<unwind_row> RowsInsideSymbols(const unwind::UnwindTable& table, const symbols::SymbolTable& symbols);
 
 }  // namespace tlsprof::stacks
