@@ -1,0 +1,53 @@
+"""Real traffic (issue 3): Debian's nginx on its stripped shared OpenSSL,
+serving HTTPS under wrk keep-alive load plus full handshakes. The report must
+split handshake from record time and name where the crypto went: `unknown`
+algorithms and the `other` bucket together at most 15% of TLS time."""
+import os
+import subprocess
+import unittest
+
+from tlsprof_testlib import SRC, Processes, by_name, free_port, profile_json, require_root
+
+PROFILE_SECONDS = 8
+
+
+class NginxTest(unittest.TestCase):
+    def setUp(self):
+        require_root(self)
+        self.procs = Processes()
+        self.addCleanup(self.procs.close)
+
+    def test_handshake_record_split_and_named_crypto(self):
+        port = free_port()
+        root = self.procs.path("nginx")
+        os.makedirs(root)
+        self.procs.start(["bash", os.path.join(SRC, "workloads/nginx/run-nginx.sh"), root, str(port), "rsa"],
+                         ready_file=os.path.join(root, "ready"))
+        self.procs.start(["bash", os.path.join(SRC, "workloads/nginx/load-nginx.sh"), str(port),
+                          str(PROFILE_SECONDS + 6)])
+        workers = subprocess.run(["pgrep", "-f", f"nginx: worker process"], capture_output=True, text=True)
+        pids = [p for p in workers.stdout.split() if os.path.exists(f"/proc/{p}")]
+        self.assertTrue(pids, "no nginx workers")
+        args = ["--duration", str(PROFILE_SECONDS)]
+        for pid in pids:
+            args += ["--pid", pid]
+        report = profile_json(self, args)
+        phases = by_name(report["phases"], "phase")
+        buckets = by_name(report["buckets"], "bucket")
+        unknown = sum(a["share_of_tls"] for a in report["algorithms"]
+                      if a["algorithm"] == "unknown" and a["bucket"] != "other")
+        other = buckets["other"]["share_of_tls"]
+        summary = (f"TLS {report['tls_share'] * 100:.1f}% of nginx CPU; handshake "
+                   f"{phases['handshake']['share_of_tls'] * 100:.1f}%, record {phases['record']['share_of_tls'] * 100:.1f}%"
+                   f", other phase {phases['other']['share_of_tls'] * 100:.1f}%; other bucket {other * 100:.1f}%, "
+                   f"unknown algorithm {unknown * 100:.1f}%")
+        print(summary)
+        for row in report["algorithms"][:15]:
+            print(f"  {row['algorithm']:<24} {row['bucket']:<13} {row['phase']:<10} {row['share_of_tls'] * 100:5.1f}%")
+        self.assertGreater(phases["handshake"]["samples"], 0, summary)
+        self.assertGreater(phases["record"]["samples"], 0, summary)
+        self.assertLessEqual(unknown + other, 0.15, summary)
+
+
+if __name__ == "__main__":
+    unittest.main()
