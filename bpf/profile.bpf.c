@@ -166,8 +166,8 @@ struct ustack_walk {
 	__u32 bp_known; /* false after an RBP_LOST frame */
 	__u32 tls;      /* a frame so far is in a TLS or TLS_SYMBOLS mapping */
 	__u32 stop;     /* enum total_slot: why the walk ended; 0 while walking */
-	__u32 pad;
-	__u64 map0; /* start of frame 0's mapping (CFA_REG at frame 1) */
+	__u32 gap;      /* consecutive non-TLS frames since the last TLS frame */
+	__u64 map0;     /* start of frame 0's mapping (CFA_REG at frame 1) */
 };
 
 struct {
@@ -323,6 +323,21 @@ static __always_inline long unwind_stop(struct ustack_walk *st, __u32 reason)
 }
 
 /* One frame: records st->ip, then finds the caller's registers. */
+/* Called for a frame that is not TLS code; true when the walk should stop.
+ * Before any TLS frame: after the first walk's frames (the sample needs no
+ * stack). After TLS frames: once TLSPROF_UNWIND_GAP frames in a row are
+ * outside TLS code, the walk has left the library (into nginx, node, the
+ * application), and nothing further out changes bucket, algorithm or phase;
+ * short gaps (libc's qsort calling back into libcrypto) are crossed.
+ */
+static __always_inline bool outside_tls(struct ustack_walk *st, __u32 n)
+{
+	if (!st->tls)
+		return n + 1 >= TLSPROF_UNWIND_FIRST_WALK;
+	st->gap++;
+	return st->gap > TLSPROF_UNWIND_GAP;
+}
+
 static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 {
 	struct ustack_walk *st = w->st;
@@ -350,10 +365,16 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 	/* Only samples that need a stack get one: past the first walk, a stack
 	 * with no TLS frame yet is abandoned.
 	 */
-	if (m->flags & (UNWIND_MAPPING_TLS | UNWIND_MAPPING_TLS_SYMBOLS))
+	if (m->flags & UNWIND_MAPPING_TLS) {
 		st->tls = 1;
-	else if (!st->tls && n + 1 >= TLSPROF_UNWIND_FIRST_WALK)
-		return unwind_stop(st, TOTAL_UNWIND_NOT_TLS);
+		st->gap = 0;
+	} else if ((m->flags & UNWIND_MAPPING_TLS_SYMBOLS) &&
+	           (m->table_len == 0 || (m->flags & UNWIND_MAPPING_FP))) {
+		st->tls = 1; /* Go: no rows to tell TLS symbols apart */
+		st->gap = 0;
+	} else if (!(m->flags & UNWIND_MAPPING_TLS_SYMBOLS) && outside_tls(st, n)) {
+		return unwind_stop(st, st->tls ? TOTAL_UNWIND_STOP_END : TOTAL_UNWIND_NOT_TLS);
+	}
 
 	bp = st->bp;
 	if (m->table_len == 0 || (m->flags & UNWIND_MAPPING_FP)) {
@@ -366,6 +387,23 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 		row = find_row(m->table_start, m->table_len, lookup - m->bias);
 		if (!row)
 			return unwind_stop(st, TOTAL_UNWIND_STOP_NO_ROW);
+		/* A static link (node): only rows inside TLS symbols are TLS code,
+		 * so node's own code gets the cheap first walk, not a full one.
+		 */
+		if (m->flags & UNWIND_MAPPING_TLS_SYMBOLS) {
+			if (row->flags & UNWIND_ROW_TLS) {
+				st->tls = 1;
+				st->gap = 0;
+			} else if (!st->tls) {
+				/* The application's own code (node, V8's builtins),
+				 * not a library leaf called from TLS code: no walk.
+				 */
+				return unwind_stop(st, TOTAL_UNWIND_NOT_TLS);
+			} else if (outside_tls(st, n)) {
+				return unwind_stop(st, st->tls ? TOTAL_UNWIND_STOP_END
+				                               : TOTAL_UNWIND_NOT_TLS);
+			}
+		}
 		switch (row->cfa_kind) {
 		case CFA_RSP:
 			cfa = st->sp + (__s64)row->cfa_off;
@@ -458,6 +496,7 @@ static __always_inline void unwind_sample(struct bpf_perf_event_data *ctx, __u32
 	st->bp = ctx->regs.bp;
 	st->bp_known = 1;
 	st->tls = 0;
+	st->gap = 0;
 	st->stop = 0;
 	st->map0 = 0;
 

@@ -18,6 +18,9 @@
 #define TLSPROF_UNWIND_MAX_MAPPINGS 16    /* unwindable mappings per process */
 #define TLSPROF_UNWIND_MAX_PROCS 8192
 #define TLSPROF_UNWIND_FIRST_WALK 3 /* frames tried to find TLS code above a non-TLS leaf */
+/* Non-TLS frames crossed above TLS code before the walk stops (the first of
+ * them is kept in the stack: it says who called the library). */
+#define TLSPROF_UNWIND_GAP 1
 #define TLSPROF_MAX_STACK_KEYS 65536
 
 /* How to compute the CFA at a row. */
@@ -56,11 +59,15 @@ struct unwind_row {
 	__u32 pc;
 	__u8 cfa_kind;
 	__u8 rbp_kind;
-	__u16 reg; /* CFA_REG: x86-64 DWARF register number (0 rax .. 15 r15); else 0 */
+	__u8 reg;   /* CFA_REG: x86-64 DWARF register number (0 rax .. 15 r15); else 0 */
+	__u8 flags; /* UNWIND_ROW_* */
 	__s32 cfa_off;
 	__s16 deref_add;
 	__s16 rbp_off;
 };
+
+/* Row flags. */
+#define UNWIND_ROW_TLS 1 /* inside a TLS symbol of a UNWIND_MAPPING_TLS_SYMBOLS mapping */
 
 enum unwind_mapping_flags {
 	UNWIND_MAPPING_TLS = 1 << 0, /* code of a TLS library: a frame here makes the sample TLS */

@@ -27,6 +27,43 @@ int Priority(const ProcessSnapshot::ExecMapping& m, size_t index) {
 
 }  // namespace
 
+std::vector<unwind_row> FlagTlsRows(const unwind::UnwindTable& table, const symbols::SymbolTable& symbols) {
+  // Cut the rows at every TLS symbol's start and end, then flag the pieces
+  // that lie inside one.
+  std::vector<uint64_t> cuts;
+  cuts.reserve(table.rows.size() + 2 * symbols.size());
+  for (const auto& r : table.rows) cuts.push_back(r.pc);
+  for (const auto& sym : symbols.all()) {
+    if (sym.size == 0 || sym.addr + sym.size > UINT32_MAX) continue;
+    cuts.push_back(sym.addr);
+    cuts.push_back(sym.addr + sym.size);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<unwind_row> out;
+  out.reserve(cuts.size());
+  for (uint64_t pc : cuts) {
+    const unwind_row* base = unwind::FindRow(table, pc);
+    unwind_row r{};
+    if (base != nullptr) {
+      r = *base;
+    } else {
+      r.cfa_kind = CFA_NONE;
+    }
+    r.pc = static_cast<uint32_t>(pc);
+    r.flags = symbols.Find(pc) ? UNWIND_ROW_TLS : 0;
+    if (!out.empty()) {
+      const unwind_row& b = out.back();
+      if (b.cfa_kind == r.cfa_kind && b.rbp_kind == r.rbp_kind && b.reg == r.reg && b.flags == r.flags &&
+          b.cfa_off == r.cfa_off && b.deref_add == r.deref_add && b.rbp_off == r.rbp_off) {
+        continue;
+      }
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
 UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot::ExecMapping& m) {
   const discovery::ImageInfo* info = m.image.get();
   if (auto it = slots_.find(info); it != slots_.end()) return it->second;
@@ -48,7 +85,10 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   // statically: the walk from a TLS leaf up to the operation entry passes
   // through library functions with names too generic for the rules table
   // (do_*, get_*), and node's 372k rows are 6 MiB of the 32 MiB row array.
-  const std::vector<unwind_row>& rows = (*table)->rows;
+  // There, rows inside TLS symbols are flagged, so that the BPF unwinder
+  // gives node's own code only the cheap first walk.
+  const bool static_tls = info->tls && !info->tls->whole_file_is_tls;
+  const std::vector<unwind_row> rows = static_tls ? FlagTlsRows(**table, info->image->symbols) : (*table)->rows;
   if (rows.empty() || rows.size() > UINT32_MAX) {
     ++stats_.table_failures;
     slots_.emplace(info, slot);

@@ -56,4 +56,8 @@ class UnwindRegistrar {
   RegistrarStats stats_;
 };
 
+// The rows of a static TLS binary's table, cut at its TLS symbols' bounds,
+// with UNWIND_ROW_TLS on the rows inside them. Exposed for tests.
+std::vector<unwind_row> FlagTlsRows(const unwind::UnwindTable& table, const symbols::SymbolTable& symbols);
+
 }  // namespace tlsprof::stacks

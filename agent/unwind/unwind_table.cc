@@ -273,7 +273,7 @@ bool MapCfa(const Dwarf_Op* ops, size_t nops, unwind_row* row) {
     if (ops[0].atom == DW_OP_bregx && ops[0].number < 16) reg = int(ops[0].number);
     if (reg >= 0 && reg != kRegRbp && reg != kRegRsp) {
       row->cfa_kind = CFA_REG;
-      row->reg = uint16_t(reg);
+      row->reg = uint8_t(reg);
       row->cfa_off = int32_t(Signed(ops[0].atom == DW_OP_bregx ? ops[0].number2 : ops[0].number));
       return true;
     }
@@ -358,8 +358,8 @@ RowResult MakeRow(Dwarf_Frame* frame, int ra_reg, unwind_row* row) {
 }
 
 bool SameRule(const unwind_row& a, const unwind_row& b) {
-  return a.cfa_kind == b.cfa_kind && a.reg == b.reg && a.rbp_kind == b.rbp_kind && a.cfa_off == b.cfa_off &&
-         a.deref_add == b.deref_add && a.rbp_off == b.rbp_off;
+  return a.cfa_kind == b.cfa_kind && a.reg == b.reg && a.flags == b.flags && a.rbp_kind == b.rbp_kind &&
+         a.cfa_off == b.cfa_off && a.deref_add == b.deref_add && a.rbp_off == b.rbp_off;
 }
 
 class RowBuilder {
