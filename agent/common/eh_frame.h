@@ -6,10 +6,12 @@
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
+#include <libelf.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <type_traits>
 
@@ -117,6 +119,69 @@ inline std::optional<uint8_t> CieFdeEncoding(const Dwarf_CIE& cie, bool eh_frame
     }
   }
   return fde_enc;
+}
+
+// Calls fde(start, length) for every FDE of a .eh_frame (eh_frame = true) or
+// .debug_frame section whose data is `data` and whose address is
+// `section_vaddr`. Entries that cannot be decoded (unknown CIE augmentation,
+// indirect or data-relative pointers, bad bytes) are counted in *errors and
+// skipped; the walk never reads outside `data`.
+template <typename Fn>
+void ForEachFde(Elf* elf, Elf_Data* data, bool eh_frame, uint64_t section_vaddr, uint64_t* errors, Fn&& fde) {
+  const auto* ident = reinterpret_cast<const unsigned char*>(elf_getident(elf, nullptr));
+  if (ident == nullptr || data == nullptr || data->d_buf == nullptr) return;
+  const auto* base = static_cast<const uint8_t*>(data->d_buf);
+  std::map<Dwarf_Off, std::optional<uint8_t>> cie_encoding;
+  auto encoding_of = [&](Dwarf_Off cie_off) -> std::optional<uint8_t> {
+    auto it = cie_encoding.find(cie_off);
+    if (it != cie_encoding.end()) return it->second;
+    Dwarf_CFI_Entry e;
+    Dwarf_Off next = Dwarf_Off(-1);
+    std::optional<uint8_t> enc;
+    if (dwarf_next_cfi(ident, data, eh_frame, cie_off, &next, &e) == 0 && dwarf_cfi_cie_p(&e)) {
+      enc = CieFdeEncoding(e.cie, eh_frame);
+    }
+    cie_encoding.emplace(cie_off, enc);
+    return enc;
+  };
+  Dwarf_Off off = 0;
+  while (off < data->d_size) {
+    Dwarf_CFI_Entry e;
+    Dwarf_Off next = Dwarf_Off(-1);
+    const int r = dwarf_next_cfi(ident, data, eh_frame, off, &next, &e);
+    if (r > 0) break;
+    if (r < 0) {
+      ++*errors;
+      if (next == Dwarf_Off(-1) || next <= off) break;
+      off = next;
+      continue;
+    }
+    if (dwarf_cfi_cie_p(&e)) {
+      cie_encoding.emplace(off, CieFdeEncoding(e.cie, eh_frame));
+    } else {
+      std::optional<uint8_t> enc = encoding_of(e.fde.CIE_pointer);
+      const uint8_t* p = e.fde.start;
+      uint64_t loc = 0, len = 0;
+      if (!enc || *enc == DW_EH_PE_omit || (*enc & DW_EH_PE_indirect) || !ReadEncoded(p, e.fde.end, *enc, &loc) ||
+          !ReadEncoded(p, e.fde.end, *enc & 0x0f, &len)) {
+        ++*errors;
+      } else {
+        switch (*enc & 0x70) {
+          case DW_EH_PE_absptr:
+            break;
+          case DW_EH_PE_pcrel:
+            loc += section_vaddr + uint64_t(e.fde.start - base);
+            break;
+          default:  // datarel/textrel/funcrel: not used by x86-64 toolchains
+            ++*errors;
+            len = 0;
+        }
+        if (len > 0 && loc + len > loc) fde(loc, len);
+      }
+    }
+    if (next <= off) break;
+    off = next;
+  }
 }
 
 }  // namespace tlsprof::eh

@@ -122,12 +122,6 @@ ByteRange RelocRange(uint32_t type, uint64_t off) {
 // .eh_frame FDE ranges (the same walk as agent/unwind's table builder, which
 // also decodes the CFI rows; here only [start, end) is needed).
 
-using eh::ReadEncoded;
-using eh::ReadSleb;
-using eh::ReadUleb;
-
-std::optional<uint8_t> CieFdeEncoding(const Dwarf_CIE& cie) { return eh::CieFdeEncoding(cie, /*eh_frame=*/true); }
-
 struct Range {
   uint64_t start = 0, len = 0;
 };
@@ -135,54 +129,10 @@ struct Range {
 // FDE ranges of an .eh_frame section (already read; `vaddr` is its address).
 std::vector<Range> EhFrameRanges(Elf* elf, Elf_Data* data, uint64_t vaddr) {
   std::vector<Range> out;
-  const auto* ident = reinterpret_cast<const unsigned char*>(elf_getident(elf, nullptr));
-  if (ident == nullptr || data == nullptr || data->d_buf == nullptr) return out;
-  const auto* base = static_cast<const uint8_t*>(data->d_buf);
-  std::map<Dwarf_Off, std::optional<uint8_t>> cie_encoding;
-  auto encoding_of = [&](Dwarf_Off cie_off) -> std::optional<uint8_t> {
-    auto it = cie_encoding.find(cie_off);
-    if (it != cie_encoding.end()) return it->second;
-    Dwarf_CFI_Entry e;
-    Dwarf_Off next = Dwarf_Off(-1);
-    std::optional<uint8_t> enc;
-    if (dwarf_next_cfi(ident, data, true, cie_off, &next, &e) == 0 && dwarf_cfi_cie_p(&e)) enc = CieFdeEncoding(e.cie);
-    cie_encoding.emplace(cie_off, enc);
-    return enc;
-  };
-  Dwarf_Off off = 0;
-  while (off < data->d_size) {
-    Dwarf_CFI_Entry e;
-    Dwarf_Off next = Dwarf_Off(-1);
-    int r = dwarf_next_cfi(ident, data, true, off, &next, &e);
-    if (r > 0) break;
-    if (r < 0) {
-      if (next == Dwarf_Off(-1) || next <= off) break;
-      off = next;
-      continue;
-    }
-    if (dwarf_cfi_cie_p(&e)) {
-      cie_encoding.emplace(off, CieFdeEncoding(e.cie));
-    } else if (std::optional<uint8_t> enc = encoding_of(e.fde.CIE_pointer);
-               enc && *enc != DW_EH_PE_omit && !(*enc & DW_EH_PE_indirect)) {
-      const uint8_t* p = e.fde.start;
-      uint64_t loc = 0, len = 0;
-      if (ReadEncoded(p, e.fde.end, *enc, &loc) && ReadEncoded(p, e.fde.end, *enc & 0x0f, &len)) {
-        bool ok = true;
-        switch (*enc & 0x70) {
-          case DW_EH_PE_absptr:
-            break;
-          case DW_EH_PE_pcrel:
-            loc += vaddr + uint64_t(e.fde.start - base);
-            break;
-          default:
-            ok = false;
-        }
-        if (ok && len > 0 && loc + len > loc) out.push_back({loc, len});
-      }
-    }
-    if (next <= off) break;
-    off = next;
-  }
+  uint64_t errors = 0;  // undecodable entries just give no candidate range
+  eh::ForEachFde(elf, data, /*eh_frame=*/true, vaddr, &errors, [&out](uint64_t start, uint64_t len) {
+    out.push_back({start, len});
+  });
   return out;
 }
 

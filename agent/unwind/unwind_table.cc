@@ -49,11 +49,6 @@ struct Interval {
   int source = 0;  // index into the CFI list: 0 = .eh_frame, 1 = .debug_frame
 };
 
-using eh::CieFdeEncoding;
-using eh::ReadEncoded;
-using eh::ReadSleb;
-using eh::ReadUleb;
-
 Elf_Scn* FindSection(Elf* elf, const char* name, GElf_Shdr* shdr_out) {
   size_t shstrndx;
   if (elf_getshdrstrndx(elf, &shstrndx) != 0) return nullptr;
@@ -83,63 +78,9 @@ void CollectFdes(Elf* elf, const char* section, bool eh_frame, int source, std::
   }
   Elf_Data* data = elf_getdata(scn, nullptr);
   if (!data || !data->d_buf || data->d_size == 0) return;
-  const unsigned char* ident = reinterpret_cast<const unsigned char*>(elf_getident(elf, nullptr));
-  if (!ident) return;
-  const auto* base = static_cast<const uint8_t*>(data->d_buf);
-
-  std::map<Dwarf_Off, std::optional<uint8_t>> cie_encoding;
-  auto encoding_of = [&](Dwarf_Off cie_off) -> std::optional<uint8_t> {
-    auto it = cie_encoding.find(cie_off);
-    if (it != cie_encoding.end()) return it->second;
-    Dwarf_CFI_Entry e;
-    Dwarf_Off next = Dwarf_Off(-1);
-    std::optional<uint8_t> enc;
-    if (dwarf_next_cfi(ident, data, eh_frame, cie_off, &next, &e) == 0 && dwarf_cfi_cie_p(&e)) {
-      enc = CieFdeEncoding(e.cie, eh_frame);
-    }
-    cie_encoding.emplace(cie_off, enc);
-    return enc;
-  };
-
-  Dwarf_Off off = 0;
-  while (off < data->d_size) {
-    Dwarf_CFI_Entry e;
-    Dwarf_Off next = Dwarf_Off(-1);
-    int r = dwarf_next_cfi(ident, data, eh_frame, off, &next, &e);
-    if (r > 0) break;
-    if (r < 0) {
-      ++*errors;
-      if (next == Dwarf_Off(-1) || next <= off) break;
-      off = next;
-      continue;
-    }
-    if (dwarf_cfi_cie_p(&e)) {
-      cie_encoding.emplace(off, CieFdeEncoding(e.cie, eh_frame));
-    } else {
-      std::optional<uint8_t> enc = encoding_of(e.fde.CIE_pointer);
-      const uint8_t* p = e.fde.start;
-      uint64_t loc = 0, len = 0;
-      if (!enc || *enc == DW_EH_PE_omit || (*enc & DW_EH_PE_indirect) || !ReadEncoded(p, e.fde.end, *enc, &loc)) {
-        ++*errors;
-      } else if (!ReadEncoded(p, e.fde.end, *enc & 0x0f, &len)) {
-        ++*errors;
-      } else {
-        switch (*enc & 0x70) {
-          case DW_EH_PE_absptr:
-            break;
-          case DW_EH_PE_pcrel:
-            loc += shdr.sh_addr + uint64_t(e.fde.start - base);
-            break;
-          default:  // datarel/textrel/funcrel: not used by x86-64 toolchains
-            ++*errors;
-            len = 0;
-        }
-        if (len > 0 && loc + len > loc) out->push_back({loc, loc + len, source});
-      }
-    }
-    if (next <= off) break;
-    off = next;
-  }
+  eh::ForEachFde(elf, data, eh_frame, shdr.sh_addr, errors, [&](uint64_t start, uint64_t len) {
+    out->push_back({start, start + len, source});
+  });
 }
 
 int64_t Signed(Dwarf_Word w) { return static_cast<int64_t>(w); }
