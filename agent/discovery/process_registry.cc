@@ -18,8 +18,9 @@ bool IsSharedTlsLibraryName(std::string_view name) {
   return name.starts_with("libssl.so") || name.starts_with("libcrypto.so");
 }
 
-symbols::LoadOptions MakeLoadOptions() {
+symbols::LoadOptions MakeLoadOptions(symbols::DebugSearch debug) {
   symbols::LoadOptions options;
+  options.debug = std::move(debug);
   // Keep only TLS library code: node's 100 MB binary then costs a few hundred
   // kilobytes of symbols instead of tens of megabytes.
   options.keep = [](std::string_view name) { return classify::IsTlsSymbol(name); };
@@ -55,7 +56,8 @@ std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, st
   return lib;
 }
 
-ProcessRegistry::ProcessRegistry(std::string proc_root) : proc_root_(std::move(proc_root)), cache_(MakeLoadOptions()) {}
+ProcessRegistry::ProcessRegistry(std::string proc_root, symbols::DebugSearch debug)
+    : proc_root_(std::move(proc_root)), cache_(MakeLoadOptions(std::move(debug))) {}
 
 const ProcessSnapshot* ProcessRegistry::Get(pid_t pid) const {
   auto it = processes_.find(pid);

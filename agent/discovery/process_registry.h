@@ -64,7 +64,9 @@ struct RegistryStats {
 
 class ProcessRegistry {
  public:
-  explicit ProcessRegistry(std::string proc_root = "/proc");
+  // `debug`: where separate debug files and static archives are looked up for
+  // stripped images (symbols::DebugSearch; its defaults suit a Debian host).
+  explicit ProcessRegistry(std::string proc_root = "/proc", symbols::DebugSearch debug = {});
 
   // Reads the process's maps and loads the images of its executable mappings
   // (cached). When the process is gone the last snapshot is kept and marked

@@ -80,7 +80,9 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   auto sampler = sample::Sampler::Start(sampler_options);
   if (!sampler.ok()) return sampler.error();
 
-  discovery::ProcessRegistry registry;
+  symbols::DebugSearch debug;
+  debug.debug_roots.insert(debug.debug_roots.begin(), options.debug_dirs.begin(), options.debug_dirs.end());
+  discovery::ProcessRegistry registry("/proc", std::move(debug));
   std::optional<stacks::UnwindRegistrar> registrar;
   if (options.stacks) registrar.emplace(**sampler);
   stacks::UnwindRegistrar* unwinder = registrar ? &*registrar : nullptr;

@@ -27,6 +27,10 @@ struct Options {
   // Unwind user stacks of TLS processes in BPF (stack-aware attribution).
   // Off: leaf-only attribution, the foundation's behaviour (and its cost).
   bool stacks = true;
+  // Extra directories searched for separate debug files of stripped binaries
+  // (<dir>/.build-id/xx/yyyy.debug, and debuglink paths under <dir>), before
+  // the system's /usr/lib/debug. debuginfod is used when $DEBUGINFOD_URLS is set.
+  std::vector<std::string> debug_dirs;
   // Exports of the TLS stacks; empty: not written.
   std::string folded_path;
   std::string pprof_path;
