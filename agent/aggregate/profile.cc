@@ -52,6 +52,9 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   const uint64_t lookup = return_address ? ip - 1 : ip;
   auto vaddr = img.FileOffsetToVaddr(lookup - m->mapping.start + m->mapping.offset);
   auto index = vaddr ? img.symbols.Find(*vaddr) : std::nullopt;
+  if (return_address && vaddr && !img.import_calls.empty()) {
+    f.called = img.import_calls.CalleeAt(*vaddr + 1).value_or(std::string_view{});
+  }
   if (!info.tls) return f;  // code outside TLS libraries: no name is needed
   f.family = classify::FamilyOf(info.tls->kind);
   if (index) {
@@ -91,27 +94,52 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   if (snap == nullptr) return;  // left to the leaf path, which counts it unresolved
   covered_[{tgid, ips[0]}] += count;
 
+  // Frames innermost first. Where a caller's return address says which TLS
+  // entry point it called and the callee's frame is not that function (the
+  // entry tail-called away, e.g. EVP_PKEY_sign into the provider), the entry
+  // is put back between them, so the operation it starts is seen.
   constexpr size_t kMaxFrames = 64;
-  std::array<Frame, kMaxFrames> frames;
-  std::array<classify::FrameInfo, kMaxFrames> infos;
   const size_t n = std::min(ips.size(), kMaxFrames);
-  const Frame* innermost_tls = nullptr;
+  std::array<Frame, 2 * kMaxFrames> frames;
+  std::array<classify::FrameInfo, 2 * kMaxFrames> infos;
+  std::array<uint64_t, 2 * kMaxFrames> frame_ips;
+  size_t m = 0;
   for (size_t i = 0; i < n; ++i) {
-    frames[i] = Resolve(*snap, ips[i], i > 0);
+    Frame f = Resolve(*snap, ips[i], i > 0);
+    if (!f.called.empty() && m > 0 && frames[m - 1].tls && frames[m - 1].name != f.called) {
+      Frame entry;
+      entry.where.image = frames[m - 1].where.image;
+      entry.name = f.called;
+      entry.family = frames[m - 1].family;
+      entry.tls = true;
+      entry.leaf = classify::ClassifySymbol(entry.family, entry.name).value_or(classify::Classification{});
+      frame_ips[m] = ips[i];
+      frames[m++] = entry;
+    }
+    frame_ips[m] = ips[i];
+    frames[m++] = f;
+  }
+  const Frame* innermost_tls = nullptr;
+  for (size_t i = 0; i < m; ++i) {
     infos[i] = {frames[i].name, frames[i].family, frames[i].tls};
     if (frames[i].tls && innermost_tls == nullptr) innermost_tls = &frames[i];
   }
-  const classify::StackClassification sc = classify::ClassifyStack({infos.data(), n});
+  const classify::StackClassification sc = classify::ClassifyStack({infos.data(), m});
   if (!sc.tls || innermost_tls == nullptr) return;
-  // The outermost frame that starts an operation of the stack's bucket.
+  // The operation entry whose samples are pooled for InferFromOperations:
+  // the outermost one of the stack's bucket that names an algorithm family
+  // (ecdsa_sign: some ECDSA curve), else the outermost generic one
+  // (EVP_PKEY_sign, which RSA and ECDSA share).
   const Frame* operation = nullptr;
-  for (size_t i = n; i-- > 0;) {
+  for (size_t i = m; i-- > 0;) {
     if (!frames[i].tls || frames[i].name.empty()) continue;
     auto op = classify::ClassifyOperation(frames[i].family, frames[i].name);
-    if (op && op->bucket == sc.classification.bucket) {
+    if (!op || op->bucket != sc.classification.bucket) continue;
+    if (classify::IsSpecificOperation(frames[i].family, frames[i].name)) {
       operation = &frames[i];
       break;
     }
+    if (operation == nullptr) operation = &frames[i];
   }
 
   ProcessProfile& p = Process(tgid);
@@ -123,12 +151,12 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   stack.classification = sc.classification;
   stack.phase = sc.phase;
   stack.samples = count;
-  stack.frames.reserve(n);
-  for (size_t i = 0; i < n; ++i) stack.frames.push_back(FrameName(frames[i], ips[i]));
+  stack.frames.reserve(m);
+  for (size_t i = 0; i < m; ++i) stack.frames.push_back(FrameName(frames[i], frame_ips[i]));
   profile_.stacks.push_back(std::move(stack));
 
   if (operation != nullptr && sc.classification.bucket != classify::Bucket::kOther) {
-    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where}];
+    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name}];
     group.bucket = sc.classification.bucket;
     if (sc.classification.algorithm == classify::algo::kUnknown) {
       group.unknown[static_cast<size_t>(sc.phase)] += count;
@@ -168,8 +196,14 @@ void Attributor::InferFromOperations() {
   for (auto& [key, group] : operations_) {
     uint64_t named_total = 0;
     for (const auto& [alg, n] : group.named) named_total += n;
-    if (named_total == 0) continue;
-    auto pit = profile_.processes.find(key.first);
+    uint64_t unknown_total = 0;
+    for (uint64_t n : group.unknown) unknown_total += n;
+    // Only a minority is inferred: where most of an operation's samples name
+    // nothing (a generic entry such as EVP_EncryptUpdate over a stripped
+    // library, where only some algorithms have a named inner function), the
+    // named few say nothing about the rest, and `unknown` is the honest answer.
+    if (named_total == 0 || named_total < unknown_total) continue;
+    auto pit = profile_.processes.find(std::get<0>(key));
     if (pit == profile_.processes.end()) continue;
     auto& algorithms = pit->second.crypto.algorithms;
     for (size_t phase = 0; phase < kPhaseCount; ++phase) {

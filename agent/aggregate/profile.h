@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -123,6 +124,10 @@ class Attributor {
     classify::Family family = classify::Family::kOpenSSL;
     bool tls = false;                              // TLS library code
     std::optional<classify::Classification> leaf;  // the rules table's verdict on the symbol
+    // At a return address: the imported TLS function its call instruction
+    // called (symbols::ImportCalls), which a tail call may have left without
+    // a frame of its own.
+    std::string_view called;
   };
   Frame Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address);
 
@@ -139,18 +144,21 @@ class Attributor {
   // (tgid, leaf ip) → samples already attributed through a stack.
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> covered_;
 
-  // Samples of one operation entry point (the outermost operation frame's
-  // symbol) in one process. Part of an operation never names its algorithm
+  // Samples of one operation entry point (the outermost of the stack's bucket
+  // that names an algorithm family, else the outermost) in one process. Part of an operation never names its algorithm
   // (ECDSA's nonce generation runs in the DRBG and bignum code, no frame
   // says the curve); those samples take the algorithms that the rest of the
-  // same operation, in the same process, named — see InferFromOperations().
+  // same operation, in the same process, named, as long as they are the
+  // minority of its samples — see InferFromOperations().
   struct OperationGroup {
     classify::Bucket bucket = classify::Bucket::kOther;
     std::map<std::string_view, uint64_t> named;   // algorithm → samples
     std::array<uint64_t, kPhaseCount> unknown{};  // samples per phase with algorithm "unknown"
     std::vector<size_t> unknown_stacks;           // indexes into profile_.stacks
   };
-  std::map<std::pair<pid_t, SymbolKey>, OperationGroup> operations_;
+  // Keyed by (pid, image, entry name): an entry recovered from a call site has
+  // no symbol index of its own.
+  std::map<std::tuple<pid_t, const discovery::ImageInfo*, std::string_view>, OperationGroup> operations_;
   void InferFromOperations();
 };
 

@@ -323,6 +323,11 @@ std::optional<Classification> ClassifyOperation(Family family, std::string_view 
   return Classification{op->bucket, IsConcrete(op->algorithm) ? op->algorithm : algo::kUnknown};
 }
 
+bool IsSpecificOperation(Family family, std::string_view name) {
+  const rules::Operation* op = FindOperation(PrepareEntryName(family, name));
+  return op != nullptr && op->algorithm != algo::kUnknown;
+}
+
 std::optional<Phase> ClassifyPhaseEntry(Family family, std::string_view name) {
   return FindPhase(PrepareEntryName(family, name));
 }

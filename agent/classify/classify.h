@@ -109,6 +109,12 @@ StackClassification ClassifyStack(std::span<const FrameInfo> frames);
 // X25519}); nullopt if it is none. Callers pass TLS library frames only.
 std::optional<Classification> ClassifyOperation(Family family, std::string_view name);
 
+// Whether an operation entry narrows the algorithm, to one (X25519) or to a
+// family whose member its name does not show (ecdsa_sign: ECDSA, some curve),
+// unlike a generic entry (EVP_PKEY_sign: RSA, ECDSA, Ed25519...). False for a
+// name that is no operation entry.
+bool IsSpecificOperation(Family family, std::string_view name);
+
 // The phase a TLS API or state-machine function stands for (SSL_do_handshake
 // -> handshake, SSL_write -> record); nullopt if none. Callers pass TLS
 // library frames only: some OpenSSL state-machine statics have generic names.

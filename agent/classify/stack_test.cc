@@ -250,6 +250,20 @@ TEST(ClassifyStack, GoReadThatRunsTheHandshakeIsHandshake) {
   ExpectResult(got, Bucket::kSignature, algo::kUnknown, Phase::kOther);
 }
 
+// Entries that narrow the algorithm pool their samples for inference; the
+// generic EVP entries, shared by every algorithm, must not.
+TEST(ClassifyOperation, SpecificVersusGenericEntries) {
+  EXPECT_TRUE(IsSpecificOperation(Family::kOpenSSL, "ecdsa_sign"));
+  EXPECT_TRUE(IsSpecificOperation(Family::kOpenSSL, "ECDSA_do_sign"));
+  EXPECT_TRUE(IsSpecificOperation(Family::kOpenSSL, "RSA_private_encrypt"));
+  EXPECT_TRUE(IsSpecificOperation(Family::kBoringSSL, "X25519"));
+  EXPECT_TRUE(IsSpecificOperation(Family::kGo, "crypto/ecdsa.Sign"));
+  EXPECT_FALSE(IsSpecificOperation(Family::kOpenSSL, "EVP_PKEY_sign"));
+  EXPECT_FALSE(IsSpecificOperation(Family::kOpenSSL, "EVP_EncryptUpdate"));
+  EXPECT_FALSE(IsSpecificOperation(Family::kOpenSSL, "EVP_PKEY_derive"));
+  EXPECT_FALSE(IsSpecificOperation(Family::kOpenSSL, "SSL_write"));  // not an operation at all
+}
+
 TEST(ClassifyOperation, EntryPointsFromTheIssue) {
   auto op = [](Family f, std::string_view n) { return ClassifyOperation(f, n); };
   ASSERT_TRUE(op(Family::kOpenSSL, "RSA_sign"));

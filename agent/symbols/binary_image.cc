@@ -401,6 +401,31 @@ Result<Sections> ReadSections(const ElfFile& f) {
   return out;
 }
 
+// Calls to kept imports (import_calls.h). Optional information: a section
+// that cannot be read is left out, never an error.
+ImportCalls ReadImportCalls(const ElfFile& f, const std::vector<Section>& sections, const LoadOptions& options) {
+  auto bytes_of = [&](const Section& s) {
+    auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+    if (!bytes) spdlog::debug("{}", bytes.error().message);
+    return bytes ? *bytes : std::span<const uint8_t>{};
+  };
+  std::vector<SectionView> views(sections.size());
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const Section& s = sections[i];
+    SectionView& v = views[i];
+    v.name = s.name;
+    v.type = s.shdr.sh_type;
+    v.addr = s.shdr.sh_addr;
+    v.link = s.shdr.sh_link;
+    v.exec = (s.shdr.sh_flags & SHF_EXECINSTR) != 0;
+    const bool needed = s.shdr.sh_type == SHT_RELA || s.shdr.sh_type == SHT_DYNSYM ||
+                        (s.shdr.sh_type == SHT_STRTAB && (s.shdr.sh_flags & SHF_ALLOC) != 0) ||
+                        s.name.starts_with(".plt");
+    if (needed) v.bytes = bytes_of(s);
+  }
+  return FindImportCalls(views, options.keep, [&](size_t i) { return bytes_of(sections[i]); });
+}
+
 // "/a/b/c.so" -> "/a/b"; "c.so" -> ""; "/c.so" -> "/".
 std::string DirName(std::string_view path) {
   size_t slash = path.rfind('/');
@@ -672,6 +697,9 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
     if (!have_primary && img->symbols_seen > before) img->symbol_source = SymbolSource::kDynsym;
   }
   img->symbols.Finalize();
+  if (f.ehdr.e_machine == EM_X86_64 && gelf_getclass(elf) == ELFCLASS64 && f.ehdr.e_ident[EI_DATA] == ELFDATA2LSB) {
+    img->import_calls = ReadImportCalls(f, sections, options);
+  }
   // Everything libelf read (section copies, headers) is freed when `opened`
   // goes out of scope here; only the kept symbols stay.
   return std::shared_ptr<const BinaryImage>(std::move(img));

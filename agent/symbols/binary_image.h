@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "agent/common/result.h"
+#include "agent/symbols/import_calls.h"
 #include "agent/symbols/symbol_table.h"
 
 namespace tlsprof::symbols {
@@ -66,6 +67,10 @@ struct BinaryImage {
   // Go names: .symtab calls assembly functions "pkg.name.abi0"; pclntab calls
   // them "pkg.name" and spells generic type arguments "[...]".
   uint64_t symbols_seen = 0;
+  // x86-64 only: return addresses of calls to imported functions that the
+  // keep filter accepts (import_calls.h), e.g. nginx's calls to SSL_write
+  // or a program's call to EVP_PKEY_sign, which may tail-call away.
+  ImportCalls import_calls;
 
   // Maps a file offset (from /proc/PID/maps: ip - map_start + map_pgoff) to the
   // ELF virtual address used by the symbol table. nullopt if no PT_LOAD covers it.

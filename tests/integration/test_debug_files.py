@@ -14,7 +14,8 @@ stripped library with a debug file, the way distributions do:
 The same ground-truth mix as test_stack_accuracy then runs on the stripped
 library three times:
   - no debug file: the control; the library's symbols come from .dynsym
-    (proves that the names below come from the debug file);
+    (proves that the names below come from the debug file), and no time
+    given to a wrong algorithm;
   - the debug file in a .build-id tree given with --debug-dir;
   - the debug file served by a real local debuginfod (DEBUGINFOD_URLS),
     fetched through libdebuginfod into a fresh cache.
@@ -159,19 +160,39 @@ class DebugFilesTest(unittest.TestCase):
         self.assertEqual(failures, [], "\n".join(lines))
         self.assertLessEqual(unnamed, COMPLETE_TOLERANCE_PP, "\n".join(lines))
 
-    def test_without_debug_file_symbols_are_dynsym(self):
-        # The control: nothing but the stripped library, so whatever names the
-        # cases below get come from their debug file.
+    def test_without_debug_file_exported_api_frames(self):
+        # The control, and the last symbol source: nothing but the stripped
+        # library's .dynsym. Names come from the exported API frames found by
+        # unwinding (and from call sites, where an entry tail-called away). An
+        # algorithm may read `unknown` where the entry point
+        # (EVP_EncryptUpdate, EVP_PKEY_sign) does not name it, but no time may
+        # go to a wrong algorithm. The buckets are printed, not asserted:
+        # 4-7% of this library's TLS samples still get no stack and land in
+        # `other` (see the issue 3 notes).
         report, proc, truth, pid = self.profile_stripped()
         lib = self.library(proc)
-        lines, _ = compare(report, truth, pid)
-        print("no debug file (control):\n" + "\n".join(lines))
+        lines, failures = compare(report, truth, pid)
+        print("no debug file (exported API frames only):\n" + "\n".join(lines))
         self.assertEqual(lib["symbols"], "dynsym")
         # It looks like Debian's: the same API, nothing more (a few Debian
         # names may be missing from the archive's objects).
-        ours, debians = set(exported_names(os.path.join(self.lib_dir, "libcrypto.so.3"))), set(exported_names(LIBCRYPTO_SO))
+        ours = set(exported_names(os.path.join(self.lib_dir, "libcrypto.so.3")))
+        debians = set(exported_names(LIBCRYPTO_SO))
         self.assertLessEqual(ours, debians, "the test library exports names Debian's does not")
         self.assertGreaterEqual(len(ours), 0.99 * len(debians), "the test library lacks much of Debian's API")
+        self.assertNotIn("rate", failures, "\n".join(lines))
+        total = sum(c["cpu_seconds"] for c in truth["categories"])
+        truth_alg = {}
+        for c in truth["categories"]:
+            truth_alg[c["algorithm"]] = truth_alg.get(c["algorithm"], 0) + c["cpu_seconds"] / total * 100
+        misnamed = []
+        for row in proc["algorithms"]:
+            if row["algorithm"] in UNNAMED or row["bucket"] == "other":
+                continue
+            measured = row["share_of_tls"] * 100
+            if measured > truth_alg.get(row["algorithm"], 0) + 3.0:
+                misnamed.append(f'{row["algorithm"]} {measured:.1f}% > truth {truth_alg.get(row["algorithm"], 0):.1f}% + 3 pp')
+        self.assertEqual(misnamed, [], "time went to a wrong algorithm:\n" + "\n".join(lines))
 
     def test_debug_file_in_build_id_dir(self):
         self.check_complete("build-id-dir", ["--debug-dir", self.debug_root])
