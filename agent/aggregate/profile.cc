@@ -52,6 +52,7 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   const uint64_t lookup = return_address ? ip - 1 : ip;
   auto vaddr = img.FileOffsetToVaddr(lookup - m->mapping.start + m->mapping.offset);
   auto index = vaddr ? img.symbols.Find(*vaddr) : std::nullopt;
+  f.syscall_return = !return_address && vaddr && info.IsSyscallReturn(*vaddr);
   if (!info.tls) return f;  // code outside TLS libraries: no name is needed
   f.family = classify::FamilyOf(info.tls->kind);
   if (index) {
@@ -103,6 +104,14 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   }
   const classify::StackClassification sc = classify::ClassifyStack({infos.data(), n});
   if (!sc.tls || innermost_tls == nullptr) return;
+  if (frames[0].syscall_return && !frames[0].tls) {
+    // The timer fired inside the system call (socket I/O of a BIO, a lock's
+    // futex) and the sample was taken on its return to user mode: the CPU
+    // went to the kernel, not to TLS code.
+    Process(tgid).kernel_samples += count;
+    profile_.syscall_return_samples += count;
+    return;
+  }
   // The outermost frame that starts an operation of the stack's bucket.
   const Frame* operation = nullptr;
   for (size_t i = n; i-- > 0;) {
@@ -165,9 +174,22 @@ void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
 }
 
 void Attributor::InferFromOperations() {
+  // What each process named per bucket, over all its operation entry points:
+  // the fallback for an entry point that never named an algorithm itself
+  // (OpenSSL's ssl_generate_param_group only looks up the key-share group's
+  // name; the X25519 key generation runs under another entry point).
+  std::map<std::pair<pid_t, classify::Bucket>, std::map<std::string_view, uint64_t>> by_bucket;
+  for (const auto& [key, group] : operations_) {
+    for (const auto& [alg, n] : group.named) by_bucket[{key.first, group.bucket}][alg] += n;
+  }
   for (auto& [key, group] : operations_) {
     uint64_t named_total = 0;
     for (const auto& [alg, n] : group.named) named_total += n;
+    const std::map<std::string_view, uint64_t>& named =
+        named_total > 0 ? group.named : by_bucket[{key.first, group.bucket}];
+    if (named_total == 0) {
+      for (const auto& [alg, n] : named) named_total += n;
+    }
     if (named_total == 0) continue;
     auto pit = profile_.processes.find(key.first);
     if (pit == profile_.processes.end()) continue;
@@ -181,7 +203,7 @@ void Attributor::InferFromOperations() {
       uint64_t given = 0;
       std::string_view largest;
       uint64_t largest_n = 0;
-      for (const auto& [alg, n] : group.named) {
+      for (const auto& [alg, n] : named) {
         const uint64_t share = unknown * n / named_total;
         algorithms[{group.bucket, alg, ph}] += share;
         given += share;
@@ -195,9 +217,8 @@ void Attributor::InferFromOperations() {
       }
     }
     // The exported stacks carry the inferred algorithm when it is unique.
-    if (group.named.size() == 1) {
-      for (size_t index : group.unknown_stacks)
-        profile_.stacks[index].classification.algorithm = group.named.begin()->first;
+    if (named.size() == 1) {
+      for (size_t index : group.unknown_stacks) profile_.stacks[index].classification.algorithm = named.begin()->first;
     }
   }
 }
