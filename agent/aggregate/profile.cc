@@ -55,6 +55,7 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   if (return_address && vaddr && !img.import_calls.empty()) {
     f.called = img.import_calls.CalleeAt(*vaddr + 1).value_or(std::string_view{});
   }
+  f.syscall_return = !return_address && vaddr && info.IsSyscallReturn(*vaddr);
   if (!info.tls) return f;  // code outside TLS libraries: no name is needed
   f.family = classify::FamilyOf(info.tls->kind);
   if (index) {
@@ -126,6 +127,14 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   }
   const classify::StackClassification sc = classify::ClassifyStack({infos.data(), m});
   if (!sc.tls || innermost_tls == nullptr) return;
+  if (frames[0].syscall_return && !frames[0].tls) {
+    // The timer fired inside the system call (socket I/O of a BIO, a lock's
+    // futex) and the sample was taken on its return to user mode: the CPU
+    // went to the kernel, not to TLS code.
+    Process(tgid).kernel_samples += count;
+    profile_.syscall_return_samples += count;
+    return;
+  }
   // The operation entry whose samples are pooled for InferFromOperations:
   // the outermost one of the stack's bucket that names an algorithm family
   // (ecdsa_sign: some ECDSA curve), else the outermost generic one
@@ -194,14 +203,18 @@ void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
 
 void Attributor::InferFromOperations() {
   for (auto& [key, group] : operations_) {
+    const std::map<std::string_view, uint64_t>& named = group.named;
     uint64_t named_total = 0;
-    for (const auto& [alg, n] : group.named) named_total += n;
+    for (const auto& [alg, n] : named) named_total += n;
     uint64_t unknown_total = 0;
     for (uint64_t n : group.unknown) unknown_total += n;
     // Only a minority is inferred: where most of an operation's samples name
     // nothing (a generic entry such as EVP_EncryptUpdate over a stripped
     // library, where only some algorithms have a named inner function), the
     // named few say nothing about the rest, and `unknown` is the honest answer.
+    // An entry that named nothing at all (OpenSSL's ssl_generate_param_group,
+    // which only looks the key-share group up) stays `unknown` too: its
+    // name does not say the algorithm, and the process's mix is a guess.
     if (named_total == 0 || named_total < unknown_total) continue;
     auto pit = profile_.processes.find(std::get<0>(key));
     if (pit == profile_.processes.end()) continue;
@@ -215,7 +228,7 @@ void Attributor::InferFromOperations() {
       uint64_t given = 0;
       std::string_view largest;
       uint64_t largest_n = 0;
-      for (const auto& [alg, n] : group.named) {
+      for (const auto& [alg, n] : named) {
         const uint64_t share = unknown * n / named_total;
         algorithms[{group.bucket, alg, ph}] += share;
         given += share;
@@ -229,9 +242,8 @@ void Attributor::InferFromOperations() {
       }
     }
     // The exported stacks carry the inferred algorithm when it is unique.
-    if (group.named.size() == 1) {
-      for (size_t index : group.unknown_stacks)
-        profile_.stacks[index].classification.algorithm = group.named.begin()->first;
+    if (named.size() == 1) {
+      for (size_t index : group.unknown_stacks) profile_.stacks[index].classification.algorithm = named.begin()->first;
     }
   }
 }

@@ -93,7 +93,11 @@ struct Profile {
   std::map<pid_t, ProcessProfile> processes;  // only processes with samples
   uint64_t unresolved_samples = 0;            // user IPs in processes the agent could not snapshot
   uint64_t stack_samples = 0;                 // TLS samples attributed from whole stacks
-  std::vector<StackSample> stacks;            // TLS stacks only
+  // User samples whose leaf is the return address of a system call made
+  // under TLS code (libc's write() from the socket BIO): kernel time, not TLS
+  // time (docs/attribution.md, "System-call returns").
+  uint64_t syscall_return_samples = 0;
+  std::vector<StackSample> stacks;  // TLS stacks only
 };
 
 class Attributor {
@@ -104,7 +108,9 @@ class Attributor {
   void AddProcess(uint32_t tgid, uint64_t user_samples, uint64_t kernel_samples);
   // One user stack, leaf first (from samples_by_stack). Call before
   // AddUserSamples: the samples a stack covers are taken out of its leaf IP's
-  // count, so each sample is attributed once.
+  // count, so each sample is attributed once. A TLS stack whose leaf lies
+  // outside TLS code, right after a syscall instruction, is counted as the
+  // process's kernel time instead.
   void AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t count);
   // User-mode samples at one IP (from samples_by_ip), attributed by the leaf.
   void AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count);
@@ -123,6 +129,7 @@ class Attributor {
     std::string_view name;  // empty when unnamed
     classify::Family family = classify::Family::kOpenSSL;
     bool tls = false;                              // TLS library code
+    bool syscall_return = false;                   // the IP follows a syscall instruction (leaf IPs only)
     std::optional<classify::Classification> leaf;  // the rules table's verdict on the symbol
     // At a return address: the imported TLS function its call instruction
     // called (symbols::ImportCalls), which a tail call may have left without

@@ -284,6 +284,14 @@ std::string_view ResolveCurve(std::string_view a, Bucket bucket) {
   return a;
 }
 
+// Whether `inner` is a building block of `outer` (rules::PartsOf).
+bool IsPartOf(std::string_view inner, std::string_view outer) {
+  for (const auto& p : rules::PartsOf()) {
+    if (p.part == inner && p.whole == outer) return true;
+  }
+  return false;
+}
+
 bool IsConcrete(std::string_view a) { return a != algo::kUnknown && a != rules::kAnyEcdsa && a != rules::kAnyEcdh; }
 
 // May a primitive labelled `a` name the algorithm of an operation of `bucket`
@@ -403,7 +411,7 @@ StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
       }
     }
     auto c = ClassifySymbol(f.family, f.name);
-    if (c && Compatible(c->bucket, c->algorithm, bucket, constraint)) {
+    if (c && Compatible(c->bucket, c->algorithm, bucket, constraint) && !IsPartOf(c->algorithm, from_primitive)) {
       from_primitive = ResolveCurve(c->algorithm, bucket);
     }
   }

@@ -409,10 +409,17 @@ constexpr PhaseEntry kPhaseEntries[] = {
   {kG,  kPrefix, "crypto/tls.(*Conn).writeRecordLocked",         kRecord},
   {kG,  kPrefix, "crypto/tls.(*halfConn).",                      kRecord},
 };
+
+// Building blocks (rules.h, PartOf). A bare AES-CTR leaf with no GCM frame
+// above it (the CTR-DRBG) stays AES-CTR.
+constexpr PartOf kPartsOf[] = {
+  {kAesCtr, kAesGcm},
+};
 // clang-format on
 
 }  // namespace
 
+std::span<const PartOf> PartsOf() { return kPartsOf; }
 std::span<const Operation> Operations() { return kOperations; }
 std::span<const PhaseEntry> PhaseEntries() { return kPhaseEntries; }
 

@@ -92,7 +92,17 @@ struct PhaseEntry {
 };
 
 // First match wins, in table order.
+// An algorithm that is a building block of another: a primitive labelled
+// `part` below one labelled `whole` on the same stack serves the whole, and
+// ClassifyStack keeps `whole` (OpenSSL's GCM runs short records through the
+// AES-CTR asm, aesni_ctr32_encrypt_blocks, under CRYPTO_gcm128_encrypt_ctr32).
+struct PartOf {
+  std::string_view part;
+  std::string_view whole;
+};
+
 std::span<const Rule> Rules();
+std::span<const PartOf> PartsOf();
 std::span<const LibraryPrefix> LibraryPrefixes();
 std::span<const CxxNamespace> CxxNamespaces();
 std::span<const Operation> Operations();

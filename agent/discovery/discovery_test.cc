@@ -112,6 +112,41 @@ TEST(Registry, FindsTheSystemLibcryptoInAProcessThatMapsIt) {
   }
 }
 
+// libc's write() wrapper issues the system call itself: the address after
+// its `syscall` instruction (read from this process's own code) must be in
+// the image's syscall_returns, and the wrapper's first instruction must not.
+TEST(Registry, FindsTheSyscallReturnInLibcsWrite) {
+  ProcessRegistry registry;
+  ASSERT_TRUE(registry.Refresh(getpid()).ok());
+  const ProcessSnapshot* snap = registry.Get(getpid());
+  ASSERT_NE(snap, nullptr);
+  void* handle = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  const auto* code = static_cast<const unsigned char*>(dlsym(handle, "write"));
+  ASSERT_NE(code, nullptr);
+  size_t after = 0;
+  for (size_t i = 0; i + 1 < 64; ++i) {
+    if (code[i] == 0x0f && code[i + 1] == 0x05) {
+      after = i + 2;
+      break;
+    }
+  }
+  ASSERT_NE(after, 0u) << "no syscall instruction in the first 64 bytes of write()";
+  const auto* m = snap->Find(reinterpret_cast<uint64_t>(code));
+  ASSERT_NE(m, nullptr);
+  ASSERT_TRUE(m->image && m->image->image);
+  auto vaddr_of = [&](uint64_t ip) {
+    return m->image->image->FileOffsetToVaddr(ip - m->mapping.start + m->mapping.offset);
+  };
+  auto ret = vaddr_of(reinterpret_cast<uint64_t>(code + after));
+  auto entry = vaddr_of(reinterpret_cast<uint64_t>(code));
+  ASSERT_TRUE(ret && entry);
+  EXPECT_TRUE(m->image->IsSyscallReturn(*ret));
+  EXPECT_FALSE(m->image->IsSyscallReturn(*entry));
+  EXPECT_FALSE(m->image->IsSyscallReturn(*ret - 1));
+  dlclose(handle);
+}
+
 TEST(Registry, FindsDebiansSharedBoringSSL) {
   // android-libboringssl: a stripped BoringSSL shared build whose libcrypto
   // also exports OpenSSL-looking names such as OPENSSL_init_crypto.

@@ -39,7 +39,18 @@ struct ImageInfo {
   std::string path;  // as first seen, inside the process's mount namespace
   std::shared_ptr<const symbols::BinaryImage> image;
   std::optional<TlsLibrary> tls;
+  // ELF virtual addresses right after a `syscall` instruction (bytes 0f 05)
+  // in the executable segments, sorted. A user-mode sample there is kernel
+  // time: the timer fired during the system call and was delivered on its
+  // return (docs/attribution.md, "System-call returns").
+  std::vector<uint64_t> syscall_returns;
+  bool IsSyscallReturn(uint64_t vaddr) const;
 };
+
+// The addresses after every 0f 05 byte pair in the executable PT_LOAD
+// segments of the ELF file open at `fd` (a byte scan, no decoding: a pair
+// inside a longer instruction only matters if a sample lands right after it).
+std::vector<uint64_t> FindSyscallReturns(int fd, const symbols::BinaryImage& image);
 
 struct ProcessSnapshot {
   struct ExecMapping {

@@ -98,6 +98,9 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
     Discover(pid, registry, unwinder);
   }
 
+  // The window starts now: samples taken during the set-up above are
+  // dropped, or they would count without being part of its duration.
+  (*sampler)->ClearCounts();
   const auto window_start = Clock::now();
   const double cpu_at_window_start = SelfCpuSeconds();
   const auto window = std::chrono::duration<double>(options.duration_seconds);

@@ -146,7 +146,8 @@ json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const Ag
                     {"kernel", run.kernel_samples},
                     {"user", run.user_samples},
                     {"dropped", run.dropped_samples},
-                    {"unresolved", profile.unresolved_samples}};
+                    {"unresolved", profile.unresolved_samples},
+                    {"syscall_return", profile.syscall_return_samples}};
   doc["agent"] = {
       {"cpu_seconds", cost.cpu_seconds},
       {"window_cpu_seconds", cost.window_cpu_seconds},

@@ -293,6 +293,39 @@ int Sampler::cpu_count() const { return static_cast<int>(impl_->cpus.size()); }
 
 void Sampler::Stop() { impl_->links.clear(); }
 
+namespace {
+
+// Deletes every key of a hash map: keys are collected first, since deleting
+// while walking could restart or skip the walk.
+template <typename Key>
+void DeleteAllKeys(const bpf_map* map) {
+  std::vector<Key> keys;
+  Key key{};
+  Key next{};
+  const Key* prev = nullptr;
+  while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
+    keys.push_back(next);
+    key = next;
+    prev = &key;
+  }
+  for (const Key& k : keys) bpf_map__delete_elem(map, &k, sizeof(k), 0);
+}
+
+}  // namespace
+
+void Sampler::ClearCounts() {
+  DeleteAllKeys<uint32_t>(impl_->skel->maps.samples_by_pid);
+  DeleteAllKeys<sample_key>(impl_->skel->maps.samples_by_ip);
+  DeleteAllKeys<stack_key>(impl_->skel->maps.samples_by_stack);
+  const int ncpus = libbpf_num_possible_cpus();
+  if (ncpus <= 0) return;
+  const std::vector<uint64_t> zeros(static_cast<size_t>(ncpus), 0);
+  for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) {
+    bpf_map__update_elem(impl_->skel->maps.totals, &slot, sizeof(slot), zeros.data(), zeros.size() * sizeof(uint64_t),
+                         BPF_ANY);
+  }
+}
+
 void Sampler::ForEachPid(const std::function<void(uint32_t tgid, const pid_counts&)>& fn) const {
   const bpf_map* map = impl_->skel->maps.samples_by_pid;
   uint32_t key = 0;
@@ -300,7 +333,8 @@ void Sampler::ForEachPid(const std::function<void(uint32_t tgid, const pid_count
   const uint32_t* prev = nullptr;  // nullptr: start from the first key
   while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
     pid_counts value{};
-    // A key can only vanish if someone deletes it; we never do.
+    // A key can only vanish if someone deletes it: ClearCounts, which the
+    // owner does not run concurrently with a walk.
     if (bpf_map__lookup_elem(map, &next, sizeof(next), &value, sizeof(value), 0) == 0) fn(next, value);
     key = next;
     prev = &key;

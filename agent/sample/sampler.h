@@ -108,6 +108,12 @@ class Sampler {
 
   // Stops sampling (detaches the per-CPU events) but keeps the maps readable.
   void Stop();
+  // Forgets every count so far (totals, per-pid, per-IP and per-stack
+  // aggregates) while sampling goes on: a profile window starts here, after
+  // the agent's own set-up (symbol loading, unwind tables), whose samples
+  // would otherwise count without being part of the window's duration.
+  // Samples taken while it runs may be kept or dropped.
+  void ClearCounts();
 
  private:
   struct Impl;

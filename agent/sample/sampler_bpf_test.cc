@@ -241,6 +241,32 @@ TEST(SamplerBpfTest, PidFilterKeepsOnlyTheTarget) {
   EXPECT_GT(totals.user, counts.begin()->second.user);
 }
 
+// A profile window starts with ClearCounts: what was counted before is gone,
+// and sampling goes on afterwards.
+TEST(SamplerBpfTest, ClearCountsStartsOverWhileSampling) {
+  BusyChild target;
+  ASSERT_TRUE(target.ready());
+  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {target.pid()}});
+  ASSERT_NE(sampler, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const uint64_t before = PidCounts(*sampler)[static_cast<uint32_t>(target.pid())].user;
+  ASSERT_GT(before, 100u) << "the busy child got too few samples to tell";
+  const uint64_t total_before = sampler->ReadTotals().samples;
+
+  sampler->ClearCounts();
+  const uint64_t right_after = PidCounts(*sampler)[static_cast<uint32_t>(target.pid())].user;
+  EXPECT_LT(right_after, before / 4) << "per-pid counts survived ClearCounts";
+  EXPECT_LT(sampler->ReadTotals().samples, total_before / 4) << "totals survived ClearCounts";
+  uint64_t ip_samples = 0;
+  sampler->ForEachIp([&](const sample_key&, uint64_t count) { ip_samples += count; });
+  EXPECT_LT(ip_samples, before / 4) << "per-IP counts survived ClearCounts";
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  sampler->Stop();
+  EXPECT_GT(PidCounts(*sampler)[static_cast<uint32_t>(target.pid())].user, right_after + 100)
+      << "sampling stopped counting after ClearCounts";
+}
+
 TEST(SamplerBpfTest, AcceptsTheFrequencyBounds) {
   for (uint32_t hz : {1u, 10000u}) {
     auto sampler = StartOrFail({.frequency_hz = hz, .target_pids = {}});

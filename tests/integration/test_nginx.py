@@ -25,7 +25,11 @@ class NginxTest(unittest.TestCase):
                          ready_file=os.path.join(root, "ready"))
         self.procs.start(["bash", os.path.join(SRC, "workloads/nginx/load-nginx.sh"), str(port),
                           str(PROFILE_SECONDS + 6)])
-        workers = subprocess.run(["pgrep", "-f", f"nginx: worker process"], capture_output=True, text=True)
+        # This nginx's workers only (another nginx may run on the machine):
+        # the children of the master, whose PID run-nginx.sh leaves in DIR.
+        with open(os.path.join(root, "nginx.pid")) as f:
+            master = f.read().strip()
+        workers = subprocess.run(["pgrep", "-P", master], capture_output=True, text=True)
         pids = [p for p in workers.stdout.split() if os.path.exists(f"/proc/{p}")]
         self.assertTrue(pids, "no nginx workers")
         args = ["--duration", str(PROFILE_SECONDS)]
