@@ -50,7 +50,10 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   const symbols::BinaryImage& img = *info.image;
   f.where.image = &info;
   const uint64_t lookup = return_address ? ip - 1 : ip;
-  auto vaddr = img.FileOffsetToVaddr(lookup - m->mapping.start + m->mapping.offset);
+  // The same bias as the unwinder's (UnwindRegistrar): from the mapping's
+  // own segment, not from whichever segment holds the ip's file offset.
+  auto base = img.MappingVaddr(m->mapping.offset, /*executable=*/true);
+  auto vaddr = base ? std::optional<uint64_t>(*base + (lookup - m->mapping.start)) : std::nullopt;
   auto index = vaddr ? img.symbols.Find(*vaddr) : std::nullopt;
   if (!info.tls) return f;  // code outside TLS libraries: no name is needed
   f.family = classify::FamilyOf(info.tls->kind);
@@ -105,13 +108,25 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   if (!sc.tls || innermost_tls == nullptr) return;
   // The outermost frame that starts an operation of the stack's bucket.
   const Frame* operation = nullptr;
+  size_t operation_index = 0;
   for (size_t i = n; i-- > 0;) {
     if (!frames[i].tls || frames[i].name.empty()) continue;
     auto op = classify::ClassifyOperation(frames[i].family, frames[i].name);
     if (op && op->bucket == sc.classification.bucket) {
       operation = &frames[i];
+      operation_index = i;
       break;
     }
+  }
+  // What the entry point dispatched to, when that has no name (stripped
+  // code): the call site inside it, i.e. the frame's return address. BoringSSL's
+  // EVP_AEAD_CTX_seal calls aead_aes_gcm_seal_scatter or the ChaCha20-Poly1305
+  // one, both unexported; only the GCM path reaches an exported, named
+  // function (CRYPTO_gcm128_*), so without this the ChaCha20 samples would
+  // take AES-GCM's name. A named callee keeps the group whole, as before.
+  uint64_t callee_site = 0;
+  if (operation != nullptr && operation_index > 0 && frames[operation_index - 1].name.empty()) {
+    callee_site = ips[operation_index - 1];
   }
 
   ProcessProfile& p = Process(tgid);
@@ -128,7 +143,7 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   profile_.stacks.push_back(std::move(stack));
 
   if (operation != nullptr && sc.classification.bucket != classify::Bucket::kOther) {
-    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where}];
+    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where, callee_site}];
     group.bucket = sc.classification.bucket;
     if (sc.classification.algorithm == classify::algo::kUnknown) {
       group.unknown[static_cast<size_t>(sc.phase)] += count;
@@ -169,7 +184,7 @@ void Attributor::InferFromOperations() {
     uint64_t named_total = 0;
     for (const auto& [alg, n] : group.named) named_total += n;
     if (named_total == 0) continue;
-    auto pit = profile_.processes.find(key.first);
+    auto pit = profile_.processes.find(key.pid);
     if (pit == profile_.processes.end()) continue;
     auto& algorithms = pit->second.crypto.algorithms;
     for (size_t phase = 0; phase < kPhaseCount; ++phase) {

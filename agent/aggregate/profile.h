@@ -144,13 +144,24 @@ class Attributor {
   // (ECDSA's nonce generation runs in the DRBG and bignum code, no frame
   // says the curve); those samples take the algorithms that the rest of the
   // same operation, in the same process, named — see InferFromOperations().
+  // When the function the entry point called has no name (a stripped
+  // library), the group is split by the call site inside that function (its
+  // return address): one entry point dispatching to several unexported
+  // implementations (BoringSSL's EVP_AEAD_CTX_seal: AES-GCM, ChaCha20-Poly1305)
+  // must not lend one implementation's name to another.
   struct OperationGroup {
     classify::Bucket bucket = classify::Bucket::kOther;
     std::map<std::string_view, uint64_t> named;   // algorithm → samples
     std::array<uint64_t, kPhaseCount> unknown{};  // samples per phase with algorithm "unknown"
     std::vector<size_t> unknown_stacks;           // indexes into profile_.stacks
   };
-  std::map<std::pair<pid_t, SymbolKey>, OperationGroup> operations_;
+  struct OperationKey {
+    pid_t pid = 0;
+    SymbolKey entry;           // the outermost operation frame
+    uint64_t callee_site = 0;  // return address in the unnamed function it called; 0 when that is named
+    auto operator<=>(const OperationKey&) const = default;
+  };
+  std::map<OperationKey, OperationGroup> operations_;
   void InferFromOperations();
 };
 
