@@ -12,8 +12,9 @@ measured algorithm (ECDSA-P256 vs ECDHE-P256, RSA, X25519, AES-GCM,
 ChaCha20-Poly1305, SHA-256, SHA-1) within ±3 percentage points of TLS time.
 An algorithm may read `unknown` only where no frame of its stacks can name it:
 the operation's entry point does not, and the library exports nothing below
-it (UNNAMED_BORINGSSL). Those algorithms' truth is then compared as `unknown`,
-and so must not show under their own name either.
+it (UNNAMED_BORINGSSL). Those algorithms' truth is then compared as `unknown`
+of their bucket (so ECDSA-P256 is signature/unknown, ECDHE-P256
+key_exchange/unknown), and so must not show under their own name either.
 """
 import json
 import os
@@ -39,7 +40,8 @@ UNNAMED_BORINGSSL = {
 
 def compare(report, truth, pid, unnamed=None):
     """Returns (lines, failures) comparing one process's report with its truth.
-    `unnamed`: algorithm -> why no frame names it; its truth counts as `unknown`."""
+    `unnamed`: algorithm -> why no frame names it; its truth counts as its
+    bucket's `unknown`. Measured `unknown` is compared per bucket too."""
     unnamed = unnamed or {}
     proc = process_row(report, pid)
     if proc is None:
@@ -67,7 +69,7 @@ def compare(report, truth, pid, unnamed=None):
     truth_bucket, truth_alg = {}, {}
     for c in truth["categories"]:
         truth_bucket[c["bucket"]] = truth_bucket.get(c["bucket"], 0) + c["cpu_seconds"] / total
-        alg = "unknown" if c["algorithm"] in unnamed else c["algorithm"]
+        alg = f'unknown/{c["bucket"]}' if c["algorithm"] in unnamed else c["algorithm"]
         truth_alg[alg] = truth_alg.get(alg, 0) + c["cpu_seconds"] / total
     for alg, why in sorted(unnamed.items()):
         lines.append(f"  unnamed    {alg:<22} compared as unknown ({why})")
@@ -75,7 +77,8 @@ def compare(report, truth, pid, unnamed=None):
     share_rows("bucket", {b: truth_bucket.get(b, 0) for b in BUCKETS}, measured_bucket)
     measured_alg = {}
     for row in proc["algorithms"]:
-        measured_alg[row["algorithm"]] = measured_alg.get(row["algorithm"], 0) + row["share_of_tls"]
+        alg = f'unknown/{row["bucket"]}' if row["algorithm"] == "unknown" else row["algorithm"]
+        measured_alg[alg] = measured_alg.get(alg, 0) + row["share_of_tls"]
     share_rows("algorithm", truth_alg, measured_alg)
     return lines, failures
 
