@@ -433,6 +433,19 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 			if (cfa <= st->sp || cfa - st->sp > UNWIND_CFA_REG_MAX_DIST || (cfa & 7))
 				return unwind_stop(st, TOTAL_UNWIND_STOP_REG_UNKNOWN);
 			break;
+		case CFA_RSP_REG_DEREF: {
+			__u64 index;
+
+			if (!(n == 0 || (n <= UNWIND_CFA_REG_MAX_FRAME && m->start == st->map0)) ||
+			    !w->ctx || !sample_reg(w->ctx, row->reg, &index))
+				return unwind_stop(st, TOTAL_UNWIND_STOP_REG_UNKNOWN);
+			if (!read_user_word(st->sp + (__s64)row->cfa_off + index * 8, &cfa))
+				return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
+			cfa += (__s64)row->deref_add;
+			if (cfa <= st->sp || cfa - st->sp > UNWIND_CFA_REG_MAX_DIST || (cfa & 7))
+				return unwind_stop(st, TOTAL_UNWIND_STOP_REG_UNKNOWN);
+			break;
+		}
 		case CFA_END:
 			return unwind_stop(st, TOTAL_UNWIND_STOP_END);
 		default:

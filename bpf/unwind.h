@@ -32,8 +32,13 @@ enum unwind_cfa_kind {
 	CFA_END = 4,       /* outermost frame (return address undefined): stop */
 	CFA_NONE = 5,      /* no CFI covers this range: fall back to RBP if allowed, else stop */
 	CFA_REG = 6,       /* CFA = <DWARF register `reg`> + cfa_off (perlasm: rax, r9, rsi, r11) */
+	/* CFA = *(RSP + cfa_off + <register `reg`> * 8) + deref_add: perlasm's
+	 * bn_mul_mont family (`.cfi_cfa_expression %rsp+8,%r9,8,mul,plus,deref,+8`),
+	 * whose frame size is the limb count in r9. The register is the sample's,
+	 * under CFA_REG's rules. */
+	CFA_RSP_REG_DEREF = 7,
 };
-#define UNWIND_CFA_NR_KINDS 7
+#define UNWIND_CFA_NR_KINDS 8
 
 /* CFA_REG: the register's value is only known from the sample itself, so
  * the unwinders accept such a row at frame 0, and at frame 1 when frame 0 is
@@ -59,7 +64,7 @@ struct unwind_row {
 	__u32 pc;
 	__u8 cfa_kind;
 	__u8 rbp_kind;
-	__u8 reg;   /* CFA_REG: x86-64 DWARF register number (0 rax .. 15 r15); else 0 */
+	__u8 reg; /* CFA_REG, CFA_RSP_REG_DEREF: x86-64 DWARF register number (0 rax .. 15 r15); else 0 */
 	__u8 flags; /* UNWIND_ROW_* */
 	__s32 cfa_off;
 	__s16 deref_add;

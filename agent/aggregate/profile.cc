@@ -50,7 +50,10 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   const symbols::BinaryImage& img = *info.image;
   f.where.image = &info;
   const uint64_t lookup = return_address ? ip - 1 : ip;
-  auto vaddr = img.FileOffsetToVaddr(lookup - m->mapping.start + m->mapping.offset);
+  // The same bias as the unwinder's (UnwindRegistrar): from the mapping's
+  // own segment, not from whichever segment holds the ip's file offset.
+  auto base = img.MappingVaddr(m->mapping.offset, /*executable=*/true);
+  auto vaddr = base ? std::optional<uint64_t>(*base + (lookup - m->mapping.start)) : std::nullopt;
   auto index = vaddr ? img.symbols.Find(*vaddr) : std::nullopt;
   if (return_address && vaddr && !img.import_calls.empty()) {
     f.called = img.import_calls.CalleeAt(*vaddr + 1).value_or(std::string_view{});
@@ -140,15 +143,30 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   // (ecdsa_sign: some ECDSA curve), else the outermost generic one
   // (EVP_PKEY_sign, which RSA and ECDSA share).
   const Frame* operation = nullptr;
+  size_t operation_index = 0;
   for (size_t i = m; i-- > 0;) {
     if (!frames[i].tls || frames[i].name.empty()) continue;
     auto op = classify::ClassifyOperation(frames[i].family, frames[i].name);
     if (!op || op->bucket != sc.classification.bucket) continue;
     if (classify::IsSpecificOperation(frames[i].family, frames[i].name)) {
       operation = &frames[i];
+      operation_index = i;
       break;
     }
-    if (operation == nullptr) operation = &frames[i];
+    if (operation == nullptr) {
+      operation = &frames[i];
+      operation_index = i;
+    }
+  }
+  // What the entry point dispatched to, when that has no name (stripped
+  // code): the call site inside it, i.e. the frame's return address. BoringSSL's
+  // EVP_AEAD_CTX_seal calls aead_aes_gcm_seal_scatter or the ChaCha20-Poly1305
+  // one, both unexported; only the GCM path reaches an exported, named
+  // function (CRYPTO_gcm128_*), so without this the ChaCha20 samples would
+  // take AES-GCM's name. A named callee keeps the group whole, as before.
+  uint64_t callee_site = 0;
+  if (operation != nullptr && operation_index > 0 && frames[operation_index - 1].name.empty()) {
+    callee_site = frame_ips[operation_index - 1];
   }
 
   ProcessProfile& p = Process(tgid);
@@ -165,7 +183,8 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   profile_.stacks.push_back(std::move(stack));
 
   if (operation != nullptr && sc.classification.bucket != classify::Bucket::kOther) {
-    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name}];
+    OperationGroup& group =
+        operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name, callee_site}];
     group.bucket = sc.classification.bucket;
     if (sc.classification.algorithm == classify::algo::kUnknown) {
       group.unknown[static_cast<size_t>(sc.phase)] += count;
@@ -216,7 +235,7 @@ void Attributor::InferFromOperations() {
     // which only looks the key-share group up) stays `unknown` too: its
     // name does not say the algorithm, and the process's mix is a guess.
     if (named_total == 0 || named_total < unknown_total) continue;
-    auto pit = profile_.processes.find(std::get<0>(key));
+    auto pit = profile_.processes.find(key.pid);
     if (pit == profile_.processes.end()) continue;
     auto& algorithms = pit->second.crypto.algorithms;
     for (size_t phase = 0; phase < kPhaseCount; ++phase) {

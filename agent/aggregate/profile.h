@@ -157,15 +157,27 @@ class Attributor {
   // says the curve); those samples take the algorithms that the rest of the
   // same operation, in the same process, named, as long as they are the
   // minority of its samples — see InferFromOperations().
+  // When the function the entry point called has no name (a stripped
+  // library), the group is split by the call site inside that function (its
+  // return address): one entry point dispatching to several unexported
+  // implementations (BoringSSL's EVP_AEAD_CTX_seal: AES-GCM, ChaCha20-Poly1305)
+  // must not lend one implementation's name to another.
   struct OperationGroup {
     classify::Bucket bucket = classify::Bucket::kOther;
     std::map<std::string_view, uint64_t> named;   // algorithm → samples
     std::array<uint64_t, kPhaseCount> unknown{};  // samples per phase with algorithm "unknown"
     std::vector<size_t> unknown_stacks;           // indexes into profile_.stacks
   };
-  // Keyed by (pid, image, entry name): an entry recovered from a call site has
-  // no symbol index of its own.
-  std::map<std::tuple<pid_t, const discovery::ImageInfo*, std::string_view>, OperationGroup> operations_;
+  struct OperationKey {
+    pid_t pid = 0;
+    // The entry frame's image and name: an entry recovered from a call site
+    // (ImportCalls) has no symbol index of its own.
+    const discovery::ImageInfo* image = nullptr;
+    std::string_view entry;
+    uint64_t callee_site = 0;  // return address in the unnamed function it called; 0 when that is named
+    auto operator<=>(const OperationKey&) const = default;
+  };
+  std::map<OperationKey, OperationGroup> operations_;
   void InferFromOperations();
 };
 

@@ -1,8 +1,9 @@
 // stack_test: ClassifyStack, ClassifyOperation and ClassifyPhaseEntry against
 // real call chains (testdata/stacks_*.txt, captured with perf from the
-// workloads; each file's header says how) and small hand-built stacks of real
-// symbol names for the libraries we have no live capture of (BoringSSL,
-// OpenSSL 1.1). No privileges needed.
+// workloads, including Debian's stripped BoringSSL; each file's header says
+// how) and small hand-built stacks of real symbol names for what no workload
+// here runs (BoringSSL's libssl and symbolized assembly, OpenSSL 1.1). No
+// privileges needed.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -80,6 +81,7 @@ void ExpectStacks(const std::string& file, size_t min_cases) {
 
 TEST(ClassifyStackFixtures, OpenSsl3RealChains) { ExpectStacks("stacks_openssl3.txt", 20); }
 TEST(ClassifyStackFixtures, Go119RealChains) { ExpectStacks("stacks_go119.txt", 8); }
+TEST(ClassifyStackFixtures, BoringSslAndroidRealChains) { ExpectStacks("stacks_boringssl_android.txt", 13); }
 
 // ---- Hand-built stacks (leaf first) from real names.
 

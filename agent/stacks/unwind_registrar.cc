@@ -131,7 +131,7 @@ Status UnwindRegistrar::Register(pid_t pid, const ProcessSnapshot& process) {
   for (const auto& [priority, index] : order) {
     const auto& m = process.mappings[index];
     const discovery::ImageInfo& info = *m.image;
-    auto vaddr = info.image->FileOffsetToVaddr(m.mapping.offset);
+    auto vaddr = info.image->MappingVaddr(m.mapping.offset, /*executable=*/true);
     if (!vaddr) continue;
     unwind_mapping& um = proc.mappings[proc.nr_mappings];
     um.start = m.mapping.start;

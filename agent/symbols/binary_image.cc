@@ -49,6 +49,16 @@ std::optional<uint64_t> BinaryImage::FileOffsetToVaddr(uint64_t file_offset) con
   return std::nullopt;
 }
 
+std::optional<uint64_t> BinaryImage::MappingVaddr(uint64_t map_offset, bool executable) const {
+  constexpr uint64_t kPageMask = 4096 - 1;  // x86-64; the kernel rounds by the page, not p_align
+  for (const LoadSegment& s : segments) {
+    if (s.executable != executable || (s.vaddr & kPageMask) > s.offset) continue;
+    const uint64_t mapped_from = s.offset - (s.vaddr & kPageMask);
+    if (map_offset >= mapped_from && map_offset < s.offset + s.filesz) return map_offset - s.offset + s.vaddr;
+  }
+  return FileOffsetToVaddr(map_offset);
+}
+
 namespace {
 
 // Go's linker tags its build ID note with owner "Go" and this type

@@ -75,6 +75,18 @@ struct BinaryImage {
   // Maps a file offset (from /proc/PID/maps: ip - map_start + map_pgoff) to the
   // ELF virtual address used by the symbol table. nullopt if no PT_LOAD covers it.
   std::optional<uint64_t> FileOffsetToVaddr(uint64_t file_offset) const;
+
+  // The ELF virtual address of the first byte of a mapping that starts at
+  // file offset `map_offset` (map_pgoff of /proc/PID/maps), so that the
+  // mapping's load bias is map_start - MappingVaddr(...). The kernel maps a
+  // PT_LOAD from its offset rounded down to a page, so that offset can lie
+  // inside the previous segment's file range: lld gives each segment its own
+  // pages with p_vaddr != p_offset (BoringSSL's libcrypto.so.0: R at offset 0,
+  // R E at offset 0x863c0 / vaddr 0x873c0, mapped from offset 0x86000), where
+  // FileOffsetToVaddr(0x86000) would answer from the R segment, 0x1000 off.
+  // The segment whose permission matches `executable` and whose page-rounded
+  // file range holds the offset wins; else FileOffsetToVaddr's answer.
+  std::optional<uint64_t> MappingVaddr(uint64_t map_offset, bool executable) const;
 };
 
 // Decides which function symbols to keep (by name). Big statically linked

@@ -58,6 +58,30 @@ TEST(BinaryImageTest, FileOffsetToVaddrUsesCoveringLoadSegment) {
   EXPECT_FALSE(img.FileOffsetToVaddr(0x3100));  // past filesz: not in the file
 }
 
+// lld's layout (BoringSSL's libcrypto.so.0): the R E segment starts in the
+// page where the R segment ends, at p_vaddr = p_offset + 0x1000, and the kernel
+// maps it from the page-rounded offset 0x86000, which the R segment's file
+// range also holds.
+TEST(BinaryImageTest, MappingVaddrUsesTheMappingsOwnSegment) {
+  BinaryImage img;
+  img.segments.push_back({0x0, 0x0, 0x863bc, 0x863bc, false});
+  img.segments.push_back({0x863c0, 0x873c0, 0x105e50, 0x105e50, true});
+  img.segments.push_back({0x18c210, 0x18e210, 0x113a8, 0x113a8, false});
+  EXPECT_EQ(img.FileOffsetToVaddr(0x86000), 0x86000u);  // the R segment's answer
+  EXPECT_EQ(img.MappingVaddr(0x86000, /*executable=*/true), 0x87000u);
+  EXPECT_EQ(img.MappingVaddr(0x0, /*executable=*/false), 0x0u);
+  EXPECT_EQ(img.MappingVaddr(0x18c000, /*executable=*/false), 0x18e000u);
+  // A mapping split by mprotect starts inside the segment.
+  EXPECT_EQ(img.MappingVaddr(0x100000, /*executable=*/true), 0x101000u);
+  // GNU ld's layout (offset == vaddr modulo the page): both agree.
+  BinaryImage gnu;
+  gnu.segments.push_back({0x0, 0x0, 0x1000, 0x1000, false});
+  gnu.segments.push_back({0x1000, 0x401000, 0x2000, 0x2000, true});
+  EXPECT_EQ(gnu.MappingVaddr(0x1000, true), gnu.FileOffsetToVaddr(0x1000));
+  // No executable segment holds it: FileOffsetToVaddr's answer.
+  EXPECT_EQ(gnu.MappingVaddr(0x10, true), 0x10u);
+}
+
 TEST(BinaryImageTest, StrippedLibcryptoHasDynsymOnly) {
   LoadOptions no_archives;  // libssl-dev's libcrypto.a would name more (archive_match_test)
   no_archives.debug.static_archive_sonames.clear();

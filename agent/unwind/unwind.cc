@@ -49,6 +49,16 @@ std::optional<UnwindStop> Step(const MappedTable& m, uint64_t lookup, Registers*
           return UnwindStop::kRegUnknown;
         }
         break;
+      case CFA_RSP_REG_DEREF:
+        if (!sample_gpr || row->reg >= 16) return UnwindStop::kRegUnknown;
+        if (!read(ctx, regs->sp + int64_t(row->cfa_off) + sample_gpr[row->reg] * 8, &cfa)) {
+          return UnwindStop::kUnreadable;
+        }
+        cfa += int64_t(row->deref_add);
+        if (cfa <= regs->sp || cfa - regs->sp > UNWIND_CFA_REG_MAX_DIST || (cfa & 7) != 0) {
+          return UnwindStop::kRegUnknown;
+        }
+        break;
       case CFA_END:
         return UnwindStop::kEnd;
       default:

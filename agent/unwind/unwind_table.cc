@@ -136,6 +136,25 @@ bool MapCfa(const Dwarf_Op* ops, size_t nops, unwind_row* row) {
     row->deref_add = int16_t(add);
     return true;
   }
+  // perlasm's bn_mul_mont family, `.cfi_cfa_expression
+  // %rsp+8,%r9,8,mul,plus,deref,+8`: the caller's RSP sits in a slot indexed
+  // by the limb count.
+  if ((nops == 6 || nops == 7) && IsBreg(ops[0], kRegRsp, &off) && Fits32(off) && ops[1].atom >= DW_OP_breg0 &&
+      ops[1].atom <= DW_OP_breg15 && ops[1].number == 0 && ops[2].atom == DW_OP_lit8 && ops[3].atom == DW_OP_mul &&
+      ops[4].atom == DW_OP_plus && ops[5].atom == DW_OP_deref) {
+    const int reg = ops[1].atom - DW_OP_breg0;
+    int64_t add = 0;
+    if (nops == 7) {
+      if (ops[6].atom != DW_OP_plus_uconst) return false;
+      add = Signed(ops[6].number);
+    }
+    if (reg == kRegRsp || reg == kRegRbp || !Fits16(add)) return false;
+    row->cfa_kind = CFA_RSP_REG_DEREF;
+    row->reg = uint8_t(reg);
+    row->cfa_off = int32_t(off);
+    row->deref_add = int16_t(add);
+    return true;
+  }
   // The GNU ld PLT expression: CFA = RSP + 8 + ((RIP & 15) >= 11 ? 8 : 0).
   static constexpr uint8_t kPlt[] = {DW_OP_breg7, DW_OP_breg16, DW_OP_lit15, DW_OP_and, DW_OP_lit11,
                                      DW_OP_ge,    DW_OP_lit3,   DW_OP_shl,   DW_OP_plus};

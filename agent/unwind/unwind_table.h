@@ -77,6 +77,8 @@ struct MappedTable {
 //    CFA_REG: cfa = sample's gpr[reg] + off, only at frame 0, or frame 1 when
 //    frame 0 was in the same mapping; stop (kRegUnknown) elsewhere or unless
 //    sp < cfa <= sp + UNWIND_CFA_REG_MAX_DIST and cfa is 8-aligned;
+//    CFA_RSP_REG_DEREF: cfa = *(sp + off + gpr[reg] * 8) + deref_add, with
+//    CFA_REG's frame and plausibility rules;
 //    CFA_END, CFA_NONE, no row: stop;
 //    ra = *(cfa - 8); RBP_AT_CFA: bp' = *(cfa + rbp_off); RBP_LOST: bp
 //    unknown from here on; sp' = cfa;

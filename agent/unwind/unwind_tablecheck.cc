@@ -10,7 +10,7 @@
 #include "agent/unwind/unwind_table.h"
 
 int main(int argc, char** argv) {
-  static const char* kKinds[] = {"rsp", "rbp", "rsp_deref", "plt", "end", "none", "reg"};
+  static const char* kKinds[] = {"rsp", "rbp", "rsp_deref", "plt", "end", "none", "reg", "rsp_reg_deref"};
   int rc = 0;
   for (int i = 1; i < argc; ++i) {
     tlsprof::UniqueFd fd(open(argv[i], O_RDONLY | O_CLOEXEC));

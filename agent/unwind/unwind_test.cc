@@ -240,7 +240,14 @@ TEST(UnwindTableTest, LibcryptoTable) {
   EXPECT_LT(t.unsupported_rows * 50, t.cfi_rows) << "more than 2% of libcrypto's CFI rows are not modelled";
   EXPECT_GT(t.kind_rows[CFA_RSP_DEREF], 0u) << "perlasm's .cfi_cfa_expression rows are missing";
   EXPECT_GT(t.kind_rows[CFA_REG], 0u) << "perlasm's CFA = rax/r9/rsi/r11 + off rows are missing";
+  // bn_mul_mont, bn_mul4x_mont, bn_sqr8x_mont: CFA = *(rsp + 8 + r9 * 8) + 8.
+  EXPECT_GT(t.kind_rows[CFA_RSP_REG_DEREF], 0u) << "perlasm's bn_mul_mont CFA expression rows are missing";
   for (const unwind_row& r : t.rows) {
+    if (r.cfa_kind == CFA_RSP_REG_DEREF) {
+      EXPECT_EQ(r.reg, 9) << std::hex << r.pc;
+      EXPECT_EQ(r.cfa_off, 8) << std::hex << r.pc;
+      EXPECT_EQ(r.deref_add, 8) << std::hex << r.pc;
+    }
     if (r.cfa_kind != CFA_REG) continue;
     EXPECT_LT(r.reg, 16) << std::hex << r.pc;
     EXPECT_NE(r.reg, 6) << std::hex << r.pc;  // rbp and rsp have their own kinds
@@ -662,6 +669,34 @@ TEST(UnwindAlgorithmTest, CfaFromAnotherRegister) {
     r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
     EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1150})) << std::hex << rax;
     EXPECT_EQ(r.stop, UnwindStop::kRegUnknown) << std::hex << rax;
+  }
+}
+
+// CFA_RSP_REG_DEREF (bn_mul_mont): cfa = *(sp + off + gpr[reg] * 8) + add,
+// under CFA_REG's rules for the register and the CFA.
+TEST(UnwindAlgorithmTest, CfaFromSlotIndexedByRegister) {
+  UnwindTable t;
+  unwind_row mont = Row(0x1000, CFA_RSP_REG_DEREF, 8, RBP_SAME, 0, 8);
+  mont.reg = 9;
+  t.rows = {mont, Row(0x1200, CFA_RSP, 16), Row(0x1400, CFA_END, 0)};
+  std::vector<MappedTable> maps = {{0x1000, 0x2000, 0, &t}};
+  FakeMemory mem;
+  // r9 = 4 limbs: the caller's RSP is saved at sp + 8 + 4 * 8 = 0x7028.
+  mem.words[0x7028] = 0x7200;
+  mem.words[0x7200] = 0x1210;      // ra at cfa - 8, cfa = 0x7208
+  mem.words[0x7208 + 8] = 0x1401;  // caller: cfa = 0x7208 + 16
+  Registers regs{0x1050, 0x7000, 0};
+  regs.gpr[9] = 4;
+  UnwindResult r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
+  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1050, 0x1210, 0x1401}));
+  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+
+  // An implausible slot value (below SP, misaligned): stop, never a wrong frame.
+  for (uint64_t saved : {uint64_t{0x6000}, uint64_t{0x7203}}) {
+    mem.words[0x7028] = saved;
+    r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
+    EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1050})) << std::hex << saved;
+    EXPECT_EQ(r.stop, UnwindStop::kRegUnknown) << std::hex << saved;
   }
 }
 
