@@ -55,7 +55,7 @@ std::vector<Section> Sections(Elf* elf) {
 }
 
 // Functions whose frame is not where pcsp says, because they switch stacks.
-// systemstack and morestack move SP to the thread's g0 stack and call a
+// systemstack, morestack and asmcgocall move SP to the thread's g0 stack and call a
 // function there; RBP still holds the goroutine's frame pointer (the Go
 // prologue saves it in the callee's frame), so the walk leaves the g0 stack
 // through it and resumes in the goroutine stack at the caller's frame (the
@@ -69,6 +69,7 @@ struct SpecialFunction {
 constexpr SpecialFunction kSpecial[] = {
     {"runtime.systemstack", Special::kFramePointer},
     {"runtime.morestack", Special::kFramePointer},
+    {"runtime.asmcgocall", Special::kFramePointer},  // cgo: C code runs on g0 too
     {"runtime.goexit", Special::kEnd},
     {"runtime.mstart", Special::kEnd},
     {"runtime.rt0_go", Special::kEnd},

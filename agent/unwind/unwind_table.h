@@ -44,9 +44,9 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
 
 // Rows for a Go binary from its pclntab (agent/unwind/go_table.cc): CFA =
 // RSP + pcsp delta + 8 at every PC, the caller's RBP from the slot Go's
-// prologue saves it in (CFA - 16) once it is there; runtime.systemstack and
-// runtime.morestack, which switch to the g0 stack, are crossed by frame
-// pointer (CFA_RBP), and runtime.goexit/mstart/rt0_go/mcall end the stack
+// prologue saves it in (CFA - 16) once it is there; runtime.systemstack,
+// runtime.morestack and runtime.asmcgocall, which switch to the g0 stack,
+// are crossed by frame pointer (CFA_RBP), and runtime.goexit/mstart/rt0_go/mcall end the stack
 // (CFA_END). Works on stripped binaries (no .symtab, no .debug_frame); an
 // Error when the file has no pclntab. Thread-safe.
 Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::string_view display_path);
