@@ -167,6 +167,31 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
     r.rbp_kind = RBP_LOST;
     return r;
   };
+  // Code outside every Go function: C linked in (cgo, boringcrypto's
+  // BoringSSL) and the padding between functions. Its rows come from the
+  // file's CFI where there is some, else the frame-pointer rule (what the
+  // whole mapping used before), never from pcsp.
+  std::shared_ptr<const UnwindTable> cfi;
+  bool cfi_tried = false;
+  auto fill_gap = [&](uint64_t start, uint64_t end) {
+    unwind_row fp{};
+    fp.cfa_kind = CFA_RBP;
+    fp.cfa_off = 16;
+    fp.rbp_kind = RBP_AT_CFA;
+    fp.rbp_off = -16;
+    constexpr uint64_t kPadding = 64;  // Go pads functions to 32 bytes
+    if (end - start >= kPadding && !cfi_tried) {
+      cfi_tried = true;
+      if (auto built = BuildUnwindTable(fd, display_path); built.ok()) cfi = *built;
+    }
+    const unwind_row* r = cfi && end - start >= kPadding ? FindRow(*cfi, start) : nullptr;
+    add(start, r != nullptr && r->cfa_kind != CFA_NONE ? *r : fp);
+    if (r == nullptr) return;
+    for (++r; r < cfi->rows.data() + cfi->rows.size() && r->pc < end; ++r) {
+      add(r->pc, r->cfa_kind != CFA_NONE ? *r : fp);
+      ++table->gap_cfi_rows;
+    }
+  };
   bool too_high = false;
   uint64_t last_end = 0;
   auto visited = symbols::ForEachGoFrame(
@@ -176,7 +201,8 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
           too_high = true;
           return;
         }
-        if (last_end != 0 && entry > last_end) add(last_end, none());  // a gap between functions
+        if (last_end == 0 && text != nullptr && entry > text->shdr.sh_addr) fill_gap(text->shdr.sh_addr, entry);
+        if (last_end != 0 && entry > last_end) fill_gap(last_end, entry);
         last_end = std::max(last_end, end);
         ++table->fdes;
         const Special special = SpecialOf(name);
@@ -236,6 +262,10 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
   if (!visited) return MakeError("{}: {}", display_path, visited.error().message);
   if (too_high) {
     return MakeError("{}: Go code beyond 4 GiB, which the 32-bit unwind rows cannot describe", display_path);
+  }
+  if (last_end != 0 && text != nullptr && text->shdr.sh_addr + text->shdr.sh_size > last_end) {
+    fill_gap(last_end, text->shdr.sh_addr + text->shdr.sh_size);
+    last_end = text->shdr.sh_addr + text->shdr.sh_size;
   }
   if (last_end != 0) add(last_end, none());
   for (const unwind_row& row : rows) ++table->kind_rows[row.cfa_kind];

@@ -837,3 +837,45 @@ TEST(UnwindTableTest, GoBinary) {
   tlsprof::UniqueFd self(open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
   EXPECT_FALSE(BuildGoUnwindTable(self.get(), "self").ok());
 }
+
+// ---- Go with cgo: the C code linked into the binary has no pcsp table; its
+// rows come from the file's CFI (.eh_frame), as in a C binary.
+TEST(UnwindTableTest, GoBinaryWithCgoTakesCfiForTheCCode) {
+  if (std::system("command -v go >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "go or gcc is not installed";
+  }
+  TempDir dir;
+  dir.File("go.mod", "module unwindcgo\n\ngo 1.19\n");
+  dir.File("main.go",
+           "package main\n\n/*\n#include <stdlib.h>\n"
+           "__attribute__((noinline)) int tlsprof_cfunc(int n) {\n"
+           "  int *p = malloc(sizeof(int) * (n + 1)); int s = 0;\n"
+           "  for (int i = 0; i <= n; i++) { p[i] = i * i; s += p[i] ^ n; }\n"
+           "  free(p); return s;\n}\n*/\nimport \"C\"\nimport \"fmt\"\n\n"
+           "func main() { fmt.Println(C.tlsprof_cfunc(10)) }\n");
+  std::string cmd = "cd " + dir.path() +
+                    " && CGO_ENABLED=1 GOPROXY=off GOFLAGS=-mod=mod GOCACHE=/tmp/tlsprof-go-cache go build -o hello ."
+                    " 2>&1 && nm hello | awk '$3 == \"tlsprof_cfunc\" {print $1}' > cfunc.addr";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream addr_file(dir.path() + "/cfunc.addr");
+  std::string hex;
+  ASSERT_TRUE(std::getline(addr_file, hex)) << "tlsprof_cfunc not in the symbol table";
+  const uint64_t cfunc = std::stoull(hex, nullptr, 16);
+
+  std::string path = dir.path() + "/hello";
+  tlsprof::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  auto go = BuildGoUnwindTable(fd.get(), path);
+  ASSERT_TRUE(go.ok()) << go.error().message;
+  auto cfi = BuildUnwindTable(fd.get(), path);
+  ASSERT_TRUE(cfi.ok()) << cfi.error().message;
+  EXPECT_GT((*go)->gap_cfi_rows, 0u);
+  // Entry (CFA = RSP + 8) and a few instructions in: the same rule as the CFI's.
+  for (uint64_t pc = cfunc; pc < cfunc + 16; ++pc) {
+    const unwind_row* g = FindRow(**go, pc);
+    const unwind_row* c = FindRow(**cfi, pc);
+    ASSERT_TRUE(g != nullptr && c != nullptr);
+    EXPECT_NE(c->cfa_kind, CFA_NONE);
+    EXPECT_EQ(g->cfa_kind, c->cfa_kind) << std::hex << pc;
+    EXPECT_EQ(g->cfa_off, c->cfa_off) << std::hex << pc;
+  }
+}
