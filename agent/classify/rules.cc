@@ -320,6 +320,7 @@ constexpr Rule kRules[] = {
   {kG, kPrefix,   "crypto/aes.",      "ctr", kCipher, kAesCtr},   // Go 1.22+ ctrBlocks*Asm
   {kG, kPrefix,   "crypto/aes.",      "CTR", kCipher, kAesCtr},
   {kG, kPrefix,   "crypto/aes.",      "",    kCipher, kUnknown},      // encryptBlockAsm, expandKeyAsm
+  {kG, kPrefix,   "_expand_key_",     "",    kCipher, kUnknown},      // crypto/aes asm-local key schedule helpers
   // crypto/cipher: the generic modes (used when the AES has no asm mode).
   {kG, kPrefix,   "crypto/cipher.",   "gcm", kCipher, kAesGcm},
   {kG, kPrefix,   "crypto/cipher.",   "GCM", kCipher, kAesGcm},
@@ -398,6 +399,9 @@ constexpr Rule kRules[] = {
   {kG, kPrefix,   "crypto/elliptic.",                 "256", kSig, kP256Ambiguous},
   {kG, kPrefix,   "crypto/elliptic.",                 "384", kSig, kP384Ambiguous},
   {kG, kPrefix,   "crypto/elliptic.",                 "",    kSig, kUnknown},
+  // File-local assembly of crypto/internal/nistec's p256_asm_amd64.s has no
+  // package path: p256MulInternal, p256SqrInternal, p256SubInternal, p256IsZero.
+  {kG, kPrefix,   "p256",                             "",    kSig, kP256Ambiguous},
 
   // --- ECDSA. Go instantiates its generic ECDSA code per GC shape
   // ("signNISTEC[go.shape.*uint8]"), so the curve rarely shows: ECDSA, curve
@@ -549,6 +553,9 @@ constexpr LibraryPrefix kLibraryPrefixes[] = {
   // calling it TLS would pull every ASN.1 user's parsing into the report.
   // _goboringcrypto_ is BoringSSL linked into Go (GOEXPERIMENT=boringcrypto).
   {kG, "crypto/"}, {kG, "golang.org/x/crypto/"}, {kG, "math/big."}, {kG, "_goboringcrypto_"},
+  // File-local assembly of crypto/ (no package path in the name): nistec's
+  // p256*Internal/p256IsZero, aes's _expand_key_*.
+  {kG, "p256"}, {kG, "_expand_key_"},
 };
 
 // C++ outermost namespaces that are TLS library code. BoringSSL's libssl and

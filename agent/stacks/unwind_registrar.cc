@@ -74,7 +74,11 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
     spdlog::debug("unwind: {}", fd.error().message);
     return slot;  // not cached: another process may still have it open
   }
-  auto table = unwind::BuildUnwindTable(fd->get(), info->path);
+  // Go: rows from the pclntab's pcsp tables, not frame pointers (see
+  // agent/unwind/go_table.cc); without a usable pclntab, Register falls back
+  // to frame pointers.
+  const bool go = info->image->is_go;
+  auto table = go ? unwind::BuildGoUnwindTable(fd->get(), info->path) : unwind::BuildUnwindTable(fd->get(), info->path);
   if (!table.ok()) {
     ++stats_.table_failures;
     spdlog::debug("unwind: no table for {}: {}", info->path, table.error().message);
@@ -88,7 +92,13 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   // There, rows inside TLS symbols are flagged, so that the BPF unwinder
   // gives node's own code only the cheap first walk.
   const bool static_tls = info->tls && !info->tls->whole_file_is_tls;
-  const std::vector<unwind_row> rows = static_tls ? FlagTlsRows(**table, info->image->symbols) : (*table)->rows;
+  std::vector<unwind_row> rows = static_tls && !go ? FlagTlsRows(**table, info->image->symbols) : (*table)->rows;
+  // A Go binary's rows are all flagged, as its frame-pointer walk was: the
+  // runtime code that crypto calls (mallocgc, memmove, GC assists) is not in
+  // a TLS symbol, and the walk from there must reach the crypto frames.
+  if (go && info->tls) {
+    for (unwind_row& r : rows) r.flags |= UNWIND_ROW_TLS;
+  }
   if (rows.empty() || rows.size() > UINT32_MAX) {
     ++stats_.table_failures;
     slots_.emplace(info, slot);
@@ -138,13 +148,11 @@ Status UnwindRegistrar::Register(pid_t pid, const ProcessSnapshot& process) {
     um.end = m.mapping.end;
     um.bias = m.mapping.start - *vaddr;
     if (info.tls) um.flags |= info.tls->whole_file_is_tls ? UNWIND_MAPPING_TLS : UNWIND_MAPPING_TLS_SYMBOLS;
-    if (info.image->is_go) {
-      um.flags |= UNWIND_MAPPING_FP;  // Go keeps frame pointers; its CFI is not needed
-    } else {
-      Slot slot = TableFor(pid, m);
-      um.table_start = slot.first_row;
-      um.table_len = slot.rows;
-    }
+    Slot slot = TableFor(pid, m);
+    um.table_start = slot.first_row;
+    um.table_len = slot.rows;
+    // A Go binary without a usable pclntab table: its frame pointers.
+    if (info.image->is_go && slot.rows == 0) um.flags |= UNWIND_MAPPING_FP;
     ++proc.nr_mappings;
   }
   auto status = sampler_.SetProcess(static_cast<uint32_t>(pid), proc);

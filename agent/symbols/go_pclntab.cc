@@ -51,8 +51,11 @@ unsigned FieldSize(const GoPclntabHeader& h) { return h.version >= GoPclntabVers
 // cheap validation of candidates found by magic. With `check_func_entry`, each
 // _func's own entry field must agree with the functab (a strong sign that a
 // magic match is really a pclntab).
+// Called per function with the offset of its _func in the table.
+using FuncVisitor = std::function<void(uint64_t entry, uint64_t end, std::string_view name, uint64_t func)>;
+
 Result<uint64_t> Walk(std::span<const uint8_t> data, const GoPclntabHeader& h, uint64_t text_start, uint64_t limit,
-                      bool check_func_entry, const GoFunctionVisitor* visit) {
+                      bool check_func_entry, const FuncVisitor* visit) {
   Reader r(data, h.big_endian, h.ptr_size);
   const unsigned fs = FieldSize(h);
   const bool relative = h.version >= GoPclntabVersion::kGo118;
@@ -99,7 +102,7 @@ Result<uint64_t> Walk(std::span<const uint8_t> data, const GoPclntabHeader& h, u
       return MakeError("Go pclntab is corrupt: name of function {} at offset {:#x} is out of range", i,
                        names + *nameoff);
     }
-    if (visit != nullptr) (*visit)(entry, i + 1 == h.nfunc ? std::max(*end_pc, entry) : *next, *name);
+    if (visit != nullptr) (*visit)(entry, i + 1 == h.nfunc ? std::max(*end_pc, entry) : *next, *name, func);
   }
   return n;
 }
@@ -164,6 +167,9 @@ Result<GoPclntabHeader> ParseGoPclntabHeader(std::span<const uint8_t> data) {
     case GoPclntabVersion::kGo116: {
       auto names = offset(2);
       if (!names) return names.error();
+      auto pctab = offset(5);
+      if (!pctab) return pctab.error();
+      h.pctab_offset = *pctab;
       auto pcln = offset(6);
       if (!pcln) return pcln.error();
       h.funcname_offset = *names;
@@ -177,6 +183,9 @@ Result<GoPclntabHeader> ParseGoPclntabHeader(std::span<const uint8_t> data) {
       h.text_start = *text;
       auto names = offset(3);
       if (!names) return names.error();
+      auto pctab = offset(6);
+      if (!pctab) return pctab.error();
+      h.pctab_offset = *pctab;
       auto pcln = offset(7);
       if (!pcln) return pcln.error();
       h.funcname_offset = *names;
@@ -199,7 +208,64 @@ Result<uint64_t> ForEachGoFunction(std::span<const uint8_t> data, uint64_t text_
   auto h = ParseGoPclntabHeader(data);
   if (!h) return h.error();
   uint64_t base = h->text_start != 0 ? h->text_start : text_start;
-  return Walk(data, *h, base, UINT64_MAX, /*check_func_entry=*/false, &visit);
+  FuncVisitor v = [&](uint64_t entry, uint64_t end, std::string_view name, uint64_t) { visit(entry, end, name); };
+  return Walk(data, *h, base, UINT64_MAX, /*check_func_entry=*/false, &v);
+}
+
+namespace {
+
+// Unsigned LEB128-style varint as the runtime writes pc-value tables.
+std::optional<uint32_t> ReadVarint(std::span<const uint8_t> data, uint64_t* off) {
+  uint32_t v = 0;
+  for (unsigned shift = 0; shift < 35; shift += 7) {
+    if (*off >= data.size()) return std::nullopt;
+    uint8_t b = data[(*off)++];
+    v |= static_cast<uint32_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return v;
+  }
+  return std::nullopt;
+}
+
+// Decodes one pc-value table starting at `off` for a function at [entry,
+// end) into `out` (runtime/symtab.go step(): value starts at -1, each step
+// adds a zig-zag value delta, then advances the pc by delta * quantum; a
+// zero value delta after the first step ends the table).
+void DecodePcValue(std::span<const uint8_t> data, uint64_t off, uint64_t entry, uint64_t end, uint8_t quantum,
+                   std::vector<GoSpRange>* out) {
+  out->clear();
+  int64_t value = -1;
+  uint64_t pc = entry;
+  for (bool first = true; pc < end; first = false) {
+    if (off >= data.size()) break;
+    if (data[off] == 0 && !first) break;
+    auto uv = ReadVarint(data, &off);
+    if (!uv) break;
+    value += static_cast<int32_t>(-(*uv & 1) ^ (*uv >> 1));
+    auto pcdelta = ReadVarint(data, &off);
+    if (!pcdelta || *pcdelta == 0) break;
+    uint64_t next = std::min<uint64_t>(end, pc + uint64_t{*pcdelta} * quantum);
+    out->push_back(GoSpRange{pc, next, value});
+    pc = next;
+  }
+}
+
+}  // namespace
+
+Result<uint64_t> ForEachGoFrame(std::span<const uint8_t> data, uint64_t text_start, const GoFrameVisitor& visit) {
+  auto h = ParseGoPclntabHeader(data);
+  if (!h) return h.error();
+  uint64_t base = h->text_start != 0 ? h->text_start : text_start;
+  Reader r(data, h->big_endian, h->ptr_size);
+  // _func.pcsp follows entry, nameoff, args and deferreturn (or frame).
+  const uint64_t pcsp_field = (h->version >= GoPclntabVersion::kGo118 ? 4 : h->ptr_size) + 12;
+  std::vector<GoSpRange> ranges;
+  FuncVisitor v = [&](uint64_t entry, uint64_t end, std::string_view name, uint64_t func) {
+    ranges.clear();
+    auto pcsp = r.U32(func + pcsp_field);
+    if (pcsp && *pcsp != 0) DecodePcValue(data, h->pctab_offset + *pcsp, entry, end, h->quantum, &ranges);
+    visit(entry, end, name, ranges);
+  };
+  return Walk(data, *h, base, UINT64_MAX, /*check_func_entry=*/false, &v);
 }
 
 std::optional<size_t> FindGoPclntab(std::span<const uint8_t> region) {

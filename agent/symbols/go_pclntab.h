@@ -48,6 +48,7 @@ struct GoPclntabHeader {
   uint64_t funcname_offset = 0;  // names; 0 before 1.16 (names are table offsets)
   uint64_t functab_offset = 0;   // the {entry, funcoff} pairs
   uint64_t funcdata_offset = 0;  // base of funcoff (== functab since 1.16, 0 before)
+  uint64_t pctab_offset = 0;     // base of the pc-value tables (pcsp, ...); 0 before 1.16
 };
 
 // Checks the header fields (magic, padding, quantum, pointer size, offsets
@@ -69,5 +70,29 @@ using GoFunctionVisitor = std::function<void(uint64_t entry, uint64_t end, std::
 // module's runtime.text) replaces it only when the file holds 0, as in PIEs
 // where the dynamic loader fills it in. Returns the number of functions visited.
 Result<uint64_t> ForEachGoFunction(std::span<const uint8_t> data, uint64_t text_start, const GoFunctionVisitor& visit);
+
+// One range of a function's pcsp table: at PCs [start, end) the stack
+// pointer is `sp_delta` bytes below its value at the function's entry (where
+// the return address is at SP); so the canonical frame address there is
+// SP + sp_delta + pointer size. Exact per instruction: the compiler and the
+// assembler record every SP adjustment, and the runtime's own tracebacks
+// (and garbage collector) depend on it.
+struct GoSpRange {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  int64_t sp_delta = 0;
+};
+
+// Called once per function, in increasing entry order, with its pcsp ranges
+// (sorted, clipped to [entry, end); empty when the table is missing or does
+// not decode). Valid only during the call.
+using GoFrameVisitor =
+    std::function<void(uint64_t entry, uint64_t end, std::string_view name, std::span<const GoSpRange> sp)>;
+
+// As ForEachGoFunction, with each function's pcsp table decoded
+// (runtime/symtab.go: pcvalue/step; _func.pcsp). A pcsp table that runs past
+// the data, or does not end before the function's end, is cut where it
+// stops making sense; it never makes the whole walk fail.
+Result<uint64_t> ForEachGoFrame(std::span<const uint8_t> data, uint64_t text_start, const GoFrameVisitor& visit);
 
 }  // namespace tlsprof::symbols

@@ -538,7 +538,51 @@ TEST_F(GoBinaryTest, RandomCorruptionOfRealPclntab) {
       t[rng() % span] = static_cast<uint8_t>(rng());
     }
     (void)ForEachGoFunction(t, 0x401000, [](uint64_t, uint64_t, std::string_view) {});
+    // The pcsp tables too (corrupt anywhere, including the pc-value tables).
+    for (int i = 0; i < 4; ++i) t[rng() % t.size()] = static_cast<uint8_t>(rng());
+    (void)ForEachGoFrame(t, 0x401000,
+                         [](uint64_t entry, uint64_t end, std::string_view, std::span<const GoSpRange> sp) {
+                           for (const GoSpRange& r : sp) {
+                             EXPECT_TRUE(r.start >= entry && r.start < r.end && r.end <= end);
+                           }
+                         });
   }
+}
+
+// pcsp of the real binary: every function's ranges tile [entry, end) from
+// its entry with no gaps, SP is never above the entry SP, and the functions
+// that set up a frame do lower it.
+TEST_F(GoBinaryTest, PcspTablesOfRealBinary) {
+  std::string full = Build("full", "");
+  auto pcln = ReadSection(full, ".gopclntab");
+  ASSERT_TRUE(pcln);
+  uint64_t funcs = 0, with_frame = 0, negative = 0, gaps = 0, empty = 0;
+  bool main_has_frame = false;
+  auto n = ForEachGoFrame(pcln->bytes, 0,
+                          [&](uint64_t entry, uint64_t, std::string_view name, std::span<const GoSpRange> sp) {
+                            ++funcs;
+                            if (sp.empty()) {
+                              ++empty;
+                              return;
+                            }
+                            if (sp.front().start != entry || sp.front().sp_delta != 0)
+                              ++gaps;  // entry: SP as the caller left it
+                            int64_t max_delta = 0;
+                            for (size_t i = 0; i < sp.size(); ++i) {
+                              if (i > 0 && sp[i].start != sp[i - 1].end) ++gaps;
+                              if (sp[i].sp_delta < 0) ++negative;
+                              max_delta = std::max(max_delta, sp[i].sp_delta);
+                            }
+                            if (max_delta > 0) ++with_frame;
+                            if (name == "main.main") main_has_frame = max_delta > 0;
+                          });
+  ASSERT_TRUE(n) << n.error().message;
+  EXPECT_EQ(*n, funcs);
+  EXPECT_LE(empty, funcs / 100);
+  EXPECT_EQ(gaps, 0u);
+  EXPECT_EQ(negative, 0u);
+  EXPECT_GT(with_frame, funcs / 2);
+  EXPECT_TRUE(main_has_frame);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ struct UnwindTable {
   uint64_t unsupported_bytes = 0;                // of those, bytes whose rule became CFA_NONE
   uint64_t cfi_errors = 0;                       // FDEs/CIEs we could not decode (skipped)
   uint64_t kind_rows[UNWIND_CFA_NR_KINDS] = {};  // final rows per enum unwind_cfa_kind
+  uint64_t gap_cfi_rows = 0;                     // Go tables: CFI rows taken for code outside Go functions (cgo)
 };
 
 // Reads the CFI of the ELF file behind `fd` (executable segments only).
@@ -41,6 +42,17 @@ struct UnwindTable {
 // x86-64 ELF gives an Error; CFI entries that do not decode are skipped and
 // counted in cfi_errors. Never crashes on bad input.
 Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_view display_path);
+
+// Rows for a Go binary from its pclntab (agent/unwind/go_table.cc): CFA =
+// RSP + pcsp delta + 8 at every PC, the caller's RBP from the slot Go's
+// prologue saves it in (CFA - 16) once it is there; runtime.systemstack,
+// runtime.morestack and runtime.asmcgocall, which switch to the g0 stack,
+// are crossed by frame pointer (CFA_RBP), and runtime.goexit/mstart/rt0_go/mcall end the stack
+// (CFA_END). Code outside every Go function (C linked in by cgo) gets the
+// file's CFI rows, else the frame-pointer rule (CFA_RBP + 16). Works on
+// stripped binaries (no .symtab, no .debug_frame); an Error when the file
+// has no pclntab. Thread-safe.
+Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::string_view display_path);
 
 // Finds the row that applies at `vaddr`; nullptr if before the first row.
 const unwind_row* FindRow(const UnwindTable& table, uint64_t vaddr);

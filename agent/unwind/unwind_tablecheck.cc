@@ -19,23 +19,29 @@ int main(int argc, char** argv) {
       rc = 1;
       continue;
     }
-    auto t0 = std::chrono::steady_clock::now();
-    auto table = tlsprof::unwind::BuildUnwindTable(fd.get(), argv[i]);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (!table.ok()) {
-      std::fprintf(stderr, "%s: %s\n", argv[i], table.error().message.c_str());
-      rc = 1;
-      continue;
+    // Every file gets its CFI table; a Go binary also its pclntab (pcsp) table.
+    for (bool go : {false, true}) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto table = go ? tlsprof::unwind::BuildGoUnwindTable(fd.get(), argv[i])
+                      : tlsprof::unwind::BuildUnwindTable(fd.get(), argv[i]);
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (!table.ok()) {
+        if (go) continue;  // not a Go binary
+        std::fprintf(stderr, "%s: %s\n", argv[i], table.error().message.c_str());
+        rc = 1;
+        continue;
+      }
+      const auto& t = **table;
+      std::printf(
+          "%s%s: %.1f ms, %zu rows (%zu KiB), %lu %s, %lu source rows, %lu unsupported (%.2f%% of rows, %.3f%% of "
+          "%lu code bytes), %lu CFI errors\n ",
+          argv[i], go ? " (Go pclntab)" : "", ms, t.rows.size(), t.rows.size() * sizeof(unwind_row) / 1024, t.fdes,
+          go ? "functions" : "FDEs", t.cfi_rows, t.unsupported_rows,
+          t.cfi_rows ? 100.0 * t.unsupported_rows / t.cfi_rows : 0.0,
+          t.covered_bytes ? 100.0 * t.unsupported_bytes / t.covered_bytes : 0.0, t.covered_bytes, t.cfi_errors);
+      for (int k = 0; k < UNWIND_CFA_NR_KINDS; ++k) std::printf(" %s=%lu", kKinds[k], t.kind_rows[k]);
+      std::printf("\n");
     }
-    const auto& t = **table;
-    std::printf(
-        "%s: %.1f ms, %zu rows (%zu KiB), %lu FDEs, %lu libdw rows, %lu unsupported (%.2f%% of rows, %.3f%% of "
-        "%lu code bytes), %lu CFI errors\n ",
-        argv[i], ms, t.rows.size(), t.rows.size() * sizeof(unwind_row) / 1024, t.fdes, t.cfi_rows, t.unsupported_rows,
-        t.cfi_rows ? 100.0 * t.unsupported_rows / t.cfi_rows : 0.0,
-        t.covered_bytes ? 100.0 * t.unsupported_bytes / t.covered_bytes : 0.0, t.covered_bytes, t.cfi_errors);
-    for (int k = 0; k < UNWIND_CFA_NR_KINDS; ++k) std::printf(" %s=%lu", kKinds[k], t.kind_rows[k]);
-    std::printf("\n");
   }
   return rc;
 }

@@ -34,6 +34,7 @@
 #include "agent/common/fd.h"
 #include "agent/unwind/unwind_table.h"
 
+using tlsprof::unwind::BuildGoUnwindTable;
 using tlsprof::unwind::BuildUnwindTable;
 using tlsprof::unwind::FindRow;
 using tlsprof::unwind::MappedTable;
@@ -802,9 +803,13 @@ TEST(UnwindTableTest, GoBinary) {
   if (std::system("command -v go >/dev/null 2>&1") != 0) GTEST_SKIP() << "go is not installed";
   TempDir dir;
   dir.File("go.mod", "module unwindgo\n\ngo 1.19\n");
-  dir.File("main.go", "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hi\") }\n");
-  std::string cmd =
-      "cd " + dir.path() + " && GOPROXY=off GOFLAGS=-mod=mod GOCACHE=/tmp/tlsprof-go-cache go build -o hello . 2>&1";
+  dir.File("main.go",
+           "package main\n\nimport (\n\t\"crypto/sha256\"\n\t\"fmt\"\n)\n\n"
+           "func main() { fmt.Println(sha256.Sum256([]byte(\"hi\"))) }\n");
+  std::string cmd = "cd " + dir.path() +
+                    " && GOPROXY=off GOFLAGS=-mod=mod GOCACHE=/tmp/tlsprof-go-cache go build -o hello . 2>&1"
+                    " && GOPROXY=off GOFLAGS=-mod=mod GOCACHE=/tmp/tlsprof-go-cache go build -ldflags=-s\\ -w"
+                    " -o hello-stripped . 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::string path = dir.path() + "/hello";
   tlsprof::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -816,4 +821,96 @@ TEST(UnwindTableTest, GoBinary) {
   EXPECT_GT(t.fdes, 100u);
   EXPECT_GT(t.kind_rows[CFA_RSP], 100u);
   EXPECT_EQ(t.unsupported_rows, 0u);
+
+  // The pclntab (pcsp) table: Go's linker writes .debug_frame from the same
+  // pcsp tables, so wherever .debug_frame gives CFA = RSP + n, the pclntab
+  // rows must give the same n; and a stripped build (no .debug_frame, no
+  // .symtab) gives the same rows.
+  auto go = BuildGoUnwindTable(fd.get(), path);
+  ASSERT_TRUE(go.ok()) << go.error().message;
+  const UnwindTable& g = **go;
+  std::printf("go pclntab: %zu rows, %lu functions, %lu unsupported, rsp %lu rbp %lu end %lu none %lu\n", g.rows.size(),
+              g.fdes, g.unsupported_rows, g.kind_rows[CFA_RSP], g.kind_rows[CFA_RBP], g.kind_rows[CFA_END],
+              g.kind_rows[CFA_NONE]);
+  EXPECT_GE(g.fdes, t.fdes * 9 / 10);
+  EXPECT_GE(g.kind_rows[CFA_RBP], 1u);  // runtime.systemstack, runtime.morestack (adjacent: one row)
+  EXPECT_GE(g.kind_rows[CFA_END], 3u);
+  size_t compared = 0, differ = 0, bp_saved = 0;
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const unwind_row& d = t.rows[i];
+    if (d.cfa_kind != CFA_RSP) continue;
+    const uint64_t end = i + 1 < t.rows.size() ? t.rows[i + 1].pc : d.pc + 1;
+    for (uint64_t pc = d.pc; pc < end; pc += std::max<uint64_t>(1, (end - d.pc) / 4)) {
+      const unwind_row* r = FindRow(g, pc);
+      if (r == nullptr || r->cfa_kind != CFA_RSP) continue;  // the stack-switching functions
+      ++compared;
+      if (r->cfa_off != d.cfa_off) ++differ;
+      if (r->rbp_kind == RBP_AT_CFA) {
+        ++bp_saved;
+        EXPECT_GT(r->cfa_off, 8);
+        EXPECT_EQ(r->rbp_off, -16);
+      }
+    }
+  }
+  std::printf("go pclntab vs .debug_frame: %zu PCs compared, %zu differ, %zu with RBP saved\n", compared, differ,
+              bp_saved);
+  EXPECT_GT(compared, 1000u);
+  EXPECT_EQ(differ, 0u);
+  EXPECT_GT(bp_saved, compared / 4);
+
+  std::string stripped = dir.path() + "/hello-stripped";
+  tlsprof::UniqueFd sfd(open(stripped.c_str(), O_RDONLY | O_CLOEXEC));
+  auto cfi = BuildUnwindTable(sfd.get(), stripped);
+  ASSERT_TRUE(cfi.ok()) << cfi.error().message;
+  EXPECT_EQ((*cfi)->rows.size(), 0u);  // no .debug_frame left
+  auto sgo = BuildGoUnwindTable(sfd.get(), stripped);
+  ASSERT_TRUE(sgo.ok()) << sgo.error().message;
+  EXPECT_EQ((*sgo)->fdes, g.fdes);
+  EXPECT_EQ((*sgo)->rows.size(), g.rows.size());
+
+  // A C file has no pclntab.
+  tlsprof::UniqueFd self(open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+  EXPECT_FALSE(BuildGoUnwindTable(self.get(), "self").ok());
+}
+
+// ---- Go with cgo: the C code linked into the binary has no pcsp table; its
+// rows come from the file's CFI (.eh_frame), as in a C binary.
+TEST(UnwindTableTest, GoBinaryWithCgoTakesCfiForTheCCode) {
+  if (std::system("command -v go >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "go or gcc is not installed";
+  }
+  TempDir dir;
+  dir.File("go.mod", "module unwindcgo\n\ngo 1.19\n");
+  dir.File("main.go",
+           "package main\n\n/*\n#include <stdlib.h>\n"
+           "__attribute__((noinline)) int tlsprof_cfunc(int n) {\n"
+           "  int *p = malloc(sizeof(int) * (n + 1)); int s = 0;\n"
+           "  for (int i = 0; i <= n; i++) { p[i] = i * i; s += p[i] ^ n; }\n"
+           "  free(p); return s;\n}\n*/\nimport \"C\"\nimport \"fmt\"\n\n"
+           "func main() { fmt.Println(C.tlsprof_cfunc(10)) }\n");
+  std::string cmd = "cd " + dir.path() +
+                    " && CGO_ENABLED=1 GOPROXY=off GOFLAGS=-mod=mod GOCACHE=/tmp/tlsprof-go-cache go build -o hello ."
+                    " 2>&1 && nm hello | awk '$3 == \"tlsprof_cfunc\" {print $1}' > cfunc.addr";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream addr_file(dir.path() + "/cfunc.addr");
+  std::string hex;
+  ASSERT_TRUE(std::getline(addr_file, hex)) << "tlsprof_cfunc not in the symbol table";
+  const uint64_t cfunc = std::stoull(hex, nullptr, 16);
+
+  std::string path = dir.path() + "/hello";
+  tlsprof::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  auto go = BuildGoUnwindTable(fd.get(), path);
+  ASSERT_TRUE(go.ok()) << go.error().message;
+  auto cfi = BuildUnwindTable(fd.get(), path);
+  ASSERT_TRUE(cfi.ok()) << cfi.error().message;
+  EXPECT_GT((*go)->gap_cfi_rows, 0u);
+  // Entry (CFA = RSP + 8) and a few instructions in: the same rule as the CFI's.
+  for (uint64_t pc = cfunc; pc < cfunc + 16; ++pc) {
+    const unwind_row* g = FindRow(**go, pc);
+    const unwind_row* c = FindRow(**cfi, pc);
+    ASSERT_TRUE(g != nullptr && c != nullptr);
+    EXPECT_NE(c->cfa_kind, CFA_NONE);
+    EXPECT_EQ(g->cfa_kind, c->cfa_kind) << std::hex << pc;
+    EXPECT_EQ(g->cfa_off, c->cfa_off) << std::hex << pc;
+  }
 }
