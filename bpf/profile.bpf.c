@@ -69,13 +69,18 @@ static __always_inline bool user_mode(struct bpf_perf_event_data *ctx)
 	return (cs & 3) == 3;
 }
 
-static __always_inline void total_inc(__u32 slot)
+static __always_inline void total_add(__u32 slot, __u64 n)
 {
 	__u64 *count = bpf_map_lookup_elem(&totals, &slot);
 
 	/* Per-CPU slot, and the program cannot nest on one CPU: no atomic. */
 	if (count)
-		*count += 1;
+		*count += n;
+}
+
+static __always_inline void total_inc(__u32 slot)
+{
+	total_add(slot, 1);
 }
 
 /* Count one sample for a process. A new tgid is inserted already counted
@@ -136,6 +141,16 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
+/* unwind_rows[b << TLSPROF_UNWIND_INDEX_SHIFT].pc for every bucket b that
+ * user space wrote rows into (see unwind.h).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TLSPROF_UNWIND_INDEX_LEN);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_row_index SEC(".maps");
+
 /* The processes to unwind, keyed by tgid: their mappings sorted by start. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -153,6 +168,41 @@ struct {
 	__type(key, struct stack_key);
 	__type(value, __u64);
 } samples_by_stack SEC(".maps");
+
+/* A per-CPU cache of recent row lookups: TLS stacks repeat the same return
+ * addresses, and a hit costs one slot instead of the searches of the row
+ * index and of a bucket (each step a likely cache and TLB miss under nested
+ * virtualisation; bench/README.md). Direct-mapped by (table, address).
+ * A slot is valid for the row-array generation it was filled in: user space
+ * bumps unwind_rows_gen after every upload (agent/sample/sampler.cc), so a
+ * range that was written again is never served from the cache. Generation
+ * 0 (nothing uploaded yet) turns the cache off.
+ */
+#define UNWIND_ROW_CACHE_SLOTS 4096
+#define UNWIND_ROW_CACHE_GROUP 1024 /* slots per map element: 32 KiB, the per-CPU value limit */
+struct row_cache_slot {
+	__u32 vaddr;
+	__u32 table_start;
+	__u32 gen;
+	__u32 pad;
+	struct unwind_row row;
+};
+
+struct row_cache_group {
+	struct row_cache_slot slots[UNWIND_ROW_CACHE_GROUP];
+};
+
+/* Slots in groups: a few per-CPU values of 32 KiB (the largest allowed)
+ * rather than 4096 small per-CPU allocations.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, UNWIND_ROW_CACHE_SLOTS / UNWIND_ROW_CACHE_GROUP);
+	__type(key, __u32);
+	__type(value, struct row_cache_group);
+} unwind_row_cache SEC(".maps");
+
+__u32 unwind_rows_gen = 0;
 
 /* The walk's state: the stack key alone (264 B) would not fit the 512-byte
  * BPF stack next to the rest. Per CPU, and the program cannot nest on one
@@ -186,12 +236,20 @@ struct ustack_walk_ctx {
 
 /* Binary-search steps: enough for ranges of up to 2^(n-1) entries. */
 #define UNWIND_MAPPING_SEARCH_STEPS 5 /* 16 mappings */
-#define UNWIND_ROW_SEARCH_STEPS 22    /* 2^21 rows */
+#define UNWIND_BUCKET_SEARCH_STEPS 9  /* 256 rows (one index bucket) */
+#define UNWIND_INDEX_SEARCH_STEPS 14  /* 2^13 index entries */
 
 _Static_assert(TLSPROF_UNWIND_MAX_MAPPINGS == 1 << (UNWIND_MAPPING_SEARCH_STEPS - 1),
                "mapping search steps");
-_Static_assert(TLSPROF_UNWIND_MAX_ROWS <= 1 << (UNWIND_ROW_SEARCH_STEPS - 1), "row search steps");
+_Static_assert(TLSPROF_UNWIND_INDEX_BUCKET <= 1 << (UNWIND_BUCKET_SEARCH_STEPS - 1),
+               "bucket search steps");
+_Static_assert(TLSPROF_UNWIND_INDEX_LEN <= 1 << (UNWIND_INDEX_SEARCH_STEPS - 1),
+               "index search steps");
 _Static_assert(sizeof(struct unwind_row) == 16, "unwind_row layout");
+_Static_assert(sizeof(struct row_cache_group) <= 32768, "per-CPU value limit");
+_Static_assert(UNWIND_ROW_CACHE_SLOTS == 1 << 12, "the slot hash keeps 12 bits");
+_Static_assert((UNWIND_ROW_CACHE_GROUP & (UNWIND_ROW_CACHE_GROUP - 1)) == 0,
+               "slots are indexed with a mask");
 _Static_assert((TLSPROF_UNWIND_MAX_FRAMES & (TLSPROF_UNWIND_MAX_FRAMES - 1)) == 0,
                "ips[] is indexed with a mask");
 
@@ -219,16 +277,18 @@ static __always_inline const struct unwind_mapping *find_mapping(const struct un
 	return ip < m->end ? m : NULL;
 }
 
-/* The last row with pc <= vaddr among rows [start, start + len), or NULL. */
-static __always_inline const struct unwind_row *find_row(__u32 start, __u32 len, __u64 vaddr)
+/* The last row with pc <= vaddr among rows [start, start + len), or NULL;
+ * len is at most one index bucket.
+ */
+static __always_inline const struct unwind_row *search_row(__u32 start, __u32 len, __u64 vaddr)
 {
 	__u32 lo = start, hi = start + len, mid;
 	const struct unwind_row *row;
 	int k;
 
-	if (vaddr > 0xffffffffULL || hi < lo)
+	if (vaddr > 0xffffffffULL || hi < lo || len > TLSPROF_UNWIND_INDEX_BUCKET)
 		return NULL;
-	for (k = 0; k < UNWIND_ROW_SEARCH_STEPS && lo < hi; k++) {
+	for (k = 0; k < UNWIND_BUCKET_SEARCH_STEPS && lo < hi; k++) {
 		mid = lo + (hi - lo) / 2;
 		row = bpf_map_lookup_elem(&unwind_rows, &mid);
 		if (!row)
@@ -242,6 +302,90 @@ static __always_inline const struct unwind_row *find_row(__u32 start, __u32 len,
 		return NULL;
 	mid = lo - 1;
 	return bpf_map_lookup_elem(&unwind_rows, &mid);
+}
+
+/* The same for a whole table, rows [start, start + len): the index entries
+ * of the buckets that start inside the table say which bucket (or the
+ * table's head, before its first bucket) holds the row, and only those at
+ * most 256 rows are searched.
+ */
+static __always_inline const struct unwind_row *search_table(__u32 start, __u32 len, __u64 vaddr)
+{
+	__u32 end = start + len, first, lo, hi, mid;
+	const __u32 *pc;
+	int k;
+
+	if (end < start || vaddr > 0xffffffffULL)
+		return NULL;
+	/* The first bucket that starts inside the table. */
+	first = (start + TLSPROF_UNWIND_INDEX_BUCKET - 1) >> TLSPROF_UNWIND_INDEX_SHIFT;
+	if (first << TLSPROF_UNWIND_INDEX_SHIFT >= end)
+		return search_row(start, len, vaddr); /* no bucket starts inside: < 256 rows */
+	/* The last such bucket whose first row has pc <= vaddr. */
+	lo = first;
+	hi = (end + TLSPROF_UNWIND_INDEX_BUCKET - 1) >> TLSPROF_UNWIND_INDEX_SHIFT;
+	for (k = 0; k < UNWIND_INDEX_SEARCH_STEPS && lo < hi; k++) {
+		mid = lo + (hi - lo) / 2;
+		pc = bpf_map_lookup_elem(&unwind_row_index, &mid);
+		if (!pc)
+			return NULL;
+		if (*pc <= vaddr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == first) {
+		/* Before the first bucket: the table's head, if it has one. */
+		lo = start;
+		hi = first << TLSPROF_UNWIND_INDEX_SHIFT;
+	} else {
+		lo = (lo - 1) << TLSPROF_UNWIND_INDEX_SHIFT;
+		hi = lo + TLSPROF_UNWIND_INDEX_BUCKET;
+		if (hi > end)
+			hi = end;
+	}
+	return search_row(lo, hi - lo, vaddr);
+}
+
+/* search_table() through the per-CPU cache: copies the row to *out and
+ * returns 1, or returns 0. A global function, so the verifier checks it once
+ * on its own instead of inside every path of the walk's step (inlined there,
+ * the searches and the cache multiplied the program's load time by four).
+ */
+__noinline int find_row(__u32 start, __u32 len, __u64 vaddr, struct unwind_row *out)
+{
+	struct row_cache_slot *slot = NULL;
+	struct row_cache_group *group;
+	const struct unwind_row *row;
+	__u32 gen = unwind_rows_gen, idx, g;
+
+	if (!out)
+		return 0;
+	if (vaddr <= 0xffffffffULL && gen != 0) {
+		/* Fibonacci hashing of (table, address) to a slot. */
+		idx = (__u32)(((vaddr | (__u64)start << 32) * 0x9E3779B97F4A7C15ULL) >> 52);
+		g = idx / UNWIND_ROW_CACHE_GROUP;
+		group = bpf_map_lookup_elem(&unwind_row_cache, &g);
+		if (group)
+			slot = &group->slots[idx & (UNWIND_ROW_CACHE_GROUP - 1)];
+		if (slot && slot->gen == gen && slot->vaddr == (__u32)vaddr &&
+		    slot->table_start == start) {
+			*out = slot->row;
+			return 1;
+		}
+	}
+	total_inc(TOTAL_UNWIND_ROW_SEARCHES);
+	row = search_table(start, len, vaddr);
+	if (!row)
+		return 0;
+	*out = *row;
+	if (slot) {
+		slot->vaddr = (__u32)vaddr;
+		slot->table_start = start;
+		slot->gen = gen;
+		slot->row = *row;
+	}
+	return 1;
 }
 
 static __always_inline bool read_user_word(__u64 addr, __u64 *out)
@@ -344,6 +488,7 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 	const struct unwind_proc *proc = w->proc;
 	const struct unwind_mapping *m;
 	const struct unwind_row *row;
+	struct unwind_row row_buf;
 	__u64 lookup, cfa, ra, bp;
 	__u32 n;
 
@@ -384,7 +529,8 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 			return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
 		cfa = st->bp + 16;
 	} else {
-		row = find_row(m->table_start, m->table_len, lookup - m->bias);
+		row = find_row(m->table_start, m->table_len, lookup - m->bias, &row_buf) ? &row_buf
+		                                                                         : NULL;
 		if (!row)
 			return unwind_stop(st, TOTAL_UNWIND_STOP_NO_ROW);
 		/* A static link (node): only rows inside TLS symbols are TLS code,
@@ -488,19 +634,19 @@ static __always_inline bool stack_inc(const struct stack_key *key)
 	return true;
 }
 
-/* Unwinds a user-mode sample of tgid if user space registered the process. */
-static __always_inline void unwind_sample(struct bpf_perf_event_data *ctx, __u32 tgid)
+/* Walks the stack of a user-mode sample of a registered process and counts
+ * it; returns the frames visited.
+ */
+static __always_inline __u32 walk_and_count(struct bpf_perf_event_data *ctx, __u32 tgid,
+                                            const struct unwind_proc *proc)
 {
-	const struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
 	struct ustack_walk_ctx walk;
 	struct ustack_walk *st;
 	__u32 zero = 0;
 
-	if (!proc)
-		return;
 	st = bpf_map_lookup_elem(&unwind_scratch, &zero);
 	if (!st)
-		return;
+		return 0;
 	/* Equal stacks must give equal keys: unused ips are zero. */
 	__builtin_memset(&st->key, 0, sizeof(st->key));
 	st->key.tgid = tgid;
@@ -523,15 +669,34 @@ static __always_inline void unwind_sample(struct bpf_perf_event_data *ctx, __u32
 
 	if (!st->tls) {
 		total_inc(TOTAL_UNWIND_NOT_TLS);
-		return;
+		return st->key.nr_frames;
 	}
 	if (!stack_inc(&st->key)) {
 		total_inc(TOTAL_DROPPED_STACK);
-		return;
+		return st->key.nr_frames;
 	}
 	total_inc(TOTAL_UNWOUND);
 	if (st->stop)
 		total_inc(st->stop);
+	return st->key.nr_frames;
+}
+
+/* Unwinds a user-mode sample of tgid if user space registered the process,
+ * and accounts for the walk's cost.
+ */
+static __always_inline void unwind_sample(struct bpf_perf_event_data *ctx, __u32 tgid)
+{
+	const struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	__u64 t0;
+	__u32 frames;
+
+	if (!proc)
+		return;
+	t0 = bpf_ktime_get_ns();
+	frames = walk_and_count(ctx, tgid, proc);
+	total_add(TOTAL_UNWIND_NS, bpf_ktime_get_ns() - t0);
+	total_inc(TOTAL_UNWIND_WALKS);
+	total_add(TOTAL_UNWIND_FRAMES, frames);
 }
 
 SEC("perf_event")

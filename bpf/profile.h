@@ -59,6 +59,13 @@ enum total_slot {
 	TOTAL_UNWIND_STOP_UNREADABLE,  /* a stack word could not be read */
 	TOTAL_UNWIND_STOP_NOT_GROWING, /* the caller's SP is not above the callee's */
 	TOTAL_UNWIND_STOP_REG_UNKNOWN, /* CFA_REG past frame 0/1, or an implausible CFA */
+	/* The unwinder's own cost (bench/unwind_cost.py), over every walk
+	 * started, whether or not it found TLS code.
+	 */
+	TOTAL_UNWIND_WALKS,  /* user samples of a process in unwind_procs: walks started */
+	TOTAL_UNWIND_FRAMES, /* frames visited by those walks */
+	TOTAL_UNWIND_NS, /* bpf_ktime_get_ns() time in the walks, samples_by_stack update included */
+	TOTAL_UNWIND_ROW_SEARCHES, /* row lookups not served by the per-CPU row cache */
 	TOTAL_NR_SLOTS,
 };
 

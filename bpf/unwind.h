@@ -15,7 +15,15 @@
 
 #define TLSPROF_UNWIND_MAX_FRAMES 32      /* frames kept per stack */
 #define TLSPROF_UNWIND_MAX_ROWS (1 << 21) /* rows in the global row array */
-#define TLSPROF_UNWIND_MAX_MAPPINGS 16    /* unwindable mappings per process */
+/* The row index: entry b is the pc of row b << TLSPROF_UNWIND_INDEX_SHIFT
+ * (a bucket of 256 rows, 4 KiB). A lookup in a table searches the index
+ * entries of the buckets inside it first, then at most 256 rows: a few pages
+ * touched instead of one per step of a search over the whole table.
+ */
+#define TLSPROF_UNWIND_INDEX_SHIFT 8
+#define TLSPROF_UNWIND_INDEX_BUCKET (1 << TLSPROF_UNWIND_INDEX_SHIFT)
+#define TLSPROF_UNWIND_INDEX_LEN (TLSPROF_UNWIND_MAX_ROWS >> TLSPROF_UNWIND_INDEX_SHIFT)
+#define TLSPROF_UNWIND_MAX_MAPPINGS 16 /* unwindable mappings per process */
 #define TLSPROF_UNWIND_MAX_PROCS 8192
 #define TLSPROF_UNWIND_FIRST_WALK 3 /* frames tried to find TLS code above a non-TLS leaf */
 /* Non-TLS frames crossed above TLS code before the walk stops (the first of

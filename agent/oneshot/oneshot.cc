@@ -195,7 +195,15 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
                               {"tables", st.tables},
                               {"rows", st.rows},
                               {"table_failures", st.table_failures},
-                              {"mappings_left_out", st.mappings_left_out}};
+                              {"mappings_left_out", st.mappings_left_out},
+                              // The in-kernel walks and their cost (bench/unwind_cost.py).
+                              {"walks", totals.unwind_walks},
+                              {"frames", totals.unwind_frames},
+                              {"walk_seconds", static_cast<double>(totals.unwind_ns) / 1e9},
+                              {"row_searches", totals.unwind_row_searches},
+                              {"stacks", totals.unwound},
+                              {"not_tls", totals.unwind_not_tls},
+                              {"dropped_stacks", totals.dropped_stack}};
   }
   return doc;
 }

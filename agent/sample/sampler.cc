@@ -178,6 +178,14 @@ uint64_t* TotalsField(Totals& t, uint32_t slot) {
       return &t.unwind_stop.not_growing;
     case TOTAL_UNWIND_STOP_REG_UNKNOWN:
       return &t.unwind_stop.reg_unknown;
+    case TOTAL_UNWIND_WALKS:
+      return &t.unwind_walks;
+    case TOTAL_UNWIND_FRAMES:
+      return &t.unwind_frames;
+    case TOTAL_UNWIND_NS:
+      return &t.unwind_ns;
+    case TOTAL_UNWIND_ROW_SEARCHES:
+      return &t.unwind_row_searches;
     case TOTAL_NR_SLOTS:
       break;
   }
@@ -421,12 +429,42 @@ Status Sampler::UploadRows(uint32_t first_row, std::span<const unwind_row> rows)
     uint32_t count = static_cast<uint32_t>(n);
     LIBBPF_OPTS(bpf_map_batch_opts, opts);
     if (bpf_map_update_batch(fd, keys.data(), rows.data() + done, &count, &opts) != 0) {
+      const int err = errno;
+      BumpRowsGeneration();  // some rows may have changed
       return MakeError("cannot upload unwind rows [{}, {}) to the kernel: {}", first_row + done, first_row + done + n,
-                       ErrnoText(errno));
+                       ErrnoText(err));
     }
     done += n;
   }
+  // The row index: the pc of every bucket's first row among those written.
+  std::vector<uint32_t> buckets;
+  std::vector<uint32_t> pcs;
+  constexpr uint32_t kShift = TLSPROF_UNWIND_INDEX_SHIFT;
+  const uint64_t end = uint64_t{first_row} + rows.size();
+  for (uint64_t row = (uint64_t{first_row} + TLSPROF_UNWIND_INDEX_BUCKET - 1) >> kShift << kShift; row < end;
+       row += TLSPROF_UNWIND_INDEX_BUCKET) {
+    buckets.push_back(static_cast<uint32_t>(row >> kShift));
+    pcs.push_back(rows[row - first_row].pc);
+  }
+  if (!buckets.empty()) {
+    uint32_t count = static_cast<uint32_t>(buckets.size());
+    LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    if (bpf_map_update_batch(bpf_map__fd(impl_->skel->maps.unwind_row_index), buckets.data(), pcs.data(), &count,
+                             &opts) != 0) {
+      const int err = errno;
+      BumpRowsGeneration();
+      return MakeError("cannot upload the unwind row index for rows [{}, {}): {}", first_row, end, ErrnoText(err));
+    }
+  }
+  BumpRowsGeneration();
   return OkStatus();
+}
+
+void Sampler::BumpRowsGeneration() {
+  // The BPF row cache keeps a lookup only for the generation it was made in
+  // (bpf/profile.bpf.c); 0 means "cache off", so it is skipped on wrap.
+  uint32_t* gen = &impl_->skel->bss->unwind_rows_gen;
+  if (__atomic_add_fetch(gen, 1, __ATOMIC_RELEASE) == 0) __atomic_add_fetch(gen, 1, __ATOMIC_RELEASE);
 }
 
 Status Sampler::SetProcess(uint32_t tgid, const unwind_proc& proc) {

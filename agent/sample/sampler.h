@@ -58,6 +58,12 @@ struct Totals {
     uint64_t not_growing = 0;
     uint64_t reg_unknown = 0;  // CFA_REG row where the register is not known
   } unwind_stop;               // why each unwound stack ended (sum == unwound)
+  // The unwinder's own cost: walks started (TLS or not), frames they visited,
+  // and their time in the kernel (ns, by bpf_ktime_get_ns).
+  uint64_t unwind_walks = 0;
+  uint64_t unwind_frames = 0;
+  uint64_t unwind_ns = 0;
+  uint64_t unwind_row_searches = 0;  // row lookups the per-CPU row cache did not answer
 };
 
 struct BpfRunStats {
@@ -94,7 +100,8 @@ class Sampler {
   // the array is full (the caller then unwinds that file with frame pointers
   // or not at all). Append-only: ranges are never freed or moved.
   Result<uint32_t> AllocateRows(uint32_t count);
-  // Writes rows [first_row, first_row + rows.size()) of the array (batched).
+  // Writes rows [first_row, first_row + rows.size()) of the array (batched),
+  // and the row index entries of the buckets that start among them.
   // The range must lie inside the array; it need not come from AllocateRows.
   Status UploadRows(uint32_t first_row, std::span<const unwind_row> rows);
   // Registers (or replaces) the mappings of a process; from the next sample
@@ -118,6 +125,8 @@ class Sampler {
  private:
   struct Impl;
   explicit Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns);
+  // After every upload: row lookups the BPF program cached before it are stale.
+  void BumpRowsGeneration();
   std::unique_ptr<Impl> impl_;
   uint64_t period_ns_;
   uint32_t next_row_ = 0;

@@ -274,6 +274,57 @@ TEST(UnwindBpfTest, DwarfChain) {
   EXPECT_EQ(t.unwound, SumStops(t.unwind_stop));
 }
 
+// A table that does not start on a row-index bucket (a head of 156 rows,
+// then whole buckets) unwinds the same; the per-CPU row cache answers most
+// lookups of a repeating stack, and rows written again are never served from
+// it: the walk sees the new rows.
+TEST(UnwindBpfTest, RowCacheFollowsUploads) {
+  ChainChild child(tlsprof_dw_chain1);
+  ASSERT_TRUE(child.ready());
+  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_TRUE(sampler->AllocateRows(100).ok());
+  UploadedTable table = UploadExeTable(*sampler);
+  ASSERT_EQ(table.first, 100u);
+  ASSERT_GT(table.len, 4u * TLSPROF_UNWIND_INDEX_BUCKET);
+  ASSERT_TRUE(sampler->SetProcess(child.pid(), ExeProc(child.pid(), UNWIND_MAPPING_TLS, table.first, table.len)).ok());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const StackCounts c = CountStacks(*sampler, child.pid(), kDwarfChain);
+  EXPECT_GT(c.samples, 300u);
+  EXPECT_GE(c.with_chain * 10, c.samples * 9);
+  const Totals before = sampler->ReadTotals();
+  std::printf(
+      "cached: %lu walks, %lu frames, %lu row searches, %.0f ns per walk\n",
+      static_cast<unsigned long>(before.unwind_walks), static_cast<unsigned long>(before.unwind_frames),
+      static_cast<unsigned long>(before.unwind_row_searches),
+      before.unwind_walks ? static_cast<double>(before.unwind_ns) / static_cast<double>(before.unwind_walks) : 0.0);
+  EXPECT_GT(before.unwound, 300u);
+  EXPECT_EQ(before.unwind_stop.cfa_none, 0u);
+  EXPECT_GE(before.unwind_frames, 3 * before.unwind_walks);  // the chain is deeper than the first walk
+  EXPECT_LT(before.unwind_row_searches * 2, before.unwind_frames);
+  EXPECT_GT(before.unwind_ns, 0u);
+
+  // The same range again, with no CFI anywhere: every walk now stops at its
+  // first frame with CFA_NONE.
+  UniqueFd fd(open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+  auto built = tlsprof::unwind::BuildUnwindTable(fd.get(), "/proc/self/exe");
+  ASSERT_TRUE(built.ok());
+  std::vector<unwind_row> rows = built.value()->rows;
+  for (unwind_row& r : rows) r.cfa_kind = CFA_NONE;
+  ASSERT_TRUE(sampler->UploadRows(table.first, rows).ok());
+  const Totals rewritten = sampler->ReadTotals();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  sampler->Stop();
+  const Totals after = sampler->ReadTotals();
+  const uint64_t unwound = after.unwound - rewritten.unwound;
+  const uint64_t cfa_none = after.unwind_stop.cfa_none - rewritten.unwind_stop.cfa_none;
+  PrintStops(after);
+  EXPECT_GT(unwound, 300u);
+  // A walk running on another CPU while the totals were read may fall on
+  // either side: allow one per CPU.
+  EXPECT_GE(cfa_none + static_cast<uint64_t>(sysconf(_SC_NPROCESSORS_ONLN)), unwound);
+}
+
 // A leaf outside TLS mappings, with no TLS frame within the first walk, gets
 // no stack: only samples that need a stack pay for a full walk.
 TEST(UnwindBpfTest, NoStackWithoutTlsFrames) {
