@@ -14,8 +14,8 @@ stripped library with a debug file, the way distributions do:
 The same ground-truth mix as test_stack_accuracy then runs on the stripped
 library three times:
   - no debug file: the control; the library's symbols come from .dynsym
-    (proves that the names below come from the debug file), and no time
-    given to a wrong algorithm;
+    (proves that the names below come from the debug file); the acceptance
+    holds with `unknown` where the entry point does not name the algorithm;
   - the debug file in a .build-id tree given with --debug-dir;
   - the debug file served by a real local debuginfod (DEBUGINFOD_URLS),
     fetched through libdebuginfod into a fresh cache.
@@ -41,6 +41,16 @@ LIBCRYPTO_A = "/usr/lib/x86_64-linux-gnu/libcrypto.a"
 LIBCRYPTO_SO = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
 COMPLETE_TOLERANCE_PP = 1.0
 UNNAMED = {"unknown", "P-256 (ECDSA or ECDHE)"}
+# OpenSSL 3 over .dynsym alone: these run in unexported provider and assembly
+# code below entry points that do not name the algorithm.
+UNNAMED_DYNSYM_ONLY = {
+    "AES-CBC": "EVP_EncryptUpdate, then unexported code",
+    "AES-GCM": "EVP_EncryptUpdate, then unexported code (CRYPTO_gcm128_* names a few samples)",
+    "ChaCha20-Poly1305": "EVP_EncryptUpdate, then unexported code",
+    "ECDSA-P256": "EVP_PKEY_sign (tail call), then unexported code",
+    "ECDHE-P256": "EVP_PKEY_derive (tail call), then unexported code",
+    "X25519": "EVP_PKEY_derive (tail call), then unexported code",
+}
 
 
 def run(argv):
@@ -162,16 +172,14 @@ class DebugFilesTest(unittest.TestCase):
 
     def test_without_debug_file_exported_api_frames(self):
         # The control, and the last symbol source: nothing but the stripped
-        # library's .dynsym. Names come from the exported API frames found by
-        # unwinding (and from call sites, where an entry tail-called away). An
-        # algorithm may read `unknown` where the entry point
-        # (EVP_EncryptUpdate, EVP_PKEY_sign) does not name it, but no time may
-        # go to a wrong algorithm. The buckets are printed, not asserted:
-        # 4-7% of this library's TLS samples still get no stack and land in
-        # `other` (see the issue 3 notes).
+        # library's .dynsym, as on a host without libssl-dev or debug files.
+        # Names come from the exported API frames found by unwinding (and from
+        # call sites, where an entry tail-called away). The issue's acceptance
+        # then holds with `unknown` allowed exactly where the entry point does
+        # not name the algorithm (UNNAMED_DYNSYM_ONLY).
         report, proc, truth, pid = self.profile_stripped()
         lib = self.library(proc)
-        lines, failures = compare(report, truth, pid)
+        lines, failures = compare(report, truth, pid, UNNAMED_DYNSYM_ONLY)
         print("no debug file (exported API frames only):\n" + "\n".join(lines))
         self.assertEqual(lib["symbols"], "dynsym")
         # It looks like Debian's: the same API, nothing more (a few Debian
@@ -180,19 +188,7 @@ class DebugFilesTest(unittest.TestCase):
         debians = set(exported_names(LIBCRYPTO_SO))
         self.assertLessEqual(ours, debians, "the test library exports names Debian's does not")
         self.assertGreaterEqual(len(ours), 0.99 * len(debians), "the test library lacks much of Debian's API")
-        self.assertNotIn("rate", failures, "\n".join(lines))
-        total = sum(c["cpu_seconds"] for c in truth["categories"])
-        truth_alg = {}
-        for c in truth["categories"]:
-            truth_alg[c["algorithm"]] = truth_alg.get(c["algorithm"], 0) + c["cpu_seconds"] / total * 100
-        misnamed = []
-        for row in proc["algorithms"]:
-            if row["algorithm"] in UNNAMED or row["bucket"] == "other":
-                continue
-            measured = row["share_of_tls"] * 100
-            if measured > truth_alg.get(row["algorithm"], 0) + 3.0:
-                misnamed.append(f'{row["algorithm"]} {measured:.1f}% > truth {truth_alg.get(row["algorithm"], 0):.1f}% + 3 pp')
-        self.assertEqual(misnamed, [], "time went to a wrong algorithm:\n" + "\n".join(lines))
+        self.assertEqual(failures, [], "\n".join(lines))
 
     def test_debug_file_in_build_id_dir(self):
         self.check_complete("build-id-dir", ["--debug-dir", self.debug_root])
