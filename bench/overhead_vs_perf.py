@@ -791,7 +791,7 @@ def main():
     ap.add_argument("--workload", choices=["groundtruth", "node", "all"], default="all")
     ap.add_argument("--frequency", type=int, default=999)
     ap.add_argument("--duration", type=float, default=10.0)
-    ap.add_argument("--bin", default=os.environ.get("TLSPROF_BIN", "/work/build-main/bin"),
+    ap.add_argument("--bin", default=os.environ.get("TLSPROF_BIN", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin")),
                     help="directory with tlsprof-agent and tlsprof-groundtruth")
     ap.add_argument("--json", help="also write all numbers to this file")
     ap.add_argument("--keep", help="keep raw files (perf.data, reports) in this directory")

@@ -285,7 +285,7 @@ def main():
     ap.add_argument("--frequency", type=int, default=999)
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--repeat", type=int, default=3, help="runs per mode (medians are printed)")
-    ap.add_argument("--bin", default=os.environ.get("TLSPROF_BIN", "/work/build-main/bin"),
+    ap.add_argument("--bin", default=os.environ.get("TLSPROF_BIN", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin")),
                     help="directory with tlsprof-agent and the groundtruth workloads")
     ap.add_argument("--json", help="also write every run's numbers to this file")
     ap.add_argument("--keep", help="keep the agent's JSON reports and logs in this directory")

@@ -225,16 +225,13 @@ void Attributor::InferFromOperations() {
     const std::map<std::string_view, uint64_t>& named = group.named;
     uint64_t named_total = 0;
     for (const auto& [alg, n] : named) named_total += n;
-    uint64_t unknown_total = 0;
-    for (uint64_t n : group.unknown) unknown_total += n;
-    // Only a minority is inferred: where most of an operation's samples name
-    // nothing (a generic entry such as EVP_EncryptUpdate over a stripped
-    // library, where only some algorithms have a named inner function), the
-    // named few say nothing about the rest, and `unknown` is the honest answer.
     // An entry that named nothing at all (OpenSSL's ssl_generate_param_group,
-    // which only looks the key-share group up) stays `unknown` too: its
-    // name does not say the algorithm, and the process's mix is a guess.
-    if (named_total == 0 || named_total < unknown_total) continue;
+    // which only looks the key-share group up) stays `unknown`: its name does
+    // not say the algorithm, and the process's mix would be a guess. Groups
+    // are split by the unnamed callee's call site (AddStack), so a generic
+    // entry over stripped code (EVP_EncryptUpdate into the GCM or the
+    // ChaCha20 provider) never lends one implementation's name to another.
+    if (named_total == 0) continue;
     auto pit = profile_.processes.find(key.pid);
     if (pit == profile_.processes.end()) continue;
     auto& algorithms = pit->second.crypto.algorithms;

@@ -155,8 +155,7 @@ class Attributor {
   // that names an algorithm family, else the outermost) in one process. Part of an operation never names its algorithm
   // (ECDSA's nonce generation runs in the DRBG and bignum code, no frame
   // says the curve); those samples take the algorithms that the rest of the
-  // same operation, in the same process, named, as long as they are the
-  // minority of its samples — see InferFromOperations().
+  // same operation, in the same process, named — see InferFromOperations().
   // When the function the entry point called has no name (a stripped
   // library), the group is split by the call site inside that function (its
   // return address): one entry point dispatching to several unexported

@@ -45,7 +45,6 @@ UNNAMED = {"unknown", "P-256 (ECDSA or ECDHE)"}
 # code below entry points that do not name the algorithm.
 UNNAMED_DYNSYM_ONLY = {
     "AES-CBC": "EVP_EncryptUpdate, then unexported code",
-    "AES-GCM": "EVP_EncryptUpdate, then unexported code (CRYPTO_gcm128_* names a few samples)",
     "ChaCha20-Poly1305": "EVP_EncryptUpdate, then unexported code",
     "ECDSA-P256": "EVP_PKEY_sign (tail call), then unexported code",
     "ECDHE-P256": "EVP_PKEY_derive (tail call), then unexported code",
