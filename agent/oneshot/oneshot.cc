@@ -159,6 +159,11 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
 
   report::RunInfo run;
   run.duration_seconds = profiled_seconds;
+  auto monotonic_ns = [](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  run.window_start_monotonic_ns = monotonic_ns(window_start);
+  run.window_end_monotonic_ns = monotonic_ns(window_end);
   run.frequency_hz = options.frequency_hz;
   run.period_ns = (*sampler)->period_ns();
   run.cpus = (*sampler)->cpu_count();

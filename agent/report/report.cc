@@ -108,6 +108,8 @@ json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const Ag
   doc["host"] = run.hostname;
   doc["cpus"] = run.cpus;
   doc["duration_seconds"] = run.duration_seconds;
+  doc["window"] = {{"start_monotonic_ns", run.window_start_monotonic_ns},
+                   {"end_monotonic_ns", run.window_end_monotonic_ns}};
   doc["frequency_hz"] = run.frequency_hz;
   doc["scope"] = {{"kind", run.target_pids.empty() ? "host" : "pids"}, {"pids", run.target_pids}};
   doc["cpu_seconds"] = profile.scope_samples * sec_per_sample;

@@ -19,6 +19,10 @@ inline constexpr std::string_view kSchema = "tlsprof.report.v1";
 
 struct RunInfo {
   double duration_seconds = 0;
+  // The window on CLOCK_MONOTONIC (steady_clock), so other programs' own
+  // timelines (the ground-truth workloads') can be cut to the same window.
+  int64_t window_start_monotonic_ns = 0;
+  int64_t window_end_monotonic_ns = 0;
   uint32_t frequency_hz = 0;
   uint64_t period_ns = 0;  // CPU time one sample stands for
   int cpus = 0;

@@ -20,7 +20,7 @@ import json
 import os
 import unittest
 
-from tlsprof_testlib import BIN, Processes, by_name, process_row, profile_json, require_root
+from tlsprof_testlib import BIN, Processes, by_name, process_row, profile_json, require_root, truth_rate_in_window
 
 RATE_TOLERANCE = 0.05
 SHARE_TOLERANCE_PP = 3.0
@@ -47,9 +47,8 @@ def compare(report, truth, pid, unnamed=None):
     if proc is None:
         return [f"pid {pid} missing from the report"], ["missing"]
     total = sum(c["cpu_seconds"] for c in truth["categories"])
-    # The worker's CPU over the window; the profile's window is a sub-window,
-    # so compare rates (CPU-seconds per second).
-    truth_rate = total / truth["wall_seconds"]
+    # The worker's measured CPU rate over the profile's own window.
+    truth_rate = truth_rate_in_window(truth, report)
     rate = proc["tls_cpu_seconds"] / report["duration_seconds"]
     lines = [f"TLS CPU rate: truth {truth_rate:.3f}, tlsprof {rate:.3f} ({(rate / truth_rate - 1) * 100:+.1f}%)"]
     failures = []

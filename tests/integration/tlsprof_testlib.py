@@ -112,6 +112,28 @@ def process_row(report, pid):
     return None
 
 
+def truth_rate_in_window(truth, report):
+    """The ground truth's measured CPU rate (CPU-seconds per second) over the
+    profile's own window: the workload's `timeline` (CLOCK_MONOTONIC ns,
+    cumulative measured CPU ns) interpolated at the report's `window`. The
+    profile covers only part of the truth's window, and on a busy machine the
+    workload's share of a CPU changes between the two; comparing the same
+    seconds keeps that out of the accuracy figure."""
+    timeline = truth["timeline"]
+    start, end = report["window"]["start_monotonic_ns"], report["window"]["end_monotonic_ns"]
+    if len(timeline) < 2 or not timeline[0][0] <= start < end <= timeline[-1][0] + 200_000_000:
+        raise AssertionError(f"the profile window [{start}, {end}] is not inside the ground truth's timeline "
+                             f"[{timeline[0][0]}, {timeline[-1][0]}]")
+
+    def cpu_at(t):
+        for (t0, c0), (t1, c1) in zip(timeline, timeline[1:]):
+            if t0 <= t <= t1:
+                return c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+        return timeline[-1][1]  # the last point is at most one step before the end
+
+    return (cpu_at(end) - cpu_at(start)) / (end - start)
+
+
 def by_name(rows, key):
     return {r[key]: r for r in rows}
 

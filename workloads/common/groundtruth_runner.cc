@@ -79,7 +79,12 @@ struct Window {
   long long start_mono_ns = 0, end_mono_ns = 0;
   long long thread_cpu_ns = 0;
   long long process_cpu_ns = 0;
+  // (CLOCK_MONOTONIC ns, measured category CPU ns so far), about every
+  // kTimelineStepNs: a profile of a sub-window is compared with the truth
+  // of that same sub-window, whatever the machine's load did meanwhile.
+  std::vector<std::pair<long long, long long>> timeline;
 };
+constexpr long long kTimelineStepNs = 100'000'000;
 
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_measuring{false};
@@ -138,9 +143,15 @@ void Worker(GroundTruthSpec& spec, const Options& opt, Window& win, std::atomic<
   const long long pcpu0 = NowNanos(CLOCK_PROCESS_CPUTIME_ID);
   g_measuring = true;
   warm_done = true;
+  long long measured_ns = 0;
+  win.timeline.emplace_back(win.start_mono_ns, 0);
   while (!g_stop) {
     Category& c = pick(true);
-    c.cpu_ns += run_slice(c);
+    const long long used = run_slice(c);
+    c.cpu_ns += used;
+    measured_ns += used;
+    const long long now = NowNanos(CLOCK_MONOTONIC);
+    if (now - win.timeline.back().first >= kTimelineStepNs) win.timeline.emplace_back(now, measured_ns);
   }
   win.thread_cpu_ns = NowNanos(CLOCK_THREAD_CPUTIME_ID) - cpu0;
   win.process_cpu_ns = NowNanos(CLOCK_PROCESS_CPUTIME_ID) - pcpu0;
@@ -219,6 +230,8 @@ int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
                    {"end_unix_ns", win.end_realtime_ns},
                    {"start_monotonic_ns", win.start_mono_ns},
                    {"end_monotonic_ns", win.end_mono_ns}};
+  out["timeline"] = nlohmann::json::array();
+  for (const auto& [mono_ns, cpu_ns] : win.timeline) out["timeline"].push_back({mono_ns, cpu_ns});
   out["slice_ms"] = opt.slice_ms;
   out["buffer_bytes"] = kGroundTruthBufferBytes;
   out["categories"] = nlohmann::json::array();

@@ -293,7 +293,13 @@ func calibrate(cats []*category) error {
 type window struct {
 	startUnixNs, endUnixNs, startMonoNs, endMonoNs int64
 	threadCPUNs, processCPUNs                      int64
+	// [CLOCK_MONOTONIC ns, measured category CPU ns so far] about every
+	// timelineStepNs: a profile of a sub-window is compared with the truth
+	// of that same sub-window.
+	timeline [][2]int64
 }
+
+const timelineStepNs = 100_000_000
 
 var monoBase = time.Now()
 
@@ -387,9 +393,16 @@ func (w *worker) run() {
 	cpu0 := nowNanos(clockThreadCPUTime)
 	pcpu0 := nowNanos(clockProcessCPUTime)
 	close(w.warmDone)
+	var measuredNs int64
+	w.win.timeline = append(w.win.timeline, [2]int64{w.win.startMonoNs, 0})
 	for !w.stop.Load() {
 		c := w.pick(true)
-		c.cpuNs += w.runSlice(c, true)
+		used := w.runSlice(c, true)
+		c.cpuNs += used
+		measuredNs += used
+		if now := monotonicNs(); now-w.win.timeline[len(w.win.timeline)-1][0] >= timelineStepNs {
+			w.win.timeline = append(w.win.timeline, [2]int64{now, measuredNs})
+		}
 	}
 	w.win.threadCPUNs = nowNanos(clockThreadCPUTime) - cpu0
 	w.win.processCPUNs = nowNanos(clockProcessCPUTime) - pcpu0
@@ -430,6 +443,7 @@ type reportJSON struct {
 	ThreadCPUSeconds     float64        `json:"thread_cpu_seconds"`
 	ProcessCPUSeconds    float64        `json:"process_cpu_seconds"`
 	Window               windowJSON     `json:"window"`
+	Timeline             [][2]int64     `json:"timeline"`
 	SliceMs              float64        `json:"slice_ms"`
 	BufferBytes          int            `json:"buffer_bytes"`
 	Categories           []categoryJSON `json:"categories"`
@@ -525,6 +539,7 @@ func main() {
 		ThreadCPUSeconds:  float64(w.win.threadCPUNs) * 1e-9,
 		ProcessCPUSeconds: float64(w.win.processCPUNs) * 1e-9,
 		Window:            windowJSON{w.win.startUnixNs, w.win.endUnixNs, w.win.startMonoNs, w.win.endMonoNs},
+		Timeline:          w.win.timeline,
 		SliceMs:           *sliceMs, BufferBytes: bufferBytes, Categories: []categoryJSON{}, OK: !w.failed.Load()}
 	var sumNs int64
 	for _, c := range cats {
