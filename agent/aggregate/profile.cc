@@ -58,7 +58,6 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   if (return_address && vaddr && !img.import_calls.empty()) {
     f.called = img.import_calls.CalleeAt(*vaddr + 1).value_or(std::string_view{});
   }
-  f.syscall_return = !return_address && vaddr && info.IsSyscallReturn(*vaddr);
   if (!info.tls) return f;  // code outside TLS libraries: no name is needed
   f.family = classify::FamilyOf(info.tls->kind);
   if (index) {
@@ -130,7 +129,8 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   }
   const classify::StackClassification sc = classify::ClassifyStack({infos.data(), m});
   if (!sc.tls || innermost_tls == nullptr) return;
-  if (frames[0].syscall_return && !frames[0].tls) {
+  if (!frames[0].tls && frames[0].where.image != nullptr &&
+      registry_.IsSyscallReturn(static_cast<pid_t>(tgid), *snap->Find(ips[0]), ips[0])) {
     // The timer fired inside the system call (socket I/O of a BIO, a lock's
     // futex) and the sample was taken on its return to user mode: the CPU
     // went to the kernel, not to TLS code.

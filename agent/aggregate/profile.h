@@ -129,7 +129,6 @@ class Attributor {
     std::string_view name;  // empty when unnamed
     classify::Family family = classify::Family::kOpenSSL;
     bool tls = false;                              // TLS library code
-    bool syscall_return = false;                   // the IP follows a syscall instruction (leaf IPs only)
     std::optional<classify::Classification> leaf;  // the rules table's verdict on the symbol
     // At a return address: the imported TLS function its call instruction
     // called (symbols::ImportCalls), which a tail call may have left without

@@ -58,38 +58,23 @@ std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, st
   return lib;
 }
 
-bool ImageInfo::IsSyscallReturn(uint64_t vaddr) const {
-  return std::binary_search(syscall_returns.begin(), syscall_returns.end(), vaddr);
-}
-
-std::vector<uint64_t> FindSyscallReturns(int fd, const symbols::BinaryImage& image) {
-  constexpr size_t kChunk = 1 << 20;
-  std::vector<uint64_t> out;
-  std::vector<unsigned char> buf(kChunk + 1);
-  for (const auto& seg : image.segments) {
-    if (!seg.executable) continue;
-    // A chunk carries the previous chunk's last byte in front, so a pair
-    // across the boundary is seen.
-    unsigned char prev = 0;
-    for (uint64_t done = 0; done < seg.filesz;) {
-      const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, seg.filesz - done));
-      const ssize_t got = pread(fd, buf.data() + 1, want, static_cast<off_t>(seg.offset + done));
-      if (got <= 0) break;
-      buf[0] = prev;
-      const size_t n = static_cast<size_t>(got);
-      for (size_t i = (done == 0 ? 1 : 0); i < n; ++i) {
-        if (buf[i] == 0x0f && buf[i + 1] == 0x05) out.push_back(seg.vaddr + done + i + 1);
-      }
-      prev = buf[n];
-      done += n;
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 ProcessRegistry::ProcessRegistry(std::string proc_root, symbols::DebugSearch debug)
     : proc_root_(std::move(proc_root)), cache_(MakeLoadOptions(std::move(debug))) {}
+
+bool ProcessRegistry::IsSyscallReturn(pid_t pid, const ProcessSnapshot::ExecMapping& m, uint64_t ip) const {
+  if (!m.image || !m.mapping.contains(ip)) return false;
+  const uint64_t offset = ip - m.mapping.start + m.mapping.offset;
+  if (offset < 2) return false;
+  const auto key = std::make_pair(m.image.get(), offset);
+  if (auto it = syscall_returns_.find(key); it != syscall_returns_.end()) return it->second;
+  auto fd = OpenMappedFile(pid, m.mapping, proc_root_);
+  if (!fd.ok()) return false;  // not cached: another process may still map it
+  unsigned char bytes[2] = {};
+  const bool answer = pread(fd->get(), bytes, sizeof bytes, static_cast<off_t>(offset - 2)) == sizeof bytes &&
+                      bytes[0] == 0x0f && bytes[1] == 0x05;
+  syscall_returns_.emplace(key, answer);
+  return answer;
+}
 
 const ProcessSnapshot* ProcessRegistry::Get(pid_t pid) const {
   auto it = processes_.find(pid);
@@ -113,7 +98,6 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
     if (image.ok()) {
       info->image = std::move(image).value();
       info->tls = DetectTlsLibrary(*info->image, mapping.path);
-      info->syscall_returns = FindSyscallReturns(fd->get(), *info->image);
       ++stats_.images_loaded;
       if (info->tls) {
         spdlog::debug("process {}: {} carries {} ({} symbols from {})", pid, mapping.path,

@@ -39,18 +39,7 @@ struct ImageInfo {
   std::string path;  // as first seen, inside the process's mount namespace
   std::shared_ptr<const symbols::BinaryImage> image;
   std::optional<TlsLibrary> tls;
-  // ELF virtual addresses right after a `syscall` instruction (bytes 0f 05)
-  // in the executable segments, sorted. A user-mode sample there is kernel
-  // time: the timer fired during the system call and was delivered on its
-  // return (docs/attribution.md, "System-call returns").
-  std::vector<uint64_t> syscall_returns;
-  bool IsSyscallReturn(uint64_t vaddr) const;
 };
-
-// The addresses after every 0f 05 byte pair in the executable PT_LOAD
-// segments of the ELF file open at `fd` (a byte scan, no decoding: a pair
-// inside a longer instruction only matters if a sample lands right after it).
-std::vector<uint64_t> FindSyscallReturns(int fd, const symbols::BinaryImage& image);
 
 struct ProcessSnapshot {
   struct ExecMapping {
@@ -87,6 +76,14 @@ class ProcessRegistry {
   const std::map<pid_t, ProcessSnapshot>& processes() const { return processes_; }
   const RegistryStats& stats() const { return stats_; }
 
+  // Whether `ip` (in `mapping` of process `pid`) is right after a `syscall`
+  // instruction (bytes 0f 05). A user-mode sample there is kernel time: the
+  // timer fired during the system call and was delivered on its return
+  // (docs/attribution.md, "System-call returns"). Reads the two bytes from
+  // the mapped file on first use and caches the answer per image and
+  // address; false when the file cannot be read (the process is gone).
+  bool IsSyscallReturn(pid_t pid, const ProcessSnapshot::ExecMapping& mapping, uint64_t ip) const;
+
  private:
   std::shared_ptr<const ImageInfo> LoadImage(pid_t pid, const Mapping& mapping);
 
@@ -96,6 +93,7 @@ class ProcessRegistry {
   std::unordered_map<std::string, std::shared_ptr<const ImageInfo>> by_inode_;
   std::map<pid_t, ProcessSnapshot> processes_;
   RegistryStats stats_;
+  mutable std::map<std::pair<const ImageInfo*, uint64_t>, bool> syscall_returns_;  // (image, file offset)
 };
 
 // Decides whether an image carries a TLS library (exposed for tests).
