@@ -209,6 +209,15 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
                               {"stacks", totals.unwound},
                               {"not_tls", totals.unwind_not_tls},
                               {"dropped_stacks", totals.dropped_stack}};
+    // Why each counted stack ended: complete ones at a zero return address or
+    // an end row; the rest say where unwinding broke (a library whose CFI
+    // the tables miss shows as no_row/unreadable).
+    const auto& stop = totals.unwind_stop;
+    doc["agent"]["unwind"]["stops"] = {{"zero_ip", stop.zero_ip},         {"end", stop.end},
+                                       {"max_frames", stop.max_frames},   {"no_mapping", stop.no_mapping},
+                                       {"no_row", stop.no_row},           {"cfa_none", stop.cfa_none},
+                                       {"bp_unknown", stop.bp_unknown},   {"unreadable", stop.unreadable},
+                                       {"not_growing", stop.not_growing}, {"reg_unknown", stop.reg_unknown}};
   }
   return doc;
 }

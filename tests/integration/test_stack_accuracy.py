@@ -104,8 +104,16 @@ class StackAccuracyTest(unittest.TestCase):
         proc = process_row(report, gt.pid)
         libs = ", ".join(f'{l["kind"]} {l["linkage"]} {l["symbols"]} stack_share={l["stack_share"]:.2f}'
                          for l in proc["libraries"]) if proc else ""
-        print(f"{binary}: {libs}\n" + "\n".join(lines))
+        unwind = report["agent"]["unwind"]
+        stops = unwind["stops"]
+        broken = sum(n for reason, n in stops.items() if reason not in ("zero_ip", "end"))
+        print(f"{binary}: {libs}\n" + "\n".join(lines) + f"\n  unwind: {unwind['stacks']} stacks, stops {stops}")
         self.assertEqual(failures, [], "\n".join(lines))
+        # Every counted stack says why it ended, and nearly all walks end
+        # cleanly (an unwinder reading garbage ends in unreadable/no_row/
+        # not_growing, as BoringSSL's did before its load-bias fix).
+        self.assertEqual(sum(stops.values()), unwind["stacks"], stops)
+        self.assertLessEqual(broken, 0.02 * unwind["stacks"], stops)
         return report, proc
 
     def test_static_libcrypto(self):
