@@ -3,7 +3,11 @@ import os
 import subprocess
 import unittest
 
-from tlsprof_testlib import AGENT, require_root, run_agent
+import stat
+import tempfile
+import threading
+
+from tlsprof_testlib import AGENT, BIN, require_root, run_agent
 
 
 class CliTest(unittest.TestCase):
@@ -16,6 +20,25 @@ class CliTest(unittest.TestCase):
         text = (out + err).lower()
         for needle in needles:
             self.assertIn(needle.lower(), text, f"{args}: message lacks '{needle}':\n{err}")
+
+    def test_workload_output_to_a_fifo_keeps_the_node(self):
+        # `--output /dev/null` once replaced the device with a regular file
+        # (write to a temp file, rename over it). A FIFO stands in for it:
+        # the JSON must go through it and the node must stay a FIFO.
+        for binary in ("tlsprof-groundtruth", "tlsprof-go-groundtruth"):
+            with tempfile.TemporaryDirectory(prefix="tlsprof-fifo-") as tmp:
+                fifo = os.path.join(tmp, "out")
+                os.mkfifo(fifo)
+                received = []
+                reader = threading.Thread(target=lambda: received.append(open(fifo).read()))
+                reader.start()
+                proc = subprocess.run([os.path.join(BIN, binary), "--warmup", "0", "--duration", "0.3", "--mix",
+                                       "sha256=1", "--output", fifo], capture_output=True, text=True, timeout=120)
+                reader.join(30)
+                self.assertEqual(proc.returncode, 0, f"{binary}: {proc.stderr}")
+                self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode), f"{binary} replaced the FIFO")
+                self.assertIn('"categories"', received[0] if received else "", f"{binary}: no JSON came through")
+                self.assertFalse(os.path.exists(fifo + ".tmp"), f"{binary} left {fifo}.tmp")
 
     def test_no_subcommand(self):
         self.assert_fails([], "subcommand")

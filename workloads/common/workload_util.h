@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <cerrno>
@@ -19,7 +20,12 @@ namespace tlsprof::workload {
 // polls for the file never reads it half-written. Returns false and prints
 // the reason on failure.
 inline bool WriteFileAtomically(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
+  // Only a regular file (or a new one) is replaced by rename: renaming over
+  // /dev/null or a FIFO would replace the node itself, so those are written
+  // in place.
+  struct stat st {};
+  const bool special = stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+  const std::string tmp = special ? path : path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "w");
   if (f == nullptr) {
     std::fprintf(stderr, "cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
@@ -30,7 +36,7 @@ inline bool WriteFileAtomically(const std::string& path, const std::string& cont
     std::fprintf(stderr, "cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
     return false;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (!special && std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::fprintf(stderr, "cannot rename %s to %s: %s\n", tmp.c_str(), path.c_str(), std::strerror(errno));
     return false;
   }

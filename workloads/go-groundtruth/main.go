@@ -411,6 +411,11 @@ func (w *worker) run() {
 }
 
 func writeFileAtomically(path string, data []byte) error {
+	// Only a regular file (or a new one) is replaced by rename: renaming over
+	// /dev/null or a FIFO would replace the node itself.
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return os.WriteFile(path, data, 0o644)
+	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return err

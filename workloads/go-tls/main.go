@@ -86,6 +86,11 @@ func stopChannel(d time.Duration) <-chan struct{} {
 // writeFileAtomically writes via a temp file and rename so a poller never
 // reads it half-written.
 func writeFileAtomically(path, content string) error {
+	// Only a regular file (or a new one) is replaced by rename: renaming over
+	// /dev/null or a FIFO would replace the node itself.
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return os.WriteFile(path, []byte(content), 0o644)
+	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
 		return err
