@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/common/fd.h"
+#include "agent/sample/forked_child_test_util.h"
 #include "agent/sample/sampler.h"
 
 namespace tlsprof::sample {
@@ -29,43 +30,13 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kHz = 999;
 
-// A forked child that spins in user space until destroyed. The constructor
-// returns once the child is in its loop (it says so through a pipe); the
-// destructor kills and reaps it by pid.
-class BusyChild {
- public:
-  BusyChild() {
-    int fds[2];
-    if (pipe(fds) != 0) return;
-    UniqueFd read_end(fds[0]);
-    UniqueFd write_end(fds[1]);
-    pid_ = fork();
-    if (pid_ == 0) {
-      char ready = 'r';
-      if (write(write_end.get(), &ready, 1) != 1) _exit(1);
-      volatile uint64_t spins = 0;
-      for (;;) spins = spins + 1;
-    }
-    write_end.reset();
-    char ready = 0;
-    if (pid_ > 0 && read(read_end.get(), &ready, 1) != 1) ready = 0;
-    ready_ = ready == 'r';
-  }
-  ~BusyChild() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  BusyChild(const BusyChild&) = delete;
-  BusyChild& operator=(const BusyChild&) = delete;
-
-  pid_t pid() const { return pid_; }
-  bool ready() const { return ready_; }
-
- private:
-  pid_t pid_ = -1;
-  bool ready_ = false;
+// A forked child that spins until destroyed.
+struct BusyChild : ForkedChild {
+  BusyChild()
+      : ForkedChild([] {
+          volatile uint64_t spins = 0;
+          for (;;) spins = spins + 1;
+        }) {}
 };
 
 struct Range {

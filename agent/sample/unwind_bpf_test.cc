@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/common/fd.h"
+#include "agent/sample/forked_child_test_util.h"
 #include "agent/sample/sampler.h"
 #include "agent/sample/unwind_bpf_test_chains.h"
 #include "agent/unwind/unwind_table.h"
@@ -58,44 +59,16 @@ const std::vector<std::string> kFpChain = {"tlsprof_fp_leaf",   "tlsprof_fp_chai
 const std::vector<std::string> kDwarfChain = {"tlsprof_dw_leaf",   "tlsprof_dw_chain5", "tlsprof_dw_chain4",
                                               "tlsprof_dw_chain3", "tlsprof_dw_chain2", "tlsprof_dw_chain1"};
 
-// A forked child spinning in the leaf of `chain` until destroyed; the
-// constructor returns once the child is about to enter it. The destructor
-// kills and reaps it by pid. fork() keeps every address, so the parent can
-// name the child's frames with its own dladdr().
-class ChainChild {
+// A forked child spinning in the leaf of `chain` until destroyed (see
+// ForkedChild); pid() is a tgid as the BPF maps spell it.
+class ChainChild : public ForkedChild {
  public:
-  explicit ChainChild(uint64_t (*chain)(volatile uint64_t*)) {
-    int fds[2];
-    if (pipe(fds) != 0) return;
-    UniqueFd read_end(fds[0]);
-    UniqueFd write_end(fds[1]);
-    pid_ = fork();
-    if (pid_ == 0) {
-      char ready = 'r';
-      if (write(write_end.get(), &ready, 1) != 1) _exit(1);
-      volatile uint64_t sink = 0;
-      _exit(static_cast<int>(chain(&sink) & 1));
-    }
-    write_end.reset();
-    char ready = 0;
-    if (pid_ > 0 && read(read_end.get(), &ready, 1) != 1) ready = 0;
-    ready_ = ready == 'r';
-  }
-  ~ChainChild() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  ChainChild(const ChainChild&) = delete;
-  ChainChild& operator=(const ChainChild&) = delete;
-
-  uint32_t pid() const { return static_cast<uint32_t>(pid_); }
-  bool ready() const { return ready_; }
-
- private:
-  pid_t pid_ = -1;
-  bool ready_ = false;
+  explicit ChainChild(uint64_t (*chain)(volatile uint64_t*))
+      : ForkedChild([chain] {
+          volatile uint64_t sink = 0;
+          chain(&sink);
+        }) {}
+  uint32_t pid() const { return static_cast<uint32_t>(ForkedChild::pid()); }
 };
 
 // Load bias of the main executable (runtime address - ELF vaddr), the same in
