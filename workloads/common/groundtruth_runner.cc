@@ -161,6 +161,21 @@ void Worker(GroundTruthSpec& spec, const Options& opt, Window& win, std::atomic<
 
 }  // namespace
 
+std::vector<GroundTruthCategory> StandardCategories(GroundTruthOps ops) {
+  constexpr size_t kBulk = kGroundTruthBufferBytes;
+  return {
+      {"aes_gcm", "cipher", "AES-GCM", false, kBulk, std::move(ops.aes_gcm)},
+      {"chacha20_poly1305", "cipher", "ChaCha20-Poly1305", false, kBulk, std::move(ops.chacha20_poly1305)},
+      {"aes_cbc", "cipher", "AES-CBC", false, kBulk, std::move(ops.aes_cbc)},
+      {"sha256", "hash", "SHA-256", false, kBulk, std::move(ops.sha256)},
+      {"sha1", "hash", "SHA-1", false, kBulk, std::move(ops.sha1)},
+      {"rsa", "signature", "RSA", false, 0, std::move(ops.rsa)},
+      {"x25519", "key_exchange", "X25519", false, 0, std::move(ops.x25519)},
+      {"ecdsa_p256", "signature", "ECDSA-P256", true, 0, std::move(ops.ecdsa_p256)},
+      {"ecdhe_p256", "key_exchange", "ECDHE-P256", true, 0, std::move(ops.ecdhe_p256)},
+  };
+}
+
 int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
   Options opt;
   std::string names;

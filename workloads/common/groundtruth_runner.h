@@ -37,6 +37,15 @@ struct GroundTruthCategory {
   long long warm_cpu_ns = 0;      // warm-up, kept apart from the window
 };
 
+// The operations of the nine categories every variant measures, one closure
+// each (one operation; false on error).
+struct GroundTruthOps {
+  std::function<bool()> aes_gcm, chacha20_poly1305, aes_cbc, sha256, sha1, rsa, x25519, ecdsa_p256, ecdhe_p256;
+};
+// The categories, in report order, with their names, buckets, algorithms and
+// bytes per op: the same in every variant, so the tests can treat them alike.
+std::vector<GroundTruthCategory> StandardCategories(GroundTruthOps ops);
+
 struct GroundTruthSpec {
   std::string program;  // binary name, for messages and --help
   std::string library;  // written to the JSON as "library" (openssl, boringssl)

@@ -177,18 +177,17 @@ int main(int argc, char** argv) {
   spec.program = kProgram;
   spec.library = "boringssl";
   spec.report_failure = [](const std::string& what) { Fail(what); };
-  spec.categories = {
-      {"aes_gcm", "cipher", "AES-GCM", false, kBufferBytes, [&] { return p.Seal(p.gcm_ctx.get()); }},
-      {"chacha20_poly1305", "cipher", "ChaCha20-Poly1305", false, kBufferBytes,
-       [&] { return p.Seal(p.chacha_ctx.get()); }},
-      {"aes_cbc", "cipher", "AES-CBC", false, kBufferBytes, [&] { return p.CbcEncrypt(); }},
-      {"sha256", "hash", "SHA-256", false, kBufferBytes, [&] { return p.Sha256(); }},
-      {"sha1", "hash", "SHA-1", false, kBufferBytes, [&] { return p.Sha1(); }},
-      {"rsa", "signature", "RSA", false, 0, [&] { return p.RsaSign(); }},
-      {"x25519", "key_exchange", "X25519", false, 0, [&] { return p.X25519Derive(); }},
-      {"ecdsa_p256", "signature", "ECDSA-P256", true, 0, [&] { return p.EcdsaSign(); }},
-      {"ecdhe_p256", "key_exchange", "ECDHE-P256", true, 0, [&] { return p.P256Derive(); }},
-  };
+  spec.categories = tlsprof::workload::StandardCategories({
+      .aes_gcm = [&] { return p.Seal(p.gcm_ctx.get()); },
+      .chacha20_poly1305 = [&] { return p.Seal(p.chacha_ctx.get()); },
+      .aes_cbc = [&] { return p.CbcEncrypt(); },
+      .sha256 = [&] { return p.Sha256(); },
+      .sha1 = [&] { return p.Sha1(); },
+      .rsa = [&] { return p.RsaSign(); },
+      .x25519 = [&] { return p.X25519Derive(); },
+      .ecdsa_p256 = [&] { return p.EcdsaSign(); },
+      .ecdhe_p256 = [&] { return p.P256Derive(); },
+  });
   spec.setup = [&](const std::function<bool(std::string_view)>& enabled) { return Setup(p, enabled); };
   return tlsprof::workload::RunGroundTruth(argc, argv, std::move(spec));
 }

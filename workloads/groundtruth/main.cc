@@ -160,18 +160,17 @@ int main(int argc, char** argv) {
   spec.program = TLSPROF_GROUNDTRUTH_PROGRAM;
   spec.library = "openssl";
   spec.report_failure = [](const std::string& what) { Fail(what); };
-  spec.categories = {
-      {"aes_gcm", "cipher", "AES-GCM", false, kBufferBytes, [&] { return p.Seal(p.gcm_ctx.get()); }},
-      {"chacha20_poly1305", "cipher", "ChaCha20-Poly1305", false, kBufferBytes,
-       [&] { return p.Seal(p.chacha_ctx.get()); }},
-      {"aes_cbc", "cipher", "AES-CBC", false, kBufferBytes, [&] { return p.CbcEncrypt(); }},
-      {"sha256", "hash", "SHA-256", false, kBufferBytes, [&] { return p.Digest(p.sha256.get()); }},
-      {"sha1", "hash", "SHA-1", false, kBufferBytes, [&] { return p.Digest(p.sha1.get()); }},
-      {"rsa", "signature", "RSA", false, 0, [&] { return p.Sign(p.rsa_sign_ctx.get()); }},
-      {"x25519", "key_exchange", "X25519", false, 0, [&] { return p.Derive(p.x25519_ctx.get(), p.x25519_peers); }},
-      {"ecdsa_p256", "signature", "ECDSA-P256", true, 0, [&] { return p.Sign(p.ecdsa_sign_ctx.get()); }},
-      {"ecdhe_p256", "key_exchange", "ECDHE-P256", true, 0, [&] { return p.Derive(p.p256_ctx.get(), p.p256_peers); }},
-  };
+  spec.categories = tlsprof::workload::StandardCategories({
+      .aes_gcm = [&] { return p.Seal(p.gcm_ctx.get()); },
+      .chacha20_poly1305 = [&] { return p.Seal(p.chacha_ctx.get()); },
+      .aes_cbc = [&] { return p.CbcEncrypt(); },
+      .sha256 = [&] { return p.Digest(p.sha256.get()); },
+      .sha1 = [&] { return p.Digest(p.sha1.get()); },
+      .rsa = [&] { return p.Sign(p.rsa_sign_ctx.get()); },
+      .x25519 = [&] { return p.Derive(p.x25519_ctx.get(), p.x25519_peers); },
+      .ecdsa_p256 = [&] { return p.Sign(p.ecdsa_sign_ctx.get()); },
+      .ecdhe_p256 = [&] { return p.Derive(p.p256_ctx.get(), p.p256_peers); },
+  });
   spec.setup = [&](const auto& enabled) {
     if (RAND_bytes(p.in.data(), static_cast<int>(p.in.size())) <= 0 || RAND_bytes(p.key, 32) <= 0)
       return Fail("RAND_bytes");
