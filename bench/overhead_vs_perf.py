@@ -784,6 +784,47 @@ def strip_for_json(res):
     return json.loads(json.dumps(res, default=str))
 
 
+def run_workloads(script, args, results, todo, run_one, tmp_prefix):
+    """The benches' main loop: stop on SIGINT/SIGTERM, a scratch directory
+    (or --keep), each workload in turn (run_one(workload, tmp) returns its
+    result and its printed table), every child ended by pid whatever
+    happens, the numbers to --json. Returns the exit code."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        tmp = args.keep
+    else:
+        tmp = tempfile.mkdtemp(prefix=tmp_prefix)
+    rc = 0
+    try:
+        for w in todo:
+            t0 = time.monotonic()
+            res, text = run_one(w, tmp)
+            print()
+            print(text)
+            print(f"# {w}: {time.monotonic() - t0:.0f} s")
+            sys.stdout.flush()
+            results["workloads"][w] = res
+    except PhaseError as e:
+        print(f"\n{script}: run failed: {e}", file=sys.stderr)
+        rc = 1
+    except Stopped as e:
+        print(f"\n{script}: {e}; cleaning up", file=sys.stderr)
+        rc = 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stop_all()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(strip_for_json(results), f, indent=2)
+        print(f"# numbers written to {args.json}")
+    return rc
+
+
 # --------------------------------------------------------------------------
 
 def main():
@@ -819,45 +860,19 @@ def main():
     if not shutil.which("perf"):
         sys.exit("overhead_vs_perf.py: perf not found")
 
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    if args.keep:
-        os.makedirs(args.keep, exist_ok=True)
-        tmp = args.keep
-    else:
-        tmp = tempfile.mkdtemp(prefix="tlsprof-bench-")
     results = {"command": cmd, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                "host": socket.gethostname(), "nproc": os.cpu_count(), "kernel": os.uname().release,
                "frequency_hz": args.frequency, "duration_seconds": args.duration, "workloads": {}}
     todo = ["groundtruth", "node"] if args.workload == "all" else [args.workload]
-    rc = 0
-    try:
-        for w in todo:
-            t0 = time.monotonic()
-            res = run_groundtruth(args, tmp) if w == "groundtruth" else run_node(args, tmp)
-            text = render_groundtruth(args, res) if w == "groundtruth" else render_node(args, res)
-            print()
-            print(text)
-            print(f"# {w}: {time.monotonic() - t0:.0f} s for all phases")
-            sys.stdout.flush()
-            results["workloads"][w] = res
-    except PhaseError as e:
-        print(f"\noverhead_vs_perf.py: phase failed: {e}", file=sys.stderr)
-        rc = 1
-    except Stopped as e:
-        print(f"\noverhead_vs_perf.py: {e}; cleaning up", file=sys.stderr)
-        rc = 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stop_all()
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(strip_for_json(results), f, indent=2)
-        print(f"# numbers written to {args.json}")
-    return rc
+
+    def run_one(w, tmp):
+        if w == "groundtruth":
+            res = run_groundtruth(args, tmp)
+            return res, render_groundtruth(args, res)
+        res = run_node(args, tmp)
+        return res, render_node(args, res)
+
+    return run_workloads("overhead_vs_perf.py", args, results, todo, run_one, "tlsprof-bench-")
 
 
 if __name__ == "__main__":

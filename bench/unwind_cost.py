@@ -29,20 +29,17 @@ import math
 import os
 import shlex
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 # The process handling (every child ended by its pid), the node load and the
 # table layout are shared with overhead_vs_perf.py.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead_vs_perf import (NODE_DIR, PhaseError, Stopped, _on_signal, cpu_jiffies, host_busy,  # noqa: E402
-                              node_load, node_load_result, start, stop, stop_all, table, tail, wait_file,
-                              wait_rusage)
+from overhead_vs_perf import (NODE_DIR, PhaseError, cpu_jiffies, host_busy, node_load, node_load_result,  # noqa: E402
+                              run_workloads, start, stop, table, tail, wait_file, wait_rusage)
 
 MODES = ("leaf", "stacks")
 GROUNDTRUTH = {"static": "tlsprof-groundtruth", "shared": "tlsprof-groundtruth-shared"}
@@ -312,44 +309,17 @@ def main():
         if not os.access(os.path.join(args.bin, tool), os.X_OK):
             sys.exit(f"unwind_cost.py: {tool} not found in {args.bin} (build it or pass --bin)")
 
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    if args.keep:
-        os.makedirs(args.keep, exist_ok=True)
-        tmp = args.keep
-    else:
-        tmp = tempfile.mkdtemp(prefix="tlsprof-unwind-cost-")
     results = {"command": cmd, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
                "nproc": os.cpu_count(), "kernel": os.uname().release, "frequency_hz": args.frequency,
                "duration_seconds": args.duration, "repeat": args.repeat, "workloads": {}}
-    rc = 0
-    try:
-        for w in todo:
-            t0 = time.monotonic()
-            res = run_node(args, tmp) if w == "node" else run_groundtruth(args, tmp, w)
-            print()
-            print(render(args, res))
-            print(f"# {w}: {time.monotonic() - t0:.0f} s")
-            sys.stdout.flush()
-            res["median"] = {m: summarize(res["runs"][m]) for m in MODES}
-            results["workloads"][w] = res
-    except PhaseError as e:
-        print(f"\nunwind_cost.py: run failed: {e}", file=sys.stderr)
-        rc = 1
-    except Stopped as e:
-        print(f"\nunwind_cost.py: {e}; cleaning up", file=sys.stderr)
-        rc = 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stop_all()
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"# numbers written to {args.json}")
-    return rc
+
+    def run_one(w, tmp):
+        res = run_node(args, tmp) if w == "node" else run_groundtruth(args, tmp, w)
+        text = render(args, res)
+        res["median"] = {m: summarize(res["runs"][m]) for m in MODES}
+        return res, text
+
+    return run_workloads("unwind_cost.py", args, results, todo, run_one, "tlsprof-unwind-cost-")
 
 
 if __name__ == "__main__":
