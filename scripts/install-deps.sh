@@ -16,11 +16,13 @@ packages=(
   libssl-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
-  prometheus-cpp-dev
+  prometheus-cpp-dev libcivetweb-dev
   # TLS libraries and servers profiled by the tests
   openssl android-libboringssl-dev golang-go nodejs nginx wrk debuginfod
   # bench/ anchors and tools
   linux-perf python3 procps curl
+  # fleet pipeline tests: a real Prometheus server (and promtool), raw gRPC clients for bad input
+  prometheus python3-grpcio python3-protobuf
 )
 
 stamp=/var/lib/tlsprof-deps.stamp
@@ -32,8 +34,8 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
-# nginx and debuginfod are started by the tests themselves, never as system services.
+# nginx, debuginfod and prometheus are started by the tests themselves, never as system services.
 if command -v systemctl >/dev/null 2>&1; then
-  systemctl disable --now nginx debuginfod >/dev/null 2>&1 || true
+  systemctl disable --now nginx debuginfod prometheus >/dev/null 2>&1 || true
 fi
 echo "$want" >"$stamp"
