@@ -1,0 +1,69 @@
+// Shipping sealed windows to a collector: the on-disk spool and the gRPC
+// client (docs/fleet.md, "Agent daemon").
+//
+// Seal() numbers a report (agent_instance, sequence) and makes it durable in
+// the spool (write, fsync, rename) before anything touches the network; a
+// sender thread then ships the spool oldest first and deletes a batch once the
+// collector answered ACCEPTED or DUPLICATE. So a batch is lost only when the
+// spool bound drops it (counted), and counted twice never: the collector
+// remembers (identity, instance, sequence).
+//
+// Thread-safe: Seal(), Flush() and stats() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "agent/common/result.h"
+#include "tlsprof/v1/report.pb.h"
+
+namespace tlsprof::ship {
+
+struct TlsFiles {
+  std::string ca;    // PEM: the CA that signed the collector's certificate
+  std::string cert;  // PEM: this agent's certificate (its identity = subject CN)
+  std::string key;   // PEM: its private key
+};
+
+struct ShipperOptions {
+  std::string collector;  // HOST:PORT
+  std::string state_dir;  // holds the instance id, the next sequence and spool/
+  uint64_t spool_max_bytes = 64ull << 20;
+  bool insecure = false;  // plaintext; otherwise all of `tls` is required
+  TlsFiles tls;
+  std::chrono::milliseconds rpc_timeout{10000};
+  std::chrono::milliseconds backoff_min{500};
+  std::chrono::milliseconds backoff_max{30000};
+};
+
+struct ShipperStats {
+  uint64_t sealed = 0;           // batches sealed since start
+  uint64_t accepted = 0;         // answered ACCEPTED
+  uint64_t duplicates = 0;       // answered DUPLICATE
+  uint64_t rejected = 0;         // INVALID_ARGUMENT: dropped, logged
+  uint64_t spool_dropped = 0;    // dropped because the spool was over its bound
+  uint64_t send_errors = 0;      // failed attempts that will be retried
+  uint64_t spooled_batches = 0;  // waiting now
+  uint64_t spooled_bytes = 0;
+  double last_success_unix_seconds = 0;
+};
+
+class Shipper {
+ public:
+  // Loads or creates the state directory (instance id, next sequence, spool),
+  // checks the TLS files, and starts the sender thread. Batches left in the
+  // spool by an earlier run are shipped first.
+  static Result<std::unique_ptr<Shipper>> Start(const ShipperOptions& options);
+  virtual ~Shipper() = default;  // stops the sender thread; the spool stays
+
+  // Assigns agent_instance and the next sequence to `report` and writes it to
+  // the spool. Never waits for the network. Returns the sequence.
+  virtual Result<uint64_t> Seal(v1::AgentReport report) = 0;
+  // Waits until the spool is empty or `timeout` passed; true when empty.
+  virtual bool Flush(std::chrono::milliseconds timeout) = 0;
+  virtual ShipperStats stats() const = 0;
+};
+
+}  // namespace tlsprof::ship
