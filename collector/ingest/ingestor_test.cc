@@ -183,7 +183,7 @@ TEST(Ingestor, SnapshotRestoreKeepsCountersDedupAndCaps) {
   ASSERT_TRUE(b.Restore(snapshot).ok());
   EXPECT_EQ(b.CollectData().size(), a.CollectData().size());
   for (const char* family : {"tlsprof_cpu_seconds_total", "tlsprof_busy_cpu_seconds_total",
-                                    "tlsprof_host_cpu_seconds_total", "tlsprof_host_busy_cpu_seconds_total"}) {
+                             "tlsprof_host_cpu_seconds_total", "tlsprof_host_busy_cpu_seconds_total"}) {
     EXPECT_EQ(SeriesCount(b, family), SeriesCount(a, family)) << family;
   }
   EXPECT_EQ(Value(b, "tlsprof_reports_total", {}), 2);
