@@ -167,6 +167,11 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::
 
   // 5 and 6. Duplicate, caps, counters; the journal record is appended under
   // the ingest lock and made durable (group commit) before the reply.
+  if (store_ && !store_->healthy()) {
+    // Counting in memory what cannot be made durable would turn the agent's
+    // retry into a DUPLICATE and lose the batch at the next start.
+    return {grpc::StatusCode::UNAVAILABLE, "the collector's journal failed (see its log); retry later"};
+  }
   state::JournalRecord record;
   std::string record_bytes;
   if (store_) {

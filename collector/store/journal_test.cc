@@ -222,3 +222,22 @@ TEST(StateStore, CorruptSnapshotIsAnError) {
 
 }  // namespace
 }  // namespace tlsprof::collector
+
+namespace tlsprof::collector {
+namespace {
+
+TEST(Journal, FailedJournalRefusesDurability) {
+  TempDir dir;
+  auto j = Journal::Open(dir.path() + "/j", [](std::string_view) { return OkStatus(); });
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE((*j)->WaitDurable((*j)->Enqueue("before")).ok());
+  EXPECT_TRUE((*j)->healthy());
+  (*j)->Fail("rotation failed");
+  EXPECT_FALSE((*j)->healthy());
+  Status s = (*j)->WaitDurable((*j)->Enqueue("after"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("rotation failed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tlsprof::collector
