@@ -36,6 +36,8 @@ struct ShipperOptions {
   std::chrono::milliseconds rpc_timeout{10000};
   std::chrono::milliseconds backoff_min{500};
   std::chrono::milliseconds backoff_max{30000};
+  // At most this many files are kept in spool/corrupt/ (oldest removed first).
+  uint32_t max_quarantined = 32;
 };
 
 struct ShipperStats {
@@ -47,6 +49,8 @@ struct ShipperStats {
   uint64_t send_errors = 0;      // failed attempts that will be retried
   uint64_t spooled_batches = 0;  // waiting now
   uint64_t spooled_bytes = 0;
+  uint64_t quarantined = 0;    // spool files that did not parse, moved to spool/corrupt/
+  uint64_t next_sequence = 0;  // the sequence the next Seal() assigns
   double last_success_unix_seconds = 0;
 };
 
@@ -58,10 +62,12 @@ class Shipper {
   static Result<std::unique_ptr<Shipper>> Start(const ShipperOptions& options);
   virtual ~Shipper() = default;  // stops the sender thread; the spool stays
 
-  // Assigns agent_instance and the next sequence to `report` and writes it to
-  // the spool. Never waits for the network. Returns the sequence.
+  // Assigns agent_instance and the next sequence to `report`, fills
+  // agent.spooled_batches and agent.spool_dropped_batches, and writes it to
+  // the spool. Touches only the disk, never the network. Returns the sequence.
   virtual Result<uint64_t> Seal(v1::AgentReport report) = 0;
-  // Waits until the spool is empty or `timeout` passed; true when empty.
+  // Waits until the spool is empty or `timeout` passed; true when empty. Cuts
+  // a retry backoff short once (one immediate attempt), e.g. at shutdown.
   virtual bool Flush(std::chrono::milliseconds timeout) = 0;
   virtual ShipperStats stats() const = 0;
 };
