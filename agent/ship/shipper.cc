@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -141,6 +142,15 @@ std::string_view CodeName(grpc::StatusCode code) {
     default:
       return "UNKNOWN_CODE";
   }
+}
+
+// INVALID_ARGUMENT, and RESOURCE_EXHAUSTED for a message over gRPC's size
+// limit ("Received/Sent message larger than max (N vs. M)", gRPC's message
+// size filter); RESOURCE_EXHAUSTED otherwise is the rate limit: retried.
+bool IsPermanent(const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) return true;
+  return status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+         status.error_message().find("larger than max") != std::string::npos;
 }
 
 uint64_t TlsSamples(const v1::AgentReport& report) {
@@ -307,13 +317,14 @@ class ShipperImpl final : public Shipper {
       stats_.last_success_unix_seconds = UnixSecondsNow();
       spool_.Remove(sequence);
       delivered = true;
-    } else if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      // Retrying cannot fix a malformed report.
+    } else if (IsPermanent(status)) {
+      // Retrying cannot fix a malformed or oversized report, and it would
+      // hold up every batch behind it.
       ++stats_.rejected;
       spool_.Remove(sequence);
       delivered = true;
-      spdlog::error("ship: the collector rejected batch sequence={} as invalid: {}; dropped it", sequence,
-                    status.error_message());
+      spdlog::error("ship: the collector rejected batch sequence={} ({}): {}; dropped it", sequence,
+                    CodeName(status.error_code()), status.error_message());
     } else {
       ++stats_.send_errors;
       std::string why = status.ok()
@@ -448,9 +459,13 @@ Result<std::unique_ptr<Shipper>> Shipper::Start(const ShipperOptions& options) {
   grpc::ChannelArguments args;
   // gRPC's own reconnect backoff (default up to 120 s) would otherwise delay
   // the first attempt after the collector comes back.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff_min.count()));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff_min.count()));
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff_max.count()));
+  auto ms = [](std::chrono::milliseconds d) {
+    return static_cast<int>(std::min<int64_t>(d.count(), std::numeric_limits<int>::max()));
+  };
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms(options.backoff_min));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, ms(options.backoff_min));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.backoff_max));
+  args.SetUserAgentPrefix("tlsprof-agent");
   auto channel = grpc::CreateCustomChannel(options.collector, credentials, args);
 
   return std::unique_ptr<Shipper>(

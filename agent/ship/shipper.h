@@ -44,7 +44,7 @@ struct ShipperStats {
   uint64_t sealed = 0;           // batches sealed since start
   uint64_t accepted = 0;         // answered ACCEPTED
   uint64_t duplicates = 0;       // answered DUPLICATE
-  uint64_t rejected = 0;         // INVALID_ARGUMENT: dropped, logged
+  uint64_t rejected = 0;         // INVALID_ARGUMENT or over the collector's size limit: dropped, logged
   uint64_t spool_dropped = 0;    // dropped because the spool was over its bound
   uint64_t send_errors = 0;      // failed attempts that will be retried
   uint64_t spooled_batches = 0;  // waiting now

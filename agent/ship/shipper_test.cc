@@ -176,7 +176,10 @@ TEST(ShipperTest, UnavailableIsRetriedWithBackoff) {
   TempDir dir;
   TestCollector collector;
   collector.set_script([](size_t call, const v1::SubmitRequest&, v1::SubmitResponse* response) {
-    if (call < 3) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "journal busy");
+    // Every code but INVALID_ARGUMENT (and a size-limit RESOURCE_EXHAUSTED) is retried.
+    if (call == 0) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "journal busy");
+    if (call == 1) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "rate limit: 1 report/s per agent");
+    if (call == 2) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no client certificate");
     response->set_result(v1::SubmitResponse::ACCEPTED);
     return grpc::Status::OK;
   });
@@ -195,6 +198,25 @@ TEST(ShipperTest, UnavailableIsRetriedWithBackoff) {
   EXPECT_EQ(collector.accepted_sequences(), std::vector<uint64_t>{1});
   // Three backoffs of at least backoff_min (10 ms) each.
   EXPECT_GE(took, 30ms);
+}
+
+TEST(ShipperTest, OversizedBatchIsDroppedNotRetriedForever) {
+  TempDir dir;
+  TestCollector collector;
+  // gRPC's own limit answers RESOURCE_EXHAUSTED "Received message larger than max".
+  TestServer server(&collector, 0, grpc::InsecureServerCredentials(), 4096);
+  ASSERT_TRUE(server.ok());
+  auto shipper = MustStart(FastOptions(server.address(), dir.path()));
+  ASSERT_NE(shipper, nullptr);
+  v1::AgentReport big = MakeReport(kT0, 10, 1);
+  for (int i = 0; i < 200; ++i) big.add_services()->set_name("service-with-a-long-name-" + std::to_string(i));
+  ASSERT_TRUE(shipper->Seal(big).ok());
+  ASSERT_TRUE(shipper->Seal(MakeReport(kT0 + 10'000'000'000, 10, 1)).ok());
+  ASSERT_TRUE(shipper->Flush(5s));
+  ShipperStats s = shipper->stats();
+  EXPECT_EQ(s.rejected, 1u);
+  EXPECT_EQ(s.accepted, 1u);
+  EXPECT_EQ(collector.accepted_sequences(), std::vector<uint64_t>{2});
 }
 
 TEST(ShipperTest, HangingCollectorBlocksNeitherSealNorShutdown) {

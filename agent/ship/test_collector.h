@@ -51,6 +51,9 @@ class TestCollector final : public v1::Collector::Service {
       std::lock_guard lock(mu_);
       call = calls_++;
       script = script_;
+      for (const auto& cn : context->auth_context()->FindPropertyValues("x509_common_name")) {
+        peer_common_names_.emplace_back(cn.data(), cn.size());
+      }
     }
     while (hang_) {
       if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
@@ -80,6 +83,11 @@ class TestCollector final : public v1::Collector::Service {
     std::lock_guard lock(mu_);
     return accepted_;
   }
+  // The client certificates' subject CNs, one per call made over TLS.
+  std::vector<std::string> peer_common_names() const {
+    std::lock_guard lock(mu_);
+    return peer_common_names_;
+  }
   std::vector<uint64_t> accepted_sequences() const {
     std::lock_guard lock(mu_);
     std::vector<uint64_t> out;
@@ -99,14 +107,17 @@ class TestCollector final : public v1::Collector::Service {
   size_t calls_ = 0;
   std::set<std::pair<std::string, uint64_t>> seen_;
   std::vector<v1::AgentReport> accepted_;
+  std::vector<std::string> peer_common_names_;
 };
 
 // A gRPC server for `service` on 127.0.0.1:port (0 = any free port).
 class TestServer {
  public:
   TestServer(grpc::Service* service, int port = 0,
-             std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials()) {
+             std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials(),
+             int max_receive_message_bytes = -1) {
     grpc::ServerBuilder builder;
+    if (max_receive_message_bytes > 0) builder.SetMaxReceiveMessageSize(max_receive_message_bytes);
     builder.AddListeningPort("127.0.0.1:" + std::to_string(port), credentials, &port_);
     builder.RegisterService(service);
     server_ = builder.BuildAndStart();
