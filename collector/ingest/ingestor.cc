@@ -1,0 +1,370 @@
+#include "collector/ingest/ingestor.h"
+
+#include <spdlog/spdlog.h>
+#include <algorithm>
+
+#include "collector/ingest/validate.h"
+
+namespace tlsprof::collector {
+namespace {
+
+constexpr int64_t kNsPerMinute = 60LL * 1000 * 1000 * 1000;
+// Summary minutes kept: the 60 a query may ask for plus the current one.
+constexpr int64_t kSummaryMinutes = 61;
+
+// FNV-1a, 64 bit: stable across runs (the hashes are persisted).
+uint64_t Fnv1a(std::initializer_list<std::string_view> parts) {
+  uint64_t h = 1469598103934665603ULL;
+  for (std::string_view part : parts) {
+    for (unsigned char c : part) {
+      h ^= c;
+      h *= 1099511628211ULL;
+    }
+    h ^= 0xff;  // separator no label character can produce
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+double Seconds(uint64_t samples, uint64_t period_ns) {
+  return static_cast<double>(samples) * static_cast<double>(period_ns) / 1e9;
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+prometheus::ClientMetric CounterMetric(std::vector<prometheus::ClientMetric::Label> labels, double value) {
+  prometheus::ClientMetric m;
+  m.label = std::move(labels);
+  m.counter.value = value;
+  return m;
+}
+
+}  // namespace
+
+std::string MakeAgentKey(std::string_view identity, std::string_view relay_hostname) {
+  std::string key(identity);
+  if (!relay_hostname.empty()) {
+    key.push_back('\0');  // a certificate CN cannot contain NUL; hostnames are validated
+    key.append(relay_hostname);
+  }
+  return key;
+}
+
+Ingestor::Ingestor(IngestOptions options) : options_(options) {}
+
+bool Ingestor::TakeToken(const std::string& agent_key, int64_t now_ns) {
+  std::lock_guard lock(mu_);
+  return buckets_[agent_key].Take(now_ns, options_.rate_per_agent, options_.rate_burst);
+}
+
+ApplyResult Ingestor::Apply(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
+                            const std::function<void()>& commit) {
+  std::lock_guard lock(mu_);
+  return ApplyLocked(agent_key, report, received_ns, commit);
+}
+
+ApplyResult Ingestor::Replay(const state::JournalRecord& record) {
+  std::lock_guard lock(mu_);
+  return ApplyLocked(record.agent_key(), record.report(), record.received_unix_ns(), {});
+}
+
+std::string Ingestor::HostLabel(const std::string& hostname) {
+  if (hosts_.count(hostname)) return hostname;
+  if (hosts_.size() < options_.max_hosts) {
+    hosts_.insert(hostname);
+    return hostname;
+  }
+  return kOverflowHost;
+}
+
+ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
+                                  const std::function<void()>& commit) {
+  ApplyResult result;
+  Agent& agent = agents_[agent_key];
+  auto it = agent.instances.find(report.agent_instance());
+  if (it != agent.instances.end()) {
+    SequenceWindow::Check check = it->second.window.Test(report.sequence());
+    if (check != SequenceWindow::Check::kNew) {
+      result.duplicate = true;
+      result.too_old = check == SequenceWindow::Check::kTooOld;
+      return result;
+    }
+  } else {
+    if (agent.instances.size() >= kMaxInstancesPerAgent) {
+      auto oldest = std::min_element(agent.instances.begin(), agent.instances.end(), [](const auto& a, const auto& b) {
+        return a.second.last_seen_ns < b.second.last_seen_ns;
+      });
+      spdlog::warn("agent {}: forgetting instance seen last at {} (more than {} instances)", agent_key,
+                   oldest->second.last_seen_ns, kMaxInstancesPerAgent);
+      agent.instances.erase(oldest);
+    }
+    it = agent.instances.emplace(report.agent_instance(), Instance{}).first;
+  }
+  it->second.window.Mark(report.sequence());
+  it->second.last_seen_ns = received_ns;
+  agent.last_seen_ns = received_ns;
+
+  const uint64_t period = report.window().period_ns();
+  const int64_t minute_index = FloorDiv(report.window().end_unix_ns(), kNsPerMinute);
+  Minute& minute = minutes_[minute_index];
+  minute.reports++;
+  minute.agents.insert(Fnv1a({agent_key}));
+  ++reports_;
+
+  for (const v1::Service& service : report.services()) {
+    const uint64_t service_hash = Fnv1a({service.name()});
+    if (!agent.services.count(service_hash)) {
+      if (agent.services.size() >= options_.max_services_per_agent) {
+        result.dropped_series += 1 + service.tls_size();  // its busy series and every TLS series
+        continue;
+      }
+      agent.services.insert(service_hash);
+    }
+    const double busy = Seconds(service.busy_samples(), period);
+    busy_[service.name()] += busy;
+    minute.busy_seconds += busy;
+    for (const v1::TlsCpu& row : service.tls()) {
+      const std::string_view bucket = BucketName(row.bucket());
+      const std::string_view phase = PhaseName(row.phase());
+      const uint64_t series_hash = Fnv1a({bucket, row.algorithm(), phase, row.library(), service.name()});
+      if (!agent.series.count(series_hash)) {
+        if (agent.series.size() >= options_.max_series_per_agent) {
+          ++result.dropped_series;
+          continue;
+        }
+        agent.series.insert(series_hash);
+      }
+      const double seconds = Seconds(row.samples(), period);
+      cpu_[CpuKey{std::string(bucket), row.algorithm(), std::string(phase), row.library(), service.name()}] += seconds;
+      minute.tls_seconds += seconds;
+      minute.bucket_seconds[row.bucket()] += seconds;
+      auto alg_key = std::make_pair(static_cast<int>(row.bucket()), row.algorithm());
+      if (!minute.algorithms.count(alg_key) && minute.algorithms.size() >= kMaxSummaryAlgorithms) {
+        alg_key.second = kOverflowAlgorithm;
+      }
+      minute.algorithms[alg_key] += seconds;
+      if (options_.host_labels) host_cpu_[{HostLabel(report.host().hostname()), std::string(bucket)}] += seconds;
+    }
+  }
+  if (options_.host_labels) host_busy_[HostLabel(report.host().hostname())] += Seconds(report.busy_samples(), period);
+
+  PruneMinutes(FloorDiv(received_ns, kNsPerMinute));
+  if (commit) commit();
+  return result;
+}
+
+void Ingestor::PruneMinutes(int64_t now_minute) {
+  while (!minutes_.empty() && minutes_.begin()->first < now_minute - kSummaryMinutes) minutes_.erase(minutes_.begin());
+}
+
+void Ingestor::Checkpoint(const std::function<void(state::State&)>& fn) const {
+  std::lock_guard lock(mu_);
+  state::State snapshot = SnapshotLocked();
+  fn(snapshot);
+}
+
+state::State Ingestor::SnapshotLocked() const {
+  state::State s;
+  s.set_reports(reports_);
+  for (const auto& [key, seconds] : cpu_) {
+    state::CpuSeries* c = s.add_cpu();
+    c->set_bucket(key[0]);
+    c->set_algorithm(key[1]);
+    c->set_phase(key[2]);
+    c->set_library(key[3]);
+    c->set_service(key[4]);
+    c->set_seconds(seconds);
+  }
+  for (const auto& [name, seconds] : busy_) {
+    state::NamedSeconds* b = s.add_busy();
+    b->set_name(name);
+    b->set_seconds(seconds);
+  }
+  for (const auto& [key, seconds] : host_cpu_) {
+    state::HostCpu* h = s.add_host_cpu();
+    h->set_host(key.first);
+    h->set_bucket(key.second);
+    h->set_seconds(seconds);
+  }
+  for (const auto& [name, seconds] : host_busy_) {
+    state::NamedSeconds* b = s.add_host_busy();
+    b->set_name(name);
+    b->set_seconds(seconds);
+  }
+  for (const auto& [key, agent] : agents_) {
+    state::Agent* a = s.add_agents();
+    a->set_key(key);
+    a->set_last_seen_unix_ns(agent.last_seen_ns);
+    for (const auto& [id, instance] : agent.instances) {
+      state::Instance* i = a->add_instances();
+      i->set_instance(id);
+      i->set_highest(instance.window.highest());
+      for (uint64_t w : instance.window.Words()) i->add_seen(w);
+      i->set_last_seen_unix_ns(instance.last_seen_ns);
+    }
+    for (uint64_t h : agent.series) a->add_series(h);
+    for (uint64_t h : agent.services) a->add_services(h);
+  }
+  for (const auto& [index, minute] : minutes_) {
+    state::Minute* m = s.add_minutes();
+    m->set_minute(index);
+    m->set_reports(minute.reports);
+    for (uint64_t h : minute.agents) m->add_agents(h);
+    m->set_busy_seconds(minute.busy_seconds);
+    m->set_tls_seconds(minute.tls_seconds);
+    for (double v : minute.bucket_seconds) m->add_bucket_seconds(v);
+    for (const auto& [key, seconds] : minute.algorithms) {
+      state::AlgorithmSeconds* a = m->add_algorithms();
+      a->set_bucket(key.first);
+      a->set_algorithm(key.second);
+      a->set_seconds(seconds);
+    }
+  }
+  return s;
+}
+
+Status Ingestor::Restore(const state::State& s) {
+  std::lock_guard lock(mu_);
+  reports_ = s.reports();
+  cpu_.clear();
+  busy_.clear();
+  host_cpu_.clear();
+  host_busy_.clear();
+  hosts_.clear();
+  agents_.clear();
+  minutes_.clear();
+  for (const state::CpuSeries& c : s.cpu()) {
+    cpu_[CpuKey{c.bucket(), c.algorithm(), c.phase(), c.library(), c.service()}] = c.seconds();
+  }
+  for (const state::NamedSeconds& b : s.busy()) busy_[b.name()] = b.seconds();
+  for (const state::HostCpu& h : s.host_cpu()) host_cpu_[{h.host(), h.bucket()}] = h.seconds();
+  for (const state::NamedSeconds& b : s.host_busy()) {
+    host_busy_[b.name()] = b.seconds();
+    if (b.name() != kOverflowHost) hosts_.insert(b.name());
+  }
+  for (const state::HostCpu& h : s.host_cpu()) {
+    if (h.host() != kOverflowHost) hosts_.insert(h.host());
+  }
+  for (const state::Agent& a : s.agents()) {
+    Agent& agent = agents_[a.key()];
+    agent.last_seen_ns = a.last_seen_unix_ns();
+    for (const state::Instance& i : a.instances()) {
+      if (i.seen_size() != static_cast<int>(SequenceWindow::kWidth / 64)) {
+        return MakeError("snapshot: agent instance window has {} words, expected {}", i.seen_size(),
+                         SequenceWindow::kWidth / 64);
+      }
+      Instance& instance = agent.instances[i.instance()];
+      instance.window = SequenceWindow::FromWords(i.highest(), {i.seen().begin(), i.seen().end()});
+      instance.last_seen_ns = i.last_seen_unix_ns();
+    }
+    agent.series.insert(a.series().begin(), a.series().end());
+    agent.services.insert(a.services().begin(), a.services().end());
+  }
+  for (const state::Minute& m : s.minutes()) {
+    Minute& minute = minutes_[m.minute()];
+    minute.reports = m.reports();
+    minute.agents.insert(m.agents().begin(), m.agents().end());
+    minute.busy_seconds = m.busy_seconds();
+    minute.tls_seconds = m.tls_seconds();
+    for (int i = 0; i < m.bucket_seconds_size() && i < static_cast<int>(minute.bucket_seconds.size()); ++i) {
+      minute.bucket_seconds[i] = m.bucket_seconds(i);
+    }
+    for (const state::AlgorithmSeconds& a : m.algorithms())
+      minute.algorithms[{a.bucket(), a.algorithm()}] = a.seconds();
+  }
+  return OkStatus();
+}
+
+std::vector<prometheus::MetricFamily> Ingestor::CollectData() const {
+  std::vector<prometheus::MetricFamily> families;
+  std::lock_guard lock(mu_);
+  {
+    prometheus::MetricFamily f{
+        "tlsprof_cpu_seconds_total", "CPU-seconds inside TLS code", prometheus::MetricType::Counter, {}};
+    for (const auto& [key, seconds] : cpu_) {
+      f.metric.push_back(CounterMetric(
+          {{"algorithm", key[1]}, {"bucket", key[0]}, {"library", key[3]}, {"phase", key[2]}, {"service", key[4]}},
+          seconds));
+    }
+    families.push_back(std::move(f));
+  }
+  {
+    prometheus::MetricFamily f{"tlsprof_busy_cpu_seconds_total",
+                               "Busy CPU-seconds (user + kernel) of the service's processes; (non-tls) holds the rest",
+                               prometheus::MetricType::Counter,
+                               {}};
+    for (const auto& [service, seconds] : busy_) f.metric.push_back(CounterMetric({{"service", service}}, seconds));
+    families.push_back(std::move(f));
+  }
+  {
+    prometheus::MetricFamily f{"tlsprof_reports_total", "Profile windows counted", prometheus::MetricType::Counter, {}};
+    f.metric.push_back(CounterMetric({}, static_cast<double>(reports_)));
+    families.push_back(std::move(f));
+  }
+  if (options_.host_labels) {
+    prometheus::MetricFamily cpu{
+        "tlsprof_host_cpu_seconds_total", "CPU-seconds inside TLS code, per host", prometheus::MetricType::Counter, {}};
+    for (const auto& [key, seconds] : host_cpu_) {
+      cpu.metric.push_back(CounterMetric({{"bucket", key.second}, {"host", key.first}}, seconds));
+    }
+    families.push_back(std::move(cpu));
+    prometheus::MetricFamily busy{
+        "tlsprof_host_busy_cpu_seconds_total", "Busy CPU-seconds, per host", prometheus::MetricType::Counter, {}};
+    for (const auto& [host, seconds] : host_busy_) busy.metric.push_back(CounterMetric({{"host", host}}, seconds));
+    families.push_back(std::move(busy));
+  }
+  return families;
+}
+
+size_t Ingestor::ActiveAgents(int64_t now_ns, int64_t horizon_ns) const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [key, agent] : agents_) {
+    if (agent.last_seen_ns >= now_ns - horizon_ns) ++n;
+  }
+  return n;
+}
+
+nlohmann::json Ingestor::Summary(int minutes, int64_t now_ns) const {
+  // Minute granularity: a minute counts when it began within the last `minutes`.
+  const int64_t first = FloorDiv(now_ns, kNsPerMinute) - minutes + 1;
+  uint64_t reports = 0;
+  std::unordered_set<uint64_t> agents;
+  double busy = 0, tls = 0;
+  std::array<double, 6> buckets{};
+  std::map<std::pair<int, std::string>, double> algorithms;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = minutes_.lower_bound(first); it != minutes_.end(); ++it) {
+      const Minute& m = it->second;
+      reports += m.reports;
+      agents.insert(m.agents.begin(), m.agents.end());
+      busy += m.busy_seconds;
+      tls += m.tls_seconds;
+      for (size_t i = 0; i < buckets.size(); ++i) buckets[i] += m.bucket_seconds[i];
+      for (const auto& [key, seconds] : m.algorithms) algorithms[key] += seconds;
+    }
+  }
+  auto share = [tls](double v) { return tls > 0 ? v / tls : 0.0; };
+  nlohmann::json out = {{"minutes", minutes},      {"reports", reports},
+                        {"agents", agents.size()}, {"busy_cpu_seconds", busy},
+                        {"tls_cpu_seconds", tls},  {"tls_share", busy > 0 ? tls / busy : 0.0}};
+  out["buckets"] = nlohmann::json::array();
+  for (int b = v1::BUCKET_CIPHER; b <= v1::BUCKET_OTHER; ++b) {
+    out["buckets"].push_back({{"bucket", BucketName(static_cast<v1::Bucket>(b))},
+                              {"cpu_seconds", buckets[b]},
+                              {"share_of_tls", share(buckets[b])}});
+  }
+  std::vector<std::pair<std::pair<int, std::string>, double>> sorted(algorithms.begin(), algorithms.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  out["algorithms"] = nlohmann::json::array();
+  for (const auto& [key, seconds] : sorted) {
+    out["algorithms"].push_back({{"bucket", BucketName(static_cast<v1::Bucket>(key.first))},
+                                 {"algorithm", key.second},
+                                 {"cpu_seconds", seconds},
+                                 {"share_of_tls", share(seconds)}});
+  }
+  return out;
+}
+
+}  // namespace tlsprof::collector

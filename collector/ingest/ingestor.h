@@ -1,0 +1,128 @@
+// The collector's counters and per-agent memory (docs/fleet.md, "Ingest"
+// steps 3, 5 and 6): rate limit, duplicate detection, cardinality caps, the
+// additive counters in base units and the per-minute summary.
+//
+// Thread-safe: every public method may be called from any thread; one mutex
+// guards the state (Submit's critical section is a few map updates).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <prometheus/metric_family.h>
+#include <nlohmann/json.hpp>
+
+#include "agent/common/result.h"
+#include "collector/ingest/agent_state.h"
+#include "ingest/state.pb.h"  // generated from collector/ingest/state.proto
+#include "tlsprof/v1/report.pb.h"
+
+namespace tlsprof::collector {
+
+struct IngestOptions {
+  uint32_t max_series_per_agent = 2000;
+  uint32_t max_services_per_agent = 64;
+  double rate_per_agent = 1.0;  // reports per second
+  double rate_burst = 120;
+  bool host_labels = false;
+  uint32_t max_hosts = 1000;
+};
+
+// The key an agent's state lives under: its identity, plus the reported
+// hostname when the identity is a relay that submits for many hosts.
+std::string MakeAgentKey(std::string_view identity, std::string_view relay_hostname);
+
+// Where a report went.
+struct ApplyResult {
+  bool duplicate = false;
+  bool too_old = false;  // duplicate because it fell below the sequence window
+  uint32_t dropped_series = 0;
+};
+
+inline constexpr char kOverflowHost[] = "(overflow)";
+inline constexpr char kOverflowAlgorithm[] = "(overflow)";
+// Distinct (bucket, algorithm) pairs one summary minute keeps.
+inline constexpr size_t kMaxSummaryAlgorithms = 1000;
+// Instances one agent key remembers (an agent whose state directory is wiped
+// starts a new instance); the least recently seen is forgotten.
+inline constexpr size_t kMaxInstancesPerAgent = 16;
+
+class Ingestor {
+ public:
+  explicit Ingestor(IngestOptions options);
+
+  // Step 3: false when `agent_key` has no token left.
+  bool TakeToken(const std::string& agent_key, int64_t now_ns);
+
+  // Steps 5 and 6 for a validated report. When the report is new, `commit`
+  // runs before the lock is released (the journal append: the journal's order
+  // is then the order counters were applied in, and a replay gives the same
+  // caps). Not called for duplicates.
+  ApplyResult Apply(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
+                    const std::function<void()>& commit = {});
+  // Applies a journal record at start.
+  ApplyResult Replay(const state::JournalRecord& record);
+
+  // Runs `fn` with a snapshot of the state while holding the lock, so that
+  // nothing is applied between the snapshot and what `fn` does (compaction).
+  void Checkpoint(const std::function<void(state::State&)>& fn) const;
+  // Replaces the state by a snapshot (at start, before serving).
+  Status Restore(const state::State& snapshot);
+
+  // tlsprof_cpu_seconds_total & co., read at scrape time.
+  std::vector<prometheus::MetricFamily> CollectData() const;
+  // Agents whose last report was received within `horizon_ns` of `now_ns`.
+  size_t ActiveAgents(int64_t now_ns, int64_t horizon_ns) const;
+  // GET /api/v1/summary: reports whose window ended in the last `minutes`.
+  nlohmann::json Summary(int minutes, int64_t now_ns) const;
+
+ private:
+  struct Instance {
+    SequenceWindow window;
+    int64_t last_seen_ns = 0;
+  };
+  struct Agent {
+    std::unordered_map<std::string, Instance> instances;
+    std::unordered_set<uint64_t> series;
+    std::unordered_set<uint64_t> services;
+    int64_t last_seen_ns = 0;
+  };
+  struct Minute {
+    uint64_t reports = 0;
+    std::unordered_set<uint64_t> agents;
+    double busy_seconds = 0;
+    double tls_seconds = 0;
+    std::array<double, 6> bucket_seconds{};  // by v1::Bucket
+    std::map<std::pair<int, std::string>, double> algorithms;
+  };
+  using CpuKey = std::array<std::string, 5>;  // bucket, algorithm, phase, library, service
+
+  ApplyResult ApplyLocked(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
+                          const std::function<void()>& commit);
+  std::string HostLabel(const std::string& hostname);
+  void PruneMinutes(int64_t now_minute);
+  state::State SnapshotLocked() const;
+
+  const IngestOptions options_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, TokenBucket> buckets_;
+  std::unordered_map<std::string, Agent> agents_;
+  uint64_t reports_ = 0;
+  std::map<CpuKey, double> cpu_;
+  std::map<std::string, double> busy_;
+  std::map<std::pair<std::string, std::string>, double> host_cpu_;
+  std::map<std::string, double> host_busy_;
+  std::set<std::string> hosts_;  // hosts with their own label (at most max_hosts)
+  std::map<int64_t, Minute> minutes_;
+};
+
+}  // namespace tlsprof::collector

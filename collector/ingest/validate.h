@@ -1,0 +1,39 @@
+// Validation of one AgentReport (docs/fleet.md, "Ingest", step 4).
+//
+// Pure functions, no state: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "tlsprof/v1/report.pb.h"
+
+namespace tlsprof::collector {
+
+// Longest window a report may cover, and how far its end may lie in the
+// future (clock skew between agent and collector).
+inline constexpr int64_t kMaxWindowNs = 3600LL * 1000 * 1000 * 1000;
+inline constexpr int64_t kMaxFutureNs = 600LL * 1000 * 1000 * 1000;
+// Sample counts may exceed cpus × seconds × frequency by this factor (timer
+// jitter, windows that are closed a little late).
+inline constexpr double kSampleSlack = 1.5;
+inline constexpr size_t kAgentInstanceBytes = 16;
+
+// A label value (service, algorithm, library): 1–64 characters of
+// [A-Za-z0-9._:/()+ -]. Nothing that could close a label or inject a series.
+bool IsValidLabelValue(std::string_view value);
+// A hostname as the collector uses it (relay and insecure identities, host
+// labels): 1–253 characters of [A-Za-z0-9._:-].
+bool IsValidHostname(std::string_view value);
+
+// Returns std::nullopt when `report` is acceptable at `now_unix_ns`, else
+// "<field>: <reason>" naming the first rule it breaks.
+std::optional<std::string> ValidateReport(const v1::AgentReport& report, int64_t now_unix_ns);
+
+// Lower-case label values of the enums ("cipher", "handshake", ...).
+std::string_view BucketName(v1::Bucket bucket);
+std::string_view PhaseName(v1::Phase phase);
+
+}  // namespace tlsprof::collector

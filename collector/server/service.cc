@@ -1,0 +1,237 @@
+#include "collector/server/service.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "collector/ingest/validate.h"
+#include "collector/store/state_store.h"
+
+namespace tlsprof::collector {
+namespace {
+
+constexpr char kSubmitPath[] = "/tlsprof.v1.Collector/Submit";
+constexpr int64_t kNsPerSecond = 1000000000;
+
+int64_t NowUnixNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Result<std::string> ReadFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return MakeError("{} {}: cannot read the file ({})", flag, path, std::strerror(errno));
+  std::stringstream s;
+  s << in.rdbuf();
+  if (s.str().empty()) return MakeError("{} {}: the file is empty; expected PEM", flag, path);
+  if (s.str().find("-----BEGIN") == std::string::npos) return MakeError("{} {}: not a PEM file", flag, path);
+  return s.str();
+}
+
+}  // namespace
+
+Result<AllowList> AllowList::Load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return MakeError("--allowed-agents {}: cannot read the file ({})", path, std::strerror(errno));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return FromLines(lines);
+}
+
+AllowList AllowList::FromLines(const std::vector<std::string>& lines) {
+  AllowList list;
+  for (std::string line : lines) {
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.pop_back();
+    size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#') continue;
+    line = line.substr(start);
+    if (line.back() == '*') {
+      list.prefixes_.push_back(line.substr(0, line.size() - 1));
+    } else {
+      list.exact_.push_back(line);
+    }
+  }
+  return list;
+}
+
+bool AllowList::Allows(const std::string& identity) const {
+  for (const std::string& e : exact_) {
+    if (identity == e) return true;
+  }
+  for (const std::string& p : prefixes_) {
+    if (identity.compare(0, p.size(), p) == 0) return true;
+  }
+  return false;
+}
+
+CollectorService::CollectorService(ServiceOptions options, Ingestor* ingestor, StateStore* store, HealthMetrics* health)
+    : options_(std::move(options)), ingestor_(ingestor), store_(store), health_(health) {
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      kSubmitPath, grpc::internal::RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<CollectorService, grpc::ByteBuffer, grpc::ByteBuffer>(
+          [](CollectorService* service, grpc::ServerContext* context, const grpc::ByteBuffer* request,
+             grpc::ByteBuffer* response) { return service->Submit(context, request, response); },
+          this)));
+}
+
+bool CollectorService::IsRelay(const std::string& identity) const {
+  for (const std::string& r : options_.relay_identities) {
+    if (identity == r) return true;
+  }
+  return false;
+}
+
+grpc::Status CollectorService::Submit(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) {
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status status = Handle(context, *request, response);
+  health_->ObserveIngestSeconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return status;
+}
+
+grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::ByteBuffer& request,
+                                      grpc::ByteBuffer* response) {
+  // 1. Size. gRPC's own limit sits above --max-message-bytes (StartServer), so
+  // that what lies between is answered and counted here.
+  const size_t size = request.Length();
+  if (size > options_.max_message_bytes) {
+    health_->Count(SubmitResult::kTooLarge);
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            fmt::format("message of {} bytes exceeds --max-message-bytes {}", size, options_.max_message_bytes)};
+  }
+  v1::SubmitRequest parsed;
+  bool parsed_ok = false;
+  {
+    std::vector<grpc::Slice> slices;
+    if (request.Dump(&slices).ok()) {
+      std::string bytes;
+      bytes.reserve(size);
+      for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      parsed_ok = parsed.ParseFromString(bytes);
+    }
+  }
+  const v1::AgentReport& report = parsed.report();
+  const std::string& hostname = report.host().hostname();
+
+  // 2. Identity.
+  std::string identity;
+  if (options_.insecure) {
+    if (!parsed_ok || !IsValidHostname(hostname)) {
+      health_->Count(SubmitResult::kUnauthenticated);
+      return {grpc::StatusCode::UNAUTHENTICATED,
+              "--insecure: the identity is insecure:<host.hostname>, and the report carries no valid host.hostname"};
+    }
+    identity = "insecure:" + hostname;
+  } else {
+    std::vector<grpc::string_ref> cn = context->auth_context()->FindPropertyValues("x509_common_name");
+    if (cn.empty() || cn[0].empty()) {
+      health_->Count(SubmitResult::kUnauthenticated);
+      return {grpc::StatusCode::UNAUTHENTICATED, "the client certificate has no subject CN"};
+    }
+    identity.assign(cn[0].data(), cn[0].size());
+  }
+  if (options_.allowed && !options_.allowed->Allows(identity)) {
+    health_->Count(SubmitResult::kDenied);
+    return {grpc::StatusCode::PERMISSION_DENIED, fmt::format("identity '{}' is not in --allowed-agents", identity)};
+  }
+  // A relay submits for many hosts: each (relay, hostname) is one agent. Until
+  // validation, an invalid hostname keys the relay itself.
+  const std::string agent_key =
+      MakeAgentKey(identity, IsRelay(identity) && IsValidHostname(hostname) ? std::string_view(hostname) : "");
+
+  // 3. Rate limit.
+  const int64_t now_ns = NowUnixNs();
+  if (!ingestor_->TakeToken(agent_key, now_ns)) {
+    health_->Count(SubmitResult::kRateLimited);
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED, fmt::format("rate limit: agent '{}' sends more than its reports/s "
+                                                              "(--rate-limit-per-agent, --rate-burst); retry later",
+                                                              identity)};
+  }
+
+  // 4. Validation.
+  if (!parsed_ok) {
+    health_->Count(SubmitResult::kInvalid);
+    return {grpc::StatusCode::INVALID_ARGUMENT, "request: not a valid tlsprof.v1.SubmitRequest"};
+  }
+  if (!parsed.has_report()) {
+    health_->Count(SubmitResult::kInvalid);
+    return {grpc::StatusCode::INVALID_ARGUMENT, "report: missing"};
+  }
+  if (auto error = ValidateReport(report, now_ns)) {
+    health_->Count(SubmitResult::kInvalid);
+    return {grpc::StatusCode::INVALID_ARGUMENT, *error};
+  }
+
+  // 5 and 6. Duplicate, caps, counters; the journal record is appended under
+  // the ingest lock and made durable (group commit) before the reply.
+  state::JournalRecord record;
+  std::string record_bytes;
+  if (store_) {
+    record.set_agent_key(agent_key);
+    record.set_received_unix_ns(now_ns);
+    *record.mutable_report() = report;
+    record_bytes = record.SerializeAsString();
+  }
+  uint64_t ticket = 0;
+  ApplyResult applied = ingestor_->Apply(agent_key, report, now_ns, [&] {
+    if (store_) ticket = store_->Enqueue(std::move(record_bytes));
+  });
+  if (applied.too_old) {
+    spdlog::warn("agent '{}': sequence {} is more than {} below the highest accepted; answered DUPLICATE", identity,
+                 report.sequence(), SequenceWindow::kWidth);
+  }
+  if (!applied.duplicate && store_) {
+    Status durable = store_->WaitDurable(ticket);
+    if (!durable.ok()) {
+      spdlog::error("journal: {}", durable.error().message);
+      return {grpc::StatusCode::UNAVAILABLE, "the collector could not make the report durable; retry"};
+    }
+    store_->MaybeCompact(*ingestor_);
+  }
+  health_->Count(applied.duplicate ? SubmitResult::kDuplicate : SubmitResult::kAccepted);
+  if (applied.dropped_series) health_->AddDroppedSeries(applied.dropped_series);
+
+  v1::SubmitResponse reply;
+  reply.set_result(applied.duplicate ? v1::SubmitResponse::DUPLICATE : v1::SubmitResponse::ACCEPTED);
+  reply.set_dropped_series(applied.dropped_series);
+  const std::string out = reply.SerializeAsString();
+  grpc::Slice slice(out);
+  *response = grpc::ByteBuffer(&slice, 1);
+  return grpc::Status::OK;
+}
+
+Result<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, CollectorService* service) {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (options.insecure) {
+    credentials = grpc::InsecureServerCredentials();
+  } else {
+    Result<std::string> ca = ReadFile("--tls-ca", options.tls.ca);
+    if (!ca.ok()) return ca.error();
+    Result<std::string> cert = ReadFile("--tls-cert", options.tls.cert);
+    if (!cert.ok()) return cert.error();
+    Result<std::string> key = ReadFile("--tls-key", options.tls.key);
+    if (!key.ok()) return key.error();
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = *ca;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, credentials, &port);
+  builder.RegisterService(service);
+  // Messages up to twice the limit reach Submit, which answers and counts them;
+  // gRPC itself refuses anything larger (RESOURCE_EXHAUSTED, not counted).
+  const size_t grpc_limit = std::min<size_t>(options.max_message_bytes * 2, (1u << 31) - 1);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::max<size_t>(grpc_limit, 1024)));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    return MakeError("--listen {}: cannot listen (is the address valid and the port free?)", options.listen);
+  }
+  return server;
+}
+
+}  // namespace tlsprof::collector
