@@ -122,8 +122,9 @@ class TwoCollectorsTest(unittest.TestCase):
 
         def compare(metric, by):
             group = ", ".join(by)
-            left = prom.vector(f"sum by ({group}) ({metric}{{{sel12}}})", by)
-            right = prom.vector(f"sum by ({group}) ({metric}{{{sel3}}})", by)
+            key = by[0] if len(by) == 1 else by
+            left = prom.vector(f"sum by ({group}) ({metric}{{{sel12}}})", key)
+            right = prom.vector(f"sum by ({group}) ({metric}{{{sel3}}})", key)
             self.assertTrue(left, f"no {metric} in Prometheus")
             self.assertEqual(set(left), set(right), f"{metric} by {group}: label sets differ")
             for key in left:
