@@ -5,7 +5,7 @@ For each mode (plaintext; mTLS with a relay identity; plaintext with
 --state-dir, i.e. the fsynced journal) and each agent count it starts a fresh
 tlsprof-collector, runs tlsprof-loadgen against it for --duration seconds
 (N agents, one report of --series rows each every --interval seconds, spread
-evenly), samples the collector's CPU (/proc/PID/task/*/schedstat) and RSS
+evenly), samples the collector's CPU (/proc/PID/stat utime+stime) and RSS
 (/proc/PID/status VmRSS) every 0.5 s, and prints per row: agents, series
 updates/s achieved, the loadgen's p50/p99 call latency, the collector's
 server-side p99 (its tlsprof_collector_ingest_seconds histogram), collector
@@ -42,7 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead_vs_perf import (REPO, PhaseError, cpu_jiffies, host_busy, run_workloads, start, stop,  # noqa: E402
-                              table, tail, task_cpu_ns)
+                              table, tail)
 
 MODES = ("insecure", "mtls", "state-dir")
 RELAY = "tlsprof-loadgen"
@@ -87,6 +87,21 @@ def port_open(port):
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_ns(pid):
+    """utime + stime of the whole process from /proc/PID/stat: unlike a sum
+    over /proc/PID/task, it keeps the time of threads that have exited (gRPC
+    starts and ends threads as load changes)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(rest[11]) + int(rest[12])) * 1_000_000_000 // CLK_TCK
 
 
 def rss_bytes(pid):
@@ -138,7 +153,7 @@ class Sampler(threading.Thread):
 
     def run(self):
         while not self.done.is_set():
-            cpu, rss = task_cpu_ns(self.pid), rss_bytes(self.pid)
+            cpu, rss = proc_cpu_ns(self.pid), rss_bytes(self.pid)
             if cpu is not None and rss is not None:
                 self.samples.append((time.monotonic(), cpu, rss))
             self.done.wait(self.period)
@@ -255,7 +270,7 @@ def run_row(args, mode, agents, tmp, pki, perf):
         "accepted_by_collector": accepted_by_collector, "dropped_series": lgres["dropped_series"],
         "collector_cpu": cpu_steady, "collector_rss_bytes": rss_peak,
         "loadgen_cpu": lgres["loadgen_cpu_percent"] / 100, "host_busy": busy,
-        "collector_argv": coll_argv, "loadgen_argv": argv,
+        "collector_pid": coll.pid, "collector_argv": coll_argv, "loadgen_argv": argv,
     }
     row["sustained"] = (row["failed"] == 0 and row["reports_per_second"] >= 0.98 * offered
                         and row["latency_ms"]["p99"] <= args.p99_ms)
@@ -264,11 +279,41 @@ def run_row(args, mode, agents, tmp, pki, perf):
     return row
 
 
-def perf_top(data, pid, n=30):
-    p = subprocess.run(["perf", "report", "-i", data, "--pid", str(pid), "--sort", "pid,sym", "--no-children",
-                        "--stdio", "-g", "none", "--percent-limit", "0.3"], capture_output=True, text=True)
-    lines = [ln for ln in p.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
-    return lines[:n]
+def perf_top(data, pid, n=25):
+    """The collector's hottest symbols in a `perf record -a -g` file: self
+    time (leaf) and inclusive (anywhere on the stack; our binaries have no
+    frame pointers, so mostly kernel and libc callers), as shares of the
+    collector's own samples. From `perf script --pid`, which filters samples;
+    perf report's --pid with a per-thread sort splits gRPC's many threads."""
+    p = subprocess.run(["perf", "script", "-i", data, "--pid", str(pid), "-F", "ip,sym,dso"],
+                       capture_output=True, text=True)
+    leaf, incl, samples, frames = {}, {}, 0, []
+
+    def flush():
+        nonlocal samples
+        if frames:
+            samples += 1
+            leaf[frames[0]] = leaf.get(frames[0], 0) + 1
+            for f in set(frames):
+                incl[f] = incl.get(f, 0) + 1
+        frames.clear()
+
+    for line in p.stdout.splitlines():
+        parts = line.split(None, 1)
+        if not parts:
+            flush()
+        elif len(parts) == 2 and "[unknown]" not in parts[1]:
+            sym = re.sub(r"\+0x[0-9a-f]+", "", parts[1])
+            sym = re.sub(r" \((?:/[^)]*/)?([^/)]+)\)$", r" (\1)", sym)  # the dso's file name only
+            frames.append(sym[:140])
+    flush()
+    if not samples:
+        return []
+    out = [f"{samples} samples of the collector"]
+    out += [f"self {100 * c / samples:5.1f}%  {s}" for s, c in sorted(leaf.items(), key=lambda x: -x[1])[:n]]
+    ours = [(s, c) for s, c in incl.items() if "tlsprof" in s or "grpc" in s]
+    out += [f"incl {100 * c / samples:5.1f}%  {s}" for s, c in sorted(ours, key=lambda x: -x[1])[:n // 2]]
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -312,7 +357,7 @@ def render(args, mode, rows):
     for r in rows:
         if r.get("perf_top"):
             lines.append(f"collector's hottest symbols at {r['agents']:,} agents (perf record -a -g, "
-                         f"perf report --pid --sort pid,sym, self time):")
+                         "perf script --pid; self = leaf, incl = on the stack):")
             lines += ["  " + ln.strip() for ln in r["perf_top"]]
     return "\n".join(lines)
 
