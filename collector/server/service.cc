@@ -220,6 +220,9 @@ Result<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, 
     credentials = grpc::SslServerCredentials(ssl);
   }
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second collector on the same port would
+  // then share the traffic instead of failing to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(options.listen, credentials, &port);
   builder.RegisterService(service);

@@ -1,0 +1,221 @@
+#include "collector/ingest/ingestor.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "collector/ingest/test_report.h"
+
+namespace tlsprof::collector {
+namespace {
+
+using testing::kTestNowNs;
+using testing::MakeReport;
+
+// The value of one series of one family, or -1 when absent.
+double Value(const Ingestor& ingestor, const std::string& family, const std::map<std::string, std::string>& labels) {
+  for (const prometheus::MetricFamily& f : ingestor.CollectData()) {
+    if (f.name != family) continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      std::map<std::string, std::string> got;
+      for (const auto& l : m.label) got[l.name] = l.value;
+      if (got == labels) return m.counter.value;
+    }
+  }
+  return -1;
+}
+
+size_t SeriesCount(const Ingestor& ingestor, const std::string& family) {
+  for (const prometheus::MetricFamily& f : ingestor.CollectData()) {
+    if (f.name == family) return f.metric.size();
+  }
+  return 0;
+}
+
+const std::map<std::string, std::string> kAesGcm = {{"bucket", "cipher"},
+                                                    {"algorithm", "AES-GCM"},
+                                                    {"phase", "record"},
+                                                    {"library", "openssl-3"},
+                                                    {"service", "nginx"}};
+
+TEST(SequenceWindow, InOrderOutOfOrderAndTooOld) {
+  SequenceWindow w;
+  EXPECT_EQ(w.Test(1), SequenceWindow::Check::kNew);
+  w.Mark(1);
+  EXPECT_EQ(w.Test(1), SequenceWindow::Check::kDuplicate);
+  w.Mark(2);
+  w.Mark(5);  // 3 and 4 are late
+  EXPECT_EQ(w.Test(3), SequenceWindow::Check::kNew);
+  EXPECT_EQ(w.Test(4), SequenceWindow::Check::kNew);
+  EXPECT_EQ(w.Test(2), SequenceWindow::Check::kDuplicate);
+  w.Mark(4);
+  EXPECT_EQ(w.Test(4), SequenceWindow::Check::kDuplicate);
+  EXPECT_EQ(w.Test(3), SequenceWindow::Check::kNew);
+  w.Mark(5 + SequenceWindow::kWidth - 1);
+  EXPECT_EQ(w.Test(5), SequenceWindow::Check::kDuplicate);  // still inside the window
+  EXPECT_EQ(w.Test(6), SequenceWindow::Check::kNew);
+  EXPECT_EQ(w.Test(3), SequenceWindow::Check::kTooOld);
+  // A jump wider than the window forgets everything below it.
+  w.Mark(100000);
+  EXPECT_EQ(w.Test(100000 - SequenceWindow::kWidth + 1), SequenceWindow::Check::kNew);
+  EXPECT_EQ(w.Test(100000 - SequenceWindow::kWidth), SequenceWindow::Check::kTooOld);
+
+  SequenceWindow copy = SequenceWindow::FromWords(w.highest(), w.Words());
+  for (uint64_t s = 99000; s <= 100001; ++s) EXPECT_EQ(copy.Test(s), w.Test(s)) << s;
+}
+
+TEST(TokenBucket, BurstThenRate) {
+  TokenBucket b;
+  int64_t t = kTestNowNs;
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(b.Take(t, 2.0, 3)) << i;
+  EXPECT_FALSE(b.Take(t, 2.0, 3));
+  EXPECT_FALSE(b.Take(t + 400'000'000, 2.0, 3));  // 0.8 tokens
+  EXPECT_TRUE(b.Take(t + 500'000'000, 2.0, 3));   // 1.0
+  EXPECT_FALSE(b.Take(t + 500'000'000, 2.0, 3));
+  // Refills up to the burst, not beyond.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(b.Take(t + 100'000'000'000, 2.0, 3)) << i;
+  EXPECT_FALSE(b.Take(t + 100'000'000'000, 2.0, 3));
+}
+
+TEST(Ingestor, CountsBaseUnitsOnceAndKeepsAgentsApart) {
+  Ingestor ingestor(IngestOptions{});
+  const double period = 1'000'000'000 / 99;
+  EXPECT_FALSE(ingestor.Apply("agent-1", MakeReport(1), kTestNowNs).duplicate);
+  EXPECT_TRUE(ingestor.Apply("agent-1", MakeReport(1), kTestNowNs).duplicate);
+  // The same (instance, sequence) from another agent is another batch.
+  EXPECT_FALSE(ingestor.Apply("agent-2", MakeReport(1), kTestNowNs).duplicate);
+  // ... and so is another instance of the same agent.
+  EXPECT_FALSE(ingestor.Apply("agent-1", MakeReport(1, std::string(16, 'j')), kTestNowNs).duplicate);
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_cpu_seconds_total", kAesGcm), 3 * 300 * period / 1e9);
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_busy_cpu_seconds_total", {{"service", "nginx"}}), 3 * 800 * period / 1e9);
+  EXPECT_EQ(Value(ingestor, "tlsprof_reports_total", {}), 3);
+  // Host series only with --host-labels.
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_host_busy_cpu_seconds_total"), 0u);
+  EXPECT_EQ(ingestor.ActiveAgents(kTestNowNs, 1), 2u);
+}
+
+TEST(Ingestor, CommitRunsOnlyForNewReports) {
+  Ingestor ingestor(IngestOptions{});
+  int commits = 0;
+  ingestor.Apply("a", MakeReport(7), kTestNowNs, [&] { ++commits; });
+  ingestor.Apply("a", MakeReport(7), kTestNowNs, [&] { ++commits; });
+  EXPECT_EQ(commits, 1);
+}
+
+v1::AgentReport ManySeries(uint64_t sequence, int services, int algorithms_per_service) {
+  v1::AgentReport r = MakeReport(sequence);
+  r.clear_services();
+  for (int s = 0; s < services; ++s) {
+    v1::Service* service = r.add_services();
+    service->set_name("svc-" + std::to_string(s));
+    service->set_busy_samples(algorithms_per_service);
+    service->set_tls_samples(algorithms_per_service);
+    for (int a = 0; a < algorithms_per_service; ++a) {
+      v1::TlsCpu* t = service->add_tls();
+      t->set_bucket(v1::BUCKET_HASH);
+      t->set_algorithm("alg-" + std::to_string(a));
+      t->set_phase(v1::PHASE_OTHER);
+      t->set_library("lib");
+      t->set_samples(1);
+    }
+  }
+  return r;
+}
+
+TEST(Ingestor, SeriesCapDropsNewSeriesButKeepsCountingKnownOnes) {
+  IngestOptions options;
+  options.max_series_per_agent = 10;
+  Ingestor ingestor(options);
+  ApplyResult first = ingestor.Apply("bomb", ManySeries(1, 1, 5000), kTestNowNs);
+  EXPECT_EQ(first.dropped_series, 4990u);
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_cpu_seconds_total"), 10u);
+  // The next report: the 10 known series still count, the rest is dropped again.
+  ApplyResult second = ingestor.Apply("bomb", ManySeries(2, 1, 5000), kTestNowNs);
+  EXPECT_EQ(second.dropped_series, 4990u);
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_cpu_seconds_total"), 10u);
+  const double period = 1'000'000'000 / 99;
+  EXPECT_DOUBLE_EQ(
+      Value(ingestor, "tlsprof_cpu_seconds_total",
+            {{"bucket", "hash"}, {"algorithm", "alg-0"}, {"phase", "other"}, {"library", "lib"}, {"service", "svc-0"}}),
+      2 * period / 1e9);
+  // Another agent has its own budget.
+  EXPECT_EQ(ingestor.Apply("other", ManySeries(1, 1, 5), kTestNowNs).dropped_series, 0u);
+}
+
+TEST(Ingestor, ServiceCapDropsTheServiceWithItsSeries) {
+  IngestOptions options;
+  options.max_services_per_agent = 2;
+  Ingestor ingestor(options);
+  ApplyResult r = ingestor.Apply("a", ManySeries(1, 4, 3), kTestNowNs);
+  EXPECT_EQ(r.dropped_series, 2u * (1 + 3));
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_busy_cpu_seconds_total"), 2u);
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_cpu_seconds_total"), 6u);
+}
+
+TEST(Ingestor, HostLabelsOverflow) {
+  IngestOptions options;
+  options.host_labels = true;
+  options.max_hosts = 2;
+  Ingestor ingestor(options);
+  for (int h = 0; h < 4; ++h) {
+    v1::AgentReport r = MakeReport(1);
+    r.mutable_host()->set_hostname("h" + std::to_string(h));
+    ingestor.Apply(MakeAgentKey("relay", r.host().hostname()), r, kTestNowNs);
+  }
+  const double busy = 1000.0 * (1'000'000'000 / 99) / 1e9;
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_host_busy_cpu_seconds_total", {{"host", "h0"}}), busy);
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_host_busy_cpu_seconds_total", {{"host", "h1"}}), busy);
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_host_busy_cpu_seconds_total", {{"host", "(overflow)"}}), 2 * busy);
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_host_busy_cpu_seconds_total"), 3u);
+}
+
+TEST(Ingestor, SnapshotRestoreKeepsCountersDedupAndCaps) {
+  IngestOptions options;
+  options.max_series_per_agent = 3;
+  options.host_labels = true;
+  Ingestor a(options);
+  a.Apply("x", ManySeries(1, 1, 5), kTestNowNs);
+  a.Apply("x", MakeReport(3), kTestNowNs);  // sequence 2 missing
+  state::State snapshot;
+  a.Checkpoint([&](state::State& s) { snapshot = s; });
+
+  Ingestor b(options);
+  ASSERT_TRUE(b.Restore(snapshot).ok());
+  EXPECT_EQ(b.CollectData().size(), a.CollectData().size());
+  for (const char* family : {"tlsprof_cpu_seconds_total", "tlsprof_busy_cpu_seconds_total",
+                             "tlsprof_host_cpu_seconds_total", "tlsprof_host_busy_cpu_seconds_total"}) {
+    EXPECT_EQ(SeriesCount(b, family), SeriesCount(a, family)) << family;
+  }
+  EXPECT_EQ(Value(b, "tlsprof_reports_total", {}), 2);
+  EXPECT_TRUE(b.Apply("x", MakeReport(3), kTestNowNs).duplicate);
+  EXPECT_TRUE(b.Apply("x", ManySeries(1, 1, 5), kTestNowNs).duplicate);
+  // The cap is full (3 alg series): the AES-GCM series of sequence 2 is dropped in both.
+  EXPECT_EQ(b.Apply("x", MakeReport(2), kTestNowNs).dropped_series,
+            a.Apply("x", MakeReport(2), kTestNowNs).dropped_series);
+  EXPECT_EQ(b.Summary(5, kTestNowNs).dump(), a.Summary(5, kTestNowNs).dump());
+}
+
+TEST(Ingestor, SummaryOverTheLastMinutes) {
+  Ingestor ingestor(IngestOptions{});
+  const int64_t minute = 60'000'000'000;
+  ingestor.Apply("a", MakeReport(1, std::string(16, 'i'), kTestNowNs), kTestNowNs);
+  ingestor.Apply("b", MakeReport(1, std::string(16, 'i'), kTestNowNs - 10 * minute), kTestNowNs);
+  nlohmann::json five = ingestor.Summary(5, kTestNowNs);
+  const double period = 1'000'000'000 / 99;
+  EXPECT_EQ(five["reports"], 1);
+  EXPECT_EQ(five["agents"], 1);
+  EXPECT_DOUBLE_EQ(five["busy_cpu_seconds"].get<double>(), 800 * period / 1e9);
+  EXPECT_DOUBLE_EQ(five["tls_cpu_seconds"].get<double>(), 300 * period / 1e9);
+  EXPECT_DOUBLE_EQ(five["tls_share"].get<double>(), 300.0 / 800.0);
+  ASSERT_EQ(five["buckets"].size(), 5u);
+  EXPECT_EQ(five["buckets"][0]["bucket"], "cipher");
+  EXPECT_DOUBLE_EQ(five["buckets"][0]["share_of_tls"].get<double>(), 1.0);
+  ASSERT_EQ(five["algorithms"].size(), 1u);
+  EXPECT_EQ(five["algorithms"][0]["algorithm"], "AES-GCM");
+  nlohmann::json sixty = ingestor.Summary(60, kTestNowNs);
+  EXPECT_EQ(sixty["reports"], 2);
+  EXPECT_EQ(sixty["agents"], 2);
+}
+
+}  // namespace
+}  // namespace tlsprof::collector

@@ -1,0 +1,119 @@
+#include "collector/ingest/validate.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "collector/ingest/test_report.h"
+
+namespace tlsprof::collector {
+namespace {
+
+using testing::kTestNowNs;
+using testing::MakeReport;
+
+TEST(Validate, AcceptsTheTestReport) { EXPECT_EQ(ValidateReport(MakeReport(1), kTestNowNs), std::nullopt); }
+
+struct Rejection {
+  const char* name;
+  std::function<void(v1::AgentReport&)> mutate;
+  const char* message;
+};
+
+// Each rule of docs/fleet.md's step 4, broken on its own, with the message
+// the agent gets.
+const Rejection kRejections[] = {
+    {"instance_short", [](auto& r) { r.set_agent_instance("short"); }, "agent_instance: must be 16 bytes, got 5"},
+    {"sequence_zero", [](auto& r) { r.set_sequence(0); }, "sequence: must be >= 1"},
+    {"hostname_empty", [](auto& r) { r.mutable_host()->set_hostname(""); },
+     "host.hostname: must be 1-253 characters of [A-Za-z0-9._:-]"},
+    {"hostname_injection", [](auto& r) { r.mutable_host()->set_hostname("h\"}"); },
+     "host.hostname: must be 1-253 characters of [A-Za-z0-9._:-]"},
+    {"cpus_zero", [](auto& r) { r.mutable_host()->set_cpus(0); }, "host.cpus: must be >= 1"},
+    {"window_empty", [](auto& r) { r.mutable_window()->set_start_unix_ns(r.window().end_unix_ns()); },
+     "window: end_unix_ns must be > start_unix_ns"},
+    {"window_too_long",
+     [](auto& r) { r.mutable_window()->set_start_unix_ns(r.window().end_unix_ns() - kMaxWindowNs - 1); },
+     "window: longer than 1 h"},
+    {"window_in_future",
+     [](auto& r) {
+       r.mutable_window()->set_end_unix_ns(kTestNowNs + kMaxFutureNs + 1);
+       r.mutable_window()->set_start_unix_ns(kTestNowNs + kMaxFutureNs - 1'000'000'000);
+     },
+     "window.end_unix_ns: more than 10 min in the future"},
+    {"frequency_zero", [](auto& r) { r.mutable_window()->set_frequency_hz(0); },
+     "window.frequency_hz: must be 1-1000000"},
+    {"period_wrong", [](auto& r) { r.mutable_window()->set_period_ns(1'000'000'000 / 99 + 2); },
+     "window.period_ns: must be 1e9/frequency_hz = 10101010 (+-1), got 10101012"},
+    // 2 CPUs x 10 s x 99 Hz x 1.5 = 2970.
+    {"busy_too_many", [](auto& r) { r.set_busy_samples(2971); },
+     "busy_samples: 2971 exceeds 1.5 x cpus x seconds x frequency = 2970"},
+    {"service_busy_too_many", [](auto& r) { r.mutable_services(0)->set_busy_samples(2971); },
+     "services[0].busy_samples: 2971 exceeds 1.5 x cpus x seconds x frequency = 2970"},
+    {"services_sum_too_many",
+     [](auto& r) {
+       r.mutable_services(0)->set_busy_samples(2000);
+       v1::Service* s = r.add_services();
+       s->set_name("(non-tls)");
+       s->set_busy_samples(1000);
+     },
+     "services: busy_samples add up to 3000, more than 1.5 x cpus x seconds x frequency = 2970"},
+    {"tls_over_busy", [](auto& r) { r.mutable_services(0)->set_busy_samples(200); },
+     "services[0].tls_samples: 300 exceeds busy_samples 200"},
+    {"tls_sum_mismatch", [](auto& r) { r.mutable_services(0)->mutable_tls(0)->set_samples(299); },
+     "services[0].tls_samples: 300 != sum of its tls[].samples"},
+    {"bucket_unspecified", [](auto& r) { r.mutable_services(0)->mutable_tls(0)->set_bucket(v1::BUCKET_UNSPECIFIED); },
+     "services[0].tls[0].bucket: must be a specified tlsprof.v1.Bucket, got 0"},
+    {"bucket_unknown_number",
+     [](auto& r) { r.mutable_services(0)->mutable_tls(0)->set_bucket(static_cast<v1::Bucket>(42)); },
+     "services[0].tls[0].bucket: must be a specified tlsprof.v1.Bucket, got 42"},
+    {"phase_unspecified", [](auto& r) { r.mutable_services(0)->mutable_tls(0)->set_phase(v1::PHASE_UNSPECIFIED); },
+     "services[0].tls[0].phase: must be a specified tlsprof.v1.Phase, got 0"},
+    {"service_name_injection", [](auto& r) { r.mutable_services(0)->set_name("a\"} evil{"); },
+     "services[0].name: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+    {"service_name_empty", [](auto& r) { r.mutable_services(0)->set_name(""); },
+     "services[0].name: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+    {"algorithm_too_long", [](auto& r) { r.mutable_services(0)->mutable_tls(0)->set_algorithm(std::string(65, 'A')); },
+     "services[0].tls[0].algorithm: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+    {"library_newline", [](auto& r) { r.mutable_services(0)->mutable_tls(0)->set_library("openssl\n"); },
+     "services[0].tls[0].library: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+};
+
+class ValidateRejects : public ::testing::TestWithParam<Rejection> {};
+
+TEST_P(ValidateRejects, WithItsMessage) {
+  v1::AgentReport r = MakeReport(1);
+  GetParam().mutate(r);
+  std::optional<std::string> error = ValidateReport(r, kTestNowNs);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(*error, GetParam().message);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, ValidateRejects, ::testing::ValuesIn(kRejections),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Validate, BoundariesAreInclusive) {
+  v1::AgentReport r = MakeReport(1);
+  r.set_busy_samples(2970);
+  r.mutable_window()->set_period_ns(1'000'000'000 / 99 + 1);
+  EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
+  r.mutable_window()->set_end_unix_ns(kTestNowNs + kMaxFutureNs);
+  r.mutable_window()->set_start_unix_ns(kTestNowNs + kMaxFutureNs - 10'000'000'000);
+  EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
+  r.mutable_window()->set_start_unix_ns(r.window().end_unix_ns() - kMaxWindowNs);
+  EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
+}
+
+TEST(Validate, LabelValues) {
+  for (const char* ok : {"(non-tls)", "P-256 (ECDSA or ECDHE)", "openssl-1.1", "a/b:c+d_e.f", "x"}) {
+    EXPECT_TRUE(IsValidLabelValue(ok)) << ok;
+  }
+  for (const char* bad : {"", "a\"b", "a}b", "a{b", "a\\b", "a=b", "a,b", "\xc3\xa9"}) {
+    EXPECT_FALSE(IsValidLabelValue(bad)) << bad;
+  }
+  EXPECT_TRUE(IsValidLabelValue(std::string(64, 'a')));
+  EXPECT_FALSE(IsValidLabelValue(std::string(65, 'a')));
+}
+
+}  // namespace
+}  // namespace tlsprof::collector
