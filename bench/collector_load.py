@@ -22,7 +22,7 @@ With --perf-agents N, the N-agent row of the first mode also runs
 `perf record -a -g` over its middle and prints the collector's hottest symbols
 (perf report --pid, sorted by pid,sym; see overhead_vs_perf.py for why).
 
-Python 3 standard library only; `openssl` (CLI) makes the throw-away PKI.
+Python 3 standard library only; scripts/make-test-pki.sh makes the throw-away PKI.
 
     python3 bench/collector_load.py [--agents 1000,5000,10000,20000] [--interval 10]
         [--series 100] [--duration 40] [--modes insecure,mtls,state-dir]
@@ -49,29 +49,17 @@ RELAY = "tlsprof-loadgen"
 
 
 # --------------------------------------------------------------------------
-# Throw-away PKI (openssl CLI): a CA, the collector's certificate for
-# 127.0.0.1/localhost, and the loadgen's relay identity (CN tlsprof-loadgen).
+# Throw-away PKI from scripts/make-test-pki.sh: the CA, the collector's
+# certificate (SAN localhost, 127.0.0.1) and the loadgen's relay identity.
 
 def make_pki(d):
-    os.makedirs(d, exist_ok=True)
-
-    def ossl(*a):
-        p = subprocess.run(["openssl", *a], cwd=d, capture_output=True, text=True)
-        if p.returncode != 0:
-            raise PhaseError(f"openssl {' '.join(a)}: {p.stderr.strip()}")
-
-    ossl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
-         "-out", "ca.crt", "-days", "2", "-subj", "/CN=tlsprof bench CA")
-    for name, cn, ext in (("collector", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-                           "extendedKeyUsage=serverAuth"),
-                          ("loadgen", RELAY, "extendedKeyUsage=clientAuth")):
-        with open(os.path.join(d, f"{name}.ext"), "w") as f:
-            f.write(ext + "\n")
-        ossl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", f"{name}.key",
-             "-out", f"{name}.csr", "-subj", f"/CN={cn}")
-        ossl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
-    return {k: os.path.join(d, k) for k in ("ca.crt", "collector.crt", "collector.key", "loadgen.crt", "loadgen.key")}
+    script = os.path.join(REPO, "scripts", "make-test-pki.sh")
+    p = subprocess.run(["bash", script, d, RELAY], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise PhaseError(f"{script} failed: {p.stderr.strip()}")
+    return {"ca.crt": os.path.join(d, "ca.crt"), "collector.crt": os.path.join(d, "collector.crt"),
+            "collector.key": os.path.join(d, "collector.key"), "loadgen.crt": os.path.join(d, f"{RELAY}.crt"),
+            "loadgen.key": os.path.join(d, f"{RELAY}.key")}
 
 
 # --------------------------------------------------------------------------

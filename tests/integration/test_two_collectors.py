@@ -1,7 +1,8 @@
 """Collectors add up: what two collectors count of two fleets equals what one
 collector counts of both, as Prometheus sees it.
 
-Three real tlsprof-collector processes, tlsprof-loadgen with --total-windows
+Three real tlsprof-collector processes (mTLS, the loadgen a relay identity,
+certificates from scripts/make-test-pki.sh), tlsprof-loadgen with --total-windows
 (exact, deterministic totals): set A (seed 1) → C1, set B (seed 2) → C2, both
 sets → C3. One real Prometheus scrapes all three every second. The test asserts
 with PromQL that sum over C1 and C2 of tlsprof_cpu_seconds_total (by bucket,
@@ -21,10 +22,11 @@ import time
 import unittest
 
 from prometheus_harness import Prometheus, check_metrics, scrape
-from tlsprof_testlib import BIN, Processes, free_port
+from tlsprof_testlib import BIN, SRC, Processes, free_port
 
 COLLECTOR = os.path.join(BIN, "tlsprof-collector")
 LOADGEN = os.path.join(BIN, "tlsprof-loadgen")
+RELAY = "tlsprof-loadgen"  # the loadgen's certificate CN, a relay identity for the collectors
 
 # Set A and set B: different seeds, hosts, sizes and series counts.
 SET_A = {"seed": 1, "agents": 30, "series": 40, "prefix": "a-"}
@@ -39,15 +41,28 @@ def close(a, b, rel=REL):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
 
 
+def make_pki(procs):
+    d = procs.path("pki")
+    proc = subprocess.run([os.path.join(SRC, "scripts", "make-test-pki.sh"), d, RELAY], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"make-test-pki.sh failed: {proc.stderr}")
+    return d
+
+
 class Collector:
-    def __init__(self, procs, name):
+    """A tlsprof-collector with mTLS that takes tlsprof-loadgen as a relay
+    identity (its reports are keyed by (identity, hostname))."""
+
+    def __init__(self, procs, name, pki):
         self.name = name
         for attempt in range(3):
             self.grpc_port, self.metrics_port = free_port(), free_port()
             if self.grpc_port == self.metrics_port:
                 continue
             argv = [COLLECTOR, "--listen", f"127.0.0.1:{self.grpc_port}", "--metrics-listen",
-                    f"127.0.0.1:{self.metrics_port}", "--insecure"]
+                    f"127.0.0.1:{self.metrics_port}", "--tls-ca", f"{pki}/ca.crt", "--tls-cert",
+                    f"{pki}/collector.crt", "--tls-key", f"{pki}/collector.key", "--relay-identity", RELAY]
             try:
                 self.proc = procs.start(argv, port=self.metrics_port, timeout=30)
                 _wait_port(self.proc, procs, self.grpc_port)
@@ -80,8 +95,9 @@ def _wait_port(proc, procs, port, timeout=30):
         time.sleep(0.05)
 
 
-def run_loadgen(test, collector, fleet, extra=()):
-    argv = [LOADGEN, "--collector", collector.address, "--insecure", "--agents", str(fleet["agents"]),
+def run_loadgen(test, collector, fleet, pki, extra=()):
+    argv = [LOADGEN, "--collector", collector.address, "--tls-ca", f"{pki}/ca.crt", "--tls-cert", f"{pki}/{RELAY}.crt",
+            "--tls-key", f"{pki}/{RELAY}.key", "--agents", str(fleet["agents"]),
             "--series", str(fleet["series"]), "--seed", str(fleet["seed"]), "--hostname-prefix", fleet["prefix"],
             "--interval", "10", "--frequency", str(FREQUENCY), "--total-windows", str(WINDOWS),
             "--connections", "4", "--json", *extra]
@@ -99,14 +115,15 @@ class TwoCollectorsTest(unittest.TestCase):
         self.addCleanup(self.procs.close)
 
     def test_sum_of_two_collectors_equals_one_of_both(self):
-        c1, c2, c3 = (Collector(self.procs, n) for n in ("c1", "c2", "c3"))
+        pki = make_pki(self.procs)
+        c1, c2, c3 = (Collector(self.procs, n, pki) for n in ("c1", "c2", "c3"))
         prom = Prometheus(self.procs, [c.metrics for c in (c1, c2, c3)]).start()
         prom.wait_targets_up()
 
-        a1 = run_loadgen(self, c1, SET_A)
-        b2 = run_loadgen(self, c2, SET_B)
-        a3 = run_loadgen(self, c3, SET_A)
-        b3 = run_loadgen(self, c3, SET_B)
+        a1 = run_loadgen(self, c1, SET_A, pki)
+        b2 = run_loadgen(self, c2, SET_B, pki)
+        a3 = run_loadgen(self, c3, SET_A, pki)
+        b3 = run_loadgen(self, c3, SET_B, pki)
         for run, fleet in ((a1, SET_A), (b2, SET_B), (a3, SET_A), (b3, SET_B)):
             self.assertEqual(run["accepted"], fleet["agents"] * WINDOWS, run)
             self.assertEqual(run["failed"], 0, run)
@@ -157,9 +174,13 @@ class TwoCollectorsTest(unittest.TestCase):
         self.assertEqual(reports[c3.metrics], total)
         accepted = prom.vector('sum by (instance) (tlsprof_collector_reports_total{result="accepted"})', "instance")
         self.assertEqual(accepted[c3.metrics], total)
+        # The relay's reports are keyed by hostname: one agent per simulated host.
+        agents = prom.vector("tlsprof_collector_agents", "instance")
+        self.assertEqual(agents, {c1.metrics: SET_A["agents"], c2.metrics: SET_B["agents"],
+                                  c3.metrics: SET_A["agents"] + SET_B["agents"]})
 
         # A replay of set A to C1 is all duplicates and changes no counter.
-        again = run_loadgen(self, c1, SET_A)
+        again = run_loadgen(self, c1, SET_A, pki)
         self.assertEqual(again["duplicate"], SET_A["agents"] * WINDOWS, again)
         self.assertEqual(again["accepted"], 0, again)
         prom.wait_scraped_after(time.time())
