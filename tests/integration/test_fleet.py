@@ -1,0 +1,208 @@
+"""The fleet pipeline end to end (issue 5): the agent daemon profiles a real
+TLS workload and ships over mTLS to the collector; a real Prometheus (the
+Debian package) scrapes the collector and the agent.
+
+- The PromQL share of TLS CPU equals a concurrent one-shot report's within 5%.
+- kill -9 of the collector, and separately of the agent, in the middle of a
+  run: afterwards the collector's totals equal the truth exactly. The truth
+  is what the agent sealed: every window it closed is logged once, with its
+  sample counts (`sealed batch sequence=...`), before it touches the network.
+- `promtool check metrics` is clean on both /metrics endpoints.
+"""
+import os
+import re
+import signal
+import subprocess
+import time
+import unittest
+
+import prometheus_harness
+
+from prometheus_harness import Prometheus, check_metrics
+from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, profile_json, require_root
+
+COLLECTOR = os.path.join(BIN, "tlsprof-collector")
+FREQUENCY = 99
+PERIOD_S = (1_000_000_000 // FREQUENCY) / 1e9
+SEALED = re.compile(r"sealed batch sequence=(\d+) window=\[(\d+),(\d+)\) busy_samples=(\d+) tls_samples=(\d+)")
+
+
+def scrape(port):
+    return prometheus_harness.scrape(f"127.0.0.1:{port}")
+
+
+def metric_sum(text, name, **labels):
+    """Sum of a metric's samples in a Prometheus text exposition whose labels
+    include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        m = re.match(rf"{re.escape(name)}(\{{(.*)\}})? (\S+)$", line)
+        if not m:
+            continue
+        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def sealed_batches(log_paths):
+    batches = []
+    for path in log_paths:
+        with open(path, errors="replace") as f:
+            for m in SEALED.finditer(f.read()):
+                seq, start, end, busy, tls = map(int, m.groups())
+                batches.append({"sequence": seq, "start": start, "end": end, "busy": busy, "tls": tls, "log": path})
+    return batches
+
+
+class FleetTest(unittest.TestCase):
+    def setUp(self):
+        require_root(self)
+        for binary in (AGENT, COLLECTOR):
+            self.assertTrue(os.path.exists(binary), f"{binary} is not built")
+        self.procs = Processes()
+        self.addCleanup(self.procs.close)
+        self.pki = self.procs.path("pki")
+        subprocess.run(["bash", os.path.join(SRC, "scripts/make-test-pki.sh"), self.pki, "agent-1"], check=True,
+                       capture_output=True)
+
+    def tls_flags(self, who):
+        return ["--tls-ca", f"{self.pki}/ca.crt", "--tls-cert", f"{self.pki}/{who}.crt", "--tls-key",
+                f"{self.pki}/{who}.key"]
+
+    def start_collector(self, port, metrics_port, state_dir):
+        return self.procs.start([COLLECTOR, "--listen", f"127.0.0.1:{port}", "--metrics-listen",
+                                 f"127.0.0.1:{metrics_port}", "--state-dir", state_dir, *self.tls_flags("collector")],
+                                port=metrics_port)
+
+    def start_agent(self, collector_port, metrics_port, state_dir, interval):
+        return self.procs.start([AGENT, "--log-level", "info", "run", "--collector", f"localhost:{collector_port}",
+                                 "--interval", str(interval), "--frequency", str(FREQUENCY), "--metrics-listen",
+                                 f"127.0.0.1:{metrics_port}", "--state-dir", state_dir, *self.tls_flags("agent-1")],
+                                port=metrics_port)
+
+    def start_workload(self, seconds):
+        return self.procs.start([os.path.join(BIN, "tlsprof-groundtruth-shared"), "--duration", str(seconds),
+                                 "--output", self.procs.path("truth.json"), "--ready-file",
+                                 self.procs.path("truth.ready")], ready_file=self.procs.path("truth.ready"))
+
+    def wait_for(self, what, predicate, timeout=60, step=0.2):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(step)
+        self.fail(f"timed out after {timeout} s waiting for {what}")
+
+    def sealed_count(self, logs):
+        return len(sealed_batches(logs))
+
+    def test_promql_share_matches_one_shot_and_promtool_is_clean(self):
+        cport, cmetrics, ametrics = free_port(), free_port(), free_port()
+        self.start_collector(cport, cmetrics, self.procs.path("collector-state"))
+        self.start_workload(60)
+        agent = self.start_agent(cport, ametrics, self.procs.path("agent-state"), interval=5)
+        prom = Prometheus(self.procs, [f"127.0.0.1:{cmetrics}", f"127.0.0.1:{ametrics}"])
+        prom.start()
+        self.wait_for("the first shipped window", lambda: metric_sum(scrape(cmetrics), "tlsprof_reports_total") >= 1)
+        prom.wait_scraped_after(time.time())
+        on_collector = f'{{instance="127.0.0.1:{cmetrics}"}}'
+        on_agent = f'{{instance="127.0.0.1:{ametrics}"}}'
+
+        # PromQL over the windows that the one-shot's window falls in: the
+        # counters' values once each side's last window has been scraped.
+        def reports():
+            return metric_sum(scrape(cmetrics), "tlsprof_reports_total")
+
+        before_reports = reports()
+        t0 = time.time()
+        oneshot = profile_json(self, ["--duration", "20"])
+        after = before_reports + 5  # 20 s one-shot spans at least 4 complete 5 s windows, then one more to close
+        self.wait_for("the windows covering the one-shot", lambda: reports() >= after, timeout=30)
+        prom.wait_scraped_after(time.time())
+        t1 = time.time()
+        tls_q = f"sum(tlsprof_cpu_seconds_total{on_collector})"
+        busy_q = f"sum(tlsprof_busy_cpu_seconds_total{on_collector})"
+        tls = prom.value(tls_q, at=t1) - prom.value(tls_q, at=t0)
+        busy = prom.value(busy_q, at=t1) - prom.value(busy_q, at=t0)
+        self.assertGreater(busy, 0)
+        promql_share = tls / busy
+        print(f"PromQL TLS share {promql_share * 100:.2f}% (tls {tls:.2f} / busy {busy:.2f} CPU-s), "
+              f"one-shot {oneshot['tls_share'] * 100:.2f}%")
+        self.assertGreater(oneshot["tls_share"], 0.05, "the ground-truth workload should make TLS visible")
+        self.assertLess(abs(promql_share / oneshot["tls_share"] - 1), 0.05)
+
+        # The agent's own /metrics says the same about its host.
+        agent_tls = prom.value(f"sum(tlsprof_cpu_seconds_total{on_agent})", at=t1)
+        collector_tls = prom.value(f"sum(tlsprof_cpu_seconds_total{on_collector})", at=t1)
+        self.assertGreater(agent_tls, 0)
+        self.assertLess(abs(collector_tls / agent_tls - 1), 0.05)
+
+        for port in (cmetrics, ametrics):
+            ok, output = check_metrics(scrape(port))
+            self.assertTrue(ok and not output, f"promtool check metrics on :{port}: {output}")
+        self.procs.stop(agent, signal.SIGTERM)
+        self.assertEqual(agent.returncode, 0, self.procs.log(agent))
+
+    def test_kill_9_collector_then_agent_loses_and_doubles_nothing(self):
+        cport, cmetrics, ametrics = free_port(), free_port(), free_port()
+        cstate, astate = self.procs.path("collector-state"), self.procs.path("agent-state")
+        self.start_workload(90)
+        collector = self.start_collector(cport, cmetrics, cstate)
+        agent = self.start_agent(cport, ametrics, astate, interval=2)
+        logs = [agent.log_path]
+        self.wait_for("3 sealed windows", lambda: self.sealed_count(logs) >= 3)
+
+        # The collector dies mid-run: the agent keeps sealing into its spool.
+        time.sleep(0.7)
+        self.procs.stop(collector, signal.SIGKILL)
+        sealed_at_kill = self.sealed_count(logs)
+        self.wait_for("2 more windows while the collector is down", lambda: self.sealed_count(logs) >= sealed_at_kill + 2)
+        spooled = os.listdir(os.path.join(astate, "spool"))
+        self.assertTrue(any(not n.startswith(".") and n != "corrupt" for n in spooled),
+                        f"no batch waits in the spool while the collector is down: {spooled}")
+        collector = self.start_collector(cport, cmetrics, cstate)
+        self.wait_for("the spool to drain", lambda: metric_sum(scrape(ametrics), "tlsprof_agent_spool_batches") == 0,
+                      timeout=90)
+
+        # The agent dies mid-window; its successor continues the sequence.
+        self.wait_for("a window after the restart", lambda: self.sealed_count(logs) >= sealed_at_kill + 4)
+        time.sleep(1.0)
+        self.procs.stop(agent, signal.SIGKILL)
+        agent = self.start_agent(cport, ametrics, astate, interval=2)
+        logs.append(agent.log_path)
+        before = self.sealed_count(logs)
+        self.wait_for("2 windows of the second agent", lambda: self.sealed_count(logs) >= before + 2)
+        self.procs.stop(agent, signal.SIGTERM)  # seals the partial window and flushes it
+        self.assertEqual(agent.returncode, 0, self.procs.log(agent))
+
+        batches = sealed_batches(logs)
+        sequences = [b["sequence"] for b in batches]
+        self.assertEqual(sequences, sorted(set(sequences)), "sequences repeat or go back across the restart")
+        self.assertEqual(sequences, list(range(sequences[0], sequences[0] + len(sequences))),
+                         "a sequence was skipped")
+        for log in logs:
+            run = [b for b in batches if b["log"] == log]
+            for a, b in zip(run, run[1:]):
+                self.assertEqual(a["end"], b["start"], f"windows {a['sequence']} and {b['sequence']} are not contiguous")
+        truth_busy = sum(b["busy"] for b in batches) * PERIOD_S
+        truth_tls = sum(b["tls"] for b in batches) * PERIOD_S
+        self.assertGreater(truth_tls, 0)
+
+        text = scrape(cmetrics)
+        self.assertEqual(metric_sum(text, "tlsprof_reports_total"), len(batches))
+        got_busy = metric_sum(text, "tlsprof_busy_cpu_seconds_total")
+        got_tls = metric_sum(text, "tlsprof_cpu_seconds_total")
+        print(f"{len(batches)} windows sealed over two agent runs and a collector restart: "
+              f"busy {got_busy:.4f} vs truth {truth_busy:.4f}, TLS {got_tls:.4f} vs truth {truth_tls:.4f} CPU-s")
+        self.assertAlmostEqual(got_busy, truth_busy, delta=1e-6 * truth_busy)
+        self.assertAlmostEqual(got_tls, truth_tls, delta=1e-6 * truth_tls)
+        duplicates = metric_sum(text, "tlsprof_collector_reports_total", result="duplicate")
+        print(f"collector answered DUPLICATE {duplicates:.0f} times (replays after a lost reply)")
+
+
+if __name__ == "__main__":
+    unittest.main()
