@@ -164,16 +164,16 @@ uint64_t TlsSamples(const v1::AgentReport& report) {
 class ShipperImpl final : public Shipper {
  public:
   ShipperImpl(const ShipperOptions& options, StateDir state, Spool spool, uint64_t quarantined,
-              std::shared_ptr<grpc::Channel> channel)
+              std::shared_ptr<grpc::ChannelCredentials> credentials)
       : options_(options),
-        channel_(std::move(channel)),
-        stub_(v1::Collector::NewStub(channel_)),
+        credentials_(std::move(credentials)),
         state_(std::move(state)),
         spool_(std::move(spool)),
         rng_(std::random_device{}()) {
     stats_.quarantined = quarantined;
     stats_.next_sequence = state_.next_sequence();
     EnforceBoundLocked(std::nullopt);
+    NewChannel();
     sender_ = std::thread([this] { Run(); });
   }
 
@@ -234,6 +234,24 @@ class ShipperImpl final : public Shipper {
   }
 
  private:
+  void NewChannel() {
+    grpc::ChannelArguments args;
+    // gRPC's own reconnect backoff (default up to 120 s) would otherwise delay
+    // the first attempt after the collector comes back.
+    auto ms = [](std::chrono::milliseconds d) {
+      return static_cast<int>(std::min<int64_t>(d.count(), std::numeric_limits<int>::max()));
+    };
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms(options_.backoff_min));
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, ms(options_.backoff_min));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options_.backoff_max));
+    // Channels share subchannels (connections and their backoff) through a
+    // global pool by default; a fresh channel must not inherit a failed one.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetUserAgentPrefix("tlsprof-agent");
+    channel_ = grpc::CreateCustomChannel(options_.collector, credentials_, args);
+    stub_ = v1::Collector::NewStub(channel_);
+  }
+
   // Drops the oldest batches while the spool is over its bound; never the
   // batch in flight (it may be counted by now) nor the one just sealed.
   void EnforceBoundLocked(std::optional<uint64_t> keep) {
@@ -295,6 +313,15 @@ class ShipperImpl final : public Shipper {
       retry_now_ = false;  // this attempt is the one a Flush() asked for
     }
 
+    // Our backoff has been waited for (or a Flush() cut it short): gRPC's own
+    // reconnect backoff must not add to it, or fail this attempt unsent.
+    // A channel in TRANSIENT_FAILURE fails RPCs at once, unsent, until its
+    // own reconnect backoff ends (and a reset of that backoff takes effect
+    // only asynchronously). Our backoff has been waited for, or a Flush()
+    // cut it short: this attempt gets a fresh channel, i.e. a real connect.
+    if (failures_ > 0 && channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      NewChannel();
+    }
     v1::SubmitResponse response;
     grpc::Status status = Submit(request, &response);
 
@@ -400,7 +427,8 @@ class ShipperImpl final : public Shipper {
   }
 
   const ShipperOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  std::shared_ptr<grpc::Channel> channel_;  // sender thread only (after construction)
   std::unique_ptr<v1::Collector::Stub> stub_;
 
   std::mutex seal_mu_;  // serializes Seal(); guards state_
@@ -456,20 +484,8 @@ Result<std::unique_ptr<Shipper>> Shipper::Start(const ShipperOptions& options) {
   spdlog::info("ship: state {}: instance {}, next sequence {}, {} batch(es) ({} bytes) waiting in the spool",
                state->dir(), state->instance_hex(), state->next_sequence(), spool->batches(), spool->bytes());
 
-  grpc::ChannelArguments args;
-  // gRPC's own reconnect backoff (default up to 120 s) would otherwise delay
-  // the first attempt after the collector comes back.
-  auto ms = [](std::chrono::milliseconds d) {
-    return static_cast<int>(std::min<int64_t>(d.count(), std::numeric_limits<int>::max()));
-  };
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms(options.backoff_min));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, ms(options.backoff_min));
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.backoff_max));
-  args.SetUserAgentPrefix("tlsprof-agent");
-  auto channel = grpc::CreateCustomChannel(options.collector, credentials, args);
-
   return std::unique_ptr<Shipper>(
-      new ShipperImpl(options, std::move(*state), std::move(*spool), loaded.quarantined, std::move(channel)));
+      new ShipperImpl(options, std::move(*state), std::move(*spool), loaded.quarantined, std::move(credentials)));
 }
 
 }  // namespace tlsprof::ship

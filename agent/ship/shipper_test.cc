@@ -2,14 +2,15 @@
 #include "agent/ship/shipper.h"
 
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
-#include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/ship/spool.h"
@@ -19,6 +20,7 @@ namespace tlsprof::ship {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::CapturedLog;
 using testing::MakeReport;
 using testing::TempDir;
 using testing::TestCollector;
@@ -27,6 +29,9 @@ using testing::UnusedPort;
 using testing::WaitFor;
 
 constexpr int64_t kT0 = 1'700'000'000'000'000'000;
+
+// Before main(), so before any thread logs.
+const bool kLogCaptureInstalled = (testing::LogCaptureSink(), true);
 
 ShipperOptions FastOptions(const std::string& collector, const std::string& state_dir) {
   ShipperOptions o;
@@ -114,6 +119,94 @@ TEST(ShipperTest, CollectorDownThenUpDeliversEveryBatchOnceInOrder) {
   EXPECT_EQ(SpoolFiles(dir.path()), 0u);
 }
 
+TEST(ShipperTest, SealWakesAnIdleSenderAndFlushCutsABackoffShort) {
+  TempDir dir;
+  int port = UnusedPort();
+  ShipperOptions options = FastOptions("127.0.0.1:" + std::to_string(port), dir.path());
+  options.backoff_min = options.backoff_max = 30s;
+  auto shipper = MustStart(options);
+  ASSERT_NE(shipper, nullptr);
+  ASSERT_TRUE(shipper->Seal(MakeReport(kT0, 10, 1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return shipper->stats().send_errors == 1; }, 5s));  // now in a 30 s backoff
+
+  TestCollector collector;
+  TestServer server(&collector, port);
+  ASSERT_TRUE(server.ok());
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(shipper->Flush(5s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(collector.accepted_sequences(), std::vector<uint64_t>{1});
+
+  // Idle (no failure pending): a Seal alone gets the batch out, no Flush.
+  ASSERT_TRUE(shipper->Seal(MakeReport(kT0 + 10'000'000'000, 10, 1)).ok());
+  EXPECT_TRUE(WaitFor([&] { return collector.accepted().size() == 2; }, 5s));
+
+  // A shipper in a long backoff stops at once.
+  server.Stop();
+  ASSERT_TRUE(shipper->Seal(MakeReport(kT0 + 20'000'000'000, 10, 1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return shipper->stats().send_errors == 2; }, 5s));
+  start = std::chrono::steady_clock::now();
+  shipper.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
+TEST(ShipperTest, ConcurrentSealsGetDistinctSequencesShippedInOrder) {
+  TempDir dir;
+  TestCollector collector;
+  TestServer server(&collector);
+  ASSERT_TRUE(server.ok());
+  auto shipper = MustStart(FastOptions(server.address(), dir.path()));
+  ASSERT_NE(shipper, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 8; ++i) {
+        if (!shipper->Seal(MakeReport(kT0 + (t * 8 + i) * 10'000'000'000, 10, 1)).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_TRUE(shipper->Flush(5s));
+  EXPECT_EQ(collector.accepted_sequences(), Range(1, 32));
+  EXPECT_EQ(collector.calls(), 32u);
+}
+
+TEST(ShipperTest, FailuresAreLoggedRateLimited) {
+  TempDir dir;
+  ShipperOptions options = FastOptions("127.0.0.1:" + std::to_string(UnusedPort()), dir.path());
+  options.backoff_min = options.backoff_max = 1ms;
+  CapturedLog log;
+  {
+    auto shipper = MustStart(options);
+    ASSERT_NE(shipper, nullptr);
+    ASSERT_TRUE(shipper->Seal(MakeReport(kT0, 10, 1)).ok());
+    EXPECT_TRUE(WaitFor([&] { return shipper->stats().send_errors >= 30; }, 5s));
+  }
+  size_t warnings = log.count("cannot ship batch");
+  EXPECT_EQ(warnings, 1u);
+}
+
+TEST(ShipperTest, SealReportsADiskErrorAndTheShipperGoesOn) {
+  TempDir dir;
+  TestCollector collector;
+  TestServer server(&collector);
+  ASSERT_TRUE(server.ok());
+  auto shipper = MustStart(FastOptions(server.address(), dir.path()));
+  ASSERT_NE(shipper, nullptr);
+  std::filesystem::remove_all(dir.path() + "/spool");
+  auto failed = shipper->Seal(MakeReport(kT0, 10, 1));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.error().message.find("spool"), std::string::npos) << failed.error().message;
+  std::filesystem::create_directory(dir.path() + "/spool");
+  auto seq = shipper->Seal(MakeReport(kT0 + 10'000'000'000, 10, 1));
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ(*seq, 2u);  // 1 was handed out, then lost with its window: never reused
+  ASSERT_TRUE(shipper->Flush(5s));
+  EXPECT_EQ(collector.accepted_sequences(), std::vector<uint64_t>{2});
+}
+
 TEST(ShipperTest, DuplicateDeletesTheBatch) {
   TempDir dir;
   TestCollector collector;
@@ -148,14 +241,12 @@ TEST(ShipperTest, InvalidArgumentDropsTheBatchAndLogsTheCollectorsMessage) {
   });
   TestServer server(&collector);
   ASSERT_TRUE(server.ok());
-  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
-  spdlog::default_logger()->sinks().push_back(sink);
+  CapturedLog log;
   auto shipper = MustStart(FastOptions(server.address(), dir.path()));
   ASSERT_NE(shipper, nullptr);
   ASSERT_TRUE(shipper->Seal(MakeReport(kT0, 10, 1)).ok());
   ASSERT_TRUE(shipper->Seal(MakeReport(kT0 + 10'000'000'000, 10, 1)).ok());
   ASSERT_TRUE(shipper->Flush(5s));
-  spdlog::default_logger()->sinks().pop_back();
   ShipperStats s = shipper->stats();
   EXPECT_EQ(s.rejected, 1u);
   EXPECT_EQ(s.accepted, 1u);
@@ -163,7 +254,7 @@ TEST(ShipperTest, InvalidArgumentDropsTheBatchAndLogsTheCollectorsMessage) {
   EXPECT_EQ(collector.calls(), 2u);  // not retried
   EXPECT_EQ(collector.accepted_sequences(), std::vector<uint64_t>{2});
   bool logged = false;
-  for (const std::string& line : sink->last_formatted()) {
+  for (const std::string& line : log.lines()) {
     if (line.find("sequence=1") != std::string::npos &&
         line.find("end_unix_ns must be after start_unix_ns") != std::string::npos) {
       logged = true;
@@ -259,9 +350,7 @@ TEST(ShipperTest, SealLogsTheTruthLine) {
   TempDir dir;
   auto shipper = MustStart(FastOptions("127.0.0.1:" + std::to_string(UnusedPort()), dir.path()));
   ASSERT_NE(shipper, nullptr);
-  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
-  sink->set_pattern("%v");
-  spdlog::default_logger()->sinks().push_back(sink);
+  CapturedLog log;
   v1::AgentReport report = MakeReport(kT0, 1234, 77);
   auto* second = report.add_services();
   second->set_name("(non-tls)");
@@ -271,11 +360,7 @@ TEST(ShipperTest, SealLogsTheTruthLine) {
   third->set_name("envoy");
   third->set_tls_samples(23);
   ASSERT_TRUE(shipper->Seal(report).ok());
-  spdlog::default_logger()->sinks().pop_back();
-  std::vector<std::string> lines = sink->last_formatted();
-  for (std::string& line : lines) {
-    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-  }
+  std::vector<std::string> lines = log.lines();
   std::string want =
       "sealed batch sequence=1 window=[1700000000000000000,1700000010000000000) busy_samples=1234 "
       "tls_samples=100";

@@ -400,8 +400,8 @@ void Spool::Quarantine(const std::string& name, const std::string& reason) {
     return;
   }
   spdlog::error("ship: spool file {} is corrupt ({}); moved to {}", from, reason, to);
-  // Bounded: the oldest quarantined files go first (names sort by sequence,
-  // then by the time they were quarantined).
+  // Bounded: the oldest files go first, by modification time (rename keeps
+  // it: when the batch was written), then by name (sequence).
   std::vector<std::string> kept = ListDir(corrupt);
   std::sort(kept.begin(), kept.end(), [&](const std::string& a, const std::string& b) {
     struct stat sa {

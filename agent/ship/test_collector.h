@@ -22,6 +22,10 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/sinks/dist_sink.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "tlsprof/v1/report.grpc.pb.h"
 
@@ -172,6 +176,48 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// Captures log messages (just the text, no time or level) while it lives.
+// Sender threads log at any time, and a logger's sink vector is not safe to
+// change while they do: captures attach to a dist_sink (which locks) that
+// LogCaptureSink() installs as the default logger's only sink, once. Call
+// it before any thread logs (e.g. from a static initializer).
+inline std::shared_ptr<spdlog::sinks::dist_sink_mt> LogCaptureSink() {
+  static std::shared_ptr<spdlog::sinks::dist_sink_mt> dist = [] {
+    auto d = std::make_shared<spdlog::sinks::dist_sink_mt>();
+    d->add_sink(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("", d));
+    return d;
+  }();
+  return dist;
+}
+
+class CapturedLog {
+ public:
+  CapturedLog() : ring_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1024)) {
+    ring_->set_pattern("%v");
+    LogCaptureSink()->add_sink(ring_);
+  }
+  ~CapturedLog() { LogCaptureSink()->remove_sink(ring_); }
+  CapturedLog(const CapturedLog&) = delete;
+  CapturedLog& operator=(const CapturedLog&) = delete;
+
+  std::vector<std::string> lines() const {
+    std::vector<std::string> out = ring_->last_formatted();
+    for (std::string& line : out) {
+      while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    }
+    return out;
+  }
+  size_t count(std::string_view needle) const {
+    size_t n = 0;
+    for (const std::string& line : lines()) n += line.find(needle) != std::string::npos;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> ring_;
 };
 
 // A small valid report for window [start, start + 10 s).
