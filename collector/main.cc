@@ -143,11 +143,13 @@ int main(int argc, char** argv) {
   spdlog::info("tlsprof-collector: signal {}: finishing in-flight reports", signal_number);
   // Stops accepting calls and waits for the running ones (at most 10 s).
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  spdlog::debug("tlsprof-collector: gRPC server stopped");
   if (store) {
     tlsprof::Status synced = store->Sync();
     if (!synced.ok()) spdlog::error("state: {}", synced.error().message);
   }
   http->reset();
+  spdlog::debug("tlsprof-collector: HTTP server stopped");
   spdlog::info("tlsprof-collector: stopped");
   return 0;
 }

@@ -17,10 +17,7 @@ bool IsHostnameChar(char c) {
          c == ':' || c == '-';
 }
 
-std::optional<std::string> CheckLabel(std::string_view field, const std::string& value) {
-  if (IsValidLabelValue(value)) return std::nullopt;
-  return fmt::format("{}: must be 1-64 characters of [A-Za-z0-9._:/()+ -]", field);
-}
+constexpr char kLabelRule[] = "must be 1-64 characters of [A-Za-z0-9._:/()+ -]";
 
 }  // namespace
 
@@ -105,7 +102,8 @@ std::optional<std::string> ValidateReport(const v1::AgentReport& r, int64_t now_
   double services_busy = 0;
   for (int i = 0; i < r.services_size(); ++i) {
     const v1::Service& s = r.services(i);
-    if (auto e = CheckLabel(fmt::format("services[{}].name", i), s.name())) return e;
+    // The field name is formatted only for the error: this runs per row of every report.
+    if (!IsValidLabelValue(s.name())) return fmt::format("services[{}].name: {}", i, kLabelRule);
     if (static_cast<double>(s.busy_samples()) > max_samples) {
       return fmt::format("services[{}].busy_samples: {} exceeds 1.5 x cpus x seconds x frequency = {:.0f}", i,
                          s.busy_samples(), max_samples);
@@ -125,8 +123,8 @@ std::optional<std::string> ValidateReport(const v1::AgentReport& r, int64_t now_
         return fmt::format("services[{}].tls[{}].phase: must be a specified tlsprof.v1.Phase, got {}", i, j,
                            static_cast<int>(t.phase()));
       }
-      if (auto e = CheckLabel(fmt::format("services[{}].tls[{}].algorithm", i, j), t.algorithm())) return e;
-      if (auto e = CheckLabel(fmt::format("services[{}].tls[{}].library", i, j), t.library())) return e;
+      if (!IsValidLabelValue(t.algorithm())) return fmt::format("services[{}].tls[{}].algorithm: {}", i, j, kLabelRule);
+      if (!IsValidLabelValue(t.library())) return fmt::format("services[{}].tls[{}].library: {}", i, j, kLabelRule);
       if (t.samples() > s.tls_samples()) {
         return fmt::format("services[{}].tls[{}].samples: {} exceeds the service's tls_samples {}", i, j, t.samples(),
                            s.tls_samples());

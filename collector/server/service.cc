@@ -1,6 +1,9 @@
 #include "collector/server/service.h"
 
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -29,6 +32,43 @@ Result<std::string> ReadFile(const std::string& flag, const std::string& path) {
   if (s.str().empty()) return MakeError("{} {}: the file is empty; expected PEM", flag, path);
   if (s.str().find("-----BEGIN") == std::string::npos) return MakeError("{} {}: not a PEM file", flag, path);
   return s.str();
+}
+
+std::string OpenSslError() {
+  unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "no PEM object found";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof(buf));
+  return buf;
+}
+
+// gRPC reports a bad certificate or key only as a failure to listen; parse
+// them first so that the error names the file and what is wrong with it.
+Status CheckTlsFiles(const TlsFiles& files, const std::string& ca, const std::string& cert, const std::string& key) {
+  auto bio = [](const std::string& pem) { return BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())); };
+  BIO* ca_bio = bio(ca);
+  X509* ca_x509 = PEM_read_bio_X509(ca_bio, nullptr, nullptr, nullptr);
+  BIO_free(ca_bio);
+  if (!ca_x509) return MakeError("--tls-ca {}: not a PEM certificate ({})", files.ca, OpenSslError());
+  X509_free(ca_x509);
+  BIO* cert_bio = bio(cert);
+  X509* x509 = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+  BIO_free(cert_bio);
+  if (!x509) return MakeError("--tls-cert {}: not a PEM certificate ({})", files.cert, OpenSslError());
+  BIO* key_bio = bio(key);
+  EVP_PKEY* pkey = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  BIO_free(key_bio);
+  if (!pkey) {
+    X509_free(x509);
+    return MakeError("--tls-key {}: not an unencrypted PEM private key ({})", files.key, OpenSslError());
+  }
+  const bool match = X509_check_private_key(x509, pkey) == 1;
+  ERR_clear_error();
+  EVP_PKEY_free(pkey);
+  X509_free(x509);
+  if (!match) return MakeError("--tls-key {} is not the key of --tls-cert {}", files.key, files.cert);
+  return OkStatus();
 }
 
 }  // namespace
@@ -167,6 +207,11 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::
 
   // 5 and 6. Duplicate, caps, counters; the journal record is appended under
   // the ingest lock and made durable (group commit) before the reply.
+  if (store_ && !store_->healthy()) {
+    // Counting in memory what cannot be made durable would turn the agent's
+    // retry into a DUPLICATE and lose the batch at the next start.
+    return {grpc::StatusCode::UNAVAILABLE, "the collector's journal failed (see its log); retry later"};
+  }
   state::JournalRecord record;
   std::string record_bytes;
   if (store_) {
@@ -214,6 +259,8 @@ Result<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, 
     if (!cert.ok()) return cert.error();
     Result<std::string> key = ReadFile("--tls-key", options.tls.key);
     if (!key.ok()) return key.error();
+    Status checked = CheckTlsFiles(options.tls, *ca, *cert, *key);
+    if (!checked.ok()) return checked.error();
     grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     ssl.pem_root_certs = *ca;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});

@@ -52,6 +52,12 @@ class Journal {
   // answers UNAVAILABLE rather than accept what it cannot keep).
   void Fail(const std::string& reason);
 
+  // False after a failed write or Fail(): nothing more will become durable.
+  bool healthy() {
+    std::lock_guard lock(mu_);
+    return error_.empty();
+  }
+
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
   uint64_t records_replayed() const { return records_replayed_; }
   const std::string& path() const { return path_; }

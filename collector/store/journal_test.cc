@@ -222,3 +222,49 @@ TEST(StateStore, CorruptSnapshotIsAnError) {
 
 }  // namespace
 }  // namespace tlsprof::collector
+
+namespace tlsprof::collector {
+namespace {
+
+TEST(Journal, FailedJournalRefusesDurability) {
+  TempDir dir;
+  auto j = Journal::Open(dir.path() + "/j", [](std::string_view) { return OkStatus(); });
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE((*j)->WaitDurable((*j)->Enqueue("before")).ok());
+  EXPECT_TRUE((*j)->healthy());
+  (*j)->Fail("rotation failed");
+  EXPECT_FALSE((*j)->healthy());
+  Status s = (*j)->WaitDurable((*j)->Enqueue("after"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("rotation failed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tlsprof::collector
+
+namespace tlsprof::collector {
+namespace {
+
+// A certificate CN is not necessarily UTF-8; the journal must still replay it.
+TEST(StateStore, NonUtf8IdentitySurvivesReplayAndSnapshot) {
+  TempDir dir;
+  const std::string key = MakeAgentKey("\xff\xfe latin-1 \xe9", "host-1");
+  for (bool compact : {false, true}) {
+    {
+      Ingestor ingestor(IngestOptions{});
+      auto store = StateStore::Open(dir.path(), 0, ingestor);
+      ASSERT_TRUE(store.ok()) << store.error().message;
+      Submit(ingestor, **store, key, MakeReport(compact ? 2 : 1));
+      if (compact) {
+        ASSERT_TRUE((*store)->Compact(ingestor).ok());
+      }
+    }
+    Ingestor ingestor(IngestOptions{});
+    auto store = StateStore::Open(dir.path(), 0, ingestor);
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    EXPECT_TRUE(Submit(ingestor, **store, key, MakeReport(1)).duplicate);
+  }
+}
+
+}  // namespace
+}  // namespace tlsprof::collector

@@ -41,6 +41,7 @@ class StateStore {
   // Writes a snapshot now and starts an empty journal.
   Status Compact(Ingestor& ingestor);
   Status Sync() { return journal_->Sync(); }
+  bool healthy() { return journal_->healthy(); }
 
   uint64_t journal_bytes() const { return journal_->bytes(); }
   uint64_t generation() const { return generation_; }

@@ -448,12 +448,18 @@ class CollectorRestartTest(unittest.TestCase):
 
     def test_bad_flags_exit_2(self):
         missing = self.procs.path("missing.pem")
+        pki = self.procs.path("pki")
+        subprocess.run([os.path.join(SRC, "scripts", "make-test-pki.sh"), pki], check=True, capture_output=True)
         cases = [
             (["--listen", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:2", "--insecure", "--bogus"], "--bogus"),
             (["--listen", "127.0.0.1:1"], "metrics-listen"),
             (["--listen", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:2"], "--insecure"),
             (["--listen", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:2", "--tls-ca", missing, "--tls-cert",
               missing, "--tls-key", missing], missing),
+            (["--listen", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:2", "--tls-ca", f"{pki}/ca.crt", "--tls-cert",
+              f"{pki}/collector.crt", "--tls-key", f"{pki}/agent-1.key"], "is not the key of"),
+            (["--listen", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:2", "--tls-ca", f"{pki}/ca.key", "--tls-cert",
+              f"{pki}/collector.crt", "--tls-key", f"{pki}/collector.key"], "not a PEM certificate"),
             (["--listen", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:2", "--insecure", "--tls-ca", missing],
              "excludes"),
             (["--listen", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:2", "--insecure", "--allowed-agents",
