@@ -157,7 +157,13 @@ int main(int argc, char** argv) {
   // `run`: the daemon (docs/fleet.md, "Agent daemon").
   tlsprof::daemon::Options run_options;
   CLI::App* run = app.add_subcommand("run", "Profile continuously in windows; serve /metrics and ship to a collector");
-  run->set_config("--config", "", "Read these options from FILE (key = value lines); the command line wins");
+  // CLI11 2.1 reads a config file only for the app that owns the option, so
+  // --config belongs to the top level and run's keys go under [run] (or are
+  // spelled run.KEY); `run --config F` reaches it by fallthrough.
+  app.set_config("--config", "",
+                 "Read options from FILE: CLI11 config format, run's options under a [run] section "
+                 "(interval = 10); the command line wins");
+  run->fallthrough();
   run->add_option("--collector", run_options.collector, "Ship each window to this collector (HOST:PORT)");
   run->add_option("--interval", run_options.interval_seconds, "Seconds per window")->capture_default_str();
   run->add_option("--frequency", run_options.frequency_hz,
