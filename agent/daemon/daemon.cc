@@ -14,9 +14,7 @@
 #include "agent/daemon/metrics.h"
 #include "agent/daemon/services.h"
 #include "agent/profiler/profiler.h"
-#ifdef TLSPROF_HAVE_SHIP
 #include "agent/ship/shipper.h"
-#endif
 
 namespace tlsprof::daemon {
 namespace {
@@ -94,7 +92,6 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
   AgentMetrics metrics;
   if (auto st = metrics.Serve(options.metrics_listen); !st.ok()) return st;
 
-#ifdef TLSPROF_HAVE_SHIP
   std::unique_ptr<ship::Shipper> shipper;
   if (!options.collector.empty()) {
     ship::ShipperOptions so;
@@ -107,11 +104,6 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     if (!started.ok()) return started.error();
     shipper = std::move(started).value();
   }
-#else
-  if (!options.collector.empty()) {
-    return MakeError("--collector: this tlsprof-agent was built without the shipper (agent/ship)");
-  }
-#endif
 
   profiler::Options po;
   po.frequency_hz = options.frequency_hz;
@@ -135,12 +127,21 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
   const auto interval =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.interval_seconds));
   const auto poll = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.poll_seconds));
+  // The sender thread moves batches at any time: its counters are mirrored
+  // at every poll, not only at window ends.
+  auto update_ship_metrics = [&shipper, &metrics] {
+    if (!shipper) return;
+    const ship::ShipperStats st = shipper->stats();
+    metrics.SetShip({st.sealed, st.accepted, st.duplicates, st.rejected, st.spool_dropped, st.send_errors,
+                     st.spooled_batches, st.spooled_bytes, st.last_success_unix_seconds});
+  };
   double cpu_mark = SelfCpuSeconds();
   auto next_close = Clock::now() + interval;
   for (;;) {
     SleepUntil(std::min(next_close, Clock::now() + poll), stop);
     if (!stop.load() && Clock::now() < next_close) {
       profiler.Poll();
+      update_ship_metrics();
       continue;
     }
     // Close the window: on schedule, or the partial one at a stop request.
@@ -166,13 +167,11 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     agent.set_max_rss_bytes(ResidentBytes());
     agent.set_dropped_samples(window.totals.dropped_ip + window.totals.dropped_pid + window.totals.dropped_stack);
     agent.set_unresolved_samples(profile.unresolved_samples);
-#ifdef TLSPROF_HAVE_SHIP
     if (shipper) {
       const ship::ShipperStats st = shipper->stats();
       agent.set_spooled_batches(st.spooled_batches);
       agent.set_spool_dropped_batches(st.spool_dropped);
     }
-#endif
     v1::AgentReport report = EncodeReport(services, scope, info, host, agent);
     uint64_t tls_samples = 0;
     for (const auto& s : report.services()) tls_samples += s.tls_samples();
@@ -185,24 +184,14 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     health.unresolved_samples = agent.unresolved_samples();
     health.tracked_processes = registry.processes().size();
     metrics.AddWindow(health);
-#ifdef TLSPROF_HAVE_SHIP
     if (shipper) {
       const int64_t start_ns = report.window().start_unix_ns();
       const int64_t end_ns = report.window().end_unix_ns();
-      const uint64_t busy = report.busy_samples();
+      // The shipper logs the sealed line (docs/fleet.md).
       auto sealed = shipper->Seal(std::move(report));
-      if (sealed.ok()) {
-        spdlog::info("sealed batch sequence={} window=[{},{}) busy_samples={} tls_samples={}", *sealed, start_ns,
-                     end_ns, busy, tls_samples);
-      } else {
-        spdlog::error("cannot seal the window [{},{}): {}", start_ns, end_ns, sealed.error().message);
-      }
-      const ship::ShipperStats st = shipper->stats();
-      metrics.SetShip({st.sealed, st.accepted, st.duplicates, st.rejected, st.spool_dropped, st.send_errors,
-                       st.spooled_batches, st.spooled_bytes, st.last_success_unix_seconds});
-    } else
-#endif
-    {
+      if (!sealed.ok()) spdlog::error("cannot seal the window [{},{}): {}", start_ns, end_ns, sealed.error().message);
+      update_ship_metrics();
+    } else {
       spdlog::info("window=[{},{}) busy_samples={} tls_samples={} services={}", report.window().start_unix_ns(),
                    report.window().end_unix_ns(), report.busy_samples(), tls_samples, report.services_size());
     }
@@ -213,16 +202,16 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     if (next_close < Clock::now()) next_close = Clock::now() + interval;
   }
   profiler.Stop();
-#ifdef TLSPROF_HAVE_SHIP
   if (shipper) {
     const auto budget = std::chrono::milliseconds(static_cast<int64_t>(options.flush_seconds * 1000));
-    if (shipper->Flush(budget)) {
+    const bool empty = shipper->Flush(budget);
+    update_ship_metrics();
+    if (empty) {
       spdlog::info("spool empty; exiting");
     } else {
       spdlog::warn("{} batches left in the spool for the next start", shipper->stats().spooled_batches);
     }
   }
-#endif
   return OkStatus();
 }
 

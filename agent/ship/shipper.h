@@ -36,17 +36,21 @@ struct ShipperOptions {
   std::chrono::milliseconds rpc_timeout{10000};
   std::chrono::milliseconds backoff_min{500};
   std::chrono::milliseconds backoff_max{30000};
+  // At most this many files are kept in spool/corrupt/ (oldest removed first).
+  uint32_t max_quarantined = 32;
 };
 
 struct ShipperStats {
   uint64_t sealed = 0;           // batches sealed since start
   uint64_t accepted = 0;         // answered ACCEPTED
   uint64_t duplicates = 0;       // answered DUPLICATE
-  uint64_t rejected = 0;         // INVALID_ARGUMENT: dropped, logged
+  uint64_t rejected = 0;         // INVALID_ARGUMENT or over the collector's size limit: dropped, logged
   uint64_t spool_dropped = 0;    // dropped because the spool was over its bound
   uint64_t send_errors = 0;      // failed attempts that will be retried
   uint64_t spooled_batches = 0;  // waiting now
   uint64_t spooled_bytes = 0;
+  uint64_t quarantined = 0;    // spool files that did not parse, moved to spool/corrupt/
+  uint64_t next_sequence = 0;  // the sequence the next Seal() assigns
   double last_success_unix_seconds = 0;
 };
 
@@ -58,10 +62,12 @@ class Shipper {
   static Result<std::unique_ptr<Shipper>> Start(const ShipperOptions& options);
   virtual ~Shipper() = default;  // stops the sender thread; the spool stays
 
-  // Assigns agent_instance and the next sequence to `report` and writes it to
-  // the spool. Never waits for the network. Returns the sequence.
+  // Assigns agent_instance and the next sequence to `report`, fills
+  // agent.spooled_batches and agent.spool_dropped_batches, and writes it to
+  // the spool. Touches only the disk, never the network. Returns the sequence.
   virtual Result<uint64_t> Seal(v1::AgentReport report) = 0;
-  // Waits until the spool is empty or `timeout` passed; true when empty.
+  // Waits until the spool is empty or `timeout` passed; true when empty. Cuts
+  // a retry backoff short once (one immediate attempt), e.g. at shutdown.
   virtual bool Flush(std::chrono::milliseconds timeout) = 0;
   virtual ShipperStats stats() const = 0;
 };
