@@ -199,6 +199,28 @@ TEST(Metrics, CountsReportsInSeconds) {
   EXPECT_THAT(text, HasSubstr("tlsprof_agent_spool_batches 0"));
 }
 
+TEST(Metrics, SeriesAreCapped) {
+  AgentMetrics metrics;
+  v1::AgentReport report;
+  report.mutable_window()->set_period_ns(1'000'000'000);
+  const size_t services = AgentMetrics::kMaxSeries + 100;
+  for (size_t i = 0; i < services; ++i) {
+    v1::Service* s = report.add_services();
+    s->set_name("svc" + std::to_string(i));
+    s->set_busy_samples(1);
+  }
+  metrics.AddReport(report);
+  metrics.AddReport(report);
+  const std::string text = metrics.Text();
+  size_t series = 0;
+  for (size_t pos = 0; (pos = text.find("\ntlsprof_busy_cpu_seconds_total{", pos)) != std::string::npos; ++pos)
+    ++series;
+  EXPECT_EQ(series, AgentMetrics::kMaxSeries + 1);
+  // Both reports' 100 services beyond the cap, one second each.
+  EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{service=\"(overflow)\"} 200"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{service=\"svc0\"} 2"));
+}
+
 TEST(Metrics, ListenAddress) {
   EXPECT_TRUE(CheckListenAddress("127.0.0.1:9464").ok());
   EXPECT_TRUE(CheckListenAddress("[::1]:9464").ok());

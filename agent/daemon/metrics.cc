@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "agent/classify/classify.h"
+#include "agent/daemon/services.h"
 
 namespace tlsprof::daemon {
 namespace {
@@ -153,16 +154,33 @@ Status AgentMetrics::Serve(const std::string& address) {
 }
 
 void AgentMetrics::AddReport(const v1::AgentReport& report) {
+  std::lock_guard<std::mutex> lock(mu_);
   const double sec_per_sample = static_cast<double>(report.window().period_ns()) / 1e9;
+  // The service label of a new series, or "(overflow)" once the cap is reached.
+  auto service_for = [this](std::vector<std::string> labels) {
+    if (series_.contains(labels)) return labels.back();
+    if (series_.size() < kMaxSeries) {
+      std::string service = labels.back();
+      series_.insert(std::move(labels));
+      return service;
+    }
+    labels.back() = std::string(kOverflowService);
+    series_.insert(labels);
+    return labels.back();
+  };
   for (const v1::Service& s : report.services()) {
-    busy_seconds_.Add({{"service", s.name()}}).Increment(static_cast<double>(s.busy_samples()) * sec_per_sample);
+    const std::string busy_service = service_for({"busy", s.name()});
+    busy_seconds_.Add({{"service", busy_service}}).Increment(static_cast<double>(s.busy_samples()) * sec_per_sample);
     for (const v1::TlsCpu& row : s.tls()) {
+      std::string bucket(BucketLabel(row.bucket()));
+      std::string phase(PhaseLabel(row.phase()));
+      const std::string service = service_for({bucket, row.algorithm(), phase, row.library(), s.name()});
       cpu_seconds_
-          .Add({{"bucket", std::string(BucketLabel(row.bucket()))},
+          .Add({{"bucket", bucket},
                 {"algorithm", row.algorithm()},
-                {"phase", std::string(PhaseLabel(row.phase()))},
+                {"phase", phase},
                 {"library", row.library()},
-                {"service", s.name()}})
+                {"service", service}})
           .Increment(static_cast<double>(row.samples()) * sec_per_sample);
     }
   }

@@ -9,8 +9,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
-#include <tuple>
+#include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>
@@ -52,6 +53,8 @@ Status CheckListenAddress(const std::string& address);
 
 class AgentMetrics {
  public:
+  static constexpr size_t kMaxSeries = 4000;
+
   AgentMetrics();
   // Serves the registry at http://ADDRESS/metrics. Fails when the address
   // does not parse or cannot be bound (port in use).
@@ -84,6 +87,10 @@ class AgentMetrics {
   prometheus::Gauge& last_success_;
   std::mutex mu_;
   ShipHealth last_ship_;  // counters are advanced by the difference
+  // Series of the data metrics so far: past kMaxSeries, new series of a
+  // service go to service "(overflow)", so /metrics stays bounded over months
+  // of services coming and going.
+  std::set<std::vector<std::string>> series_;
 };
 
 }  // namespace tlsprof::daemon

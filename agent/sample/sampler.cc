@@ -413,9 +413,12 @@ Totals Sampler::ReadTotals() const {
 WindowCounts Sampler::ReadWindow() {
   WindowCounts w;
   std::vector<uint32_t> idle;
-  w.pids = window_->pids.Read(bpf_map__fd(impl_->skel->maps.samples_by_pid), &idle);
-  w.ips = window_->ips.Read(bpf_map__fd(impl_->skel->maps.samples_by_ip));
+  // In the reverse of the order the BPF program counts a sample in (totals,
+  // pid, ip, stack): what a map shows here, the maps read after it show too,
+  // so a window never has more TLS samples than busy samples for a process.
   w.stacks = window_->stacks.Read(bpf_map__fd(impl_->skel->maps.samples_by_stack));
+  w.ips = window_->ips.Read(bpf_map__fd(impl_->skel->maps.samples_by_ip));
+  w.pids = window_->pids.Read(bpf_map__fd(impl_->skel->maps.samples_by_pid), &idle);
   Totals now = ReadTotals();
   for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) {
     *TotalsField(w.totals, slot) = TotalsValue(now, slot) - TotalsValue(window_->totals, slot);
