@@ -4,11 +4,13 @@
 
 namespace tlsprof::aggregate {
 
-void CryptoTime::Add(const classify::Classification& c, classify::Phase phase, uint64_t count) {
+void CryptoTime::Add(const classify::Classification& c, classify::Phase phase, classify::LibraryKind library,
+                     uint64_t count) {
   tls += count;
   buckets[static_cast<size_t>(c.bucket)] += count;
   phases[static_cast<size_t>(phase)] += count;
   algorithms[{c.bucket, c.algorithm, phase}] += count;
+  library_algorithms[{{c.bucket, c.algorithm, phase}, library}] += count;
 }
 
 void CryptoTime::Merge(const CryptoTime& other) {
@@ -16,7 +18,35 @@ void CryptoTime::Merge(const CryptoTime& other) {
   for (size_t i = 0; i < buckets.size(); ++i) buckets[i] += other.buckets[i];
   for (size_t i = 0; i < phases.size(); ++i) phases[i] += other.phases[i];
   for (const auto& [key, count] : other.algorithms) algorithms[key] += count;
+  for (const auto& [key, count] : other.library_algorithms) library_algorithms[key] += count;
 }
+
+namespace {
+
+// Moves `unknown` samples of (bucket, unknown algorithm, phase) in `rows` to
+// the algorithms `named` (algorithm → samples), in proportion, the rounding
+// remainder to the largest; `key(algorithm)` makes a row key.
+template <typename Key, typename MakeKey>
+void SplitUnknown(std::map<Key, uint64_t>& rows, const std::map<std::string_view, uint64_t>& named,
+                  uint64_t named_total, uint64_t unknown, MakeKey key) {
+  uint64_t given = 0;
+  std::string_view largest;
+  uint64_t largest_n = 0;
+  for (const auto& [alg, n] : named) {
+    const uint64_t share = unknown * n / named_total;
+    rows[key(alg)] += share;
+    given += share;
+    if (n > largest_n) largest_n = n, largest = alg;
+  }
+  rows[key(largest)] += unknown - given;
+  auto it = rows.find(key(classify::algo::kUnknown));
+  if (it != rows.end()) {
+    it->second -= std::min(it->second, unknown);
+    if (it->second == 0) rows.erase(it);
+  }
+}
+
+}  // namespace
 
 ProcessProfile& Attributor::Process(uint32_t tgid) {
   auto [it, inserted] = profile_.processes.try_emplace(static_cast<pid_t>(tgid));
@@ -77,7 +107,7 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
 
 void Attributor::Account(ProcessProfile& p, const Frame& where, const classify::Classification& c,
                          classify::Phase phase, uint64_t count, bool from_stack) {
-  p.crypto.Add(c, phase, count);
+  p.crypto.Add(c, phase, where.where.image->tls->kind, count);
   SymbolCount& sym = p.symbols[where.where];
   sym.classification = where.leaf.value_or(c);
   sym.samples += count;
@@ -188,6 +218,7 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
     group.bucket = sc.classification.bucket;
     if (sc.classification.algorithm == classify::algo::kUnknown) {
       group.unknown[static_cast<size_t>(sc.phase)] += count;
+      group.unknown_by_library[{sc.phase, innermost_tls->where.image->tls->kind}] += count;
       group.unknown_stacks.push_back(profile_.stacks.size() - 1);
     } else {
       group.named[sc.classification.algorithm] += count;
@@ -239,23 +270,16 @@ void Attributor::InferFromOperations() {
       const uint64_t unknown = group.unknown[phase];
       if (unknown == 0) continue;
       const auto ph = static_cast<classify::Phase>(phase);
-      // Split in proportion to the named samples, largest remainder last so
-      // the counts add up exactly.
-      uint64_t given = 0;
-      std::string_view largest;
-      uint64_t largest_n = 0;
-      for (const auto& [alg, n] : named) {
-        const uint64_t share = unknown * n / named_total;
-        algorithms[{group.bucket, alg, ph}] += share;
-        given += share;
-        if (n > largest_n) largest_n = n, largest = alg;
-      }
-      algorithms[{group.bucket, largest, ph}] += unknown - given;
-      auto it = algorithms.find({group.bucket, classify::algo::kUnknown, ph});
-      if (it != algorithms.end()) {
-        it->second -= std::min(it->second, unknown);
-        if (it->second == 0) algorithms.erase(it);
-      }
+      SplitUnknown(algorithms, named, named_total, unknown, [&](std::string_view alg) {
+        return AlgorithmKey{group.bucket, alg, ph};
+      });
+    }
+    for (const auto& [phase_library, unknown] : group.unknown_by_library) {
+      const classify::Phase ph = phase_library.first;
+      const classify::LibraryKind library = phase_library.second;
+      SplitUnknown(pit->second.crypto.library_algorithms, named, named_total, unknown, [&](std::string_view alg) {
+        return LibraryAlgorithmKey{{group.bucket, alg, ph}, library};
+      });
     }
     // The exported stacks carry the inferred algorithm when it is unique.
     if (named.size() == 1) {

@@ -37,13 +37,23 @@ struct AlgorithmKey {
   auto operator<=>(const AlgorithmKey&) const = default;
 };
 
+// An algorithm row and the kind of TLS library its samples ran in (the
+// library of the innermost TLS frame): the fleet metrics' `library` label.
+struct LibraryAlgorithmKey {
+  AlgorithmKey algorithm;
+  classify::LibraryKind library = classify::LibraryKind::kOpenSSL3;
+  auto operator<=>(const LibraryAlgorithmKey&) const = default;
+};
+
 struct CryptoTime {
   uint64_t tls = 0;  // samples in TLS library code
   std::array<uint64_t, classify::kBucketCount> buckets{};
   std::array<uint64_t, kPhaseCount> phases{};
   std::map<AlgorithmKey, uint64_t> algorithms;
+  // The same samples as `algorithms`, split by library kind as well.
+  std::map<LibraryAlgorithmKey, uint64_t> library_algorithms;
 
-  void Add(const classify::Classification& c, classify::Phase phase, uint64_t count);
+  void Add(const classify::Classification& c, classify::Phase phase, classify::LibraryKind library, uint64_t count);
   void Merge(const CryptoTime& other);
 };
 
@@ -164,7 +174,8 @@ class Attributor {
     classify::Bucket bucket = classify::Bucket::kOther;
     std::map<std::string_view, uint64_t> named;   // algorithm → samples
     std::array<uint64_t, kPhaseCount> unknown{};  // samples per phase with algorithm "unknown"
-    std::vector<size_t> unknown_stacks;           // indexes into profile_.stacks
+    std::map<std::pair<classify::Phase, classify::LibraryKind>, uint64_t> unknown_by_library;  // the same, by library
+    std::vector<size_t> unknown_stacks;  // indexes into profile_.stacks
   };
   struct OperationKey {
     pid_t pid = 0;

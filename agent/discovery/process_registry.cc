@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <unordered_set>
 
 namespace tlsprof::discovery {
@@ -119,6 +120,39 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
   return info;
 }
 
+std::string ReadCgroup(pid_t pid, const std::string& proc_root) {
+  std::ifstream in(fmt::format("{}/{}/cgroup", proc_root, pid));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return "";
+}
+
+void ProcessRegistry::Forget(pid_t pid) { processes_.erase(pid); }
+
+size_t ProcessRegistry::PruneImages() {
+  std::unordered_set<const ImageInfo*> gone;
+  for (auto it = by_inode_.begin(); it != by_inode_.end();) {
+    if (it->second.use_count() > 1) {
+      ++it;
+      continue;
+    }
+    gone.insert(it->second.get());
+    it = by_inode_.erase(it);
+  }
+  // Keys hold the images' addresses: they go before another image can be
+  // allocated there. The cache is a cache: past its bound it starts over.
+  constexpr size_t kMaxSyscallReturns = 1 << 16;
+  if (syscall_returns_.size() > kMaxSyscallReturns) {
+    syscall_returns_.clear();
+  } else if (!gone.empty()) {
+    std::erase_if(syscall_returns_, [&gone](const auto& entry) { return gone.contains(entry.first.first); });
+  }
+  if (!gone.empty()) cache_.Prune();
+  return gone.size();
+}
+
 Status ProcessRegistry::Refresh(pid_t pid) {
   ++stats_.refreshes;
   auto maps = ReadMaps(pid, proc_root_);
@@ -130,6 +164,7 @@ Status ProcessRegistry::Refresh(pid_t pid) {
   ProcessSnapshot snap;
   snap.pid = pid;
   snap.comm = ReadComm(pid, proc_root_);
+  snap.cgroup = ReadCgroup(pid, proc_root_);
   for (const Mapping& m : *maps) {
     if (!m.executable || !m.is_file()) continue;
     snap.mappings.push_back({m, LoadImage(pid, m)});

@@ -48,6 +48,7 @@ struct ProcessSnapshot {
   };
   pid_t pid = 0;
   std::string comm;
+  std::string cgroup;                 // the process's cgroup v2 path (/proc/PID/cgroup's "0::" line), "" if unknown
   std::vector<ExecMapping> mappings;  // executable file mappings, sorted by start
   bool exited = false;                // the last refresh found the process gone
 
@@ -76,6 +77,14 @@ class ProcessRegistry {
   const std::map<pid_t, ProcessSnapshot>& processes() const { return processes_; }
   const RegistryStats& stats() const { return stats_; }
 
+  // Forgets a process (it exited): its snapshot goes, and with it its hold on
+  // its images. A long-running agent calls this, and PruneImages(), so that
+  // memory follows the processes alive, not every process ever seen.
+  void Forget(pid_t pid);
+  // Drops the images no snapshot (and nobody else) holds any more, and what
+  // was cached about them. Returns how many went.
+  size_t PruneImages();
+
   // Whether `ip` (in `mapping` of process `pid`) is right after a `syscall`
   // instruction (bytes 0f 05). A user-mode sample there is kernel time: the
   // timer fired during the system call and was delivered on its return
@@ -95,6 +104,10 @@ class ProcessRegistry {
   RegistryStats stats_;
   mutable std::map<std::pair<const ImageInfo*, uint64_t>, bool> syscall_returns_;  // (image, file offset)
 };
+
+// The cgroup v2 path of a process ("/system.slice/nginx.service"), "" when it
+// cannot be read or the process is only in cgroup v1 hierarchies.
+std::string ReadCgroup(pid_t pid, const std::string& proc_root = "/proc");
 
 // Decides whether an image carries a TLS library (exposed for tests).
 std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, std::string_view path);

@@ -22,6 +22,7 @@
 
 #include "agent/common/fd.h"
 #include "agent/sample/cpu_list.h"
+#include "agent/sample/map_window.h"
 #include "profile.skel.h"
 
 namespace tlsprof::sample {
@@ -192,6 +193,12 @@ uint64_t* TotalsField(Totals& t, uint32_t slot) {
   return nullptr;
 }
 
+uint64_t TotalsValue(const Totals& t, uint32_t slot) {
+  Totals copy = t;
+  const uint64_t* field = TotalsField(copy, slot);
+  return field ? *field : 0;
+}
+
 int PerfEventOpen(perf_event_attr* attr, pid_t pid, int cpu) {
   return static_cast<int>(syscall(SYS_perf_event_open, attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
 }
@@ -208,7 +215,17 @@ struct Sampler::Impl {
   std::vector<LinkPtr> links;
 };
 
-Sampler::Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns) : impl_(std::move(impl)), period_ns_(period_ns) {}
+// The baselines of ReadWindow(): the maps' values and the totals at the
+// previous read.
+struct Sampler::WindowState {
+  MapWindow<uint32_t, pid_counts> pids;
+  MapWindow<sample_key, uint64_t> ips;
+  MapWindow<stack_key, uint64_t> stacks;
+  Totals totals;
+};
+
+Sampler::Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns)
+    : impl_(std::move(impl)), window_(std::make_unique<WindowState>()), period_ns_(period_ns) {}
 
 Sampler::~Sampler() = default;
 
@@ -322,6 +339,7 @@ void DeleteAllKeys(const bpf_map* map) {
 }  // namespace
 
 void Sampler::ClearCounts() {
+  *window_ = WindowState{};
   DeleteAllKeys<uint32_t>(impl_->skel->maps.samples_by_pid);
   DeleteAllKeys<sample_key>(impl_->skel->maps.samples_by_ip);
   DeleteAllKeys<stack_key>(impl_->skel->maps.samples_by_stack);
@@ -379,12 +397,35 @@ std::vector<Totals> Sampler::ReadTotalsPerCpu() const {
   return per_cpu;
 }
 
+Totals& operator+=(Totals& a, const Totals& b) {
+  for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) {
+    *TotalsField(a, slot) += TotalsValue(b, slot);
+  }
+  return a;
+}
+
 Totals Sampler::ReadTotals() const {
   Totals sum;
-  for (Totals& t : ReadTotalsPerCpu()) {
-    for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) *TotalsField(sum, slot) += *TotalsField(t, slot);
-  }
+  for (const Totals& t : ReadTotalsPerCpu()) sum += t;
   return sum;
+}
+
+WindowCounts Sampler::ReadWindow() {
+  WindowCounts w;
+  std::vector<uint32_t> idle;
+  // In the reverse of the order the BPF program counts a sample in (totals,
+  // pid, ip, stack): what a map shows here, the maps read after it show too,
+  // so a window never has more TLS samples than busy samples for a process.
+  w.stacks = window_->stacks.Read(bpf_map__fd(impl_->skel->maps.samples_by_stack));
+  w.ips = window_->ips.Read(bpf_map__fd(impl_->skel->maps.samples_by_ip));
+  w.pids = window_->pids.Read(bpf_map__fd(impl_->skel->maps.samples_by_pid), &idle);
+  Totals now = ReadTotals();
+  for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) {
+    *TotalsField(w.totals, slot) = TotalsValue(now, slot) - TotalsValue(window_->totals, slot);
+  }
+  window_->totals = now;
+  w.idle_pids = std::move(idle);
+  return w;
 }
 
 BpfRunStats Sampler::ReadBpfStats() const {

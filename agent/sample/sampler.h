@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "agent/common/result.h"
@@ -65,6 +66,23 @@ struct Totals {
   uint64_t unwind_ns = 0;
   uint64_t unwind_row_searches = 0;  // row lookups the per-CPU row cache did not answer
 };
+
+// One window of samples: what the in-kernel aggregates gained since the
+// previous Sampler::ReadWindow() (or ClearCounts()). Consecutive windows add
+// up to one long read: no sample is lost between two windows or counted in
+// both (agent/sample/map_window.h says how).
+struct WindowCounts {
+  std::vector<std::pair<uint32_t, pid_counts>> pids;
+  std::vector<std::pair<sample_key, uint64_t>> ips;
+  std::vector<std::pair<stack_key, uint64_t>> stacks;
+  Totals totals;
+  // tgids whose samples_by_pid entry went because they had no sample for a
+  // whole window (exited, or idle): the caller may forget them too.
+  std::vector<uint32_t> idle_pids;
+};
+
+// Field by field.
+Totals& operator+=(Totals& a, const Totals& b);
 
 struct BpfRunStats {
   uint64_t run_time_ns = 0;  // from the kernel's BPF stats (BPF_STATS_RUN_TIME)
@@ -113,13 +131,19 @@ class Sampler {
   // Walks samples_by_stack like ForEachIp (not a snapshot while sampling).
   void ForEachStack(const std::function<void(const stack_key&, uint64_t count)>& fn) const;
 
+  // The samples since the previous ReadWindow() or ClearCounts(), while
+  // sampling goes on. Keys idle for a whole window are deleted from the maps,
+  // so the maps hold what one or two windows touch, not everything ever seen.
+  WindowCounts ReadWindow();
+
   // Stops sampling (detaches the per-CPU events) but keeps the maps readable.
   void Stop();
   // Forgets every count so far (totals, per-pid, per-IP and per-stack
   // aggregates) while sampling goes on: a profile window starts here, after
   // the agent's own set-up (symbol loading, unwind tables), whose samples
   // would otherwise count without being part of the window's duration.
-  // Samples taken while it runs may be kept or dropped.
+  // Samples taken while it runs may be kept or dropped. ReadWindow() starts
+  // over from here.
   void ClearCounts();
 
  private:
@@ -127,7 +151,9 @@ class Sampler {
   explicit Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns);
   // After every upload: row lookups the BPF program cached before it are stale.
   void BumpRowsGeneration();
+  struct WindowState;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<WindowState> window_;
   uint64_t period_ns_;
   uint32_t next_row_ = 0;
 };

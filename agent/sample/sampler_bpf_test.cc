@@ -238,6 +238,87 @@ TEST(SamplerBpfTest, ClearCountsStartsOverWhileSampling) {
       << "sampling stopped counting after ClearCounts";
 }
 
+// The daemon's windows: ReadWindow() while sampling runs, many times, then
+// once after Stop(). The windows must add up to one long read: the totals
+// (never cleared, read once at the end) against the sum of the per-window
+// per-pid and per-IP counts. Without a filter every non-idle sample is in
+// samples_by_pid and every user sample in samples_by_ip (or counted as
+// dropped), so any sample lost between windows or counted in two breaks the
+// equalities. A second child exits midway: its keys are evicted from the
+// maps once it had no sample for a whole window.
+TEST(SamplerBpfTest, WindowsAddUpToOneLongRead) {
+  BusyChild busy;
+  auto leaver = std::make_unique<BusyChild>();
+  ASSERT_TRUE(busy.ready() && leaver->ready());
+  const auto busy_tgid = static_cast<uint32_t>(busy.pid());
+  const auto leaver_tgid = static_cast<uint32_t>(leaver->pid());
+  // From Start on, not from a ClearCounts(): the maps and the totals are not
+  // cleared at one instant, so samples between the two would break the sums.
+  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {}});
+  ASSERT_NE(sampler, nullptr);
+
+  Totals window_totals;
+  std::map<uint32_t, uint64_t> by_pid;  // user + kernel, summed over windows
+  uint64_t pid_user = 0, pid_all = 0, ip_all = 0, busy_ip = 0, busy_user = 0;
+  int windows = 0, busy_windows = 0;
+  int leaver_evicted_at = -1;
+  int leaver_killed_at = -1;
+  auto add = [&](const WindowCounts& w) {
+    ++windows;
+    window_totals += w.totals;
+    bool busy_seen = false;
+    for (const auto& [tgid, c] : w.pids) {
+      by_pid[tgid] += c.user + c.kernel;
+      pid_user += c.user;
+      pid_all += c.user + c.kernel;
+      if (tgid == busy_tgid) busy_user += c.user;
+      busy_seen = busy_seen || (tgid == busy_tgid && c.user > 0);
+    }
+    busy_windows += busy_seen ? 1 : 0;
+    for (const auto& [key, count] : w.ips) {
+      ip_all += count;
+      if (key.tgid == busy_tgid) busy_ip += count;
+    }
+    for (uint32_t tgid : w.idle_pids) {
+      if (tgid == leaver_tgid && leaver_evicted_at < 0) leaver_evicted_at = windows;
+    }
+  };
+  const auto start = Clock::now();
+  while (Clock::now() - start < std::chrono::seconds(3)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    if (leaver && Clock::now() - start > std::chrono::seconds(1)) {
+      leaver.reset();  // killed and reaped
+      leaver_killed_at = windows;
+    }
+    add(sampler->ReadWindow());
+  }
+  sampler->Stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  add(sampler->ReadWindow());
+  const Totals total = sampler->ReadTotals();
+  fmt::print("{} windows: {} samples ({} idle, {} user, {} kernel); pid sum {}, ip sum {}; busy child {} samples\n",
+             windows, total.samples, total.idle, total.user, total.kernel, pid_all, ip_all, by_pid[busy_tgid]);
+
+  ASSERT_GT(windows, 10);
+  EXPECT_GT(busy_windows, windows - 3) << "the busy child should get samples in (nearly) every window";
+  EXPECT_EQ(window_totals.samples, total.samples);
+  EXPECT_EQ(window_totals.idle, total.idle);
+  EXPECT_EQ(window_totals.user, total.user);
+  EXPECT_EQ(window_totals.kernel, total.kernel);
+  EXPECT_EQ(window_totals.dropped_pid, total.dropped_pid);
+  EXPECT_EQ(window_totals.dropped_ip, total.dropped_ip);
+  EXPECT_EQ(pid_all + total.dropped_pid, total.samples - total.idle);
+  EXPECT_EQ(pid_user + total.dropped_pid, total.user);
+  EXPECT_EQ(ip_all + total.dropped_ip, total.user);
+  EXPECT_EQ(busy_ip, busy_user);
+  // About 3 s of one CPU (less if other load shared the CPUs).
+  EXPECT_GT(by_pid[busy_tgid], 1000u);
+  EXPECT_GT(by_pid[leaver_tgid], 100u);
+  ASSERT_GE(leaver_killed_at, 0);
+  EXPECT_GE(leaver_evicted_at, leaver_killed_at + 1) << "evicted before it exited";
+  EXPECT_LE(leaver_evicted_at, leaver_killed_at + 3) << "an exited process stayed in the maps";
+}
+
 TEST(SamplerBpfTest, AcceptsTheFrequencyBounds) {
   for (uint32_t hz : {1u, 10000u}) {
     auto sampler = StartOrFail({.frequency_hz = hz, .target_pids = {}});

@@ -66,7 +66,7 @@ std::vector<unwind_row> FlagTlsRows(const unwind::UnwindTable& table, const symb
 
 UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot::ExecMapping& m) {
   const discovery::ImageInfo* info = m.image.get();
-  if (auto it = slots_.find(info); it != slots_.end()) return it->second;
+  if (auto it = slots_.find(info); it != slots_.end()) return it->second.second;
   Slot slot;
   auto fd = discovery::OpenMappedFile(pid, m.mapping);
   if (!fd.ok()) {
@@ -82,7 +82,7 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   if (!table.ok()) {
     ++stats_.table_failures;
     spdlog::debug("unwind: no table for {}: {}", info->path, table.error().message);
-    slots_.emplace(info, slot);
+    slots_.emplace(info, std::make_pair(m.image, slot));
     return slot;
   }
   // The whole table, also for a binary that links its TLS library
@@ -101,7 +101,7 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   }
   if (rows.empty() || rows.size() > UINT32_MAX) {
     ++stats_.table_failures;
-    slots_.emplace(info, slot);
+    slots_.emplace(info, std::make_pair(m.image, slot));
     return slot;
   }
   auto first = sampler_.AllocateRows(static_cast<uint32_t>(rows.size()));
@@ -109,16 +109,18 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   if (!uploaded.ok()) {
     ++stats_.table_failures;
     spdlog::warn("unwind: no table for {} ({} rows): {}", info->path, rows.size(), uploaded.error().message);
-    slots_.emplace(info, slot);
+    slots_.emplace(info, std::make_pair(m.image, slot));
     return slot;
   }
   slot.first_row = *first;
   slot.rows = static_cast<uint32_t>(rows.size());
   ++stats_.tables;
   stats_.rows += slot.rows;
-  slots_.emplace(info, slot);
+  slots_.emplace(info, std::make_pair(m.image, slot));
   return slot;
 }
+
+void UnwindRegistrar::Unregister(pid_t pid) { sampler_.RemoveProcess(static_cast<uint32_t>(pid)); }
 
 Status UnwindRegistrar::Register(pid_t pid, const ProcessSnapshot& process) {
   if (!process.has_tls()) return OkStatus();

@@ -42,6 +42,13 @@ class UnwindRegistrar {
   // for one file or process is logged and skipped; the process then gets
   // leaf-only attribution for what cannot be unwound.
   Status Register(pid_t pid, const discovery::ProcessSnapshot& process);
+  // Stops unwinding a process (it exited). Its files' rows stay in the row
+  // array, which is append-only (sample::Sampler): a file mapped again by a
+  // later process reuses them, but rows of files no process maps any more
+  // are not reclaimed, so a host that keeps loading new TLS binaries
+  // eventually fills the array (then new files get no table; counted in
+  // table_failures).
+  void Unregister(pid_t pid);
   const RegistrarStats& stats() const { return stats_; }
 
  private:
@@ -52,7 +59,9 @@ class UnwindRegistrar {
   Slot TableFor(pid_t pid, const discovery::ProcessSnapshot::ExecMapping& m);
 
   sample::Sampler& sampler_;
-  std::map<const discovery::ImageInfo*, Slot> slots_;
+  // Keyed by the image's address; the entry holds the image, so that no other
+  // image can be allocated at that address while the entry exists.
+  std::map<const discovery::ImageInfo*, std::pair<std::shared_ptr<const discovery::ImageInfo>, Slot>> slots_;
   RegistrarStats stats_;
 };
 

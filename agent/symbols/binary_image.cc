@@ -741,6 +741,11 @@ Result<std::shared_ptr<const BinaryImage>> ImageCache::Get(int fd, std::string_v
   return images_.emplace(std::move(key), std::move(*image)).first->second;
 }
 
+void ImageCache::Prune() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(images_, [](const auto& entry) { return entry.second.use_count() == 1; });
+}
+
 size_t ImageCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return images_.size();

@@ -171,6 +171,8 @@ class ImageCache {
   // display_path and host_dir as for LoadBinaryImage.
   Result<std::shared_ptr<const BinaryImage>> Get(int fd, std::string_view display_path, std::string_view host_dir = {});
   size_t size() const;
+  // Drops the images only the cache holds.
+  void Prune();
 
  private:
   LoadOptions options_;

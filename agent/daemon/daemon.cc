@@ -1,0 +1,218 @@
+#include "agent/daemon/daemon.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "agent/daemon/encode.h"
+#include "agent/daemon/metrics.h"
+#include "agent/daemon/services.h"
+#include "agent/profiler/profiler.h"
+#include "agent/ship/shipper.h"
+
+namespace tlsprof::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SelfCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+// Current resident memory (not the peak): the number to watch over hours.
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::string MachineId() {
+  std::ifstream in("/etc/machine-id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+// Sleeps until `until` or a stop request, in short steps.
+void SleepUntil(Clock::time_point until, const std::atomic<bool>& stop) {
+  while (!stop.load()) {
+    const auto now = Clock::now();
+    if (now >= until) return;
+    std::this_thread::sleep_for(std::min<Clock::duration>(until - now, std::chrono::milliseconds(50)));
+  }
+}
+
+}  // namespace
+
+Status Validate(const Options& o) {
+  if (!(o.interval_seconds > 0)) return MakeError("--interval must be > 0 seconds (got {})", o.interval_seconds);
+  if (o.interval_seconds > 3600) return MakeError("--interval must be at most 3600 seconds (the collector's limit)");
+  if (auto st = CheckListenAddress(o.metrics_listen); !st.ok()) return st;
+  const bool any_tls = !o.tls_ca.empty() || !o.tls_cert.empty() || !o.tls_key.empty();
+  const bool all_tls = !o.tls_ca.empty() && !o.tls_cert.empty() && !o.tls_key.empty();
+  if (any_tls && o.insecure) return MakeError("--insecure and --tls-* exclude each other: pick one");
+  if (any_tls && !all_tls) {
+    return MakeError("--tls-ca, --tls-cert and --tls-key go together: give all three (missing: {}{}{})",
+                     o.tls_ca.empty() ? "--tls-ca " : "", o.tls_cert.empty() ? "--tls-cert " : "",
+                     o.tls_key.empty() ? "--tls-key" : "");
+  }
+  if (!o.collector.empty()) {
+    if (!all_tls && !o.insecure) {
+      return MakeError(
+          "--collector needs --tls-ca, --tls-cert and --tls-key (mTLS), or --insecure to ship in plaintext");
+    }
+    if (o.collector.rfind(':') == std::string::npos) {
+      return MakeError("--collector {}: expected HOST:PORT", o.collector);
+    }
+    if (o.state_dir.empty()) return MakeError("--state-dir must not be empty with --collector");
+    if (o.spool_max_bytes == 0) return MakeError("--spool-max-bytes must be > 0");
+  }
+  return OkStatus();
+}
+
+Status Run(const Options& options, const std::atomic<bool>& stop) {
+  if (auto st = Validate(options); !st.ok()) return st;
+  // The port first: a port in use fails at once, before the sampler loads.
+  AgentMetrics metrics;
+  if (auto st = metrics.Serve(options.metrics_listen); !st.ok()) return st;
+
+  std::unique_ptr<ship::Shipper> shipper;
+  if (!options.collector.empty()) {
+    ship::ShipperOptions so;
+    so.collector = options.collector;
+    so.state_dir = options.state_dir;
+    so.spool_max_bytes = options.spool_max_bytes;
+    so.insecure = options.insecure;
+    so.tls = {options.tls_ca, options.tls_cert, options.tls_key};
+    auto started = ship::Shipper::Start(so);
+    if (!started.ok()) return started.error();
+    shipper = std::move(started).value();
+  }
+
+  profiler::Options po;
+  po.frequency_hz = options.frequency_hz;
+  po.pids = options.pids;
+  po.stacks = options.stacks;
+  po.debug_dirs = options.debug_dirs;
+  auto started = profiler::Profiler::Start(po);
+  if (!started.ok()) return started.error();
+  profiler::Profiler& profiler = **started;
+
+  v1::Host host;
+  host.set_hostname(HostName());
+  host.set_machine_id(MachineId());
+  host.set_agent_version(TLSPROF_VERSION);
+  host.set_cpus(static_cast<uint32_t>(profiler.sampler().cpu_count()));
+  spdlog::info("profiling {} at {} Hz in {} s windows; /metrics on {}{}",
+               options.pids.empty() ? "the host" : fmt::format("{} processes", options.pids.size()),
+               options.frequency_hz, options.interval_seconds, options.metrics_listen,
+               options.collector.empty() ? "" : fmt::format(", shipping to {}", options.collector));
+
+  const auto interval =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.interval_seconds));
+  const auto poll = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.poll_seconds));
+  // The sender thread moves batches at any time: its counters are mirrored
+  // at every poll, not only at window ends.
+  auto update_ship_metrics = [&shipper, &metrics] {
+    if (!shipper) return;
+    const ship::ShipperStats st = shipper->stats();
+    metrics.SetShip({st.sealed, st.accepted, st.duplicates, st.rejected, st.spool_dropped, st.send_errors,
+                     st.spooled_batches, st.spooled_bytes, st.last_success_unix_seconds});
+  };
+  double cpu_mark = SelfCpuSeconds();
+  auto next_close = Clock::now() + interval;
+  for (;;) {
+    SleepUntil(std::min(next_close, Clock::now() + poll), stop);
+    if (!stop.load() && Clock::now() < next_close) {
+      profiler.Poll();
+      update_ship_metrics();
+      continue;
+    }
+    // Close the window: on schedule, or the partial one at a stop request.
+    const bool stopping = stop.load();
+    profiler::Window window = profiler.CloseWindow();
+    const auto& profile = window.profile;
+    const auto& registry = profiler.registry();
+    const double cpu_now = SelfCpuSeconds();
+    const double window_cpu = cpu_now - cpu_mark;
+    cpu_mark = cpu_now;
+    const uint64_t scope = profile.scope_samples;
+    auto services = GroupServices(profile, scope, [&registry](const aggregate::ProcessProfile& p) {
+      const auto* snap = registry.Get(p.pid);
+      return ServiceName(snap ? std::string_view(snap->cgroup) : std::string_view(), p.comm);
+    });
+    WindowInfo info;
+    info.start_unix_ns = window.start_unix_ns;
+    info.end_unix_ns = window.end_unix_ns;
+    info.frequency_hz = options.frequency_hz;
+    info.period_ns = profiler.sampler().period_ns();
+    v1::AgentStats agent;
+    agent.set_cpu_seconds(window_cpu);
+    agent.set_max_rss_bytes(ResidentBytes());
+    agent.set_dropped_samples(window.totals.dropped_ip + window.totals.dropped_pid + window.totals.dropped_stack);
+    agent.set_unresolved_samples(profile.unresolved_samples);
+    if (shipper) {
+      const ship::ShipperStats st = shipper->stats();
+      agent.set_spooled_batches(st.spooled_batches);
+      agent.set_spool_dropped_batches(st.spool_dropped);
+    }
+    v1::AgentReport report = EncodeReport(services, scope, info, host, agent);
+    uint64_t tls_samples = 0;
+    for (const auto& s : report.services()) tls_samples += s.tls_samples();
+    metrics.AddReport(report);
+    WindowHealth health;
+    health.duration_seconds = std::chrono::duration<double>(window.end - window.start).count();
+    health.agent_cpu_seconds = window_cpu;
+    health.resident_bytes = agent.max_rss_bytes();
+    health.dropped_samples = agent.dropped_samples();
+    health.unresolved_samples = agent.unresolved_samples();
+    health.tracked_processes = registry.processes().size();
+    metrics.AddWindow(health);
+    if (shipper) {
+      const int64_t start_ns = report.window().start_unix_ns();
+      const int64_t end_ns = report.window().end_unix_ns();
+      // The shipper logs the sealed line (docs/fleet.md).
+      auto sealed = shipper->Seal(std::move(report));
+      if (!sealed.ok()) spdlog::error("cannot seal the window [{},{}): {}", start_ns, end_ns, sealed.error().message);
+      update_ship_metrics();
+    } else {
+      spdlog::info("window=[{},{}) busy_samples={} tls_samples={} services={}", report.window().start_unix_ns(),
+                   report.window().end_unix_ns(), report.busy_samples(), tls_samples, report.services_size());
+    }
+    if (stopping) break;
+    next_close += interval;
+    // A window that took longer than the interval to close (a stalled host):
+    // the next one starts now rather than closing at once.
+    if (next_close < Clock::now()) next_close = Clock::now() + interval;
+  }
+  profiler.Stop();
+  if (shipper) {
+    const auto budget = std::chrono::milliseconds(static_cast<int64_t>(options.flush_seconds * 1000));
+    const bool empty = shipper->Flush(budget);
+    update_ship_metrics();
+    if (empty) {
+      spdlog::info("spool empty; exiting");
+    } else {
+      spdlog::warn("{} batches left in the spool for the next start", shipper->stats().spooled_batches);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace tlsprof::daemon

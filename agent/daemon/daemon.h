@@ -1,0 +1,43 @@
+// `tlsprof-agent run`: continuous profiling in windows (docs/fleet.md, "Agent
+// daemon"). Every interval the profiler's window is closed, encoded as a
+// tlsprof.v1.AgentReport, counted into the agent's /metrics and, with a
+// collector, sealed into the spool for the shipper. A stop request seals the
+// partial window and gives the shipper up to 10 s to empty the spool.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agent/common/result.h"
+
+namespace tlsprof::daemon {
+
+struct Options {
+  std::string collector;  // HOST:PORT; empty: /metrics only
+  double interval_seconds = 10;
+  uint32_t frequency_hz = 49;
+  std::string metrics_listen = "127.0.0.1:9464";
+  std::string state_dir = "/var/lib/tlsprof-agent";
+  uint64_t spool_max_bytes = 64ull << 20;
+  std::string tls_ca, tls_cert, tls_key;
+  bool insecure = false;
+  std::vector<pid_t> pids;  // empty: the whole host
+  bool stacks = true;
+  std::vector<std::string> debug_dirs;
+  double poll_seconds = 0.5;  // how often new processes are snapshotted
+  double flush_seconds = 10;  // at stop, how long the shipper may empty the spool
+};
+
+// Checks the options' consistency (no I/O): an error says which flag is wrong
+// and what to do.
+Status Validate(const Options& options);
+
+// Runs until `stop` is set. Errors at start (a flag, a port in use, no
+// privileges) are returned; later failures of one window are logged.
+Status Run(const Options& options, const std::atomic<bool>& stop);
+
+}  // namespace tlsprof::daemon

@@ -1,0 +1,219 @@
+#include "agent/daemon/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <charconv>
+#include <exception>
+
+#include "agent/classify/classify.h"
+#include "agent/daemon/services.h"
+
+namespace tlsprof::daemon {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+
+std::string_view BucketLabel(v1::Bucket b) {
+  switch (b) {
+    case v1::BUCKET_CIPHER:
+      return classify::BucketName(classify::Bucket::kCipher);
+    case v1::BUCKET_SIGNATURE:
+      return classify::BucketName(classify::Bucket::kSignature);
+    case v1::BUCKET_KEY_EXCHANGE:
+      return classify::BucketName(classify::Bucket::kKeyExchange);
+    case v1::BUCKET_HASH:
+      return classify::BucketName(classify::Bucket::kHash);
+    default:
+      return classify::BucketName(classify::Bucket::kOther);
+  }
+}
+
+std::string_view PhaseLabel(v1::Phase p) {
+  switch (p) {
+    case v1::PHASE_HANDSHAKE:
+      return classify::PhaseName(classify::Phase::kHandshake);
+    case v1::PHASE_RECORD:
+      return classify::PhaseName(classify::Phase::kRecord);
+    default:
+      return classify::PhaseName(classify::Phase::kOther);
+  }
+}
+
+void Advance(prometheus::Counter& counter, uint64_t now, uint64_t before) {
+  if (now > before) counter.Increment(static_cast<double>(now - before));
+}
+
+}  // namespace
+
+Status CheckListenAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return MakeError("--metrics-listen {}: expected HOST:PORT, e.g. 127.0.0.1:9464", address);
+  }
+  std::string_view host(address.data(), colon);
+  if (host.front() == '[' ? host.back() != ']' : host.find(':') != std::string_view::npos) {
+    return MakeError("--metrics-listen {}: an IPv6 host goes in brackets, e.g. [::1]:9464", address);
+  }
+  std::string_view port(address.data() + colon + 1, address.size() - colon - 1);
+  unsigned value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
+    return MakeError("--metrics-listen {}: the port must be a number in 1..65535", address);
+  }
+  return OkStatus();
+}
+
+AgentMetrics::AgentMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      cpu_seconds_(BuildCounter()
+                       .Name("tlsprof_cpu_seconds_total")
+                       .Help("CPU-seconds inside TLS code, by bucket, algorithm, phase, TLS library and service")
+                       .Register(*registry_)),
+      busy_seconds_(BuildCounter()
+                        .Name("tlsprof_busy_cpu_seconds_total")
+                        .Help("Busy CPU-seconds (user + kernel) of the service's processes; (non-tls) holds every "
+                              "other process")
+                        .Register(*registry_)),
+      reports_(BuildCounter().Name("tlsprof_reports_total").Help("Windows counted").Register(*registry_).Add({})),
+      windows_(BuildCounter()
+                   .Name("tlsprof_agent_windows_total")
+                   .Help("Profile windows the agent closed")
+                   .Register(*registry_)
+                   .Add({})),
+      window_duration_(BuildGauge()
+                           .Name("tlsprof_agent_window_duration_seconds")
+                           .Help("Length of the last closed window")
+                           .Register(*registry_)
+                           .Add({})),
+      agent_cpu_(BuildCounter()
+                     .Name("tlsprof_agent_cpu_seconds_total")
+                     .Help("CPU-seconds the agent process used while profiling (user + system)")
+                     .Register(*registry_)
+                     .Add({})),
+      rss_(BuildGauge()
+               .Name("tlsprof_agent_resident_memory_bytes")
+               .Help("Resident memory of the agent process")
+               .Register(*registry_)
+               .Add({})),
+      dropped_samples_(BuildCounter()
+                           .Name("tlsprof_agent_dropped_samples_total")
+                           .Help("Samples the kernel maps had no room for")
+                           .Register(*registry_)
+                           .Add({})),
+      unresolved_samples_(BuildCounter()
+                              .Name("tlsprof_agent_unresolved_samples_total")
+                              .Help("User samples of processes the agent could not snapshot")
+                              .Register(*registry_)
+                              .Add({})),
+      tracked_processes_(BuildGauge()
+                             .Name("tlsprof_agent_tracked_processes")
+                             .Help("Processes the agent holds a snapshot of")
+                             .Register(*registry_)
+                             .Add({})),
+      spool_batches_(BuildGauge()
+                         .Name("tlsprof_agent_spool_batches")
+                         .Help("Sealed batches waiting in the spool")
+                         .Register(*registry_)
+                         .Add({})),
+      spool_bytes_(BuildGauge()
+                       .Name("tlsprof_agent_spool_bytes")
+                       .Help("Bytes of the batches waiting in the spool")
+                       .Register(*registry_)
+                       .Add({})),
+      batches_(BuildCounter()
+                   .Name("tlsprof_agent_batches_total")
+                   .Help("Batches by outcome: sealed, accepted, duplicate, rejected (INVALID_ARGUMENT), dropped "
+                         "(spool full)")
+                   .Register(*registry_)),
+      send_errors_(BuildCounter()
+                       .Name("tlsprof_agent_send_errors_total")
+                       .Help("Failed attempts to ship a batch (retried)")
+                       .Register(*registry_)
+                       .Add({})),
+      last_success_(BuildGauge()
+                        .Name("tlsprof_agent_last_success_timestamp_seconds")
+                        .Help("Unix time of the last batch the collector took (0: none yet)")
+                        .Register(*registry_)
+                        .Add({})) {
+  // Present from the first scrape, at 0.
+  for (const char* result : {"sealed", "accepted", "duplicate", "rejected", "dropped"})
+    batches_.Add({{"result", result}});
+}
+
+Status AgentMetrics::Serve(const std::string& address) {
+  if (auto st = CheckListenAddress(address); !st.ok()) return st;
+  try {
+    // civetweb takes "[::1]:9464" and "127.0.0.1:9464" alike.
+    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return MakeError("--metrics-listen {}: cannot listen there ({}); is the port in use?", address, e.what());
+  }
+  exposer_->RegisterCollectable(registry_);
+  return OkStatus();
+}
+
+void AgentMetrics::AddReport(const v1::AgentReport& report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double sec_per_sample = static_cast<double>(report.window().period_ns()) / 1e9;
+  // The service label of a new series, or "(overflow)" once the cap is reached.
+  auto service_for = [this](std::vector<std::string> labels) {
+    if (series_.contains(labels)) return labels.back();
+    if (series_.size() < kMaxSeries) {
+      std::string service = labels.back();
+      series_.insert(std::move(labels));
+      return service;
+    }
+    labels.back() = std::string(kOverflowService);
+    series_.insert(labels);
+    return labels.back();
+  };
+  for (const v1::Service& s : report.services()) {
+    const std::string busy_service = service_for({"busy", s.name()});
+    busy_seconds_.Add({{"service", busy_service}}).Increment(static_cast<double>(s.busy_samples()) * sec_per_sample);
+    for (const v1::TlsCpu& row : s.tls()) {
+      std::string bucket(BucketLabel(row.bucket()));
+      std::string phase(PhaseLabel(row.phase()));
+      const std::string service = service_for({bucket, row.algorithm(), phase, row.library(), s.name()});
+      cpu_seconds_
+          .Add({{"bucket", bucket},
+                {"algorithm", row.algorithm()},
+                {"phase", phase},
+                {"library", row.library()},
+                {"service", service}})
+          .Increment(static_cast<double>(row.samples()) * sec_per_sample);
+    }
+  }
+  reports_.Increment();
+}
+
+void AgentMetrics::AddWindow(const WindowHealth& h) {
+  windows_.Increment();
+  window_duration_.Set(h.duration_seconds);
+  if (h.agent_cpu_seconds > 0) agent_cpu_.Increment(h.agent_cpu_seconds);
+  rss_.Set(static_cast<double>(h.resident_bytes));
+  dropped_samples_.Increment(static_cast<double>(h.dropped_samples));
+  unresolved_samples_.Increment(static_cast<double>(h.unresolved_samples));
+  tracked_processes_.Set(static_cast<double>(h.tracked_processes));
+}
+
+void AgentMetrics::SetShip(const ShipHealth& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Advance(batches_.Add({{"result", "sealed"}}), s.sealed, last_ship_.sealed);
+  Advance(batches_.Add({{"result", "accepted"}}), s.accepted, last_ship_.accepted);
+  Advance(batches_.Add({{"result", "duplicate"}}), s.duplicates, last_ship_.duplicates);
+  Advance(batches_.Add({{"result", "rejected"}}), s.rejected, last_ship_.rejected);
+  Advance(batches_.Add({{"result", "dropped"}}), s.spool_dropped, last_ship_.spool_dropped);
+  Advance(send_errors_, s.send_errors, last_ship_.send_errors);
+  spool_batches_.Set(static_cast<double>(s.spooled_batches));
+  spool_bytes_.Set(static_cast<double>(s.spooled_bytes));
+  last_success_.Set(s.last_success_unix_seconds);
+  last_ship_ = s;
+}
+
+std::string AgentMetrics::Text() const {
+  prometheus::TextSerializer serializer;
+  return serializer.Serialize(registry_->Collect());
+}
+
+}  // namespace tlsprof::daemon

@@ -1,0 +1,96 @@
+// The agent's own /metrics (prometheus-cpp pull exposer): the same data
+// metrics as the collector's, for this host (docs/fleet.md, "Metrics"), and
+// the agent's health as tlsprof_agent_*.
+// Thread-safe: prometheus-cpp's metrics are; the exposer serves from its own
+// threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include "agent/common/result.h"
+#include "tlsprof/v1/report.pb.h"
+
+namespace tlsprof::daemon {
+
+// The agent's health over one window.
+struct WindowHealth {
+  double duration_seconds = 0;
+  double agent_cpu_seconds = 0;  // the agent process's CPU in the window
+  uint64_t resident_bytes = 0;
+  uint64_t dropped_samples = 0;
+  uint64_t unresolved_samples = 0;
+  uint64_t tracked_processes = 0;
+};
+
+// The shipper's counters (ship::ShipperStats), mirrored.
+struct ShipHealth {
+  uint64_t sealed = 0;
+  uint64_t accepted = 0;
+  uint64_t duplicates = 0;
+  uint64_t rejected = 0;
+  uint64_t spool_dropped = 0;
+  uint64_t send_errors = 0;
+  uint64_t spooled_batches = 0;
+  uint64_t spooled_bytes = 0;
+  double last_success_unix_seconds = 0;
+};
+
+// "HOST:PORT" with a numeric port in 1..65535 and a non-empty host (an IPv6
+// host in brackets). An error says what is wrong.
+Status CheckListenAddress(const std::string& address);
+
+class AgentMetrics {
+ public:
+  static constexpr size_t kMaxSeries = 4000;
+
+  AgentMetrics();
+  // Serves the registry at http://ADDRESS/metrics. Fails when the address
+  // does not parse or cannot be bound (port in use).
+  Status Serve(const std::string& address);
+
+  void AddReport(const v1::AgentReport& report);
+  void AddWindow(const WindowHealth& health);
+  void SetShip(const ShipHealth& ship);
+
+  // The text exposition, as a scrape would get it (for tests).
+  std::string Text() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>& cpu_seconds_;
+  prometheus::Family<prometheus::Counter>& busy_seconds_;
+  prometheus::Counter& reports_;
+  prometheus::Counter& windows_;
+  prometheus::Gauge& window_duration_;
+  prometheus::Counter& agent_cpu_;
+  prometheus::Gauge& rss_;
+  prometheus::Counter& dropped_samples_;
+  prometheus::Counter& unresolved_samples_;
+  prometheus::Gauge& tracked_processes_;
+  prometheus::Gauge& spool_batches_;
+  prometheus::Gauge& spool_bytes_;
+  prometheus::Family<prometheus::Counter>& batches_;
+  prometheus::Counter& send_errors_;
+  prometheus::Gauge& last_success_;
+  std::mutex mu_;
+  ShipHealth last_ship_;  // counters are advanced by the difference
+  // Series of the data metrics so far: past kMaxSeries, new series of a
+  // service go to service "(overflow)", so /metrics stays bounded over months
+  // of services coming and going.
+  std::set<std::vector<std::string>> series_;
+};
+
+}  // namespace tlsprof::daemon

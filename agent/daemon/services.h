@@ -1,0 +1,32 @@
+// Services: how the agent groups processes for the fleet metrics
+// (docs/fleet.md). A process's service is its systemd unit, from its cgroup
+// (".../nginx.service" → "nginx"), else its command name; processes with no
+// TLS time and no TLS library are summed into "(non-tls)". Names are cut to
+// the collector's label charset. Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace tlsprof::daemon {
+
+inline constexpr std::string_view kNonTlsService = "(non-tls)";
+// Services beyond the per-report cap (kMaxServices) are summed here.
+inline constexpr std::string_view kOverflowService = "(overflow)";
+inline constexpr size_t kMaxServices = 64;
+
+// The collector's label values: 1-64 characters of [A-Za-z0-9._:/()+ -].
+// Other characters become '_', longer names are cut, an empty one is "unknown".
+std::string SanitizeLabel(std::string_view value);
+bool IsValidLabel(std::string_view value);
+
+// The systemd unit a cgroup v2 path names: the last ".service" (or ".scope",
+// ".socket") component, without its suffix and without a template instance
+// ("getty@tty1.service" → "getty@tty1"). "" when the path names no unit
+// (the root cgroup, a container runtime's path, user sessions' scopes).
+std::string UnitFromCgroup(std::string_view cgroup);
+
+// The service of a process: its unit, else its comm, sanitized.
+std::string ServiceName(std::string_view cgroup, std::string_view comm);
+
+}  // namespace tlsprof::daemon

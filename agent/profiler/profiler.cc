@@ -1,0 +1,186 @@
+#include "agent/profiler/profiler.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cerrno>
+#include <map>
+#include <span>
+
+namespace tlsprof::profiler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A process that exited (and was reaped): its pid answers ESRCH.
+bool Exited(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+}  // namespace
+
+int64_t Profiler::UnixNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler)
+    : options_(options), sampler_(std::move(sampler)), registry_("/proc", [&options] {
+        symbols::DebugSearch debug;
+        debug.debug_roots.insert(debug.debug_roots.begin(), options.debug_dirs.begin(), options.debug_dirs.end());
+        return debug;
+      }()) {
+  if (options_.stacks) registrar_.emplace(*sampler_);
+}
+
+Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
+  sample::SamplerOptions sampler_options;
+  sampler_options.frequency_hz = options.frequency_hz;
+  sampler_options.target_pids = options.pids;
+  auto sampler = sample::Sampler::Start(sampler_options);
+  if (!sampler.ok()) return sampler.error();
+  std::unique_ptr<Profiler> p(new Profiler(options, std::move(sampler).value()));
+  // Processes that exist now are snapshotted before the window, so their
+  // symbol loading is not on the first window's critical path and their
+  // stacks are unwound from the first sample on. Later ones are found as
+  // they get samples (Poll).
+  const std::vector<pid_t> initial = options.pids.empty() ? discovery::ListPids() : options.pids;
+  for (pid_t pid : initial) {
+    if (pid == getpid()) continue;
+    p->seen_.insert(static_cast<uint32_t>(pid));
+    p->Discover(pid);
+  }
+  p->RestartWindow();
+  return p;
+}
+
+// Snapshots a process and, if it maps a TLS library, registers it with the
+// BPF unwinder. Failures concern one process and are never fatal.
+void Profiler::Discover(pid_t pid) {
+  auto status = registry_.Refresh(pid);
+  if (!status.ok()) {
+    spdlog::debug("{}", status.error().message);
+    return;
+  }
+  if (!registrar_) return;
+  const auto* snap = registry_.Get(pid);
+  if (snap == nullptr || !snap->has_tls()) return;
+  auto registered = registrar_->Register(pid, *snap);
+  if (!registered.ok()) spdlog::debug("process {}: {}", pid, registered.error().message);
+}
+
+void Profiler::Poll() {
+  std::vector<uint32_t> fresh;
+  sampler_->ForEachPid([&](uint32_t tgid, const pid_counts&) {
+    if (tgid != 0 && seen_.insert(tgid).second) fresh.push_back(tgid);
+  });
+  for (uint32_t tgid : fresh) Discover(static_cast<pid_t>(tgid));
+}
+
+void Profiler::RestartWindow() {
+  // The samples taken during the set-up are dropped, or they would count
+  // without being part of the window's duration.
+  sampler_->ClearCounts();
+  window_start_ = Clock::now();
+  window_start_unix_ns_ = UnixNowNs();
+}
+
+Window Profiler::CloseWindow() {
+  Window window;
+  sample::WindowCounts counts = sampler_->ReadWindow();
+  window.end = Clock::now();
+  window.end_unix_ns = UnixNowNs();
+  window.start = window_start_;
+  window.start_unix_ns = window_start_unix_ns_;
+  window_start_ = window.end;
+  window_start_unix_ns_ = window.end_unix_ns;
+  window.totals = counts.totals;
+
+  std::set<uint32_t> sampled;
+  for (const auto& [tgid, c] : counts.pids) {
+    if (tgid != 0) sampled.insert(tgid);
+  }
+  // Processes that exited and had no sample in this window are forgotten:
+  // snapshot, unwind registration, and the images only they mapped.
+  std::vector<pid_t> gone;
+  for (const auto& [pid, snap] : registry_.processes()) {
+    if (!sampled.contains(static_cast<uint32_t>(pid)) && Exited(pid)) gone.push_back(pid);
+  }
+  for (pid_t pid : gone) {
+    registry_.Forget(pid);
+    if (registrar_) registrar_->Unregister(pid);
+    seen_.erase(static_cast<uint32_t>(pid));
+  }
+  // Tried but never snapshotted (kernel threads' maps are empty, not
+  // missing, so these are processes that were gone when first seen).
+  for (auto it = seen_.begin(); it != seen_.end();) {
+    const auto pid = static_cast<pid_t>(*it);
+    if (registry_.Get(pid) == nullptr && !sampled.contains(*it) && Exited(pid)) {
+      it = seen_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  window.forgotten_processes = gone.size();
+  if (!gone.empty()) registry_.PruneImages();
+
+  if (options_.refresh_all_sampled) {
+    // Processes sampled since the last poll, and processes that mapped new
+    // code since their snapshot (dlopen), are read once more. Processes that
+    // exited keep their last snapshot.
+    for (uint32_t tgid : sampled) {
+      seen_.insert(tgid);
+      auto status = registry_.Refresh(static_cast<pid_t>(tgid));
+      if (!status.ok()) spdlog::debug("{}", status.error().message);
+    }
+  } else {
+    for (uint32_t tgid : sampled) {
+      if (seen_.insert(tgid).second) Discover(static_cast<pid_t>(tgid));
+    }
+    // A process with user samples outside every mapping it had at its
+    // snapshot mapped new code (dlopen), or JIT code: read again, at most
+    // once per process per window.
+    std::set<uint32_t> stale;
+    for (const auto& [key, count] : counts.ips) {
+      if (stale.contains(key.tgid)) continue;
+      const auto* snap = registry_.Get(static_cast<pid_t>(key.tgid));
+      if (snap != nullptr && !snap->exited && snap->Find(key.user_ip) == nullptr) stale.insert(key.tgid);
+    }
+    for (uint32_t tgid : stale) {
+      const auto* before = registry_.Get(static_cast<pid_t>(tgid));
+      const size_t mappings_before = before ? before->mappings.size() : 0;
+      auto status = registry_.Refresh(static_cast<pid_t>(tgid));
+      const auto* after = registry_.Get(static_cast<pid_t>(tgid));
+      if (status.ok() && registrar_ && after != nullptr && after->has_tls() &&
+          after->mappings.size() != mappings_before) {
+        auto registered = registrar_->Register(static_cast<pid_t>(tgid), *after);
+        if (!registered.ok()) spdlog::debug("process {}: {}", tgid, registered.error().message);
+      }
+    }
+  }
+
+  aggregate::Attributor attributor(registry_);
+  for (const auto& [tgid, c] : counts.pids) {
+    if (tgid != 0) attributor.AddProcess(tgid, c.user, c.kernel);
+  }
+  // Stacks first: the samples they cover are taken out of the leaf counts.
+  for (const auto& [key, count] : counts.stacks) {
+    const uint32_t n = std::min<uint32_t>(key.nr_frames, TLSPROF_UNWIND_MAX_FRAMES);
+    std::array<uint64_t, TLSPROF_UNWIND_MAX_FRAMES> ips{};  // __u64 is not uint64_t's type
+    std::copy_n(key.ips, n, ips.begin());
+    attributor.AddStack(key.tgid, std::span<const uint64_t>(ips.data(), n), count);
+  }
+  for (const auto& [key, count] : counts.ips) attributor.AddUserSamples(key.tgid, key.user_ip, count);
+  if (options_.pids.empty()) {
+    attributor.SetScopeSamples(counts.totals.samples - counts.totals.idle);
+  } else {
+    uint64_t scope = 0;
+    for (const auto& [tgid, c] : counts.pids) scope += c.user + c.kernel;
+    attributor.SetScopeSamples(scope);
+  }
+  window.profile = attributor.Finish();
+  return window;
+}
+
+}  // namespace tlsprof::profiler

@@ -1,0 +1,94 @@
+// Profiler: the path of a sample, end to end, for one window or for many.
+// Sample (sample::Sampler) → discover and symbolize (discovery::ProcessRegistry,
+// stacks::UnwindRegistrar) → classify and aggregate (aggregate::Attributor).
+//
+// `tlsprof-agent profile` runs one window (agent/oneshot); `tlsprof-agent run`
+// closes a window every interval for as long as it runs (agent/daemon). The
+// sampler, the process registry and the unwind registrations live across
+// windows; windows are contiguous (sample::Sampler::ReadWindow). Processes
+// that exited are forgotten once they had no sample for a window, with their
+// unwind registration and the images no one else maps, so memory follows
+// the processes alive.
+// Not thread-safe: one thread owns a Profiler.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/aggregate/profile.h"
+#include "agent/common/result.h"
+#include "agent/discovery/process_registry.h"
+#include "agent/sample/sampler.h"
+#include "agent/stacks/unwind_registrar.h"
+
+namespace tlsprof::profiler {
+
+struct Options {
+  uint32_t frequency_hz = 999;
+  std::vector<pid_t> pids;  // empty: the whole host
+  // Unwind user stacks of TLS processes in BPF (stack-aware attribution).
+  // Off: leaf-only attribution.
+  bool stacks = true;
+  // Extra directories searched for separate debug files (see oneshot::Options).
+  std::vector<std::string> debug_dirs;
+  // At the end of a window, re-read the maps of every process that was
+  // sampled (the one-shot report: catches a dlopen late in the window). Off,
+  // only processes with samples outside their known mappings are re-read,
+  // which is what a long-running agent can afford every window.
+  bool refresh_all_sampled = false;
+};
+
+struct Window {
+  // Valid until the next CloseWindow(): it points into the registry's images.
+  aggregate::Profile profile;
+  sample::Totals totals;  // the sampler's totals over the window
+  std::chrono::steady_clock::time_point start, end;
+  int64_t start_unix_ns = 0;  // wall clock; a window starts where the previous one ended
+  int64_t end_unix_ns = 0;
+  uint64_t forgotten_processes = 0;  // processes forgotten at this window's close
+};
+
+class Profiler {
+ public:
+  // Starts the sampler, snapshots the processes that exist now (and registers
+  // those with a TLS library with the unwinder), then starts the first window.
+  static Result<std::unique_ptr<Profiler>> Start(const Options& options);
+
+  // Snapshots the processes that got their first samples since the last
+  // call. Call it often (every 0.5 s): a process is unwound only from its
+  // snapshot on.
+  void Poll();
+  // Restarts the current window now, dropping what it counted so far.
+  void RestartWindow();
+  // Stops sampling; the current window can still be closed.
+  void Stop() { sampler_->Stop(); }
+  // Ends the current window and starts the next one.
+  Window CloseWindow();
+
+  sample::Sampler& sampler() { return *sampler_; }
+  const discovery::ProcessRegistry& registry() const { return registry_; }
+  const stacks::UnwindRegistrar* registrar() const { return registrar_ ? &*registrar_ : nullptr; }
+  const Options& options() const { return options_; }
+
+ private:
+  Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler);
+  void Discover(pid_t pid);
+  static int64_t UnixNowNs();
+
+  Options options_;
+  std::unique_ptr<sample::Sampler> sampler_;
+  discovery::ProcessRegistry registry_;
+  std::optional<stacks::UnwindRegistrar> registrar_;
+  std::set<uint32_t> seen_;  // processes snapshotted (or tried)
+  std::chrono::steady_clock::time_point window_start_;
+  int64_t window_start_unix_ns_ = 0;
+};
+
+}  // namespace tlsprof::profiler

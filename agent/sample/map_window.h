@@ -1,0 +1,165 @@
+// Reading a cumulative BPF hash map in windows: each read returns what every
+// key gained since the previous read, so consecutive windows add up to one
+// long read, with no sample lost between two windows or counted in both.
+//
+// Why deltas and not "read and delete": the BPF program increments a value
+// through the pointer its lookup returned. A user-space delete between that
+// lookup and the increment loses the sample (and the freed element may be
+// reused for another key), so deleting hot keys every window would lose
+// samples now and then. Keys only go once they have gained nothing for a whole
+// window (Evict): then BPF_MAP_LOOKUP_AND_DELETE_ELEM returns what they gained
+// since the read, which still counts, and the race above needs a sample of
+// an idle key in the nanoseconds between a lookup and its increment.
+//
+// Memory: the baseline holds one value per key in the map, so it is bounded by
+// the map's max_entries.
+// Not thread-safe: one thread owns a MapWindow.
+#pragma once
+
+#include <bpf/bpf.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "bpf/profile.h"
+
+namespace tlsprof::sample {
+
+// Value arithmetic for the map value types.
+inline uint64_t Minus(uint64_t a, uint64_t b) { return a >= b ? a - b : a; }
+inline pid_counts Minus(const pid_counts& a, const pid_counts& b) {
+  return {Minus(a.user, b.user), Minus(a.kernel, b.kernel)};
+}
+inline bool IsZero(uint64_t v) { return v == 0; }
+inline bool IsZero(const pid_counts& v) { return v.user == 0 && v.kernel == 0; }
+inline void AddTo(uint64_t& a, uint64_t b) { a += b; }
+inline void AddTo(pid_counts& a, const pid_counts& b) {
+  a.user += b.user;
+  a.kernel += b.kernel;
+}
+
+// Keys are plain C structs compared and hashed by their bytes (stack keys
+// zero their unused frames and padding, so equal stacks have equal bytes).
+template <typename Key>
+struct KeyBytesHash {
+  size_t operator()(const Key& k) const {
+    return std::hash<std::string_view>()(std::string_view(reinterpret_cast<const char*>(&k), sizeof(Key)));
+  }
+};
+template <typename Key>
+struct KeyBytesEqual {
+  bool operator()(const Key& a, const Key& b) const { return std::memcmp(&a, &b, sizeof(Key)) == 0; }
+};
+
+template <typename Key, typename Value>
+class MapWindow {
+ public:
+  // Every entry of the map: one batch syscall per few thousand keys where the
+  // kernel supports BPF_MAP_LOOKUP_BATCH on hash maps (5.6+), else one
+  // get_next_key + lookup pair per key. Entries added during the walk may or
+  // may not be seen; a later read sees them.
+  static std::vector<std::pair<Key, Value>> ReadAll(int fd) {
+    std::vector<std::pair<Key, Value>> out;
+    std::vector<Key> keys;
+    std::vector<Value> values;
+    uint32_t chunk = 4096;
+    // The batch token of a hash map is a bucket index (4 bytes); give it room
+    // of a key all the same, as libbpf's documentation asks.
+    alignas(8) unsigned char token_in[std::max<size_t>(sizeof(Key), 8)] = {};
+    alignas(8) unsigned char token_out[std::max<size_t>(sizeof(Key), 8)] = {};
+    bool first = true;
+    for (;;) {
+      keys.resize(chunk);
+      values.resize(chunk);
+      uint32_t count = chunk;
+      LIBBPF_OPTS(bpf_map_batch_opts, opts);
+      int err =
+          bpf_map_lookup_batch(fd, first ? nullptr : token_in, token_out, keys.data(), values.data(), &count, &opts);
+      if (err != 0) err = errno;
+      for (uint32_t i = 0; i < count && i < chunk; ++i) out.emplace_back(keys[i], values[i]);
+      if (err == 0) {
+        std::memcpy(token_in, token_out, sizeof(token_in));
+        first = false;
+        continue;
+      }
+      if (err == ENOENT) return out;  // the last bucket was read
+      if (err == ENOSPC && count == 0 && chunk < (1u << 20)) {
+        chunk *= 2;  // one bucket holds more keys than the chunk
+        continue;
+      }
+      if (!first || !out.empty()) return out;  // a later batch failed: what was read stands
+      return ReadAllByKey(fd);                 // batch ops not supported
+    }
+  }
+
+  // What each key gained since the previous Read (a new key: its whole
+  // value). Keys that gained nothing are left out. Keys that gained nothing
+  // in the previous window either are deleted from the map (see the header);
+  // what they gained until the deletion is part of this window.
+  std::vector<std::pair<Key, Value>> Read(int fd, std::vector<Key>* evicted = nullptr) {
+    std::vector<std::pair<Key, Value>> gained;
+    std::unordered_map<Key, Entry, KeyBytesHash<Key>, KeyBytesEqual<Key>> next;
+    next.reserve(baseline_.size());
+    for (const auto& [key, value] : ReadAll(fd)) {
+      Entry e{value, 0};
+      auto it = baseline_.find(key);
+      Value delta = it == baseline_.end() ? value : Minus(value, it->second.value);
+      if (IsZero(delta)) {
+        e.idle_windows = it == baseline_.end() ? 0 : it->second.idle_windows + 1;
+      } else {
+        gained.emplace_back(key, delta);
+      }
+      next.emplace(key, e);
+    }
+    // Keys idle for a whole window go: taken out of the map with what they
+    // gained since the read above.
+    std::vector<Key> idle;
+    for (const auto& [key, e] : next) {
+      if (e.idle_windows >= 1) idle.push_back(key);
+    }
+    for (const Key& key : idle) {
+      Value last{};
+      if (bpf_map_lookup_and_delete_elem(fd, &key, &last) != 0) continue;  // kept: tried again next window
+      const Value extra = Minus(last, next[key].value);
+      next.erase(key);
+      if (!IsZero(extra)) gained.emplace_back(key, extra);
+      if (evicted != nullptr) evicted->push_back(key);
+    }
+    baseline_ = std::move(next);
+    return gained;
+  }
+
+  // Forget the baseline (the map was emptied).
+  void Reset() { baseline_.clear(); }
+  size_t size() const { return baseline_.size(); }
+
+ private:
+  struct Entry {
+    Value value;
+    uint32_t idle_windows;  // consecutive reads in which the key gained nothing
+  };
+
+  static std::vector<std::pair<Key, Value>> ReadAllByKey(int fd) {
+    std::vector<std::pair<Key, Value>> out;
+    Key key{};
+    Key next{};
+    const Key* prev = nullptr;
+    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+      Value value{};
+      if (bpf_map_lookup_elem(fd, &next, &value) == 0) out.emplace_back(next, value);
+      key = next;
+      prev = &key;
+    }
+    return out;
+  }
+
+  std::unordered_map<Key, Entry, KeyBytesHash<Key>, KeyBytesEqual<Key>> baseline_;
+};
+
+}  // namespace tlsprof::sample

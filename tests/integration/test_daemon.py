@@ -1,0 +1,244 @@
+"""`tlsprof-agent run`: continuous windows, the agent's /metrics, clean stop,
+bad flags, and sealing windows into the spool when the collector is down
+(docs/fleet.md, "Agent daemon").
+
+The TLS share the daemon's /metrics shows over three windows must agree with
+a one-shot `tlsprof-agent profile` over the same seconds (both sample the same
+ground-truth workload at the same frequency), within 5% of the one-shot's
+share: a window that lost or double-counted samples would show here.
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import unittest
+import urllib.request
+
+from tlsprof_testlib import AGENT, BIN, Processes, free_port, process_row, profile_json, require_root, run_agent
+
+INTERVAL = 3
+WINDOWS = 3
+FREQUENCY = 999  # many samples per window: the comparison is about windows, not sampling noise
+SHARE_TOLERANCE = 0.05
+WINDOW_LINE = re.compile(r"window=\[(\d+),(\d+)\) busy_samples=(\d+) tls_samples=(\d+)")
+SEALED_LINE = re.compile(r"sealed batch sequence=(\d+) window=\[(\d+),(\d+)\) busy_samples=(\d+) tls_samples=(\d+)")
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def metric_sum(text, name, **labels):
+    """Sum of the series of `name` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def label_values(text, name, label):
+    return set(re.findall(rf'^{name}\{{[^}}]*{label}="([^"]*)"', text, re.M))
+
+
+class LogFollower:
+    """Collects the agent's stderr lines from a thread, so the test can wait on them."""
+
+    def __init__(self, stream):
+        self.lines = []
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream):
+        for line in stream:
+            with self.cond:
+                self.lines.append(line)
+                self.cond.notify_all()
+
+    def wait_for(self, pattern, count, timeout):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                found = [m for m in (pattern.search(l) for l in self.lines) if m]
+                if len(found) >= count:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{count} lines matching {pattern.pattern} not seen in {timeout} s:\n"
+                                         + "".join(self.lines[-30:]))
+                self.cond.wait(left)
+
+    def text(self):
+        with self.cond:
+            return "".join(self.lines)
+
+
+class DaemonTest(unittest.TestCase):
+    def setUp(self):
+        require_root(self)
+        self.procs = Processes()
+        self.addCleanup(self.procs.close)
+
+    def start_agent(self, args):
+        proc = subprocess.Popen([AGENT, "run", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        self.procs.procs.append(proc)
+        proc.log_path = os.devnull
+        return proc, LogFollower(proc.stderr)
+
+    def test_metrics_match_a_one_shot_profile(self):
+        ready = self.procs.path("gt.ready")
+        gt = self.procs.start([os.path.join(BIN, "tlsprof-groundtruth-shared"), "--duration", "0",
+                               "--ready-file", ready], ready_file=ready)
+        port = free_port()
+        agent, log = self.start_agent(["--interval", str(INTERVAL), "--frequency", str(FREQUENCY),
+                                       "--metrics-listen", f"127.0.0.1:{port}"])
+        log.wait_for(WINDOW_LINE, 1, 60)
+        # Right after a window closed: the next WINDOWS windows and the one-shot
+        # cover (nearly) the same seconds.
+        before = scrape(port)
+        closed = len(log.wait_for(WINDOW_LINE, 1, 1))
+        oneshot = {}
+
+        def run_oneshot():
+            oneshot["report"] = profile_json(self, ["--duration", str(INTERVAL * WINDOWS - 0.5),
+                                                    "--frequency", str(FREQUENCY)])
+
+        t = threading.Thread(target=run_oneshot)
+        t.start()
+        log.wait_for(WINDOW_LINE, closed + WINDOWS, INTERVAL * WINDOWS + 30)
+        after = scrape(port)
+        t.join(60)
+        self.assertIn("report", oneshot, "the one-shot profile failed")
+
+        def delta(name, **labels):
+            return metric_sum(after, name, **labels) - metric_sum(before, name, **labels)
+
+        windows = delta("tlsprof_agent_windows_total")
+        self.assertGreaterEqual(windows, WINDOWS)
+        self.assertEqual(windows, delta("tlsprof_reports_total"))
+        # The workload's service (its comm, or its unit): the one with the most TLS time.
+        services = label_values(after, "tlsprof_cpu_seconds_total", "service")
+        service = max(services, key=lambda s: delta("tlsprof_cpu_seconds_total", service=s))
+        tls = delta("tlsprof_cpu_seconds_total", service=service)
+        busy = delta("tlsprof_busy_cpu_seconds_total", service=service)
+        self.assertGreater(busy, 0)
+        report = oneshot["report"]
+        proc = process_row(report, gt.pid)
+        self.assertIsNotNone(proc, "the workload is missing from the one-shot report")
+        # The workload's own TLS share: other helpers' load on the machine
+        # changes the host's busy CPU between two spans, not this.
+        daemon_share, oneshot_share = tls / busy, proc["tls_share"]
+        host_tls, host_busy = delta("tlsprof_cpu_seconds_total"), delta("tlsprof_busy_cpu_seconds_total")
+        msg = (f"{service}: TLS share daemon /metrics {daemon_share * 100:.2f}% ({tls:.2f} of {busy:.2f} CPU-s over "
+               f"{windows:.0f} windows), one-shot {oneshot_share * 100:.2f}% ({proc['tls_cpu_seconds']:.2f} of "
+               f"{proc['cpu_seconds']:.2f} CPU-s over {report['duration_seconds']:.1f} s); host: daemon "
+               f"{host_tls / host_busy * 100:.2f}%, one-shot {report['tls_share'] * 100:.2f}%")
+        print(msg)
+        self.assertGreater(oneshot_share, 0.1, msg)
+        self.assertLessEqual(abs(daemon_share / oneshot_share - 1), SHARE_TOLERANCE, msg)
+        # And its TLS CPU per second of wall time: a window lost or counted
+        # twice would be a third off or more. Looser: the workload's share of
+        # a CPU drifts with the machine's other load between the two spans.
+        daemon_rate = tls / (windows * INTERVAL)
+        oneshot_rate = proc["tls_cpu_seconds"] / report["duration_seconds"]
+        self.assertLessEqual(abs(daemon_rate / oneshot_rate - 1), 0.15,
+                             f"TLS CPU rate: daemon {daemon_rate:.3f}, one-shot {oneshot_rate:.3f}; {msg}")
+        # Every busy CPU-second is some service's: the host's busy CPU is
+        # about the window's length times the CPUs at most.
+        self.assertLessEqual(host_busy, windows * INTERVAL * os.cpu_count() * 1.05, msg)
+        self.assertGreater(host_tls, 0)
+
+        # The windows are contiguous and their busy samples add up to the metric.
+        lines = log.wait_for(WINDOW_LINE, 1, 1)
+        for a, b in zip(lines, lines[1:]):
+            self.assertEqual(a.group(2), b.group(1), "windows must be contiguous")
+        # Health metrics are there and sane.
+        self.assertGreater(metric_sum(after, "tlsprof_agent_resident_memory_bytes"), 1e6)
+        self.assertGreater(metric_sum(after, "tlsprof_agent_cpu_seconds_total"), 0)
+        self.assertAlmostEqual(metric_sum(after, "tlsprof_agent_window_duration_seconds"), INTERVAL, delta=0.5)
+
+        promtool = shutil.which("promtool")
+        self.assertIsNotNone(promtool, "promtool is needed (install-deps installs prometheus)")
+        check = subprocess.run([promtool, "check", "metrics"], input=after, capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+        self.assertEqual(check.stdout.strip() + check.stderr.strip(), "", "promtool has remarks")
+
+        # SIGTERM: the partial window is closed and the agent exits 0 promptly.
+        started = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        code = agent.wait(15)
+        self.assertEqual(code, 0, log.text()[-3000:])
+        self.assertLess(time.monotonic() - started, 5)
+
+    def test_bad_flags(self):
+        port = free_port()
+        cases = [
+            (["--interval", "0"], "--interval"),
+            (["--interval=-1"], "--interval"),
+            (["--metrics-listen", "nonsense"], "--metrics-listen"),
+            (["--metrics-listen", "127.0.0.1:99999"], "--metrics-listen"),
+            (["--collector", "127.0.0.1:1"], "--insecure"),
+            (["--collector", "127.0.0.1:1", "--tls-ca", AGENT, "--tls-cert", AGENT], "--tls-key"),
+            (["--frequency", "0"], "--frequency"),
+        ]
+        for args, expected in cases:
+            code, out, err = run_agent(["run", "--metrics-listen", f"127.0.0.1:{port}", *args], timeout=30)
+            self.assertNotEqual(code, 0, f"{args} accepted")
+            self.assertIn(expected, err, f"{args}: {err}")
+        # A port in use.
+        with __import__("socket").socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            busy_port = s.getsockname()[1]
+            code, out, err = run_agent(["run", "--metrics-listen", f"127.0.0.1:{busy_port}"], timeout=30)
+            self.assertNotEqual(code, 0)
+            self.assertIn("in use", err)
+
+    def test_config_file(self):
+        port = free_port()
+        config = self.procs.path("agent.conf")
+        with open(config, "w") as f:
+            # run's options go in its section (CLI11 2.1 reads --config at the top level).
+            f.write(f'[run]\ninterval = 1\nmetrics-listen = "127.0.0.1:{port}"\nfrequency = 99\n')
+        agent, log = self.start_agent(["--config", config])
+        lines = log.wait_for(WINDOW_LINE, 2, 30)
+        length = (int(lines[1].group(2)) - int(lines[1].group(1))) / 1e9
+        self.assertAlmostEqual(length, 1, delta=0.3)
+        self.assertIn("tlsprof_agent_windows_total", scrape(port))
+        agent.send_signal(signal.SIGINT)
+        self.assertEqual(agent.wait(15), 0)
+
+    def test_collector_down_seals_into_the_spool(self):
+        state = self.procs.path("state")
+        port = free_port()
+        dead = free_port()  # nothing listens there
+        agent, log = self.start_agent(["--interval", "1", "--metrics-listen", f"127.0.0.1:{port}",
+                                       "--collector", f"127.0.0.1:{dead}", "--insecure", "--state-dir", state])
+        sealed = log.wait_for(SEALED_LINE, 3, 30)
+        self.assertEqual([int(m.group(1)) for m in sealed[:3]], [1, 2, 3])
+        spooled = [f for root, _, files in os.walk(state) for f in files]
+        self.assertGreaterEqual(len(spooled), 3, spooled)
+        text = scrape(port)
+        self.assertGreaterEqual(metric_sum(text, "tlsprof_agent_spool_batches"), 2)
+        agent.send_signal(signal.SIGTERM)
+        code = agent.wait(20)  # the flush budget is 10 s
+        self.assertEqual(code, 0, log.text()[-3000:])
+        # The partial window was sealed too, and everything stays in the spool.
+        final = log.wait_for(SEALED_LINE, len(sealed), 1)
+        self.assertGreaterEqual(len(final), 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
