@@ -19,7 +19,7 @@ namespace tlsprof::daemon {
 struct Options {
   std::string collector;  // HOST:PORT; empty: /metrics only
   double interval_seconds = 10;
-  uint32_t frequency_hz = 49;
+  uint32_t frequency_hz = 99;  // bench/README.md, frequency_accuracy.py
   std::string metrics_listen = "127.0.0.1:9464";
   std::string state_dir = "/var/lib/tlsprof-agent";
   uint64_t spool_max_bytes = 64ull << 20;
