@@ -144,13 +144,17 @@ std::string_view CodeName(grpc::StatusCode code) {
   }
 }
 
-// INVALID_ARGUMENT, and RESOURCE_EXHAUSTED for a message over gRPC's size
-// limit ("Received/Sent message larger than max (N vs. M)", gRPC's message
-// size filter); RESOURCE_EXHAUSTED otherwise is the rate limit: retried.
+// INVALID_ARGUMENT, and RESOURCE_EXHAUSTED for a message over a size limit:
+// gRPC's own ("Received/Sent message larger than max (N vs. M)", its message
+// size filter) or tlsprof-collector's ("... exceeds --max-message-bytes N",
+// collector/server/service.cc). RESOURCE_EXHAUSTED otherwise is the rate
+// limit: retried.
 bool IsPermanent(const grpc::Status& status) {
   if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) return true;
+  const std::string& message = status.error_message();
   return status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-         status.error_message().find("larger than max") != std::string::npos;
+         (message.find("larger than max") != std::string::npos ||
+          message.find("exceeds --max-message-bytes") != std::string::npos);
 }
 
 uint64_t TlsSamples(const v1::AgentReport& report) {

@@ -310,6 +310,32 @@ TEST(ShipperTest, OversizedBatchIsDroppedNotRetriedForever) {
   EXPECT_EQ(collector.accepted_sequences(), std::vector<uint64_t>{2});
 }
 
+// tlsprof-collector checks --max-message-bytes itself (below gRPC's limit)
+// and answers with its own wording (collector/server/service.cc).
+TEST(ShipperTest, CollectorsOwnSizeLimitDropsTheBatchToo) {
+  TempDir dir;
+  TestCollector collector;
+  collector.set_script([](size_t, const v1::SubmitRequest& request, v1::SubmitResponse* response) {
+    if (request.report().sequence() == 1) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "message of 5000000 bytes exceeds --max-message-bytes 4194304");
+    }
+    response->set_result(v1::SubmitResponse::ACCEPTED);
+    return grpc::Status::OK;
+  });
+  TestServer server(&collector);
+  ASSERT_TRUE(server.ok());
+  auto shipper = MustStart(FastOptions(server.address(), dir.path()));
+  ASSERT_NE(shipper, nullptr);
+  ASSERT_TRUE(shipper->Seal(MakeReport(kT0, 10, 1)).ok());
+  ASSERT_TRUE(shipper->Seal(MakeReport(kT0 + 10'000'000'000, 10, 1)).ok());
+  ASSERT_TRUE(shipper->Flush(5s));
+  ShipperStats s = shipper->stats();
+  EXPECT_EQ(s.rejected, 1u);
+  EXPECT_EQ(s.accepted, 1u);
+  EXPECT_EQ(collector.calls(), 2u);  // not retried
+}
+
 TEST(ShipperTest, HangingCollectorBlocksNeitherSealNorShutdown) {
   TempDir dir;
   TestCollector collector;
