@@ -40,6 +40,23 @@ bool HasProfilingPrivileges() {
   return has(kCapSysAdmin) || (has(kCapBpf) && has(kCapPerfmon));
 }
 
+// What `profile`, `demo` and `run` check before they load BPF: the --pid
+// processes exist and the agent may profile; then SIGINT/SIGTERM end the
+// window (or the daemon) gracefully.
+tlsprof::Status PrepareToProfile(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) return tlsprof::MakeError("--pid {}: no such process", pid);
+  }
+  if (!HasProfilingPrivileges()) {
+    return tlsprof::MakeError("profiling needs root, or CAP_BPF and CAP_PERFMON: run it with sudo");
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  return tlsprof::OkStatus();
+}
+
 int Fail(const std::string& message) {
   std::cerr << "tlsprof-agent: " << message << "\n";
   return 1;
@@ -215,32 +232,13 @@ int main(int argc, char** argv) {
   if (run->parsed()) {
     // Flag errors before the privilege check: they are the user's to fix first.
     if (auto st = tlsprof::daemon::Validate(run_options); !st.ok()) return Fail(st.error().message);
-    for (pid_t pid : run_options.pids) {
-      if (kill(pid, 0) != 0 && errno == ESRCH) return Fail(fmt::format("--pid {}: no such process", pid));
-    }
-    if (!HasProfilingPrivileges()) {
-      return Fail("profiling needs root, or CAP_BPF and CAP_PERFMON: run it with sudo");
-    }
-    struct sigaction sa {};
-    sa.sa_handler = OnSignal;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    if (auto st = PrepareToProfile(run_options.pids); !st.ok()) return Fail(st.error().message);
     auto status = tlsprof::daemon::Run(run_options, g_stop);
     if (!status.ok()) return Fail(status.error().message);
     return 0;
   }
 
-  for (pid_t pid : options.pids) {
-    if (kill(pid, 0) != 0 && errno == ESRCH) return Fail(fmt::format("--pid {}: no such process", pid));
-  }
-  if (!HasProfilingPrivileges()) {
-    return Fail("profiling needs root, or CAP_BPF and CAP_PERFMON: run it with sudo");
-  }
-
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  if (auto st = PrepareToProfile(options.pids); !st.ok()) return Fail(st.error().message);
 
   DemoWorkload workload;
   if (demo->parsed()) {

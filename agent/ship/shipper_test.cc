@@ -229,19 +229,19 @@ TEST(ShipperTest, DuplicateDeletesTheBatch) {
   EXPECT_EQ(SpoolFiles(dir.path()), 0u);
 }
 
-TEST(ShipperTest, InvalidArgumentDropsTheBatchAndLogsTheCollectorsMessage) {
+// Seals batches 1 and 2 against a collector that answers batch 1 with
+// `first` and accepts the rest; a permanent error must drop batch 1 without a
+// retry, and batch 2 must still arrive.
+void ExpectFirstBatchDroppedNotRetried(const grpc::Status& first) {
   TempDir dir;
   TestCollector collector;
-  collector.set_script([](size_t, const v1::SubmitRequest& request, v1::SubmitResponse* response) {
-    if (request.report().sequence() == 1) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "window: end_unix_ns must be after start_unix_ns");
-    }
+  collector.set_script([first](size_t, const v1::SubmitRequest& request, v1::SubmitResponse* response) {
+    if (request.report().sequence() == 1) return first;
     response->set_result(v1::SubmitResponse::ACCEPTED);
     return grpc::Status::OK;
   });
   TestServer server(&collector);
   ASSERT_TRUE(server.ok());
-  CapturedLog log;
   auto shipper = MustStart(FastOptions(server.address(), dir.path()));
   ASSERT_NE(shipper, nullptr);
   ASSERT_TRUE(shipper->Seal(MakeReport(kT0, 10, 1)).ok());
@@ -253,6 +253,12 @@ TEST(ShipperTest, InvalidArgumentDropsTheBatchAndLogsTheCollectorsMessage) {
   EXPECT_EQ(s.send_errors, 0u);
   EXPECT_EQ(collector.calls(), 2u);  // not retried
   EXPECT_EQ(collector.accepted_sequences(), std::vector<uint64_t>{2});
+}
+
+TEST(ShipperTest, InvalidArgumentDropsTheBatchAndLogsTheCollectorsMessage) {
+  CapturedLog log;
+  ExpectFirstBatchDroppedNotRetried(
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "window: end_unix_ns must be after start_unix_ns"));
   bool logged = false;
   for (const std::string& line : log.lines()) {
     if (line.find("sequence=1") != std::string::npos &&
@@ -313,27 +319,8 @@ TEST(ShipperTest, OversizedBatchIsDroppedNotRetriedForever) {
 // tlsprof-collector checks --max-message-bytes itself (below gRPC's limit)
 // and answers with its own wording (collector/server/service.cc).
 TEST(ShipperTest, CollectorsOwnSizeLimitDropsTheBatchToo) {
-  TempDir dir;
-  TestCollector collector;
-  collector.set_script([](size_t, const v1::SubmitRequest& request, v1::SubmitResponse* response) {
-    if (request.report().sequence() == 1) {
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "message of 5000000 bytes exceeds --max-message-bytes 4194304");
-    }
-    response->set_result(v1::SubmitResponse::ACCEPTED);
-    return grpc::Status::OK;
-  });
-  TestServer server(&collector);
-  ASSERT_TRUE(server.ok());
-  auto shipper = MustStart(FastOptions(server.address(), dir.path()));
-  ASSERT_NE(shipper, nullptr);
-  ASSERT_TRUE(shipper->Seal(MakeReport(kT0, 10, 1)).ok());
-  ASSERT_TRUE(shipper->Seal(MakeReport(kT0 + 10'000'000'000, 10, 1)).ok());
-  ASSERT_TRUE(shipper->Flush(5s));
-  ShipperStats s = shipper->stats();
-  EXPECT_EQ(s.rejected, 1u);
-  EXPECT_EQ(s.accepted, 1u);
-  EXPECT_EQ(collector.calls(), 2u);  // not retried
+  ExpectFirstBatchDroppedNotRetried(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                                 "message of 5000000 bytes exceeds --max-message-bytes 4194304"));
 }
 
 TEST(ShipperTest, HangingCollectorBlocksNeitherSealNorShutdown) {
