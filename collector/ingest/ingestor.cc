@@ -63,7 +63,14 @@ ApplyResult Ingestor::Apply(const std::string& agent_key, const v1::AgentReport&
   return ApplyLocked(agent_key, report, received_ns, commit);
 }
 
-ApplyResult Ingestor::Replay(const state::JournalRecord& record) {
+Result<ApplyResult> Ingestor::Replay(const state::JournalRecord& record) {
+  if (!record.submit_request().empty()) {
+    v1::SubmitRequest request;
+    if (!request.ParseFromString(record.submit_request()))
+      return MakeError("journal record: submit_request is not a SubmitRequest");
+    std::lock_guard lock(mu_);
+    return ApplyLocked(record.agent_key(), request.report(), record.received_unix_ns(), {});
+  }
   std::lock_guard lock(mu_);
   return ApplyLocked(record.agent_key(), record.report(), record.received_unix_ns(), {});
 }

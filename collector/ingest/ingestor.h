@@ -69,8 +69,8 @@ class Ingestor {
   // caps). Not called for duplicates.
   ApplyResult Apply(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
                     const std::function<void()>& commit = {});
-  // Applies a journal record at start.
-  ApplyResult Replay(const state::JournalRecord& record);
+  // Applies a journal record at start (an error when it does not parse).
+  Result<ApplyResult> Replay(const state::JournalRecord& record);
 
   // Runs `fn` with a snapshot of the state while holding the lock, so that
   // nothing is applied between the snapshot and what `fn` does (compaction).

@@ -148,13 +148,13 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::
   }
   v1::SubmitRequest parsed;
   bool parsed_ok = false;
+  std::string request_bytes;  // journaled as received
   {
     std::vector<grpc::Slice> slices;
     if (request.Dump(&slices).ok()) {
-      std::string bytes;
-      bytes.reserve(size);
-      for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-      parsed_ok = parsed.ParseFromString(bytes);
+      request_bytes.reserve(size);
+      for (const grpc::Slice& s : slices) request_bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      parsed_ok = parsed.ParseFromString(request_bytes);
     }
   }
   const v1::AgentReport& report = parsed.report();
@@ -216,12 +216,14 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::
     // retry into a DUPLICATE and lose the batch at the next start.
     return {grpc::StatusCode::UNAVAILABLE, "the collector's journal failed (see its log); retry later"};
   }
-  state::JournalRecord record;
+  // The record carries the request bytes as received: no copy of the parsed
+  // report, no second serialization.
   std::string record_bytes;
   if (store_) {
+    state::JournalRecord record;
     record.set_agent_key(agent_key);
     record.set_received_unix_ns(now_ns);
-    *record.mutable_report() = report;
+    record.set_submit_request(std::move(request_bytes));
     record_bytes = record.SerializeAsString();
   }
   uint64_t ticket = 0;
@@ -238,7 +240,7 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::
       spdlog::error("journal: {}", durable.error().message);
       return {grpc::StatusCode::UNAVAILABLE, "the collector could not make the report durable; retry"};
     }
-    store_->MaybeCompact(*ingestor_);
+    store_->MaybeCompact();
   }
   health_->Count(applied.duplicate ? SubmitResult::kDuplicate : SubmitResult::kAccepted);
   if (applied.dropped_series) health_->AddDroppedSeries(applied.dropped_series);

@@ -145,9 +145,16 @@ Journal::~Journal() {
 }
 
 uint64_t Journal::Enqueue(std::string_view payload) {
-  std::string frame = FrameRecord(payload);
+  char header[8];
+  const uint32_t length = static_cast<uint32_t>(payload.size());
+  const uint32_t crc = Crc(payload);
+  for (int i = 0; i < 4; ++i) {
+    header[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+    header[4 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  }
   std::lock_guard lock(mu_);
-  pending_.append(frame);
+  pending_.append(header, sizeof(header));
+  pending_.append(payload);
   return ++enqueued_;
 }
 
