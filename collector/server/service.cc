@@ -20,7 +20,7 @@ constexpr char kSubmitPath[] = "/tlsprof.v1.Collector/Submit";
 constexpr int64_t kNsPerSecond = 1000000000;
 // gRPC sync server threads (pollers plus calls in progress; a call waiting for
 // the journal's group commit holds one) and idle pollers kept.
-constexpr int kMaxServerThreads = 64;
+constexpr int kMaxServerThreads = 1024;
 constexpr int kMaxServerPollers = 8;
 
 int64_t NowUnixNs() {

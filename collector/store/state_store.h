@@ -28,6 +28,8 @@
 #include <string_view>
 #include <thread>
 
+#include <google/protobuf/arena.h>
+
 #include "agent/common/result.h"
 #include "collector/ingest/ingestor.h"
 #include "collector/store/journal.h"
@@ -54,8 +56,12 @@ class StateStore {
   // Step 1, under the Ingestor's lock: the state, and the journal continued in
   // a new segment. Step 2, without it: the snapshot written, older segments
   // deleted. Public for tests (a crash between the two).
-  Result<state::State> BeginCompaction();
-  Status FinishCompaction(const state::State& snapshot);
+  struct Snapshot {
+    google::protobuf::Arena arena;
+    state::State* state = nullptr;  // on `arena`
+  };
+  Result<std::unique_ptr<Snapshot>> BeginCompaction();
+  Status FinishCompaction(const Snapshot& snapshot);
   // Returns when no compaction is requested or running (tests).
   void WaitForCompaction();
 
