@@ -76,8 +76,9 @@ class Ingestor {
   // Runs `fn` with a snapshot of the state while holding the lock, so that
   // nothing is applied between the snapshot and what `fn` does (compaction).
   void Checkpoint(const std::function<void(state::State&)>& fn) const;
-  // The same, the snapshot written into `into` (which may live on an arena:
-  // far fewer allocations while the lock is held).
+  // The same, but under the lock only the state is copied and `fn` runs; the
+  // snapshot is then built from the copy into `into` (which may live on an
+  // arena) with the lock released.
   void Checkpoint(state::State& into, const std::function<void()>& fn) const;
   // Replaces the state by a snapshot (at start, before serving).
   Status Restore(const state::State& snapshot);
