@@ -1,5 +1,6 @@
 // tlsprof-collector: receives AgentReports over gRPC (mTLS), keeps additive
 // counters, serves them on /metrics and /api/v1/summary (docs/fleet.md).
+#include <absl/synchronization/mutex.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
@@ -81,6 +82,9 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
+  // Debian's Abseil keeps mutex deadlock detection on: a graph update on every
+  // lock of gRPC's mutexes (~1.5% of the collector's CPU under load).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (!server_options.insecure &&
       (server_options.tls.ca.empty() || server_options.tls.cert.empty() || server_options.tls.key.empty())) {
     return Fail("--tls-ca, --tls-cert and --tls-key are all required (or --insecure to accept plaintext)");

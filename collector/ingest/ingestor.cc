@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <algorithm>
+#include <chrono>
 
 #include "collector/ingest/validate.h"
 
@@ -63,7 +64,14 @@ ApplyResult Ingestor::Apply(const std::string& agent_key, const v1::AgentReport&
   return ApplyLocked(agent_key, report, received_ns, commit);
 }
 
-ApplyResult Ingestor::Replay(const state::JournalRecord& record) {
+Result<ApplyResult> Ingestor::Replay(const state::JournalRecord& record) {
+  if (!record.submit_request().empty()) {
+    v1::SubmitRequest request;
+    if (!request.ParseFromString(record.submit_request()))
+      return MakeError("journal record: submit_request is not a SubmitRequest");
+    std::lock_guard lock(mu_);
+    return ApplyLocked(record.agent_key(), request.report(), record.received_unix_ns(), {});
+  }
   std::lock_guard lock(mu_);
   return ApplyLocked(record.agent_key(), record.report(), record.received_unix_ns(), {});
 }
@@ -127,22 +135,28 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
       const std::string_view bucket = BucketName(row.bucket());
       const std::string_view phase = PhaseName(row.phase());
       const uint64_t series_hash = Fnv1a({bucket, row.algorithm(), phase, row.library(), service.name()});
-      if (!agent.series.count(series_hash)) {
-        if (agent.series.size() >= options_.max_series_per_agent) {
-          ++result.dropped_series;
-          continue;
-        }
+      // One hash lookup for a known series while under the cap.
+      if (agent.series.size() < options_.max_series_per_agent) {
         agent.series.insert(series_hash);
+      } else if (!agent.series.count(series_hash)) {
+        ++result.dropped_series;
+        continue;
       }
       const double seconds = Seconds(row.samples(), period);
-      cpu_[CpuKey{std::string(bucket), row.algorithm(), std::string(phase), row.library(), service.name()}] += seconds;
+      CpuSeriesLocked(series_hash, bucket, row.algorithm(), phase, row.library(), service.name()).seconds += seconds;
       minute.tls_seconds += seconds;
       minute.bucket_seconds[row.bucket()] += seconds;
-      auto alg_key = std::make_pair(static_cast<int>(row.bucket()), row.algorithm());
-      if (!minute.algorithms.count(alg_key) && minute.algorithms.size() >= kMaxSummaryAlgorithms) {
-        alg_key.second = kOverflowAlgorithm;
+      auto alg =
+          minute.algorithms.find(std::make_pair(static_cast<int>(row.bucket()), std::string_view(row.algorithm())));
+      if (alg == minute.algorithms.end()) {
+        const bool overflow = minute.algorithms.size() >= kMaxSummaryAlgorithms;
+        alg = minute.algorithms
+                  .try_emplace(std::make_pair(static_cast<int>(row.bucket()),
+                                              overflow ? std::string(kOverflowAlgorithm) : row.algorithm()),
+                               0.0)
+                  .first;
       }
-      minute.algorithms[alg_key] += seconds;
+      alg->second += seconds;
       if (options_.host_labels) host_cpu_[{HostLabel(report.host().hostname()), std::string(bucket)}] += seconds;
     }
   }
@@ -153,20 +167,60 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
   return result;
 }
 
+Ingestor::CpuSeries& Ingestor::CpuSeriesLocked(uint64_t hash, std::string_view bucket, std::string_view algorithm,
+                                               std::string_view phase, std::string_view library,
+                                               std::string_view service) {
+  for (;; ++hash) {
+    auto [it, inserted] = cpu_.try_emplace(hash);
+    CpuKey& l = it->second.labels;
+    if (inserted) {
+      l = CpuKey{std::string(bucket), std::string(algorithm), std::string(phase), std::string(library),
+                 std::string(service)};
+      return it->second;
+    }
+    if (l[0] == bucket && l[1] == algorithm && l[2] == phase && l[3] == library && l[4] == service) return it->second;
+  }
+}
+
 void Ingestor::PruneMinutes(int64_t now_minute) {
   while (!minutes_.empty() && minutes_.begin()->first < now_minute - kSummaryMinutes) minutes_.erase(minutes_.begin());
 }
 
 void Ingestor::Checkpoint(const std::function<void(state::State&)>& fn) const {
   std::lock_guard lock(mu_);
-  state::State snapshot = SnapshotLocked();
+  state::State snapshot;
+  SnapshotLocked(snapshot);
   fn(snapshot);
 }
 
-state::State Ingestor::SnapshotLocked() const {
-  state::State s;
+void Ingestor::Checkpoint(state::State& into, const std::function<void()>& fn) const {
+  // Under the lock only a copy of the containers (cheap next to building the
+  // snapshot message); `fn` runs before the lock is released.
+  Ingestor copy(options_);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mu_);
+    copy.reports_ = reports_;
+    copy.cpu_ = cpu_;
+    copy.busy_ = busy_;
+    copy.host_cpu_ = host_cpu_;
+    copy.host_busy_ = host_busy_;
+    copy.agents_ = agents_;
+    copy.minutes_ = minutes_;
+    fn();
+  }
+  const auto copied = std::chrono::steady_clock::now();
+  copy.SnapshotLocked(into);
+  auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  spdlog::debug("checkpoint: {:.1f} ms to lock and copy the state, {:.1f} ms to build the snapshot after",
+                ms(copied - start), ms(std::chrono::steady_clock::now() - copied));
+}
+
+void Ingestor::SnapshotLocked(state::State& s) const {
   s.set_reports(reports_);
-  for (const auto& [key, seconds] : cpu_) {
+  for (const auto& [hash, series] : cpu_) {
+    const CpuKey& key = series.labels;
+    const double seconds = series.seconds;
     state::CpuSeries* c = s.add_cpu();
     c->set_bucket(key[0]);
     c->set_algorithm(key[1]);
@@ -202,8 +256,8 @@ state::State Ingestor::SnapshotLocked() const {
       for (uint64_t w : instance.window.Words()) i->add_seen(w);
       i->set_last_seen_unix_ns(instance.last_seen_ns);
     }
-    for (uint64_t h : agent.series) a->add_series(h);
-    for (uint64_t h : agent.services) a->add_services(h);
+    a->mutable_series()->Add(agent.series.begin(), agent.series.end());
+    a->mutable_services()->Add(agent.services.begin(), agent.services.end());
   }
   for (const auto& [index, minute] : minutes_) {
     state::Minute* m = s.add_minutes();
@@ -220,7 +274,6 @@ state::State Ingestor::SnapshotLocked() const {
       a->set_seconds(seconds);
     }
   }
-  return s;
 }
 
 Status Ingestor::Restore(const state::State& s) {
@@ -234,7 +287,9 @@ Status Ingestor::Restore(const state::State& s) {
   agents_.clear();
   minutes_.clear();
   for (const state::CpuSeries& c : s.cpu()) {
-    cpu_[CpuKey{c.bucket(), c.algorithm(), c.phase(), c.library(), c.service()}] = c.seconds();
+    CpuSeriesLocked(Fnv1a({c.bucket(), c.algorithm(), c.phase(), c.library(), c.service()}), c.bucket(), c.algorithm(),
+                    c.phase(), c.library(), c.service())
+        .seconds = c.seconds();
   }
   for (const state::NamedSeconds& b : s.busy()) busy_[b.name()] = b.seconds();
   for (const state::HostCpu& h : s.host_cpu()) host_cpu_[{h.host(), h.bucket()}] = h.seconds();
@@ -276,15 +331,35 @@ Status Ingestor::Restore(const state::State& s) {
 }
 
 std::vector<prometheus::MetricFamily> Ingestor::CollectData() const {
+  // Under the lock only a copy of the values (the labels are read after it:
+  // series are never erased while serving and their labels never change), so
+  // that a scrape does not hold up Submit while it formats.
+  std::vector<std::pair<const CpuKey*, double>> cpu;
+  std::vector<std::pair<std::string, double>> busy;
+  std::vector<std::pair<std::pair<std::string, std::string>, double>> host_cpu;
+  std::vector<std::pair<std::string, double>> host_busy;
+  uint64_t reports = 0;
+  {
+    std::lock_guard lock(mu_);
+    cpu.reserve(cpu_.size());
+    for (const auto& [hash, series] : cpu_) cpu.emplace_back(&series.labels, series.seconds);
+    busy.assign(busy_.begin(), busy_.end());
+    reports = reports_;
+    if (options_.host_labels) {
+      host_cpu.assign(host_cpu_.begin(), host_cpu_.end());
+      host_busy.assign(host_busy_.begin(), host_busy_.end());
+    }
+  }
+  std::sort(cpu.begin(), cpu.end(), [](const auto& a, const auto& b) { return *a.first < *b.first; });
   std::vector<prometheus::MetricFamily> families;
-  std::lock_guard lock(mu_);
   {
     prometheus::MetricFamily f{
         "tlsprof_cpu_seconds_total", "CPU-seconds inside TLS code", prometheus::MetricType::Counter, {}};
-    for (const auto& [key, seconds] : cpu_) {
+    f.metric.reserve(cpu.size());
+    for (const auto& [key, seconds] : cpu) {
+      const CpuKey& k = *key;
       f.metric.push_back(CounterMetric(
-          {{"algorithm", key[1]}, {"bucket", key[0]}, {"library", key[3]}, {"phase", key[2]}, {"service", key[4]}},
-          seconds));
+          {{"algorithm", k[1]}, {"bucket", k[0]}, {"library", k[3]}, {"phase", k[2]}, {"service", k[4]}}, seconds));
     }
     families.push_back(std::move(f));
   }
@@ -293,25 +368,26 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData() const {
                                "Busy CPU-seconds (user + kernel) of the service's processes; (non-tls) holds the rest",
                                prometheus::MetricType::Counter,
                                {}};
-    for (const auto& [service, seconds] : busy_) f.metric.push_back(CounterMetric({{"service", service}}, seconds));
+    for (const auto& [service, seconds] : busy) f.metric.push_back(CounterMetric({{"service", service}}, seconds));
     families.push_back(std::move(f));
   }
   {
     prometheus::MetricFamily f{"tlsprof_reports_total", "Profile windows counted", prometheus::MetricType::Counter, {}};
-    f.metric.push_back(CounterMetric({}, static_cast<double>(reports_)));
+    f.metric.push_back(CounterMetric({}, static_cast<double>(reports)));
     families.push_back(std::move(f));
   }
   if (options_.host_labels) {
-    prometheus::MetricFamily cpu{
+    prometheus::MetricFamily cpu_family{
         "tlsprof_host_cpu_seconds_total", "CPU-seconds inside TLS code, per host", prometheus::MetricType::Counter, {}};
-    for (const auto& [key, seconds] : host_cpu_) {
-      cpu.metric.push_back(CounterMetric({{"bucket", key.second}, {"host", key.first}}, seconds));
+    for (const auto& [key, seconds] : host_cpu) {
+      cpu_family.metric.push_back(CounterMetric({{"bucket", key.second}, {"host", key.first}}, seconds));
     }
-    families.push_back(std::move(cpu));
-    prometheus::MetricFamily busy{
+    families.push_back(std::move(cpu_family));
+    prometheus::MetricFamily busy_family{
         "tlsprof_host_busy_cpu_seconds_total", "Busy CPU-seconds, per host", prometheus::MetricType::Counter, {}};
-    for (const auto& [host, seconds] : host_busy_) busy.metric.push_back(CounterMetric({{"host", host}}, seconds));
-    families.push_back(std::move(busy));
+    for (const auto& [host, seconds] : host_busy)
+      busy_family.metric.push_back(CounterMetric({{"host", host}}, seconds));
+    families.push_back(std::move(busy_family));
   }
   return families;
 }

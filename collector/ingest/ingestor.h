@@ -6,6 +6,7 @@
 // guards the state (Submit's critical section is a few map updates).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -69,12 +70,16 @@ class Ingestor {
   // caps). Not called for duplicates.
   ApplyResult Apply(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
                     const std::function<void()>& commit = {});
-  // Applies a journal record at start.
-  ApplyResult Replay(const state::JournalRecord& record);
+  // Applies a journal record at start (an error when it does not parse).
+  Result<ApplyResult> Replay(const state::JournalRecord& record);
 
   // Runs `fn` with a snapshot of the state while holding the lock, so that
   // nothing is applied between the snapshot and what `fn` does (compaction).
   void Checkpoint(const std::function<void(state::State&)>& fn) const;
+  // The same, but under the lock only the state is copied and `fn` runs; the
+  // snapshot is then built from the copy into `into` (which may live on an
+  // arena) with the lock released.
+  void Checkpoint(state::State& into, const std::function<void()>& fn) const;
   // Replaces the state by a snapshot (at start, before serving).
   Status Restore(const state::State& snapshot);
 
@@ -90,11 +95,43 @@ class Ingestor {
     SequenceWindow window;
     int64_t last_seen_ns = 0;
   };
+  // An agent's series or service hashes: a sorted vector (a few hundred
+  // entries, found by binary search; inserted rarely), contiguous so that a
+  // snapshot copies it in one go instead of walking hash-set nodes.
+  class HashSet {
+   public:
+    bool count(uint64_t h) const { return std::binary_search(v_.begin(), v_.end(), h); }
+    void insert(uint64_t h) {
+      auto it = std::lower_bound(v_.begin(), v_.end(), h);
+      if (it == v_.end() || *it != h) v_.insert(it, h);
+    }
+    template <class It>
+    void insert(It first, It last) {
+      v_.insert(v_.end(), first, last);
+      std::sort(v_.begin(), v_.end());
+      v_.erase(std::unique(v_.begin(), v_.end()), v_.end());
+    }
+    size_t size() const { return v_.size(); }
+    std::vector<uint64_t>::const_iterator begin() const { return v_.begin(); }
+    std::vector<uint64_t>::const_iterator end() const { return v_.end(); }
+
+   private:
+    std::vector<uint64_t> v_;
+  };
   struct Agent {
     std::unordered_map<std::string, Instance> instances;
-    std::unordered_set<uint64_t> series;
-    std::unordered_set<uint64_t> services;
+    HashSet series;
+    HashSet services;
     int64_t last_seen_ns = 0;
+  };
+  // Orders (bucket, algorithm) pairs; finds them by string_view too.
+  struct AlgorithmLess {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      if (a.first != b.first) return a.first < b.first;
+      return std::string_view(a.second) < std::string_view(b.second);
+    }
   };
   struct Minute {
     uint64_t reports = 0;
@@ -102,22 +139,33 @@ class Ingestor {
     double busy_seconds = 0;
     double tls_seconds = 0;
     std::array<double, 6> bucket_seconds{};  // by v1::Bucket
-    std::map<std::pair<int, std::string>, double> algorithms;
+    std::map<std::pair<int, std::string>, double, AlgorithmLess> algorithms;
   };
   using CpuKey = std::array<std::string, 5>;  // bucket, algorithm, phase, library, service
+  // One tlsprof_cpu_seconds_total series. Its labels are stored once; the
+  // series is found by the FNV hash of its labels (on a collision, the next
+  // hash value that is free or holds the same labels).
+  struct CpuSeries {
+    CpuKey labels;
+    double seconds = 0;
+  };
 
   ApplyResult ApplyLocked(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
                           const std::function<void()>& commit);
   std::string HostLabel(const std::string& hostname);
+  CpuSeries& CpuSeriesLocked(uint64_t hash, std::string_view bucket, std::string_view algorithm, std::string_view phase,
+                             std::string_view library, std::string_view service);
   void PruneMinutes(int64_t now_minute);
-  state::State SnapshotLocked() const;
+  void SnapshotLocked(state::State& s) const;
 
   const IngestOptions options_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, TokenBucket> buckets_;
   std::unordered_map<std::string, Agent> agents_;
   uint64_t reports_ = 0;
-  std::map<CpuKey, double> cpu_;
+  // Node-based: an element's address is stable (CollectData reads labels
+  // after the lock); nothing is erased except by Restore, before serving.
+  std::unordered_map<uint64_t, CpuSeries> cpu_;
   std::map<std::string, double> busy_;
   std::map<std::pair<std::string, std::string>, double> host_cpu_;
   std::map<std::string, double> host_busy_;

@@ -145,9 +145,16 @@ Journal::~Journal() {
 }
 
 uint64_t Journal::Enqueue(std::string_view payload) {
-  std::string frame = FrameRecord(payload);
+  char header[8];
+  const uint32_t length = static_cast<uint32_t>(payload.size());
+  const uint32_t crc = Crc(payload);
+  for (int i = 0; i < 4; ++i) {
+    header[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+    header[4 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  }
   std::lock_guard lock(mu_);
-  pending_.append(frame);
+  pending_.append(header, sizeof(header));
+  pending_.append(payload);
   return ++enqueued_;
 }
 
@@ -198,19 +205,30 @@ void Journal::Fail(const std::string& reason) {
   if (error_.empty()) error_ = fmt::format("{}: {}", path_, reason);
 }
 
-Status Journal::Rotate(const std::string& path) {
-  Status synced = Sync();
-  if (!synced.ok()) return synced;
-  std::unique_lock lock(mu_);
-  while (flushing_) cv_.wait(lock);
-  if (durable_ < enqueued_) FlushLocked(lock);
-  if (!error_.empty()) return Error{error_};
+Result<int> Journal::CreateSegment(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return MakeError("{}: cannot create the journal: {}", path, std::strerror(errno));
   Status dir = SyncDirectory(std::filesystem::path(path).parent_path().string());
   if (!dir.ok()) {
     ::close(fd);
-    return dir;
+    return dir.error();
+  }
+  return fd;
+}
+
+Status Journal::Rotate(const std::string& path) {
+  Result<int> fd = CreateSegment(path);
+  if (!fd.ok()) return fd.error();
+  return Rotate(path, *fd);
+}
+
+Status Journal::Rotate(const std::string& path, int fd) {
+  std::unique_lock lock(mu_);
+  while (flushing_) cv_.wait(lock);
+  if (durable_ < enqueued_) FlushLocked(lock);
+  if (!error_.empty()) {
+    ::close(fd);
+    return Error{error_};
   }
   ::close(fd_);
   fd_ = fd;

@@ -47,6 +47,11 @@ class Journal {
   // caller wrote a snapshot of everything before). The old file is kept; the
   // caller removes it.
   Status Rotate(const std::string& path);
+  // The same in two steps: CreateSegment (create the file, fsync the
+  // directory) first, then Rotate onto its descriptor (takes ownership; only
+  // the records queued since the last flush are written before the switch).
+  static Result<int> CreateSegment(const std::string& path);
+  Status Rotate(const std::string& path, int fd);
 
   // Makes every later WaitDurable() fail with `reason` (the collector then
   // answers UNAVAILABLE rather than accept what it cannot keep).

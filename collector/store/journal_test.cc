@@ -130,13 +130,20 @@ ApplyResult Submit(Ingestor& ingestor, StateStore& store, const std::string& key
   state::JournalRecord record;
   record.set_agent_key(key);
   record.set_received_unix_ns(kTestNowNs);
-  *record.mutable_report() = report;
+  if (report.sequence() % 2) {
+    // As the collector journals now: the request bytes as received.
+    v1::SubmitRequest request;
+    *request.mutable_report() = report;
+    record.set_submit_request(request.SerializeAsString());
+  } else {
+    *record.mutable_report() = report;  // as older collectors did
+  }
   uint64_t ticket = 0;
   ApplyResult r = ingestor.Apply(key, report, kTestNowNs, [&] { ticket = store.Enqueue(record.SerializeAsString()); });
   if (!r.duplicate) {
     EXPECT_TRUE(store.WaitDurable(ticket).ok());
   }
-  store.MaybeCompact(ingestor);
+  store.MaybeCompact();
   return r;
 }
 
@@ -167,6 +174,7 @@ TEST(StateStore, ReopenGivesTheSameCountersAndDuplicates) {
       EXPECT_FALSE(Submit(ingestor, **store, "b", MakeReport(1)).duplicate);
       before = Metrics(ingestor);
       if (compact_bytes) {
+        (*store)->WaitForCompaction();
         EXPECT_GT((*store)->generation(), 0u);
       }
     }
@@ -178,7 +186,9 @@ TEST(StateStore, ReopenGivesTheSameCountersAndDuplicates) {
     EXPECT_TRUE(Submit(ingestor, **store, "a", MakeReport(3)).duplicate);
     EXPECT_TRUE(Submit(ingestor, **store, "b", MakeReport(1)).duplicate);
     EXPECT_FALSE(Submit(ingestor, **store, "a", MakeReport(7)).duplicate);
-    // Exactly one journal file (the one the snapshot names) is left.
+    // Exactly one journal file (the one the snapshot names) is left once a
+    // compaction in the background is done.
+    (*store)->WaitForCompaction();
     int journals = 0;
     for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
       journals += e.path().filename().string().rfind("journal-", 0) == 0;
@@ -204,7 +214,7 @@ TEST(StateStore, CorruptSnapshotIsAnError) {
     auto store = StateStore::Open(dir.path(), 0, ingestor);
     ASSERT_TRUE(store.ok());
     Submit(ingestor, **store, "a", MakeReport(1));
-    ASSERT_TRUE((*store)->Compact(ingestor).ok());
+    ASSERT_TRUE((*store)->Compact().ok());
   }
   const std::string snapshot = dir.path() + "/snapshot";
   std::string data;
@@ -256,7 +266,7 @@ TEST(StateStore, NonUtf8IdentitySurvivesReplayAndSnapshot) {
       ASSERT_TRUE(store.ok()) << store.error().message;
       Submit(ingestor, **store, key, MakeReport(compact ? 2 : 1));
       if (compact) {
-        ASSERT_TRUE((*store)->Compact(ingestor).ok());
+        ASSERT_TRUE((*store)->Compact().ok());
       }
     }
     Ingestor ingestor(IngestOptions{});
@@ -264,6 +274,71 @@ TEST(StateStore, NonUtf8IdentitySurvivesReplayAndSnapshot) {
     ASSERT_TRUE(store.ok()) << store.error().message;
     EXPECT_TRUE(Submit(ingestor, **store, key, MakeReport(1)).duplicate);
   }
+}
+
+}  // namespace
+}  // namespace tlsprof::collector
+
+namespace tlsprof::collector {
+namespace {
+
+// What a kill -9 leaves: the directory's files as they are at that moment.
+void CopyDirectory(const std::string& from, const std::string& to) {
+  std::filesystem::create_directories(to);
+  for (const auto& e : std::filesystem::directory_iterator(from)) {
+    if (e.path().filename() == "lock") continue;
+    std::filesystem::copy_file(e.path(), to + "/" + e.path().filename().string(),
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+}
+
+std::string Reopened(const std::string& dir, uint64_t* journals = nullptr) {
+  Ingestor ingestor(IngestOptions{});
+  auto store = StateStore::Open(dir, 0, ingestor);
+  EXPECT_TRUE(store.ok()) << store.error().message;
+  if (!store.ok()) return "";
+  // Duplicates are remembered across the crash too.
+  EXPECT_TRUE(Submit(ingestor, **store, "a", MakeReport(1)).duplicate);
+  if (journals) {
+    *journals = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      *journals += e.path().filename().string().rfind("journal-", 0) == 0;
+    }
+  }
+  return Metrics(ingestor);
+}
+
+// A crash while the compaction runs in the background (after the journal went
+// on in a new segment, before the snapshot naming it is written), and after.
+TEST(StateStore, CrashDuringBackgroundCompactionReplaysEverything) {
+  TempDir dir, crash1, crash2, crash3;
+  Ingestor ingestor(IngestOptions{});
+  auto store = StateStore::Open(dir.path(), 0, ingestor);
+  ASSERT_TRUE(store.ok());
+  for (uint64_t s = 1; s <= 5; ++s) Submit(ingestor, **store, "a", MakeReport(s));
+  ASSERT_TRUE((*store)->Compact().ok());  // an older snapshot exists
+  for (uint64_t s = 6; s <= 10; ++s) Submit(ingestor, **store, "a", MakeReport(s));
+
+  auto snapshot = (*store)->BeginCompaction();
+  ASSERT_TRUE(snapshot.ok());
+  // Accepted while the snapshot is being written: they go to the new segment.
+  for (uint64_t s = 11; s <= 15; ++s) Submit(ingestor, **store, "b", MakeReport(s));
+  CopyDirectory(dir.path(), crash1.path());
+  const std::string expected = Metrics(ingestor);
+  EXPECT_NE(expected.find("tlsprof_reports_total 15.000000"), std::string::npos) << expected;
+
+  ASSERT_TRUE((*store)->FinishCompaction(**snapshot).ok());
+  CopyDirectory(dir.path(), crash2.path());
+  Submit(ingestor, **store, "b", MakeReport(16));
+  CopyDirectory(dir.path(), crash3.path());
+  const std::string expected3 = Metrics(ingestor);
+
+  uint64_t journals = 0;
+  EXPECT_EQ(Reopened(crash1.path(), &journals), expected);
+  EXPECT_EQ(journals, 2u);  // the segment the old snapshot names, and the new one
+  EXPECT_EQ(Reopened(crash2.path(), &journals), expected);
+  EXPECT_EQ(journals, 1u);
+  EXPECT_EQ(Reopened(crash3.path()), expected3);
 }
 
 }  // namespace

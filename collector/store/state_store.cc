@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 namespace tlsprof::collector {
 namespace {
@@ -60,6 +63,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir, uin
   std::unique_ptr<StateStore> store(new StateStore());
   store->dir_ = dir;
   store->compact_bytes_ = compact_bytes;
+  store->ingestor_ = &ingestor;
 
   const std::string lock_path = dir + "/lock";
   store->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -68,6 +72,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir, uin
     return MakeError("--state-dir {}: another collector is using it ({})", dir, std::strerror(errno));
   }
 
+  uint64_t first = 0;  // the segment the snapshot names
   Result<std::optional<std::string>> snapshot = ReadSnapshot(dir + "/" + kSnapshot);
   if (!snapshot.ok()) return snapshot.error();
   if (snapshot->has_value()) {
@@ -75,36 +80,62 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir, uin
     if (!s.ParseFromString(**snapshot)) return MakeError("{}/{}: not a collector snapshot", dir, kSnapshot);
     Status restored = ingestor.Restore(s);
     if (!restored.ok()) return MakeError("{}/{}: {}", dir, kSnapshot, restored.error().message);
-    store->generation_ = s.journal_generation();
+    first = s.journal_generation();
     spdlog::info("state: snapshot restored ({} reports counted, {} agents)", s.reports(), s.agents_size());
   }
 
-  Result<std::unique_ptr<Journal>> journal =
-      Journal::Open(store->JournalPath(store->generation_), [&](std::string_view payload) -> Status {
-        state::JournalRecord record;
-        if (!record.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-          return MakeError("not a journal record");
-        }
-        ingestor.Replay(record);
-        return OkStatus();
-      });
-  if (!journal.ok()) return journal.error();
-  store->journal_ = std::move(*journal);
-  spdlog::info("state: {} journal records replayed from {}", store->journal_->records_replayed(),
-               store->journal_->path());
-
-  // Journals no snapshot names are left over from a compaction cut short.
+  // Segments before `first` are in the snapshot (a compaction whose last
+  // step, deleting them, was cut short); the others are replayed in order.
+  std::set<uint64_t> segments = {first};
+  std::vector<std::filesystem::path> stale;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(kJournalPrefix, 0) == 0 && entry.path().string() != store->journal_->path()) {
-      spdlog::info("state: removing {} (compacted into the snapshot)", entry.path().string());
-      std::filesystem::remove(entry.path(), ec);
+    if (name.rfind(kJournalPrefix, 0) != 0) continue;
+    const std::string number = name.substr(std::strlen(kJournalPrefix));
+    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) continue;
+    const uint64_t generation = std::stoull(number);
+    if (generation < first) {
+      stale.push_back(entry.path());
+    } else {
+      segments.insert(generation);
     }
   }
+  uint64_t replayed = 0;
+  for (uint64_t generation : segments) {
+    Result<std::unique_ptr<Journal>> journal =
+        Journal::Open(store->JournalPath(generation), [&](std::string_view payload) -> Status {
+          state::JournalRecord record;
+          if (!record.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+            return MakeError("not a journal record");
+          }
+          Result<ApplyResult> applied = ingestor.Replay(record);
+          if (!applied.ok()) return applied.error();
+          return OkStatus();
+        });
+    if (!journal.ok()) return journal.error();
+    replayed += (*journal)->records_replayed();
+    store->journal_ = std::move(*journal);  // the last one is continued
+    store->generation_ = generation;
+  }
+  spdlog::info("state: {} journal records replayed from {} segment(s), continuing {}", replayed, segments.size(),
+               store->journal_->path());
+  for (const std::filesystem::path& path : stale) {
+    spdlog::info("state: removing {} (compacted into the snapshot)", path.string());
+    std::filesystem::remove(path, ec);
+  }
+  store->worker_ = std::thread([s = store.get()] { s->CompactionLoop(); });
   return store;
 }
 
 StateStore::~StateStore() {
+  if (worker_.joinable()) {
+    {
+      std::lock_guard lock(worker_mu_);
+      stopping_ = true;
+    }
+    worker_cv_.notify_all();
+    worker_.join();
+  }
   journal_.reset();  // syncs
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
@@ -113,41 +144,108 @@ std::string StateStore::JournalPath(uint64_t generation) const {
   return fmt::format("{}/{}{}", dir_, kJournalPrefix, generation);
 }
 
-void StateStore::MaybeCompact(Ingestor& ingestor) {
+void StateStore::MaybeCompact() {
   if (compact_bytes_ == 0 || journal_->bytes() < compact_bytes_) return;
-  std::unique_lock lock(compact_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return;
-  if (journal_->bytes() < compact_bytes_) return;
-  Status compacted = Compact(ingestor);
-  if (!compacted.ok()) spdlog::error("state: compaction failed: {}", compacted.error().message);
+  {
+    std::lock_guard lock(worker_mu_);
+    if (requested_ || running_) return;
+    requested_ = true;
+  }
+  worker_cv_.notify_all();
 }
 
-Status StateStore::Compact(Ingestor& ingestor) {
-  Status status = OkStatus();
+void StateStore::WaitForCompaction() {
+  std::unique_lock lock(worker_mu_);
+  worker_cv_.wait(lock, [&] { return !requested_ && !running_; });
+}
+
+void StateStore::CompactionLoop() {
+  std::unique_lock lock(worker_mu_);
+  for (;;) {
+    worker_cv_.wait(lock, [&] { return requested_ || stopping_; });
+    if (!requested_) return;  // stopping, nothing asked for
+    requested_ = false;
+    running_ = true;
+    lock.unlock();
+    if (journal_->bytes() >= compact_bytes_) {
+      Status compacted = Compact();
+      if (!compacted.ok()) spdlog::error("state: compaction failed: {}", compacted.error().message);
+    }
+    lock.lock();
+    running_ = false;
+    worker_cv_.notify_all();
+  }
+}
+
+Status StateStore::Compact() {
+  std::lock_guard compacting(compact_mu_);
   const uint64_t before = journal_->bytes();
-  ingestor.Checkpoint([&](state::State& s) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<Snapshot>> snapshot = BeginCompaction();
+  if (!snapshot.ok()) return snapshot.error();
+  const auto switched = std::chrono::steady_clock::now();
+  Status finished = FinishCompaction(**snapshot);
+  auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  if (finished.ok()) {
+    spdlog::info(
+        "state: compacted a {} byte journal into the snapshot ({:.1f} ms flushing, copying, switching, {:.1f} ms "
+        "writing it)",
+        before, ms(switched - start), ms(std::chrono::steady_clock::now() - switched));
+  }
+  return finished;
+}
+
+Result<std::unique_ptr<StateStore::Snapshot>> StateStore::BeginCompaction() {
+  Status status = OkStatus();
+  auto snapshot = std::make_unique<Snapshot>();
+  snapshot->state = google::protobuf::Arena::CreateMessage<state::State>(&snapshot->arena);
+  // Outside the ingest lock: flush what is queued, and create the next segment
+  // (an empty segment after the current one replays as nothing).
+  const uint64_t next = generation_ + 1;
+  Status synced = journal_->Sync();
+  if (!synced.ok()) return synced.error();
+  Result<int> fd = Journal::CreateSegment(JournalPath(next));
+  if (!fd.ok()) return fd.error();
+  const auto before_lock = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point snapshotted;
+  ingestor_->Checkpoint(*snapshot->state, [&] {
+    snapshotted = std::chrono::steady_clock::now();
     // Under the Ingestor's lock: nothing is applied (or enqueued) meanwhile,
-    // so the snapshot holds exactly what the old journal holds.
-    status = journal_->Sync();
-    if (!status.ok()) return;
-    const uint64_t next = generation_ + 1;
-    s.set_journal_generation(next);
-    status = WriteFileDurably(dir_ + "/" + kSnapshot, FrameRecord(s.SerializeAsString()));
-    if (!status.ok()) return;
-    const std::string old_path = journal_->path();
-    status = journal_->Rotate(JournalPath(next));
+    // so the snapshot holds exactly what the segments up to this one hold.
+    status = journal_->Rotate(JournalPath(next), *fd);
     if (!status.ok()) {
-      // The snapshot now names a journal that is not being written: accepting
-      // more reports would lose them at the next start.
+      // Where the journal continues is unknown: accepting more reports could
+      // lose them at the next start.
       journal_->Fail(status.error().message);
       return;
     }
     generation_ = next;
-    std::error_code ec;
-    std::filesystem::remove(old_path, ec);
+    snapshot->state->set_journal_generation(next);
   });
-  if (status.ok()) spdlog::info("state: compacted a {} byte journal into the snapshot", before);
-  return status;
+  auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  spdlog::info(
+      "state: compaction: {:.1f} ms to take the ingest lock and copy the state, {:.1f} ms to switch "
+      "segments (then the lock is released) and build the snapshot",
+      ms(snapshotted - before_lock), ms(std::chrono::steady_clock::now() - snapshotted));
+  if (!status.ok()) return status.error();
+  return snapshot;
+}
+
+Status StateStore::FinishCompaction(const Snapshot& pending) {
+  const state::State& snapshot = *pending.state;
+  // Until the rename inside, the old snapshot and every segment since it
+  // replay the same state; a failure here leaves them in place.
+  Status written = WriteFileDurably(dir_ + "/" + kSnapshot, FrameRecord(snapshot.SerializeAsString()));
+  if (!written.ok()) return written;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kJournalPrefix, 0) != 0) continue;
+    const std::string number = name.substr(std::strlen(kJournalPrefix));
+    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (std::stoull(number) < snapshot.journal_generation()) std::filesystem::remove(entry.path(), ec);
+  }
+  return OkStatus();
 }
 
 }  // namespace tlsprof::collector
