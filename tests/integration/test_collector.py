@@ -90,7 +90,18 @@ class Collector:
 
     def start(self):
         self.proc = self.procs.start(self.argv(), port=self.http_port, timeout=30)
-        return self
+        # civetweb listens before the collector has added its handlers: until
+        # then a request gets 404 (a scraper just tries again). Ready means
+        # /metrics answers.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.http("/metrics")
+                return self
+            except urllib.error.HTTPError as e:
+                if e.code != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.02)
 
     def http(self, path):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=10) as r:
