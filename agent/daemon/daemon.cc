@@ -1,4 +1,5 @@
 #include "agent/daemon/daemon.h"
+#include "agent/common/self_usage.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -21,25 +22,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double SelfCpuSeconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
-
 // Current resident memory (not the peak): the number to watch over hours.
 uint64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");
   uint64_t size = 0, resident = 0;
   statm >> size >> resident;
   return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
-
-std::string HostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
 }
 
 std::string MachineId() {

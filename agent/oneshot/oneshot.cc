@@ -1,4 +1,5 @@
 #include "agent/oneshot/oneshot.h"
+#include "agent/common/self_usage.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -18,23 +19,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double SelfCpuSeconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
-
 uint64_t MaxRssBytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
-}
-
-std::string HostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
 }
 
 }  // namespace
