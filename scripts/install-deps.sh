@@ -23,6 +23,9 @@ packages=(
   linux-perf python3 procps curl
   # fleet pipeline tests: a real Prometheus server (and promtool), raw gRPC clients for bad input
   prometheus python3-grpcio python3-protobuf
+  # dashboards, rules, packaging and the status page: manifest/rules parsing, the status page's
+  # charting library (Chart.js, embedded in the collector at build time), a headless browser test
+  python3-yaml libjs-chart.js chromium fonts-dejavu-core
 )
 
 stamp=/var/lib/tlsprof-deps.stamp
