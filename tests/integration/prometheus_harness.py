@@ -13,6 +13,9 @@ which kills it by PID when the test ends.
     prom.wait_targets_up()
     prom.wait_scraped_after(time.time())
     prom.value('sum(tlsprof_cpu_seconds_total)')
+
+Several jobs and a rules file:
+    Prometheus(procs, jobs={"tlsprof-collector": [c], "tlsprof-agent": [a]}, rule_files=[rules]).start()
 """
 import datetime
 import json
@@ -37,14 +40,20 @@ class PrometheusError(AssertionError):
 class Prometheus:
     """One Prometheus process scraping `targets` (HOST:PORT strings, /metrics)."""
 
-    def __init__(self, procs, targets, scrape_interval="1s", job="tlsprof", name="prometheus"):
+    def __init__(self, procs, targets=(), scrape_interval="1s", job="tlsprof", name="prometheus", jobs=None,
+                 rule_files=()):
+        """`targets` are scraped under job `job`; or `jobs` ({job name: [targets]})
+        gives several scrape jobs. `rule_files` are loaded as the server's
+        rule_files (evaluated every `scrape_interval`)."""
         if not os.access(PROMETHEUS, os.X_OK):
             raise PrometheusError(f"{PROMETHEUS} not found: install Debian's prometheus package "
                                   "(scripts/install-deps.sh)")
         self.procs = procs
-        self.targets = list(targets)
+        self.jobs = {name_: list(t) for name_, t in jobs.items()} if jobs else {job: list(targets)}
+        self.targets = [t for ts in self.jobs.values() for t in ts]
         self.scrape_interval = scrape_interval
         self.job = job
+        self.rule_files = [os.path.abspath(f) for f in rule_files]
         self.name = name
         self.port = None
         self.proc = None
@@ -58,12 +67,14 @@ class Prometheus:
         config = {
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval},
             "scrape_configs": [{
-                "job_name": self.job,
+                "job_name": job,
                 "scrape_interval": self.scrape_interval,
                 "scrape_timeout": self.scrape_interval,
-                "static_configs": [{"targets": self.targets}],
-            }],
+                "static_configs": [{"targets": targets}],
+            } for job, targets in self.jobs.items()],
         }
+        if self.rule_files:
+            config["rule_files"] = self.rule_files
         return json.dumps(config, indent=2)
 
     def start(self, timeout=60):
@@ -183,6 +194,16 @@ class Prometheus:
                 raise PrometheusError(f"{expr}: two series for {key}")
             out[key] = float(sample["value"][1])
         return out
+
+    def query_range(self, expr, start, end, step):
+        """Range query; returns the matrix [{metric: {labels}, values: [[t, "v"], ...]}]."""
+        data = self.api("/api/v1/query_range",
+                        {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step}"})
+        return data["result"]
+
+    def rule_groups(self):
+        """/api/v1/rules: the loaded rule groups, each with its rules' health and lastError."""
+        return self.api("/api/v1/rules")["groups"]
 
     def value(self, expr, at=None):
         """A query that yields one sample (or a scalar): its value as float."""
