@@ -44,6 +44,7 @@ FILES = {
 }
 CONFFILES = {"tlsprof-agent": ["/etc/tlsprof/agent.conf"], "tlsprof-collector": ["/etc/tlsprof/collector.conf"]}
 STATE_DIRS = {"tlsprof-agent": "/var/lib/tlsprof-agent", "tlsprof-collector": "/var/lib/tlsprof-collector"}
+AGENT_CACHE = "/var/cache/tlsprof-agent"  # CacheDirectory= (systemd, or the test's sandbox, makes it)
 ENABLED_LINK = "/etc/systemd/system/multi-user.target.wants/{}.service"
 # linux/capability.h
 CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
@@ -74,6 +75,47 @@ def parse_unit(path):
     return settings
 
 
+def sandbox_script(unit):
+    """Shell commands that give a process (root, in its own mount namespace) the file-system view the
+    unit's ProtectSystem=strict, ProtectHome=, PrivateTmp=, ProtectKernelTunables=,
+    ProtectControlGroups=, StateDirectory= and CacheDirectory= give it under systemd: private /tmp,
+    everything read-only but the state and cache directories (and /dev, /proc)."""
+    def on(key, value="yes"):
+        return unit.get(key, [""])[-1] == value
+
+    cmds, writable = [], []
+    if on("PrivateTmp"):
+        cmds += ["mount -t tmpfs -o mode=1777 tmpfs /tmp", "mount -t tmpfs -o mode=1777 tmpfs /var/tmp"]
+        writable += ["/tmp", "/var/tmp"]
+    if on("ProtectHome"):
+        cmds += [f"if [ -d {d} ]; then mount -t tmpfs -o mode=0755,ro tmpfs {d}; fi" for d in ("/home", "/root")]
+    for key, base in (("StateDirectory", "/var/lib"), ("CacheDirectory", "/var/cache")):
+        for name in " ".join(unit.get(key, [])).split():
+            cmds += [f"mkdir -p {base}/{name}", f"mount --bind {base}/{name} {base}/{name}"]
+            writable.append(f"{base}/{name}")
+    if on("ProtectKernelTunables"):
+        cmds += ["mount --bind /proc/sys /proc/sys", "mount -o remount,bind,ro /proc/sys"]
+    # Every read-write mount read-only: all of them (strict), /sys's (kernel tunables, control groups),
+    # /home's (ProtectHome=read-only); the ones made writable above excepted.
+    ro = []
+    if on("ProtectSystem", "strict"):
+        ro.append("^/")
+    if on("ProtectKernelTunables"):
+        ro.append("^/sys(/|$)")
+    if on("ProtectControlGroups"):
+        ro.append("^/sys/fs/cgroup(/|$)")
+    if on("ProtectHome", "read-only"):
+        ro.append("^/(home|root)(/|$)")
+    keep = ["^/(proc|dev)(/|$)"] + ([] if on("ProtectKernelTunables") else ["^/sys(/|$)"])
+    keep += [f"^{w}$" for w in writable]
+    if ro:
+        cmds.append(
+            "awk '$6 ~ /^rw/ {print $5}' /proc/self/mountinfo | grep -v '\\\\' | "
+            f"grep -E '{'|'.join(ro)}' | grep -Ev '{'|'.join(keep)}' | sort -u | "
+            'while read -r m; do mount -o remount,bind,ro "$m"; done')
+    return "\n".join(cmds)
+
+
 def capability_mask(names):
     mask = 0
     for name in names:
@@ -88,6 +130,11 @@ def proc_status(pid):
             key, _, value = line.partition(":")
             fields[key] = value.strip()
     return fields
+
+
+def rw_mounts(pid):
+    with open(f"/proc/{pid}/mountinfo") as f:
+        return sorted({line.split()[4] for line in f if line.split()[5].startswith("rw")})
 
 
 def scrape(address):
@@ -116,7 +163,10 @@ class PackagingTest(unittest.TestCase):
         self.addCleanup(self.procs.close)
 
     def purge(self):
-        """Cleanup, also after a failure: the packages, and the system user if this test made it."""
+        """Cleanup, also after a failure: the packages, and the system user if this test made it (after its
+        processes: userdel refuses a user that still runs one)."""
+        for proc in self.procs.procs:
+            self.procs.stop(proc)
         run(["dpkg", "--purge", *PACKAGES])
         if not self.had_user and run(["getent", "passwd", "tlsprof"]).returncode == 0:
             run(["deluser", "--system", "tlsprof"])
@@ -219,11 +269,16 @@ class PackagingTest(unittest.TestCase):
         user = unit.get("User", ["root"])[-1]
         if user != "root":
             wrapper += ["--reuid", user, "--regid", unit.get("Group", [user])[-1], "--init-groups"]
-        return wrapper + ["--", *exec_start, *extra], caps, user
+        # The mounts first (they need root's CAP_SYS_ADMIN), then setpriv drops to the unit's
+        # credentials and execs the ExecStart: one process, one pid.
+        sandbox = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec",
+                   sandbox_script(unit) + '\nexec "$@"', "sandbox"]
+        return sandbox + wrapper + ["--", *exec_start, *extra], caps, user
 
     def make_pki(self):
         # The collector (user tlsprof) reads its files: a directory it may enter, its key by group.
-        pki = tempfile.mkdtemp(prefix="tlsprof-pki-")
+        # Not in /tmp: both units have PrivateTmp=yes.
+        pki = tempfile.mkdtemp(prefix="tlsprof-pki-", dir="/run")
         self.addCleanup(shutil.rmtree, pki, ignore_errors=True)
         p = run([os.path.join(SRC, "scripts", "make-test-pki.sh"), pki, "agent-1"], timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -308,6 +363,16 @@ class PackagingTest(unittest.TestCase):
         self.assertEqual(int(status["CapPrm"], 16), 0, status)
         self.assertEqual(int(status["Uid"].split()[0]), pwd.getpwnam("tlsprof").pw_uid)
         self.assertEqual(status["NoNewPrivs"], "1")
+        # The sandbox held: nothing writable but the API file systems, a private /tmp and the unit's own
+        # directories (the agent read the demo's binary through /proc/PID/root all the same).
+        for proc, allowed in ((agent, ("/tmp", "/var/tmp", STATE_DIRS["tlsprof-agent"], AGENT_CACHE)),
+                              (collector, ("/tmp", "/var/tmp", STATE_DIRS["tlsprof-collector"]))):
+            writable = [m for m in rw_mounts(proc.pid)
+                        if m not in allowed and not re.match(r"^/(proc|dev)(/|$)", m)]
+            self.assertEqual(writable, [], f"{proc.args[-1]}: writable mounts outside its sandbox")
+            with open(f"/proc/{proc.pid}/root/tmp/.probe", "w"):
+                pass  # its /tmp, not the host's
+            self.assertFalse(os.path.exists("/tmp/.probe"))
         # The collector kept its state where collector.conf says, as its user.
         state = STATE_DIRS["tlsprof-collector"]
         self.assertTrue(os.listdir(state), f"{state} is empty")
@@ -329,6 +394,7 @@ class PackagingTest(unittest.TestCase):
             self.assertFalse(os.path.lexists(STATE_DIRS[package]), f"{STATE_DIRS[package]} is left after purge")
             self.assertFalse(os.path.lexists(ENABLED_LINK.format(package)))
             self.assertFalse(os.path.lexists(f"/etc/systemd/system/{package}.service"), "a mask is left")
+        self.assertFalse(os.path.lexists(AGENT_CACHE), f"{AGENT_CACHE} is left after purge")
         self.assertFalse(os.path.lexists("/etc/tlsprof"))
 
 
