@@ -4,8 +4,10 @@ scripts/package.sh builds tlsprof-agent and tlsprof-collector .debs from the
 build directory; `dpkg -i` installs both; the files, conffiles, system user
 and unit enablement are checked; `systemd-analyze verify` must be clean on the
 installed units. systemd is not PID 1 here, so each service is started the way
-its installed unit says: the unit's ExecStart (unchanged), as its User=, under
-its CapabilityBoundingSet= (setpriv), with its NoNewPrivileges=. The installed
+its installed unit says: the unit's ExecStart (unchanged), in a mount namespace
+with its ProtectSystem=strict/ProtectHome=/PrivateTmp=/StateDirectory= view of
+the file system, as its User=, under its CapabilityBoundingSet= (setpriv), with
+its NoNewPrivileges= and MemoryDenyWriteExecute= (prctl PR_SET_MDWE). The installed
 agent.conf and collector.conf are used as shipped; the test only adds flags
 for what it must (free ports, a test PKI, the collector's address, 2 s
 windows). The demo workload runs as `nobody` from a directory only `nobody`
@@ -46,6 +48,11 @@ CONFFILES = {"tlsprof-agent": ["/etc/tlsprof/agent.conf"], "tlsprof-collector": 
 STATE_DIRS = {"tlsprof-agent": "/var/lib/tlsprof-agent", "tlsprof-collector": "/var/lib/tlsprof-collector"}
 AGENT_CACHE = "/var/cache/tlsprof-agent"  # CacheDirectory= (systemd, or the test's sandbox, makes it)
 ENABLED_LINK = "/etc/systemd/system/multi-user.target.wants/{}.service"
+# prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN), then exec argv[1:].
+MDWE_EXEC = ("import ctypes, os, sys\n"
+             "if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) != 0:\n"
+             "    sys.exit(f'prctl(PR_SET_MDWE): {os.strerror(ctypes.get_errno())}')\n"
+             "os.execv(sys.argv[1], sys.argv[1:])")
 # linux/capability.h
 CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
 
@@ -273,7 +280,9 @@ class PackagingTest(unittest.TestCase):
         # credentials and execs the ExecStart: one process, one pid.
         sandbox = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec",
                    sandbox_script(unit) + '\nexec "$@"', "sandbox"]
-        return sandbox + wrapper + ["--", *exec_start, *extra], caps, user
+        # MemoryDenyWriteExecute=yes as the kernel's own prctl (Linux 6.3+), kept across execve.
+        mdwe = ["python3", "-c", MDWE_EXEC] if unit.get("MemoryDenyWriteExecute") == ["yes"] else []
+        return sandbox + wrapper + ["--", *mdwe, *exec_start, *extra], caps, user
 
     def make_pki(self):
         # The collector (user tlsprof) reads its files: a directory it may enter, its key by group.
