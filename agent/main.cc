@@ -180,6 +180,8 @@ int main(int argc, char** argv) {
   app.set_config("--config", "",
                  "Read options from FILE: CLI11 config format, run's options under a [run] section "
                  "(interval = 10); the command line wins");
+  // A key that is no option (a typo, or run's key outside [run]) is an error, not silently ignored.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   run->fallthrough();
   run->add_option("--collector", run_options.collector, "Ship each window to this collector (HOST:PORT)");
   run->add_option("--interval", run_options.interval_seconds, "Seconds per window")->capture_default_str();

@@ -43,6 +43,12 @@ int main(int argc, char** argv) {
   IngestOptions ingest;
   uint64_t max_message_bytes = 4194304;
   uint64_t compact_bytes = 64ull << 20;
+  // The same options in CLI11's config format, top-level keys (packaging/config/collector.conf); a key that is
+  // not an option is an error, so that a typo is not silently ignored.
+  app.set_config("--config", "",
+                 "Read options from FILE (CLI11 config format: `listen = \"0.0.0.0:4317\"`, one per "
+                 "line); the command line wins");
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--listen", server_options.listen, "gRPC address HOST:PORT")->required();
   app.add_option("--metrics-listen", metrics_listen, "HTTP address HOST:PORT for /metrics and /api/v1/summary")
       ->required();

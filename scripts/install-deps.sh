@@ -26,6 +26,8 @@ packages=(
   # dashboards, rules, packaging and the status page: manifest/rules parsing, the status page's
   # charting library (Chart.js, embedded in the collector at build time), a headless browser test
   python3-yaml libjs-chart.js chromium fonts-dejavu-core
+  # .deb packages (CPack's DEB generator runs dpkg-shlibdeps) and their install test (setpriv, adduser)
+  dpkg-dev util-linux adduser
 )
 
 stamp=/var/lib/tlsprof-deps.stamp
