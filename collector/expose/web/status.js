@@ -59,6 +59,7 @@
   }
   function cpuSeconds(s) {
     if (!Number.isFinite(s)) return "–";
+    if (s === 0) return "0 CPU-s";
     if (s >= 100) return s.toFixed(0) + " CPU-s";
     if (s >= 1) return s.toFixed(2) + " CPU-s";
     return (s * 1000).toFixed(0) + " CPU-ms";
@@ -117,7 +118,7 @@
     bucketOptions.cutout = "58%";
     bucketOptions.plugins.legend.position = "right";
     bucketOptions.plugins.tooltip = {
-      callbacks: { label: (c) => " " + c.label + ": " + pct(c.raw) },
+      callbacks: { label: (c) => " " + c.label },
     };
     charts.buckets = new Chart(canvasOf("buckets"), {
       type: "doughnut",
@@ -247,7 +248,7 @@
 
     const buckets = summary.buckets.filter((b) => b.cpu_seconds > 0);
     const bucketData = charts.buckets.data;
-    bucketData.labels = buckets.map((b) => BUCKET_LABELS[b.bucket] || b.bucket);
+    bucketData.labels = buckets.map((b) => (BUCKET_LABELS[b.bucket] || b.bucket) + "  " + pct(b.share_of_tls));
     bucketData.datasets[0].data = buckets.map((b) => b.share_of_tls);
     bucketData.datasets[0].backgroundColor = buckets.map((b) => BUCKET_COLORS[b.bucket] || "#cccccc");
     charts.buckets.update("none");
@@ -342,16 +343,22 @@
 
   function renderNotice(summary, trend, agents) {
     const notice = document.getElementById("notice");
-    let text = "";
+    // [text, is code] pieces, put together as text nodes and <code> elements.
+    let parts = [];
     if (agents.total === 0 && trend.points.length === 0) {
-      text = "No reports yet: no agent has sent a profile window to this collector. Start one with " +
-        "`tlsprof-agent run --collector HOST:PORT` (see docs/fleet.md); this page refreshes by itself.";
+      parts = [["No reports yet: no agent has sent a profile window to this collector. Start one with "],
+        ["tlsprof-agent run --collector HOST:PORT", true], [" (docs/fleet.md); this page refreshes by itself."]];
     } else if (summary.reports === 0) {
-      text = "No reports in the last " + summary.minutes + " min: the agents below have gone quiet, " +
-        "or their windows are still in flight.";
+      parts = [["No reports in the last " + summary.minutes + " min: the agents below have gone quiet, " +
+        "or their windows are still on the way."]];
     }
-    notice.textContent = text;
-    notice.hidden = text === "";
+    notice.replaceChildren(...parts.map(([text, code]) => {
+      if (!code) return document.createTextNode(text);
+      const element = document.createElement("code");
+      element.textContent = text;
+      return element;
+    }));
+    notice.hidden = parts.length === 0;
     document.body.dataset.state = summary.reports > 0 ? "ready" : "empty";
   }
 
