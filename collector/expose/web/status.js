@@ -153,7 +153,8 @@
       },
     };
     trendOptions.scales = {
-      x: { ticks: { maxTicksLimit: 13, maxRotation: 0 }, title: { display: true, text: "minute (local time)" } },
+      // offset: the current minute's point is not clipped at the right edge.
+      x: { offset: true, ticks: { maxTicksLimit: 13, maxRotation: 0 }, title: { display: true, text: "minute (local time)" } },
       share: {
         type: "linear",
         position: "left",
