@@ -13,6 +13,7 @@
   const REFRESH_MS = 10000;
   const TREND_MINUTES = 60;
   const TOP_ALGORITHMS = 12;
+  const AGENT_ROWS = 200; // the most recently seen; the API gives up to 1000
   const BUCKETS = ["cipher", "signature", "key_exchange", "hash", "other"];
   const BUCKET_LABELS = {
     cipher: "cipher",
@@ -182,7 +183,7 @@
             borderColor: SHARE_COLOR,
             backgroundColor: SHARE_COLOR,
             borderWidth: 2,
-            pointRadius: 2.5,
+            pointRadius: 3,
             spanGaps: false,
           },
           {
@@ -193,7 +194,7 @@
             backgroundColor: TLS_CPU_COLOR,
             borderWidth: 2,
             borderDash: [5, 3],
-            pointRadius: 2.5,
+            pointRadius: 3,
             spanGaps: false,
           },
         ],
@@ -246,6 +247,10 @@
     setText("busy-cpu", cpuSeconds(summary.busy_cpu_seconds));
     setText("reports", integer(summary.reports));
     setText("reports-sub", "profile windows in the last " + summary.minutes + " min");
+    const span = ", last " + summary.minutes + " min";
+    document.querySelector("#buckets .unit").textContent = "% of TLS CPU" + span;
+    document.querySelector("#algorithms .unit").textContent = "% of TLS CPU" + span + ", top " + TOP_ALGORITHMS +
+      ", coloured by bucket";
 
     const buckets = summary.buckets.filter((b) => b.cpu_seconds > 0);
     const bucketData = charts.buckets.data;
@@ -373,7 +378,7 @@
       const [summary, trend, agents] = await Promise.all([
         getJson("/api/v1/summary?minutes=" + encodeURIComponent(minutes)),
         getJson("/api/v1/trend?minutes=" + TREND_MINUTES),
-        getJson("/api/v1/agents"),
+        getJson("/api/v1/agents?limit=" + AGENT_ROWS),
       ]);
       renderSummary(summary);
       renderTrend(trend);
