@@ -95,11 +95,24 @@ class HttpServer::Handler : public CivetHandler {
     return true;
   }
 
+  // Everything here is read-only.
+  bool handlePost(CivetServer*, mg_connection* conn) override { return NotAllowed(conn); }
+  bool handleHead(CivetServer*, mg_connection* conn) override { return NotAllowed(conn, /*body=*/false); }
+  bool handlePut(CivetServer*, mg_connection* conn) override { return NotAllowed(conn); }
+  bool handleDelete(CivetServer*, mg_connection* conn) override { return NotAllowed(conn); }
+
  private:
   struct Asset {
     const WebAsset* file;
     std::string etag;
   };
+
+  static bool NotAllowed(mg_connection* conn, bool body = true) {
+    Reply(conn, 405, "Method Not Allowed", "application/json",
+          body ? nlohmann::json{{"error", "only GET is served here"}}.dump() + "\n" : std::string(),
+          std::string("Allow: GET\r\n") + kSecurityHeaders);
+    return true;
+  }
 
   static void Api(mg_connection* conn, const Result<int>& param, const std::function<nlohmann::json(int)>& fn) {
     if (!param.ok()) {

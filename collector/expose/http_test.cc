@@ -183,6 +183,11 @@ TEST_F(HttpServerTest, BadParametersAre400WithAMessage) {
   Response missing = Get(port_, "/api/v1/nope");
   EXPECT_EQ(missing.status, 404);
   EXPECT_NE(nlohmann::json::parse(missing.body)["error"].get<std::string>().find("/api/v1/trend"), std::string::npos);
+  for (const char* method : {"POST", "HEAD", "PUT", "DELETE"}) {
+    Response r = Get(port_, "/api/v1/agents", "", method);
+    EXPECT_EQ(r.status, 405) << method;
+    EXPECT_EQ(r.headers["allow"], "GET") << method;
+  }
   EXPECT_EQ(Get(port_, "/ui/missing.js").status, 404);
   EXPECT_EQ(Get(port_, "/index.html").status, 404);
 }
