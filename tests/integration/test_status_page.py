@@ -189,7 +189,8 @@ class StatusPageTest(unittest.TestCase):
         self.assertEqual(dom.text("errors").strip(), "")
 
     def assert_strict_headers(self, http):
-        for path, content_type in (("/", "text/html; charset=utf-8"), ("/ui/status.js", "text/javascript; charset=utf-8"),
+        for path, content_type in (("/", "text/html; charset=utf-8"),
+                                   ("/ui/status.js", "text/javascript; charset=utf-8"),
                                    ("/ui/chart.min.js", "text/javascript; charset=utf-8")):
             status, headers, body = get(http, path)
             self.assertEqual(status, 200, path)

@@ -136,7 +136,11 @@
       },
     };
     algorithmOptions.scales = {
-      x: { beginAtZero: true, ticks: { callback: (v) => Math.round(v * 100) + " %" }, title: { display: true, text: "share of TLS CPU" } },
+      x: {
+        beginAtZero: true,
+        ticks: { callback: (v) => Math.round(v * 100) + " %" },
+        title: { display: true, text: "share of TLS CPU" },
+      },
       y: { ticks: { autoSkip: false } },
     };
     charts.algorithms = new Chart(canvasOf("algorithms"), {
@@ -155,7 +159,11 @@
     };
     trendOptions.scales = {
       // offset: the current minute's point is not clipped at the right edge.
-      x: { offset: true, ticks: { maxTicksLimit: 13, maxRotation: 0 }, title: { display: true, text: "minute (local time)" } },
+      x: {
+        offset: true,
+        ticks: { maxTicksLimit: 13, maxRotation: 0 },
+        title: { display: true, text: "minute (local time)" },
+      },
       share: {
         type: "linear",
         position: "left",
@@ -208,7 +216,11 @@
       callbacks: { label: (c) => " " + c.dataset.label + ": " + cpuSeconds(c.raw) + " / min" },
     };
     stackedOptions.scales = {
-      x: { stacked: true, ticks: { maxTicksLimit: 13, maxRotation: 0 }, title: { display: true, text: "minute (local time)" } },
+      x: {
+        stacked: true,
+        ticks: { maxTicksLimit: 13, maxRotation: 0 },
+        title: { display: true, text: "minute (local time)" },
+      },
       y: { stacked: true, beginAtZero: true, title: { display: true, text: "CPU-seconds / min" } },
     };
     charts.trendBuckets = new Chart(canvasOf("trend-buckets"), {
