@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
     return families;
   };
   callbacks.summary = [&](int minutes) { return ingestor.Summary(minutes, NowUnixNs()); };
+  callbacks.trend = [&](int minutes) { return ingestor.Trend(minutes, NowUnixNs()); };
+  callbacks.agents = [&](int limit) { return ingestor.Agents(static_cast<size_t>(limit), NowUnixNs()); };
   tlsprof::Result<std::unique_ptr<HttpServer>> http = HttpServer::Start(metrics_listen, std::move(callbacks));
   if (!http.ok()) {
     (*server)->Shutdown();

@@ -1,7 +1,9 @@
 // The collector's HTTP endpoints on --metrics-listen: GET /metrics (Prometheus
-// text format) and GET /api/v1/summary?minutes=N (JSON). One CivetServer
-// serves both. Thread-safe: the callbacks are called from civetweb's worker
-// threads concurrently, so they must be thread-safe themselves.
+// text format), the JSON API (/api/v1/summary?minutes=N, /api/v1/trend?minutes=N,
+// /api/v1/agents?limit=N) and the status page at / (embedded files, see
+// web_assets.h). One CivetServer serves them all. Thread-safe: the callbacks
+// are called from civetweb's worker threads concurrently, so they must be
+// thread-safe themselves.
 #pragma once
 
 #include <functional>
@@ -21,13 +23,31 @@ namespace tlsprof::collector {
 struct HttpCallbacks {
   std::function<std::vector<prometheus::MetricFamily>()> collect;  // everything /metrics shows
   std::function<nlohmann::json(int minutes)> summary;
+  std::function<nlohmann::json(int minutes)> trend;
+  std::function<nlohmann::json(int limit)> agents;
 };
 
 // The summary's `minutes` parameter: 1-60, default 5.
 inline constexpr int kDefaultSummaryMinutes = 5;
 inline constexpr int kMaxSummaryMinutes = 60;
-// Parses the query string's `minutes`; an error message for a bad value.
+// The trend's: 1-60, default 60 (the last hour).
+inline constexpr int kDefaultTrendMinutes = 60;
+// /api/v1/agents lists at most this many (`limit`, default the same).
+inline constexpr int kMaxAgentsListed = 1000;
+// Parses the query string's `name` as an integer in [min, max]; `fallback`
+// when absent; "<name>: must be an integer <min>-<max>, got '<value>'" when bad.
+Result<int> ParseIntParam(const char* query_string, const char* name, int fallback, int min, int max);
+// ParseIntParam(query_string, "minutes", kDefaultSummaryMinutes, 1, kMaxSummaryMinutes).
 Result<int> ParseSummaryMinutes(const char* query_string);
+
+// The headers every response of the status page and the API carries: no
+// inline or foreign script, style or connection (the page shows
+// agent-supplied strings), no framing, no MIME sniffing.
+inline constexpr char kSecurityHeaders[] =
+    "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n"
+    "X-Content-Type-Options: nosniff\r\n"
+    "Referrer-Policy: no-referrer\r\n";
 
 class HttpServer {
  public:
@@ -39,7 +59,7 @@ class HttpServer {
   class Handler;
   HttpServer() = default;
   HttpCallbacks callbacks_;
-  std::unique_ptr<Handler> metrics_, summary_;
+  std::unique_ptr<Handler> handler_;
   std::unique_ptr<CivetServer> server_;
 };
 

@@ -111,6 +111,8 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
   it->second.window.Mark(report.sequence());
   it->second.last_seen_ns = received_ns;
   agent.last_seen_ns = received_ns;
+  ++agent.reports;
+  if (agent.hostname != report.host().hostname()) agent.hostname = report.host().hostname();
 
   const uint64_t period = report.window().period_ns();
   const int64_t minute_index = FloorDiv(report.window().end_unix_ns(), kNsPerMinute);
@@ -249,6 +251,8 @@ void Ingestor::SnapshotLocked(state::State& s) const {
     state::Agent* a = s.add_agents();
     a->set_key(key);
     a->set_last_seen_unix_ns(agent.last_seen_ns);
+    a->set_reports(agent.reports);
+    a->set_hostname(agent.hostname);
     for (const auto& [id, instance] : agent.instances) {
       state::Instance* i = a->add_instances();
       i->set_instance(id);
@@ -303,6 +307,8 @@ Status Ingestor::Restore(const state::State& s) {
   for (const state::Agent& a : s.agents()) {
     Agent& agent = agents_[a.key()];
     agent.last_seen_ns = a.last_seen_unix_ns();
+    agent.reports = a.reports();
+    agent.hostname = a.hostname();
     for (const state::Instance& i : a.instances()) {
       if (i.seen_size() != static_cast<int>(SequenceWindow::kWidth / 64)) {
         return MakeError("snapshot: agent instance window has {} words, expected {}", i.seen_size(),
@@ -439,6 +445,91 @@ nlohmann::json Ingestor::Summary(int minutes, int64_t now_ns) const {
                                  {"algorithm", key.second},
                                  {"cpu_seconds", seconds},
                                  {"share_of_tls", share(seconds)}});
+  }
+  return out;
+}
+
+nlohmann::json Ingestor::Trend(int minutes, int64_t now_ns) const {
+  // The same minutes as Summary (window end at minute granularity), not
+  // filled in: a minute without reports has no share, and a zero would read
+  // as "no TLS".
+  const int64_t first = FloorDiv(now_ns, kNsPerMinute) - minutes + 1;
+  struct Point {
+    int64_t minute;
+    uint64_t reports;
+    size_t agents;
+    double busy, tls;
+    std::array<double, 6> buckets;
+  };
+  std::vector<Point> points;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = minutes_.lower_bound(first); it != minutes_.end(); ++it) {
+      const Minute& m = it->second;
+      points.push_back({it->first, m.reports, m.agents.size(), m.busy_seconds, m.tls_seconds, m.bucket_seconds});
+    }
+  }
+  nlohmann::json out = {{"minutes", minutes}, {"now", now_ns / 1'000'000'000}, {"points", nlohmann::json::array()}};
+  for (const Point& p : points) {
+    nlohmann::json buckets = nlohmann::json::object();
+    for (int b = v1::BUCKET_CIPHER; b <= v1::BUCKET_OTHER; ++b)
+      buckets[std::string(BucketName(static_cast<v1::Bucket>(b)))] = p.buckets[b];
+    out["points"].push_back({{"minute", p.minute * 60},
+                             {"reports", p.reports},
+                             {"agents", p.agents},
+                             {"busy_cpu_seconds", p.busy},
+                             {"tls_cpu_seconds", p.tls},
+                             {"tls_share", p.busy > 0 ? p.tls / p.busy : 0.0},
+                             {"bucket_cpu_seconds", std::move(buckets)}});
+  }
+  return out;
+}
+
+nlohmann::json Ingestor::Agents(size_t limit, int64_t now_ns) const {
+  struct Row {
+    std::string key, hostname;
+    int64_t last_seen_ns;
+    uint64_t reports;
+    size_t instances, series, services;
+  };
+  std::vector<Row> rows;
+  size_t total = 0;
+  {
+    // Under the lock: pick the `limit` most recent (a partial sort of
+    // pointers), then copy only those.
+    std::lock_guard lock(mu_);
+    std::vector<const std::pair<const std::string, Agent>*> all;
+    all.reserve(agents_.size());
+    for (const auto& entry : agents_) all.push_back(&entry);
+    total = all.size();
+    const size_t n = std::min(limit, all.size());
+    std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const auto* a, const auto* b) {
+      if (a->second.last_seen_ns != b->second.last_seen_ns) return a->second.last_seen_ns > b->second.last_seen_ns;
+      return a->first < b->first;
+    });
+    rows.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& [key, agent] = *all[i];
+      rows.push_back({key, agent.hostname, agent.last_seen_ns, agent.reports, agent.instances.size(),
+                      agent.series.size(), agent.services.size()});
+    }
+  }
+  nlohmann::json out = {{"now", now_ns / 1'000'000'000},
+                        {"total", total},
+                        {"truncated", rows.size() < total},
+                        {"agents", nlohmann::json::array()}};
+  for (const Row& r : rows) {
+    // MakeAgentKey: identity, then NUL and the hostname for a relay's host.
+    const size_t nul = r.key.find('\0');
+    out["agents"].push_back({{"identity", r.key.substr(0, nul)},
+                             {"relay_host", nul == std::string::npos ? "" : r.key.substr(nul + 1)},
+                             {"hostname", r.hostname},
+                             {"last_seen", static_cast<double>(r.last_seen_ns) / 1e9},
+                             {"age_seconds", static_cast<double>(now_ns - r.last_seen_ns) / 1e9},
+                             {"reports", r.reports},
+                             {"instances", r.instances},
+                             {"series", r.series},
+                             {"services", r.services}});
   }
   return out;
 }

@@ -89,6 +89,12 @@ class Ingestor {
   size_t ActiveAgents(int64_t now_ns, int64_t horizon_ns) const;
   // GET /api/v1/summary: reports whose window ended in the last `minutes`.
   nlohmann::json Summary(int minutes, int64_t now_ns) const;
+  // GET /api/v1/trend: Summary's minutes one by one (only those with reports),
+  // oldest first; the points add up to Summary(minutes, now_ns).
+  nlohmann::json Trend(int minutes, int64_t now_ns) const;
+  // GET /api/v1/agents: the agents known (also those silent for long), most
+  // recently seen first, at most `limit` of them (`truncated` says if more).
+  nlohmann::json Agents(size_t limit, int64_t now_ns) const;
 
  private:
   struct Instance {
@@ -123,6 +129,8 @@ class Ingestor {
     HashSet series;
     HashSet services;
     int64_t last_seen_ns = 0;
+    uint64_t reports = 0;  // accepted (not duplicates)
+    std::string hostname;  // host.hostname of the last accepted report
   };
   // Orders (bucket, algorithm) pairs; finds them by string_view too.
   struct AlgorithmLess {

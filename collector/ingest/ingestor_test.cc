@@ -217,5 +217,131 @@ TEST(Ingestor, SummaryOverTheLastMinutes) {
   EXPECT_EQ(sixty["agents"], 2);
 }
 
+TEST(Ingestor, TrendHasOnePointPerMinuteWithReportsAndAddsUpToSummary) {
+  Ingestor ingestor(IngestOptions{});
+  const int64_t minute = 60'000'000'000;
+  const int64_t this_minute = kTestNowNs / minute * minute;
+  // Two reports in this minute (one with a signature row), one a minute ago,
+  // one 10 minutes ago; none in between.
+  v1::AgentReport with_signature = MakeReport(2, std::string(16, 'i'), this_minute + 1);
+  v1::TlsCpu* rsa = with_signature.mutable_services(0)->add_tls();
+  rsa->set_bucket(v1::BUCKET_SIGNATURE);
+  rsa->set_algorithm("RSA");
+  rsa->set_phase(v1::PHASE_HANDSHAKE);
+  rsa->set_library("openssl-3");
+  rsa->set_samples(100);
+  ingestor.Apply("a", MakeReport(1, std::string(16, 'i'), kTestNowNs), kTestNowNs);
+  ingestor.Apply("b", with_signature, kTestNowNs);
+  ingestor.Apply("a", MakeReport(3, std::string(16, 'i'), kTestNowNs - minute), kTestNowNs);
+  ingestor.Apply("a", MakeReport(4, std::string(16, 'i'), kTestNowNs - 10 * minute), kTestNowNs);
+
+  const double period = 1'000'000'000 / 99;
+  nlohmann::json trend = ingestor.Trend(60, kTestNowNs);
+  EXPECT_EQ(trend["minutes"], 60);
+  EXPECT_EQ(trend["now"], kTestNowNs / 1'000'000'000);
+  const nlohmann::json& points = trend["points"];
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_EQ(points[0]["minute"], (this_minute - 10 * minute) / 1'000'000'000);
+  EXPECT_EQ(points[1]["minute"], (this_minute - minute) / 1'000'000'000);
+  EXPECT_EQ(points[2]["minute"], this_minute / 1'000'000'000);
+  EXPECT_EQ(points[2]["reports"], 2);
+  EXPECT_EQ(points[2]["agents"], 2);
+  EXPECT_EQ(points[1]["agents"], 1);
+  EXPECT_DOUBLE_EQ(points[2]["busy_cpu_seconds"].get<double>(), 2 * 800 * period / 1e9);
+  EXPECT_DOUBLE_EQ(points[2]["tls_cpu_seconds"].get<double>(), (2 * 300 + 100) * period / 1e9);
+  EXPECT_DOUBLE_EQ(points[2]["tls_share"].get<double>(), 700.0 / 1600.0);
+  EXPECT_DOUBLE_EQ(points[2]["bucket_cpu_seconds"]["cipher"].get<double>(), 600 * period / 1e9);
+  EXPECT_DOUBLE_EQ(points[2]["bucket_cpu_seconds"]["signature"].get<double>(), 100 * period / 1e9);
+  EXPECT_EQ(points[2]["bucket_cpu_seconds"]["hash"], 0.0);
+  EXPECT_EQ(points[2]["bucket_cpu_seconds"].size(), 5u);
+  EXPECT_DOUBLE_EQ(points[0]["tls_share"].get<double>(), 300.0 / 800.0);
+
+  // The points add up to the summary over the same minutes.
+  for (int minutes : {1, 2, 5, 60}) {
+    nlohmann::json summary = ingestor.Summary(minutes, kTestNowNs);
+    nlohmann::json t = ingestor.Trend(minutes, kTestNowNs);
+    double busy = 0, tls = 0;
+    uint64_t reports = 0;
+    for (const auto& p : t["points"]) {
+      busy += p["busy_cpu_seconds"].get<double>();
+      tls += p["tls_cpu_seconds"].get<double>();
+      reports += p["reports"].get<uint64_t>();
+    }
+    EXPECT_EQ(reports, summary["reports"].get<uint64_t>()) << minutes;
+    EXPECT_NEAR(busy, summary["busy_cpu_seconds"].get<double>(), 1e-9) << minutes;
+    EXPECT_NEAR(tls, summary["tls_cpu_seconds"].get<double>(), 1e-9) << minutes;
+  }
+  EXPECT_EQ(ingestor.Trend(1, kTestNowNs)["points"].size(), 1u);
+  EXPECT_EQ(ingestor.Trend(2, kTestNowNs)["points"].size(), 2u);
+  EXPECT_EQ(ingestor.Trend(10, kTestNowNs)["points"].size(), 2u);
+  EXPECT_EQ(ingestor.Trend(11, kTestNowNs)["points"].size(), 3u);
+  // An hour later everything has left the window.
+  EXPECT_EQ(ingestor.Trend(60, kTestNowNs + 61 * minute)["points"].size(), 0u);
+}
+
+TEST(Ingestor, AgentsMostRecentFirstWithCountsAndRelayHosts) {
+  Ingestor ingestor(IngestOptions{});
+  const int64_t s = 1'000'000'000;
+  ingestor.Apply("old", MakeReport(1), kTestNowNs - 600 * s);
+  ingestor.Apply("busy", MakeReport(1), kTestNowNs - 30 * s);
+  ingestor.Apply("busy", MakeReport(2), kTestNowNs - 20 * s);
+  ingestor.Apply("busy", MakeReport(2), kTestNowNs - 15 * s);                        // duplicate: not counted, not seen
+  ingestor.Apply("busy", MakeReport(1, std::string(16, 'j')), kTestNowNs - 10 * s);  // a restarted agent
+  v1::AgentReport relayed = ManySeries(1, 3, 2);
+  relayed.mutable_host()->set_hostname("web-7");
+  ingestor.Apply(MakeAgentKey("relay-cn", "web-7"), relayed, kTestNowNs - 5 * s);
+
+  nlohmann::json list = ingestor.Agents(1000, kTestNowNs);
+  EXPECT_EQ(list["now"], kTestNowNs / s);
+  EXPECT_EQ(list["total"], 3);
+  EXPECT_EQ(list["truncated"], false);
+  const nlohmann::json& agents = list["agents"];
+  ASSERT_EQ(agents.size(), 3u);
+  EXPECT_EQ(agents[0]["identity"], "relay-cn");
+  EXPECT_EQ(agents[0]["relay_host"], "web-7");
+  EXPECT_EQ(agents[0]["hostname"], "web-7");
+  EXPECT_EQ(agents[0]["services"], 3);
+  EXPECT_EQ(agents[0]["series"], 6);
+  EXPECT_DOUBLE_EQ(agents[0]["age_seconds"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(agents[0]["last_seen"].get<double>(), static_cast<double>(kTestNowNs - 5 * s) / 1e9);
+
+  EXPECT_EQ(agents[1]["identity"], "busy");
+  EXPECT_EQ(agents[1]["relay_host"], "");
+  EXPECT_EQ(agents[1]["hostname"], "host-1");
+  EXPECT_EQ(agents[1]["reports"], 3);
+  EXPECT_EQ(agents[1]["instances"], 2);
+  EXPECT_EQ(agents[1]["services"], 1);
+  EXPECT_EQ(agents[1]["series"], 1);
+  EXPECT_DOUBLE_EQ(agents[1]["age_seconds"].get<double>(), 10.0);
+  EXPECT_EQ(agents[2]["identity"], "old");
+  EXPECT_EQ(agents[2]["reports"], 1);
+  EXPECT_DOUBLE_EQ(agents[2]["age_seconds"].get<double>(), 600.0);
+
+  nlohmann::json two = ingestor.Agents(2, kTestNowNs);
+  EXPECT_EQ(two["total"], 3);
+  EXPECT_EQ(two["truncated"], true);
+  ASSERT_EQ(two["agents"].size(), 2u);
+  EXPECT_EQ(two["agents"][1]["identity"], "busy");
+
+  // The counts survive a snapshot.
+  state::State snapshot;
+  ingestor.Checkpoint([&](state::State& st) { snapshot = st; });
+  Ingestor restored(IngestOptions{});
+  ASSERT_TRUE(restored.Restore(snapshot).ok());
+  EXPECT_EQ(restored.Agents(1000, kTestNowNs).dump(), list.dump());
+}
+
+TEST(Ingestor, TrendAndAgentsOfAnEmptyCollector) {
+  Ingestor ingestor(IngestOptions{});
+  nlohmann::json trend = ingestor.Trend(60, kTestNowNs);
+  EXPECT_TRUE(trend["points"].is_array());
+  EXPECT_TRUE(trend["points"].empty());
+  nlohmann::json agents = ingestor.Agents(1000, kTestNowNs);
+  EXPECT_TRUE(agents["agents"].is_array());
+  EXPECT_TRUE(agents["agents"].empty());
+  EXPECT_EQ(agents["total"], 0);
+  EXPECT_EQ(agents["truncated"], false);
+}
+
 }  // namespace
 }  // namespace tlsprof::collector
