@@ -278,8 +278,11 @@
     const algorithmData = charts.algorithms.data;
     // An algorithm seen in two buckets (SHA-256 hashing and inside a
     // signature) gets its bucket in the label.
+    // The `other` bucket has no algorithm (record framing, the handshake
+    // state machine, set-up and teardown: docs/attribution.md).
     algorithmData.labels = algorithms.map((a) =>
-      names[a.algorithm] > 1 ? a.algorithm + " (" + BUCKET_LABELS[a.bucket] + ")" : a.algorithm);
+      a.bucket === "other" ? "other TLS code"
+      : names[a.algorithm] > 1 ? a.algorithm + " (" + BUCKET_LABELS[a.bucket] + ")" : a.algorithm);
     algorithmData.datasets[0].data = algorithms.map((a) => a.share_of_tls);
     algorithmData.datasets[0].backgroundColor = algorithms.map((a) => BUCKET_COLORS[a.bucket] || "#cccccc");
     algorithmData.datasets[0].meta = algorithms.map((a) => (BUCKET_LABELS[a.bucket] || a.bucket) + ", " +
