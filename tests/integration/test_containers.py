@@ -31,6 +31,7 @@ import uuid
 
 import prometheus_harness
 from demo_fleet import COLLECTOR, DEMO
+from prometheus_harness import Prometheus
 from tlsprof_testlib import AGENT, Processes, free_port, require_root, run_agent
 
 SERIES = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
@@ -204,6 +205,9 @@ class ContainerLabelsTest(unittest.TestCase):
 
         agent_text = prometheus_harness.scrape(f"127.0.0.1:{agent_port}")
         for where, exposition in (("collector", text), ("agent", agent_text)):
+            ok, lint = prometheus_harness.check_metrics(exposition)
+            self.assertTrue(ok, f"promtool check metrics on the {where}: {lint}")
+        for where, exposition in (("collector", text), ("agent", agent_text)):
             for w in wanted:
                 self.assertGreater(total(exposition, "tlsprof_busy_cpu_seconds_total", **w), 0, f"{where}: {w}")
                 # Every TLS series of a workload: no empty container label, no other label set.
@@ -220,6 +224,19 @@ class ContainerLabelsTest(unittest.TestCase):
                               if l.get("pod_uid") == self.pod_uid and v > 0}
             self.assertTrue(pod_algorithms & {"AES-GCM", "ChaCha20-Poly1305", "RSA", "X25519"},
                             f"{where}: {pod_algorithms}")
+
+        # A real Prometheus: the host's series (no container labels) select
+        # as container_id="", and by-container sums split the three workloads.
+        prom = Prometheus(self.procs, [f"127.0.0.1:{collector_port}"])
+        prom.start()
+        prom.wait_scraped_after(time.time())
+        at = time.time()  # both queries see the same scrape
+        by_container = prom.vector('sum by (container_id, pod_uid) (tlsprof_cpu_seconds_total{service="tlsprof-demo"})',
+                                   ["container_id", "pod_uid"], at)
+        self.assertEqual(set(by_container), {(self.pod_cid[:12], self.pod_uid), (self.docker_cid[:12], ""), ("", "")})
+        self.assertTrue(all(v > 0 for v in by_container.values()), by_container)
+        host_only = prom.value('sum(tlsprof_cpu_seconds_total{service="tlsprof-demo",container_id=""})', at)
+        self.assertAlmostEqual(host_only, by_container[("", "")], delta=1e-9)
 
         # The one-shot JSON report names each process's container.
         code, out, err = run_agent(["profile", "--duration", "2", "--format", "json", "--pid", str(pod.pid), "--pid",
