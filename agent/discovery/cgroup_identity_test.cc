@@ -1,8 +1,14 @@
 #include "agent/discovery/cgroup_identity.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
+
+#include "agent/discovery/process_registry.h"
 
 namespace tlsprof::discovery {
 namespace {
@@ -191,6 +197,20 @@ TEST(CgroupIdentityFile, HostAndMalformedFilesGiveNothing) {
   EXPECT_TRUE(IdentityFromCgroupFile("garbage\nno colons here /docker/" + kId + "\n").empty());
   EXPECT_EQ(CgroupV2Path("1:cpu:/\n"), "");
   EXPECT_EQ(CgroupV2Path("0::/a:b/c"), "/a:b/c");
+}
+
+TEST(CgroupIdentityFile, ReadFromAProcRoot) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("tlsprof-cgroup-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(root / "42");
+  const std::string file = "1:name=systemd:/\n0::/kubepods/burstable/pod" + kPod + "/" + kId + "\n";
+  std::ofstream(root / "42" / "cgroup") << file;
+  EXPECT_EQ(ReadCgroupFile(42, root.string()), file);
+  EXPECT_EQ(IdentityFromCgroupFile(ReadCgroupFile(42, root.string())).container_id, kId);
+  EXPECT_EQ(ReadCgroupFile(43, root.string()), "");  // gone
+  // The default root is the real /proc.
+  EXPECT_FALSE(ReadCgroupFile(getpid()).empty());
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

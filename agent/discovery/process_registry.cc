@@ -128,8 +128,6 @@ std::string ReadCgroupFile(pid_t pid, const std::string& proc_root) {
   return contents.str();
 }
 
-std::string ReadCgroup(pid_t pid, const std::string& proc_root) { return CgroupV2Path(ReadCgroupFile(pid, proc_root)); }
-
 void ProcessRegistry::Forget(pid_t pid) { processes_.erase(pid); }
 
 size_t ProcessRegistry::PruneImages() {

@@ -110,9 +110,6 @@ class ProcessRegistry {
 // The contents of /proc/PID/cgroup, "" when it cannot be read (the process is
 // gone). CgroupV2Path() and IdentityFromCgroupFile() (cgroup_identity.h) read it.
 std::string ReadCgroupFile(pid_t pid, const std::string& proc_root = "/proc");
-// The cgroup v2 path of a process ("/system.slice/nginx.service"), "" when it
-// cannot be read or the process is only in cgroup v1 hierarchies.
-std::string ReadCgroup(pid_t pid, const std::string& proc_root = "/proc");
 
 // Decides whether an image carries a TLS library (exposed for tests).
 std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, std::string_view path);
