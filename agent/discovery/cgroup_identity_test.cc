@@ -151,9 +151,21 @@ TEST(CgroupIdentity, LookalikesAreRejected) {
       {"a dashed UID in a slice name", "/kubepods.slice/kubepods-pod" + kPod + ".slice", {}},
       {"an underscored UID in a directory", "/kubepods/pod" + kPodUnderscored, {}},
       {"a UID with a separator out of place", "/kubepods/pod8d4c0d6e3-f1a-4b2c-9d8e-7f6a5b4c3d2e/" + kId, {}},
-      {"a namespace-relative path (agent in its own cgroup namespace)",
-       "/../../kubepods-besteffort-pod" + kPodUnderscored + ".slice/cri-containerd-" + kId + ".scope",
-       {kId, kPod, "containerd"}},
+  });
+}
+
+// Seen from an agent in a private cgroup namespace (docs/fleet.md): names
+// with their runtime's prefix still match; bare cgroupfs directories whose
+// parent lies above the namespace root do not.
+TEST(CgroupIdentity, NamespaceRelativePaths) {
+  ExpectAll({
+      {"systemd driver",
+       "/../../kubepods-besteffort-pod" + kPodUnderscored + ".slice/crio-" + kId + ".scope",
+       {kId, kPod, "cri-o"}},
+      {"docker scope", "/../docker-" + kId + ".scope", {kId, "", "docker"}},
+      {"cgroupfs docker, parent above the root", "/../" + kId, {}},
+      {"cgroupfs pod, parent above the root", "/../pod" + kPod + "/" + kId, {}},
+      {"cgroupfs pod, its QoS directory visible", "/../../besteffort/pod" + kPod + "/" + kId, {kId, kPod, "cri"}},
   });
 }
 
