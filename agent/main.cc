@@ -207,6 +207,9 @@ int main(int argc, char** argv) {
   run->add_flag("--insecure", run_options.insecure, "Ship in plaintext (tests, or a trusted network)");
   run->add_option("--pid", run_options.pids, "Profile only this process (repeatable)")->check(CLI::PositiveNumber);
   run->add_flag("!--no-stacks", run_options.stacks, "Leaf-only attribution: do not unwind user stacks");
+  run->add_flag("!--no-container-labels", run_options.container_labels,
+                "Do not tell containers apart: no container_id and pod_uid labels, one series per service "
+                "(bounds cardinality on hosts with many short-lived containers)");
   run->add_option("--debug-dir", run_options.debug_dirs, "Also look for separate debug files here (repeatable)")
       ->check(CLI::ExistingDirectory);
 

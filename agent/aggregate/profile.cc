@@ -55,6 +55,7 @@ ProcessProfile& Attributor::Process(uint32_t tgid) {
     p.pid = static_cast<pid_t>(tgid);
     if (const auto* snap = registry_.Get(p.pid)) {
       p.comm = snap->comm;
+      p.container = snap->container;
       for (const auto& m : snap->mappings) {
         if (!m.image || !m.image->tls) continue;
         bool seen = std::any_of(p.libraries.begin(), p.libraries.end(),

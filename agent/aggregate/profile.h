@@ -80,7 +80,8 @@ struct SymbolCount {
 struct ProcessProfile {
   pid_t pid = 0;
   std::string comm;
-  uint64_t samples = 0;  // user + kernel: the process's busy CPU
+  discovery::ContainerIdentity container;  // from its cgroups; empty on the host
+  uint64_t samples = 0;                    // user + kernel: the process's busy CPU
   uint64_t kernel_samples = 0;
   CryptoTime crypto;
   std::vector<LibraryUse> libraries;         // the TLS libraries it maps (with or without samples)

@@ -141,9 +141,10 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     const double window_cpu = cpu_now - cpu_mark;
     cpu_mark = cpu_now;
     const uint64_t scope = profile.scope_samples;
-    auto services = GroupServices(profile, scope, [&registry](const aggregate::ProcessProfile& p) {
+    auto services = GroupServices(profile, scope, [&registry, &options](const aggregate::ProcessProfile& p) {
       const auto* snap = registry.Get(p.pid);
-      return ServiceName(snap ? std::string_view(snap->cgroup) : std::string_view(), p.comm);
+      return ServiceKeyOf(snap ? std::string_view(snap->cgroup) : std::string_view(), p.comm,
+                          snap ? snap->container : discovery::ContainerIdentity{}, options.container_labels);
     });
     WindowInfo info;
     info.start_unix_ns = window.start_unix_ns;

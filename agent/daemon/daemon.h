@@ -27,6 +27,9 @@ struct Options {
   bool insecure = false;
   std::vector<pid_t> pids;  // empty: the whole host
   bool stacks = true;
+  // Services in containers carry their container's id and pod's UID
+  // (docs/fleet.md, "Services"); --no-container-labels turns that off.
+  bool container_labels = true;
   std::vector<std::string> debug_dirs;
   double poll_seconds = 0.5;  // how often new processes are snapshotted
   double flush_seconds = 10;  // at stop, how long the shipper may empty the spool

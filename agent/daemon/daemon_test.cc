@@ -2,6 +2,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <set>
+#include <tuple>
+
 #include "agent/daemon/daemon.h"
 #include "agent/daemon/encode.h"
 #include "agent/daemon/metrics.h"
@@ -14,6 +18,7 @@ using classify::Bucket;
 using classify::LibraryKind;
 using classify::Phase;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(Services, UnitFromCgroup) {
   EXPECT_EQ(UnitFromCgroup("/system.slice/nginx.service"), "nginx");
@@ -77,24 +82,26 @@ aggregate::Profile SampleProfile() {
   return profile;
 }
 
-std::string ServiceOf(const aggregate::ProcessProfile& p) {
-  return ServiceName(p.comm == "nginx" ? "/system.slice/nginx.service" : "", p.comm);
+ServiceKey ServiceOf(const aggregate::ProcessProfile& p) {
+  return {ServiceName(p.comm == "nginx" ? "/system.slice/nginx.service" : "", p.comm), "", ""};
 }
+
+ServiceKey CommOf(const aggregate::ProcessProfile& p) { return {p.comm, "", ""}; }
 
 TEST(Encode, GroupsProcessesIntoServices) {
   const auto services = GroupServices(SampleProfile(), SampleProfile().scope_samples, ServiceOf);
   ASSERT_EQ(services.size(), 4u);
-  const ServiceTotals& nginx = services.at("nginx");
+  const ServiceTotals& nginx = services.at({"nginx"});
   EXPECT_EQ(nginx.busy_samples, 800u);
   EXPECT_EQ(nginx.tls_samples, 350u);
   EXPECT_EQ(nginx.processes, 2u);
   EXPECT_EQ(nginx.tls.at({{Bucket::kCipher, "AES-128-GCM", Phase::kRecord}, LibraryKind::kOpenSSL3}), 300u);
-  EXPECT_EQ(services.at("gosrv").tls_samples, 120u);
-  EXPECT_EQ(services.at("curl").busy_samples, 10u);
-  EXPECT_EQ(services.at("curl").tls_samples, 0u);
+  EXPECT_EQ(services.at({"gosrv"}).tls_samples, 120u);
+  EXPECT_EQ(services.at({"curl"}).busy_samples, 10u);
+  EXPECT_EQ(services.at({"curl"}).tls_samples, 0u);
   // bash + kworker + the 25 samples without a process entry.
-  EXPECT_EQ(services.at("(non-tls)").busy_samples, 125u);
-  EXPECT_EQ(services.at("(non-tls)").processes, 2u);
+  EXPECT_EQ(services.at({"(non-tls)"}).busy_samples, 125u);
+  EXPECT_EQ(services.at({"(non-tls)"}).processes, 2u);
 }
 
 TEST(Encode, ReportAddsUpAndUsesTheWireEnums) {
@@ -145,8 +152,8 @@ TEST(Encode, ReportAddsUpAndUsesTheWireEnums) {
 }
 
 TEST(Encode, TlsAheadOfBusyAtAWindowEdgeStaysValid) {
-  std::map<std::string, ServiceTotals> services;
-  ServiceTotals& s = services["svc"];
+  ServiceMap services;
+  ServiceTotals& s = services[{"svc"}];
   s.busy_samples = 10;
   s.tls_samples = 12;
   s.tls[{{Bucket::kHash, "SHA-256", Phase::kOther}, LibraryKind::kOpenSSL3}] = 12;
@@ -164,11 +171,11 @@ TEST(Encode, TooManyServicesOverflow) {
     profile.processes[pid] = p;
     profile.scope_samples += static_cast<uint64_t>(pid);
   }
-  const auto services = GroupServices(profile, profile.scope_samples, [](const auto& p) { return p.comm; });
+  const auto services = GroupServices(profile, profile.scope_samples, CommOf);
   EXPECT_LE(services.size(), kMaxServices);
-  ASSERT_TRUE(services.contains("(overflow)"));
-  EXPECT_TRUE(services.contains("svc100"));  // the busiest stay
-  EXPECT_FALSE(services.contains("svc1"));
+  ASSERT_TRUE(services.contains({"(overflow)"}));
+  EXPECT_TRUE(services.contains({"svc100"}));  // the busiest stay
+  EXPECT_FALSE(services.contains({"svc1"}));
   uint64_t busy = 0, tls = 0;
   for (const auto& [name, s] : services) busy += s.busy_samples, tls += s.tls_samples;
   EXPECT_EQ(busy, profile.scope_samples);
@@ -219,6 +226,103 @@ TEST(Metrics, SeriesAreCapped) {
   // Both reports' 100 services beyond the cap, one second each.
   EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{service=\"(overflow)\"} 200"));
   EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{service=\"svc0\"} 2"));
+}
+
+// Two replicas of one image (same comm, same cgroup layout), a process on the
+// host with the same comm, and a plain process in a container.
+TEST(Containers, ReplicasAreSeparateServices) {
+  const std::string pod = "8d4c0d6e-3f1a-4b2c-9d8e-7f6a5b4c3d2e";
+  const std::string a(64, 'a'), b(64, 'b');
+  std::map<pid_t, discovery::ContainerIdentity> identity;
+  identity[1] = discovery::IdentityFromCgroupPath("/kubepods/besteffort/pod" + pod + "/" + a);
+  identity[2] = discovery::IdentityFromCgroupPath("/kubepods/besteffort/pod" + pod + "/" + b);
+  identity[4] = discovery::IdentityFromCgroupPath("/docker/" + a);
+  aggregate::Profile profile;
+  for (pid_t pid : {1, 2, 3}) {
+    auto p = Process(pid, "envoy", 100);
+    AddTls(p, Bucket::kCipher, "AES-128-GCM", Phase::kRecord, LibraryKind::kBoringSSL, 10 * pid);
+    profile.processes[pid] = p;
+  }
+  profile.processes[4] = Process(4, "sleep", 50);  // no TLS: (non-tls), whatever its container
+  profile.scope_samples = 350;
+  for (bool labels : {true, false}) {
+    const auto services = GroupServices(profile, profile.scope_samples, [&](const aggregate::ProcessProfile& p) {
+      return ServiceKeyOf("", p.comm, identity[p.pid], labels);
+    });
+    if (!labels) {
+      ASSERT_EQ(services.size(), 2u);
+      EXPECT_EQ(services.at({"envoy"}).tls_samples, 60u);
+      EXPECT_EQ(services.at({"envoy"}).processes, 3u);
+      continue;
+    }
+    ASSERT_EQ(services.size(), 4u);
+    EXPECT_EQ(services.at({"envoy", "aaaaaaaaaaaa", pod}).tls_samples, 10u);
+    EXPECT_EQ(services.at({"envoy", "bbbbbbbbbbbb", pod}).tls_samples, 20u);
+    EXPECT_EQ(services.at({"envoy"}).tls_samples, 30u);
+    EXPECT_EQ(services.at({"(non-tls)"}).busy_samples, 50u);
+
+    const auto r = EncodeReport(services, profile.scope_samples, {0, 10'000'000'000, 100, 10'000'000}, {}, {});
+    std::set<std::tuple<std::string, std::string, uint64_t>> rows;
+    for (const v1::Service& s : r.services()) rows.insert({s.container_id(), s.pod_uid(), s.tls_samples()});
+    EXPECT_EQ(rows, (std::set<std::tuple<std::string, std::string, uint64_t>>{
+                        {"", "", 0}, {"", "", 30}, {"aaaaaaaaaaaa", pod, 10}, {"bbbbbbbbbbbb", pod, 20}}));
+
+    AgentMetrics metrics;
+    metrics.AddReport(r);
+    const std::string text = metrics.Text();
+    EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{container_id=\"aaaaaaaaaaaa\",pod_uid=\"" + pod +
+                                "\",service=\"envoy\"} 1"));
+    EXPECT_THAT(text, HasSubstr("tlsprof_cpu_seconds_total{algorithm=\"AES-128-GCM\",bucket=\"cipher\","
+                                "container_id=\"bbbbbbbbbbbb\",library=\"boringssl\",phase=\"record\",pod_uid=\"" +
+                                pod + "\",service=\"envoy\"} 0.2"));
+    // The host's envoy and (non-tls): no container labels at all, not empty ones.
+    EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{service=\"envoy\"} 1"));
+    EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{service=\"(non-tls)\"} 0.5"));
+    EXPECT_THAT(text, Not(HasSubstr("=\"\"")));
+  }
+}
+
+TEST(Containers, OverflowHasNoContainer) {
+  aggregate::Profile profile;
+  for (pid_t pid = 1; pid <= 100; ++pid) {
+    auto p = Process(pid, "worker", static_cast<uint64_t>(pid));
+    AddTls(p, Bucket::kCipher, "AES-128-GCM", Phase::kRecord, LibraryKind::kOpenSSL3, 1);
+    profile.processes[pid] = p;
+    profile.scope_samples += static_cast<uint64_t>(pid);
+  }
+  // One image, 100 containers: one service name, 100 keys.
+  const auto services = GroupServices(profile, profile.scope_samples, [](const aggregate::ProcessProfile& p) {
+    char id[13];
+    std::snprintf(id, sizeof id, "%012x", static_cast<unsigned>(p.pid));
+    return ServiceKey{"worker", id, ""};
+  });
+  // The busiest containers, each its own key, and (overflow) (no (non-tls) here).
+  EXPECT_EQ(services.size(), kMaxServices - 1);
+  ASSERT_TRUE(services.contains({"(overflow)"}));
+  EXPECT_EQ(services.at({"(overflow)"}).processes, 100 - (kMaxServices - 2));
+  EXPECT_TRUE(services.contains({"worker", "000000000064", ""}));  // pid 100, the busiest
+  EXPECT_FALSE(services.contains({"worker", "000000000001", ""}));
+  uint64_t busy = 0;
+  for (const auto& [key, s] : services) busy += s.busy_samples;
+  EXPECT_EQ(busy, profile.scope_samples);
+}
+
+TEST(Metrics, SeriesCapOverflowDropsTheContainer) {
+  AgentMetrics metrics;
+  v1::AgentReport report;
+  report.mutable_window()->set_period_ns(1'000'000'000);
+  for (size_t i = 0; i < AgentMetrics::kMaxSeries + 10; ++i) {
+    v1::Service* s = report.add_services();
+    s->set_name("svc");
+    char id[13];
+    std::snprintf(id, sizeof id, "%012zx", i);
+    s->set_container_id(id);
+    s->set_busy_samples(1);
+  }
+  metrics.AddReport(report);
+  const std::string text = metrics.Text();
+  EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{service=\"(overflow)\"} 10\n"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{container_id=\"000000000000\",service=\"svc\"} 1\n"));
 }
 
 TEST(Metrics, ListenAddress) {

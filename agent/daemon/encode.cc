@@ -7,27 +7,26 @@
 
 namespace tlsprof::daemon {
 
-std::map<std::string, ServiceTotals> GroupServices(
-    const aggregate::Profile& profile, uint64_t scope_busy_samples,
-    const std::function<std::string(const aggregate::ProcessProfile&)>& service_of) {
-  std::map<std::string, ServiceTotals> services;
+ServiceMap GroupServices(const aggregate::Profile& profile, uint64_t scope_busy_samples,
+                         const std::function<ServiceKey(const aggregate::ProcessProfile&)>& service_of) {
+  const ServiceKey non_tls{std::string(kNonTlsService), "", ""};
+  ServiceMap services;
   uint64_t accounted = 0;
   for (const auto& [pid, p] : profile.processes) {
     const bool tls = p.crypto.tls > 0 || !p.libraries.empty();
-    ServiceTotals& s = services[tls ? service_of(p) : std::string(kNonTlsService)];
+    ServiceTotals& s = services[tls ? service_of(p) : non_tls];
     s.busy_samples += p.samples;
     s.tls_samples += p.crypto.tls;
     s.processes += 1;
     for (const auto& [key, n] : p.crypto.library_algorithms) s.tls[key] += n;
     accounted += p.samples;
   }
-  if (scope_busy_samples > accounted)
-    services[std::string(kNonTlsService)].busy_samples += scope_busy_samples - accounted;
+  if (scope_busy_samples > accounted) services[non_tls].busy_samples += scope_busy_samples - accounted;
 
   if (services.size() > kMaxServices) {
-    std::vector<std::pair<uint64_t, std::string>> by_busy;
-    for (const auto& [name, s] : services) {
-      if (name != kNonTlsService) by_busy.emplace_back(s.busy_samples, name);
+    std::vector<std::pair<uint64_t, ServiceKey>> by_busy;
+    for (const auto& [key, s] : services) {
+      if (key != non_tls) by_busy.emplace_back(s.busy_samples, key);
     }
     std::sort(by_busy.begin(), by_busy.end(), std::greater<>());
     // Keep (non-tls), (overflow) and the busiest others.
@@ -41,7 +40,7 @@ std::map<std::string, ServiceTotals> GroupServices(
       overflow.processes += s.processes;
       for (const auto& [key, n] : s.tls) overflow.tls[key] += n;
     }
-    ServiceTotals& o = services[std::string(kOverflowService)];
+    ServiceTotals& o = services[ServiceKey{std::string(kOverflowService), "", ""}];
     o.busy_samples += overflow.busy_samples;
     o.tls_samples += overflow.tls_samples;
     o.processes += overflow.processes;
@@ -78,8 +77,8 @@ v1::Phase PhaseToProto(classify::Phase phase) {
   return v1::PHASE_OTHER;
 }
 
-v1::AgentReport EncodeReport(const std::map<std::string, ServiceTotals>& services, uint64_t busy_samples,
-                             const WindowInfo& window, const v1::Host& host, const v1::AgentStats& agent) {
+v1::AgentReport EncodeReport(const ServiceMap& services, uint64_t busy_samples, const WindowInfo& window,
+                             const v1::Host& host, const v1::AgentStats& agent) {
   v1::AgentReport report;
   *report.mutable_host() = host;
   v1::Window* w = report.mutable_window();
@@ -88,10 +87,12 @@ v1::AgentReport EncodeReport(const std::map<std::string, ServiceTotals>& service
   w->set_frequency_hz(window.frequency_hz);
   w->set_period_ns(window.period_ns);
   uint64_t services_busy = 0;
-  for (const auto& [name, s] : services) {
+  for (const auto& [key, s] : services) {
     if (s.busy_samples == 0 && s.tls_samples == 0) continue;
     v1::Service* out = report.add_services();
-    out->set_name(SanitizeLabel(name));
+    out->set_name(SanitizeLabel(key.name));
+    out->set_container_id(key.container_id);
+    out->set_pod_uid(key.pod_uid);
     uint64_t tls = 0;
     for (const auto& [key, n] : s.tls) {
       if (n == 0) continue;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "agent/aggregate/profile.h"
+#include "agent/daemon/services.h"
 #include "tlsprof/v1/report.pb.h"
 
 namespace tlsprof::daemon {
@@ -23,15 +24,17 @@ struct ServiceTotals {
   std::map<aggregate::LibraryAlgorithmKey, uint64_t> tls;
 };
 
-// The services of a window. `service_of` names a process's service (its unit
-// or comm); processes with no TLS time and no TLS library go to "(non-tls)"
-// without asking it. `scope_busy_samples`: the host's busy samples; what
-// no process entry holds (the kernel's pid map was full) is added to
-// "(non-tls)", so that the services add up to the host. Past kMaxServices,
-// the services with the least busy CPU are summed into "(overflow)".
-std::map<std::string, ServiceTotals> GroupServices(
-    const aggregate::Profile& profile, uint64_t scope_busy_samples,
-    const std::function<std::string(const aggregate::ProcessProfile&)>& service_of);
+using ServiceMap = std::map<ServiceKey, ServiceTotals>;
+
+// The services of a window. `service_of` keys a process (its unit or comm,
+// its container and pod); processes with no TLS time and no TLS library go
+// to "(non-tls)" without asking it. `scope_busy_samples`: the host's busy
+// samples; what no process entry holds (the kernel's pid map was full) is
+// added to "(non-tls)", so that the services add up to the host. Past
+// kMaxServices keys (containers multiply them), the keys with the least busy
+// CPU are summed into "(overflow)", which has no container.
+ServiceMap GroupServices(const aggregate::Profile& profile, uint64_t scope_busy_samples,
+                         const std::function<ServiceKey(const aggregate::ProcessProfile&)>& service_of);
 
 struct WindowInfo {
   int64_t start_unix_ns = 0;
@@ -47,7 +50,7 @@ v1::Phase PhaseToProto(classify::Phase phase);
 // tls_samples: the kernel maps are read one after another, so a process's
 // TLS samples may run a few samples ahead of its busy samples at a window's
 // edge; the report keeps the collector's invariant (tls <= busy).
-v1::AgentReport EncodeReport(const std::map<std::string, ServiceTotals>& services, uint64_t busy_samples,
-                             const WindowInfo& window, const v1::Host& host, const v1::AgentStats& agent);
+v1::AgentReport EncodeReport(const ServiceMap& services, uint64_t busy_samples, const WindowInfo& window,
+                             const v1::Host& host, const v1::AgentStats& agent);
 
 }  // namespace tlsprof::daemon

@@ -68,13 +68,15 @@ AgentMetrics::AgentMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       cpu_seconds_(BuildCounter()
                        .Name("tlsprof_cpu_seconds_total")
-                       .Help("CPU-seconds inside TLS code, by bucket, algorithm, phase, TLS library and service")
+                       .Help("CPU-seconds inside TLS code, by bucket, algorithm, phase, TLS library and service (and "
+                             "container_id, pod_uid in a container)")
                        .Register(*registry_)),
-      busy_seconds_(BuildCounter()
-                        .Name("tlsprof_busy_cpu_seconds_total")
-                        .Help("Busy CPU-seconds (user + kernel) of the service's processes; (non-tls) holds every "
-                              "other process")
-                        .Register(*registry_)),
+      busy_seconds_(
+          BuildCounter()
+              .Name("tlsprof_busy_cpu_seconds_total")
+              .Help("Busy CPU-seconds (user + kernel) of the service's processes (and container_id, pod_uid in a "
+                    "container); (non-tls) holds every other process")
+              .Register(*registry_)),
       reports_(BuildCounter().Name("tlsprof_reports_total").Help("Windows counted").Register(*registry_).Add({})),
       windows_(BuildCounter()
                    .Name("tlsprof_agent_windows_total")
@@ -156,32 +158,31 @@ Status AgentMetrics::Serve(const std::string& address) {
 void AgentMetrics::AddReport(const v1::AgentReport& report) {
   std::lock_guard<std::mutex> lock(mu_);
   const double sec_per_sample = static_cast<double>(report.window().period_ns()) / 1e9;
-  // The service label of a new series, or "(overflow)" once the cap is reached.
-  auto service_for = [this](std::vector<std::string> labels) {
-    if (series_.contains(labels)) return labels.back();
-    if (series_.size() < kMaxSeries) {
-      std::string service = labels.back();
-      series_.insert(std::move(labels));
-      return service;
+  // The service, container and pod labels of a series: its own while the
+  // series is known or under the cap, else service "(overflow)" without a
+  // container. The container labels are there only when non-empty
+  // (docs/fleet.md, "Metrics"): a series' key holds them, so each series
+  // always has the same label names.
+  auto labels_for = [this](std::vector<std::string> key, const v1::Service& s) {
+    key.insert(key.end(), {s.name(), s.container_id(), s.pod_uid()});
+    if (!series_.contains(key) && series_.size() >= kMaxSeries) {
+      key.resize(key.size() - 3);
+      key.insert(key.end(), {std::string(kOverflowService), "", ""});
     }
-    labels.back() = std::string(kOverflowService);
-    series_.insert(labels);
-    return labels.back();
+    std::map<std::string, std::string> labels{{"service", key[key.size() - 3]}};
+    if (!key[key.size() - 2].empty()) labels["container_id"] = key[key.size() - 2];
+    if (!key.back().empty()) labels["pod_uid"] = key.back();
+    series_.insert(std::move(key));
+    return labels;
   };
   for (const v1::Service& s : report.services()) {
-    const std::string busy_service = service_for({"busy", s.name()});
-    busy_seconds_.Add({{"service", busy_service}}).Increment(static_cast<double>(s.busy_samples()) * sec_per_sample);
+    busy_seconds_.Add(labels_for({"busy"}, s)).Increment(static_cast<double>(s.busy_samples()) * sec_per_sample);
     for (const v1::TlsCpu& row : s.tls()) {
       std::string bucket(BucketLabel(row.bucket()));
       std::string phase(PhaseLabel(row.phase()));
-      const std::string service = service_for({bucket, row.algorithm(), phase, row.library(), s.name()});
-      cpu_seconds_
-          .Add({{"bucket", bucket},
-                {"algorithm", row.algorithm()},
-                {"phase", phase},
-                {"library", row.library()},
-                {"service", service}})
-          .Increment(static_cast<double>(row.samples()) * sec_per_sample);
+      auto labels = labels_for({bucket, row.algorithm(), phase, row.library()}, s);
+      labels.insert({{"bucket", bucket}, {"algorithm", row.algorithm()}, {"phase", phase}, {"library", row.library()}});
+      cpu_seconds_.Add(labels).Increment(static_cast<double>(row.samples()) * sec_per_sample);
     }
   }
   reports_.Increment();

@@ -55,4 +55,14 @@ std::string ServiceName(std::string_view cgroup, std::string_view comm) {
   return SanitizeLabel(unit.empty() ? comm : unit);
 }
 
+ServiceKey ServiceKeyOf(std::string_view cgroup, std::string_view comm, const discovery::ContainerIdentity& container,
+                        bool container_labels) {
+  ServiceKey key{ServiceName(cgroup, comm), "", ""};
+  if (container_labels) {
+    key.container_id = container.ShortId();
+    key.pod_uid = container.pod_uid;
+  }
+  return key;
+}
+
 }  // namespace tlsprof::daemon

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <unordered_set>
 
 namespace tlsprof::discovery {
@@ -120,13 +121,11 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
   return info;
 }
 
-std::string ReadCgroup(pid_t pid, const std::string& proc_root) {
+std::string ReadCgroupFile(pid_t pid, const std::string& proc_root) {
   std::ifstream in(fmt::format("{}/{}/cgroup", proc_root, pid));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
-  }
-  return "";
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
 }
 
 void ProcessRegistry::Forget(pid_t pid) { processes_.erase(pid); }
@@ -164,7 +163,9 @@ Status ProcessRegistry::Refresh(pid_t pid) {
   ProcessSnapshot snap;
   snap.pid = pid;
   snap.comm = ReadComm(pid, proc_root_);
-  snap.cgroup = ReadCgroup(pid, proc_root_);
+  const std::string cgroups = ReadCgroupFile(pid, proc_root_);
+  snap.cgroup = CgroupV2Path(cgroups);
+  snap.container = IdentityFromCgroupFile(cgroups);
   for (const Mapping& m : *maps) {
     if (!m.executable || !m.is_file()) continue;
     snap.mappings.push_back({m, LoadImage(pid, m)});

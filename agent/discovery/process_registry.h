@@ -20,6 +20,7 @@
 
 #include "agent/classify/classify.h"
 #include "agent/common/result.h"
+#include "agent/discovery/cgroup_identity.h"
 #include "agent/discovery/proc_maps.h"
 #include "agent/symbols/binary_image.h"
 
@@ -49,6 +50,7 @@ struct ProcessSnapshot {
   pid_t pid = 0;
   std::string comm;
   std::string cgroup;                 // the process's cgroup v2 path (/proc/PID/cgroup's "0::" line), "" if unknown
+  ContainerIdentity container;        // from every line of /proc/PID/cgroup (cgroup_identity.h); empty on the host
   std::vector<ExecMapping> mappings;  // executable file mappings, sorted by start
   bool exited = false;                // the last refresh found the process gone
 
@@ -105,9 +107,9 @@ class ProcessRegistry {
   mutable std::map<std::pair<const ImageInfo*, uint64_t>, bool> syscall_returns_;  // (image, file offset)
 };
 
-// The cgroup v2 path of a process ("/system.slice/nginx.service"), "" when it
-// cannot be read or the process is only in cgroup v1 hierarchies.
-std::string ReadCgroup(pid_t pid, const std::string& proc_root = "/proc");
+// The contents of /proc/PID/cgroup, "" when it cannot be read (the process is
+// gone). CgroupV2Path() and IdentityFromCgroupFile() (cgroup_identity.h) read it.
+std::string ReadCgroupFile(pid_t pid, const std::string& proc_root = "/proc");
 
 // Decides whether an image carries a TLS library (exposed for tests).
 std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, std::string_view path);

@@ -130,6 +130,9 @@ json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const Ag
   for (const auto* p : procs) {
     processes.push_back({{"pid", p->pid},
                          {"comm", p->comm},
+                         {"container_id", p->container.ShortId()},
+                         {"pod_uid", p->container.pod_uid},
+                         {"container_runtime", p->container.runtime},
                          {"cpu_seconds", p->samples * sec_per_sample},
                          {"tls_cpu_seconds", p->crypto.tls * sec_per_sample},
                          {"tls_share", Share(p->crypto.tls, p->samples)},

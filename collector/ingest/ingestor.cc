@@ -27,6 +27,20 @@ uint64_t Fnv1a(std::initializer_list<std::string_view> parts) {
   return h;
 }
 
+// The hashes of a series and of a service. The container labels enter only
+// when set, so that a series outside containers hashes as it did before they
+// existed: the hashes are persisted (the per-agent caps), and an older state
+// directory must still count its series once.
+uint64_t SeriesHash(const std::array<std::string_view, 7>& l) {
+  if (l[5].empty() && l[6].empty()) return Fnv1a({l[0], l[1], l[2], l[3], l[4]});
+  return Fnv1a({l[0], l[1], l[2], l[3], l[4], l[5], l[6]});
+}
+
+uint64_t ServiceHash(std::string_view name, std::string_view container_id, std::string_view pod_uid) {
+  if (container_id.empty() && pod_uid.empty()) return Fnv1a({name});
+  return Fnv1a({name, container_id, pod_uid});
+}
+
 double Seconds(uint64_t samples, uint64_t period_ns) {
   return static_cast<double>(samples) * static_cast<double>(period_ns) / 1e9;
 }
@@ -122,7 +136,9 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
   ++reports_;
 
   for (const v1::Service& service : report.services()) {
-    const uint64_t service_hash = Fnv1a({service.name()});
+    // (name, container, pod) is the service: a container multiplies them,
+    // and each counts toward max_services_per_agent.
+    const uint64_t service_hash = ServiceHash(service.name(), service.container_id(), service.pod_uid());
     if (!agent.services.count(service_hash)) {
       if (agent.services.size() >= options_.max_services_per_agent) {
         result.dropped_series += 1 + service.tls_size();  // its busy series and every TLS series
@@ -131,12 +147,18 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
       agent.services.insert(service_hash);
     }
     const double busy = Seconds(service.busy_samples(), period);
-    busy_[service.name()] += busy;
+    const std::array<std::string_view, 3> busy_key = {service.name(), service.container_id(), service.pod_uid()};
+    auto busy_it = busy_.find(busy_key);
+    if (busy_it == busy_.end())
+      busy_it = busy_.try_emplace(BusyKey{service.name(), service.container_id(), service.pod_uid()}).first;
+    busy_it->second += busy;
     minute.busy_seconds += busy;
     for (const v1::TlsCpu& row : service.tls()) {
       const std::string_view bucket = BucketName(row.bucket());
       const std::string_view phase = PhaseName(row.phase());
-      const uint64_t series_hash = Fnv1a({bucket, row.algorithm(), phase, row.library(), service.name()});
+      const std::array<std::string_view, 7> labels = {
+          bucket, row.algorithm(), phase, row.library(), service.name(), service.container_id(), service.pod_uid()};
+      const uint64_t series_hash = SeriesHash(labels);
       // One hash lookup for a known series while under the cap.
       if (agent.series.size() < options_.max_series_per_agent) {
         agent.series.insert(series_hash);
@@ -145,7 +167,7 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
         continue;
       }
       const double seconds = Seconds(row.samples(), period);
-      CpuSeriesLocked(series_hash, bucket, row.algorithm(), phase, row.library(), service.name()).seconds += seconds;
+      CpuSeriesLocked(series_hash, labels).seconds += seconds;
       minute.tls_seconds += seconds;
       minute.bucket_seconds[row.bucket()] += seconds;
       auto alg =
@@ -169,18 +191,15 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
   return result;
 }
 
-Ingestor::CpuSeries& Ingestor::CpuSeriesLocked(uint64_t hash, std::string_view bucket, std::string_view algorithm,
-                                               std::string_view phase, std::string_view library,
-                                               std::string_view service) {
+Ingestor::CpuSeries& Ingestor::CpuSeriesLocked(uint64_t hash, const std::array<std::string_view, 7>& labels) {
   for (;; ++hash) {
     auto [it, inserted] = cpu_.try_emplace(hash);
     CpuKey& l = it->second.labels;
     if (inserted) {
-      l = CpuKey{std::string(bucket), std::string(algorithm), std::string(phase), std::string(library),
-                 std::string(service)};
+      std::copy(labels.begin(), labels.end(), l.begin());
       return it->second;
     }
-    if (l[0] == bucket && l[1] == algorithm && l[2] == phase && l[3] == library && l[4] == service) return it->second;
+    if (std::equal(l.begin(), l.end(), labels.begin())) return it->second;
   }
 }
 
@@ -229,11 +248,15 @@ void Ingestor::SnapshotLocked(state::State& s) const {
     c->set_phase(key[2]);
     c->set_library(key[3]);
     c->set_service(key[4]);
+    c->set_container_id(key[5]);
+    c->set_pod_uid(key[6]);
     c->set_seconds(seconds);
   }
-  for (const auto& [name, seconds] : busy_) {
+  for (const auto& [key, seconds] : busy_) {
     state::NamedSeconds* b = s.add_busy();
-    b->set_name(name);
+    b->set_name(key[0]);
+    b->set_container_id(key[1]);
+    b->set_pod_uid(key[2]);
     b->set_seconds(seconds);
   }
   for (const auto& [key, seconds] : host_cpu_) {
@@ -290,12 +313,13 @@ Status Ingestor::Restore(const state::State& s) {
   hosts_.clear();
   agents_.clear();
   minutes_.clear();
+  // A snapshot from before the container fields restores with them "".
   for (const state::CpuSeries& c : s.cpu()) {
-    CpuSeriesLocked(Fnv1a({c.bucket(), c.algorithm(), c.phase(), c.library(), c.service()}), c.bucket(), c.algorithm(),
-                    c.phase(), c.library(), c.service())
-        .seconds = c.seconds();
+    const std::array<std::string_view, 7> labels = {c.bucket(),  c.algorithm(),    c.phase(),  c.library(),
+                                                    c.service(), c.container_id(), c.pod_uid()};
+    CpuSeriesLocked(SeriesHash(labels), labels).seconds = c.seconds();
   }
-  for (const state::NamedSeconds& b : s.busy()) busy_[b.name()] = b.seconds();
+  for (const state::NamedSeconds& b : s.busy()) busy_[{b.name(), b.container_id(), b.pod_uid()}] = b.seconds();
   for (const state::HostCpu& h : s.host_cpu()) host_cpu_[{h.host(), h.bucket()}] = h.seconds();
   for (const state::NamedSeconds& b : s.host_busy()) {
     host_busy_[b.name()] = b.seconds();
@@ -341,7 +365,7 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData() const {
   // series are never erased while serving and their labels never change), so
   // that a scrape does not hold up Submit while it formats.
   std::vector<std::pair<const CpuKey*, double>> cpu;
-  std::vector<std::pair<std::string, double>> busy;
+  std::vector<std::pair<BusyKey, double>> busy;
   std::vector<std::pair<std::pair<std::string, std::string>, double>> host_cpu;
   std::vector<std::pair<std::string, double>> host_busy;
   uint64_t reports = 0;
@@ -364,8 +388,14 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData() const {
     f.metric.reserve(cpu.size());
     for (const auto& [key, seconds] : cpu) {
       const CpuKey& k = *key;
-      f.metric.push_back(CounterMetric(
-          {{"algorithm", k[1]}, {"bucket", k[0]}, {"library", k[3]}, {"phase", k[2]}, {"service", k[4]}}, seconds));
+      // container_id and pod_uid only when set (docs/fleet.md, "Metrics"):
+      // they are part of the series' key, so a series never changes its label names.
+      std::vector<prometheus::ClientMetric::Label> labels = {{"algorithm", k[1]}, {"bucket", k[0]}};
+      if (!k[5].empty()) labels.push_back({"container_id", k[5]});
+      labels.insert(labels.end(), {{"library", k[3]}, {"phase", k[2]}});
+      if (!k[6].empty()) labels.push_back({"pod_uid", k[6]});
+      labels.push_back({"service", k[4]});
+      f.metric.push_back(CounterMetric(std::move(labels), seconds));
     }
     families.push_back(std::move(f));
   }
@@ -374,7 +404,13 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData() const {
                                "Busy CPU-seconds (user + kernel) of the service's processes; (non-tls) holds the rest",
                                prometheus::MetricType::Counter,
                                {}};
-    for (const auto& [service, seconds] : busy) f.metric.push_back(CounterMetric({{"service", service}}, seconds));
+    for (const auto& [key, seconds] : busy) {
+      std::vector<prometheus::ClientMetric::Label> labels;
+      if (!key[1].empty()) labels.push_back({"container_id", key[1]});
+      if (!key[2].empty()) labels.push_back({"pod_uid", key[2]});
+      labels.push_back({"service", key[0]});
+      f.metric.push_back(CounterMetric(std::move(labels), seconds));
+    }
     families.push_back(std::move(f));
   }
   {

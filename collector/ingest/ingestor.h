@@ -149,7 +149,19 @@ class Ingestor {
     std::array<double, 6> bucket_seconds{};  // by v1::Bucket
     std::map<std::pair<int, std::string>, double, AlgorithmLess> algorithms;
   };
-  using CpuKey = std::array<std::string, 5>;  // bucket, algorithm, phase, library, service
+  // bucket, algorithm, phase, library, service, container_id, pod_uid (the
+  // last two "" outside containers).
+  using CpuKey = std::array<std::string, 7>;
+  using BusyKey = std::array<std::string, 3>;  // service, container_id, pod_uid
+  // Orders BusyKeys; finds them by an array of string_views too (no copy per report).
+  struct BusyLess {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                          [](std::string_view x, std::string_view y) { return x < y; });
+    }
+  };
   // One tlsprof_cpu_seconds_total series. Its labels are stored once; the
   // series is found by the FNV hash of its labels (on a collision, the next
   // hash value that is free or holds the same labels).
@@ -161,8 +173,7 @@ class Ingestor {
   ApplyResult ApplyLocked(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
                           const std::function<void()>& commit);
   std::string HostLabel(const std::string& hostname);
-  CpuSeries& CpuSeriesLocked(uint64_t hash, std::string_view bucket, std::string_view algorithm, std::string_view phase,
-                             std::string_view library, std::string_view service);
+  CpuSeries& CpuSeriesLocked(uint64_t hash, const std::array<std::string_view, 7>& labels);
   void PruneMinutes(int64_t now_minute);
   void SnapshotLocked(state::State& s) const;
 
@@ -174,7 +185,7 @@ class Ingestor {
   // Node-based: an element's address is stable (CollectData reads labels
   // after the lock); nothing is erased except by Restore, before serving.
   std::unordered_map<uint64_t, CpuSeries> cpu_;
-  std::map<std::string, double> busy_;
+  std::map<BusyKey, double, BusyLess> busy_;
   std::map<std::pair<std::string, std::string>, double> host_cpu_;
   std::map<std::string, double> host_busy_;
   std::set<std::string> hosts_;  // hosts with their own label (at most max_hosts)

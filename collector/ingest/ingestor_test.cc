@@ -152,6 +152,148 @@ TEST(Ingestor, ServiceCapDropsTheServiceWithItsSeries) {
   EXPECT_EQ(SeriesCount(ingestor, "tlsprof_cpu_seconds_total"), 6u);
 }
 
+const std::string kPod = "8d4c0d6e-3f1a-4b2c-9d8e-7f6a5b4c3d2e";
+
+// MakeReport's nginx, twice more: in containers a and b of one pod.
+v1::AgentReport WithContainers(uint64_t sequence) {
+  v1::AgentReport r = MakeReport(sequence);
+  r.set_busy_samples(2400);
+  for (const char* id : {"aaaaaaaaaaaa", "bbbbbbbbbbbb"}) {
+    v1::Service* s = r.add_services();
+    *s = r.services(0);
+    s->set_container_id(id);
+    s->set_pod_uid(kPod);
+  }
+  return r;
+}
+
+std::map<std::string, std::string> InContainer(std::map<std::string, std::string> labels, std::string id) {
+  labels["container_id"] = std::move(id);
+  labels["pod_uid"] = kPod;
+  return labels;
+}
+
+TEST(Ingestor, ContainersAreSeparateSeriesWithLabelsOnlyWhenSet) {
+  Ingestor ingestor(IngestOptions{});
+  ingestor.Apply("a", WithContainers(1), kTestNowNs);
+  ingestor.Apply("a", WithContainers(2), kTestNowNs);
+  const double period = 1'000'000'000 / 99;
+  for (const char* id : {"aaaaaaaaaaaa", "bbbbbbbbbbbb"}) {
+    EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_cpu_seconds_total", InContainer(kAesGcm, id)), 2 * 300 * period / 1e9);
+    EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_busy_cpu_seconds_total", InContainer({{"service", "nginx"}}, id)),
+                     2 * 800 * period / 1e9);
+  }
+  // The host's nginx: exactly the old label set, no empty container labels.
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_cpu_seconds_total", kAesGcm), 2 * 300 * period / 1e9);
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_busy_cpu_seconds_total", {{"service", "nginx"}}), 2 * 800 * period / 1e9);
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_cpu_seconds_total"), 3u);
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_busy_cpu_seconds_total"), 3u);
+}
+
+TEST(Ingestor, ContainersCountTowardTheCaps) {
+  IngestOptions options;
+  options.max_services_per_agent = 2;
+  Ingestor services_capped(options);
+  // Three services of one name: the third (container b) is dropped with its series.
+  EXPECT_EQ(services_capped.Apply("a", WithContainers(1), kTestNowNs).dropped_series, 2u);
+  EXPECT_LT(
+      Value(services_capped, "tlsprof_busy_cpu_seconds_total", InContainer({{"service", "nginx"}}, "bbbbbbbbbbbb")), 0);
+
+  options = {};
+  options.max_series_per_agent = 2;
+  Ingestor series_capped(options);
+  EXPECT_EQ(series_capped.Apply("a", WithContainers(1), kTestNowNs).dropped_series, 1u);
+  EXPECT_EQ(SeriesCount(series_capped, "tlsprof_cpu_seconds_total"), 2u);
+}
+
+// FNV-1a as the collector hashed a series before container labels existed
+// (five labels, each followed by 0xff). The state directories of that
+// collector hold these hashes.
+uint64_t OldSeriesHash(std::initializer_list<std::string_view> parts) {
+  uint64_t h = 1469598103934665603ULL;
+  for (std::string_view part : parts) {
+    for (unsigned char c : part) h = (h ^ c) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL;
+  }
+  return h;
+}
+
+TEST(Ingestor, StateWrittenBeforeContainerLabelsStillRestores) {
+  // A snapshot as the previous collector wrote it: no container fields, and
+  // the agent's caps full with the old hashes of its one series and service.
+  state::State old;
+  state::CpuSeries* c = old.add_cpu();
+  c->set_bucket("cipher");
+  c->set_algorithm("AES-GCM");
+  c->set_phase("record");
+  c->set_library("openssl-3");
+  c->set_service("nginx");
+  c->set_seconds(1.5);
+  state::NamedSeconds* b = old.add_busy();
+  b->set_name("nginx");
+  b->set_seconds(4);
+  state::Agent* agent = old.add_agents();
+  agent->set_key("a");
+  agent->add_series(OldSeriesHash({"cipher", "AES-GCM", "record", "openssl-3", "nginx"}));
+  agent->add_services(OldSeriesHash({"nginx"}));
+  old.set_reports(1);
+
+  IngestOptions options;
+  options.max_series_per_agent = 1;
+  options.max_services_per_agent = 1;
+  Ingestor ingestor(options);
+  ASSERT_TRUE(ingestor.Restore(old).ok());
+  // The same series from a new report: counted onto the restored one, not
+  // dropped as a second series past the cap.
+  EXPECT_EQ(ingestor.Apply("a", MakeReport(1), kTestNowNs).dropped_series, 0u);
+  const double period = 1'000'000'000 / 99;
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_cpu_seconds_total", kAesGcm), 1.5 + 300 * period / 1e9);
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_busy_cpu_seconds_total", {{"service", "nginx"}}), 4 + 800 * period / 1e9);
+  // A container of it is a new service and a new series: over both caps.
+  EXPECT_EQ(ingestor.Apply("a", WithContainers(2), kTestNowNs).dropped_series, 2u * (1 + 1));
+
+  // Container series survive a snapshot and a restore with their labels.
+  Ingestor wide(IngestOptions{});
+  wide.Apply("a", WithContainers(1), kTestNowNs);
+  state::State snapshot;
+  wide.Checkpoint([&](state::State& s) { snapshot = s; });
+  Ingestor back(IngestOptions{});
+  ASSERT_TRUE(back.Restore(snapshot).ok());
+  EXPECT_DOUBLE_EQ(Value(back, "tlsprof_cpu_seconds_total", InContainer(kAesGcm, "aaaaaaaaaaaa")), 300 * period / 1e9);
+  EXPECT_DOUBLE_EQ(Value(back, "tlsprof_busy_cpu_seconds_total", InContainer({{"service", "nginx"}}, "bbbbbbbbbbbb")),
+                   800 * period / 1e9);
+  EXPECT_TRUE(back.Apply("a", WithContainers(1), kTestNowNs).duplicate);
+  EXPECT_EQ(back.Apply("a", WithContainers(2), kTestNowNs).dropped_series, 0u);
+}
+
+TEST(Ingestor, JournalRecordsReplayWithAndWithoutContainers) {
+  Ingestor live(IngestOptions{}), replayed(IngestOptions{});
+  std::vector<state::JournalRecord> journal;
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    const v1::AgentReport r = seq == 2 ? WithContainers(seq) : MakeReport(seq);
+    live.Apply("a", r, kTestNowNs);
+    state::JournalRecord record;
+    record.set_agent_key("a");
+    record.set_received_unix_ns(kTestNowNs);
+    if (seq == 1) {
+      *record.mutable_report() = r;  // the older record form
+    } else {
+      v1::SubmitRequest request;
+      *request.mutable_report() = r;
+      record.set_submit_request(request.SerializeAsString());
+    }
+    journal.push_back(record);
+  }
+  for (const state::JournalRecord& record : journal) ASSERT_TRUE(replayed.Replay(record).ok());
+  for (const char* family : {"tlsprof_cpu_seconds_total", "tlsprof_busy_cpu_seconds_total"}) {
+    EXPECT_EQ(SeriesCount(replayed, family), 3u) << family;
+  }
+  EXPECT_DOUBLE_EQ(Value(replayed, "tlsprof_cpu_seconds_total", InContainer(kAesGcm, "bbbbbbbbbbbb")),
+                   Value(live, "tlsprof_cpu_seconds_total", InContainer(kAesGcm, "bbbbbbbbbbbb")));
+  EXPECT_DOUBLE_EQ(Value(replayed, "tlsprof_cpu_seconds_total", kAesGcm),
+                   Value(live, "tlsprof_cpu_seconds_total", kAesGcm));
+}
+
 TEST(Ingestor, HostLabelsOverflow) {
   IngestOptions options;
   options.host_labels = true;

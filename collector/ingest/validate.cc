@@ -17,6 +17,8 @@ bool IsHostnameChar(char c) {
          c == ':' || c == '-';
 }
 
+bool IsLowerHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
 constexpr char kLabelRule[] = "must be 1-64 characters of [A-Za-z0-9._:/()+ -]";
 
 }  // namespace
@@ -25,6 +27,24 @@ bool IsValidLabelValue(std::string_view value) {
   if (value.empty() || value.size() > 64) return false;
   for (char c : value) {
     if (!IsLabelChar(c)) return false;
+  }
+  return true;
+}
+
+bool IsValidContainerId(std::string_view value) {
+  if (value.size() > 64) return false;
+  for (char c : value) {
+    if (!IsLowerHex(c)) return false;
+  }
+  return true;
+}
+
+bool IsValidPodUid(std::string_view value) {
+  if (value.empty()) return true;
+  if (value.size() != 36) return false;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? value[i] != '-' : !IsLowerHex(value[i])) return false;
   }
   return true;
 }
@@ -104,6 +124,12 @@ std::optional<std::string> ValidateReport(const v1::AgentReport& r, int64_t now_
     const v1::Service& s = r.services(i);
     // The field name is formatted only for the error: this runs per row of every report.
     if (!IsValidLabelValue(s.name())) return fmt::format("services[{}].name: {}", i, kLabelRule);
+    if (!IsValidContainerId(s.container_id())) {
+      return fmt::format("services[{}].container_id: must be empty or 1-64 lowercase hex digits", i);
+    }
+    if (!IsValidPodUid(s.pod_uid())) {
+      return fmt::format("services[{}].pod_uid: must be empty or a lowercase UUID (8-4-4-4-12 hex digits)", i);
+    }
     if (static_cast<double>(s.busy_samples()) > max_samples) {
       return fmt::format("services[{}].busy_samples: {} exceeds 1.5 x cpus x seconds x frequency = {:.0f}", i,
                          s.busy_samples(), max_samples);

@@ -24,6 +24,10 @@ inline constexpr size_t kAgentInstanceBytes = 16;
 // A label value (service, algorithm, library): 1–64 characters of
 // [A-Za-z0-9._:/()+ -]. Nothing that could close a label or inject a series.
 bool IsValidLabelValue(std::string_view value);
+// A container id: "" (not in a container) or 1-64 lowercase hex digits.
+bool IsValidContainerId(std::string_view value);
+// A pod UID: "" (not in a pod) or a lowercase dashed UUID, 8-4-4-4-12.
+bool IsValidPodUid(std::string_view value);
 // A hostname as the collector uses it (relay and insecure identities, host
 // labels): 1–253 characters of [A-Za-z0-9._:-].
 bool IsValidHostname(std::string_view value);

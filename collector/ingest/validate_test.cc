@@ -77,6 +77,18 @@ const Rejection kRejections[] = {
      "services[0].tls[0].algorithm: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
     {"library_newline", [](auto& r) { r.mutable_services(0)->mutable_tls(0)->set_library("openssl\n"); },
      "services[0].tls[0].library: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+    {"container_id_upper_case", [](auto& r) { r.mutable_services(0)->set_container_id("3F1C6A9E2B7D"); },
+     "services[0].container_id: must be empty or 1-64 lowercase hex digits"},
+    {"container_id_too_long", [](auto& r) { r.mutable_services(0)->set_container_id(std::string(65, 'a')); },
+     "services[0].container_id: must be empty or 1-64 lowercase hex digits"},
+    {"container_id_injection", [](auto& r) { r.mutable_services(0)->set_container_id("ab\"}x{"); },
+     "services[0].container_id: must be empty or 1-64 lowercase hex digits"},
+    {"pod_uid_underscored", [](auto& r) { r.mutable_services(0)->set_pod_uid("8d4c0d6e_3f1a_4b2c_9d8e_7f6a5b4c3d2e"); },
+     "services[0].pod_uid: must be empty or a lowercase UUID (8-4-4-4-12 hex digits)"},
+    {"pod_uid_upper_case", [](auto& r) { r.mutable_services(0)->set_pod_uid("8D4C0D6E-3F1A-4B2C-9D8E-7F6A5B4C3D2E"); },
+     "services[0].pod_uid: must be empty or a lowercase UUID (8-4-4-4-12 hex digits)"},
+    {"pod_uid_short", [](auto& r) { r.mutable_services(0)->set_pod_uid("8d4c0d6e-3f1a-4b2c-9d8e"); },
+     "services[0].pod_uid: must be empty or a lowercase UUID (8-4-4-4-12 hex digits)"},
 };
 
 class ValidateRejects : public ::testing::TestWithParam<Rejection> {};
@@ -113,6 +125,21 @@ TEST(Validate, LabelValues) {
   }
   EXPECT_TRUE(IsValidLabelValue(std::string(64, 'a')));
   EXPECT_FALSE(IsValidLabelValue(std::string(65, 'a')));
+}
+
+TEST(Validate, ContainerFields) {
+  v1::AgentReport r = MakeReport(1);
+  r.mutable_services(0)->set_container_id("3f1c6a9e2b7d");
+  r.mutable_services(0)->set_pod_uid("8d4c0d6e-3f1a-4b2c-9d8e-7f6a5b4c3d2e");
+  EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
+  r.mutable_services(0)->set_container_id(std::string(64, 'f'));  // a full id
+  r.mutable_services(0)->clear_pod_uid();                         // a container outside Kubernetes
+  EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
+  EXPECT_TRUE(IsValidContainerId(""));
+  EXPECT_TRUE(IsValidPodUid(""));
+  EXPECT_FALSE(IsValidPodUid("8d4c0d6e-3f1a-4b2c-9d8e-7f6a5b4c3d2g"));
+  EXPECT_FALSE(IsValidPodUid("8d4c0d6e-3f1a-4b2c-9d8e-7f6a5b4c3d2e0"));
+  EXPECT_FALSE(IsValidPodUid("8d4c0d6e3-f1a-4b2c-9d8e-7f6a5b4c3d2e"));
 }
 
 }  // namespace
