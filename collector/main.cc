@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
                  "line); the command line wins");
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--listen", server_options.listen, "gRPC address HOST:PORT")->required();
-  app.add_option("--metrics-listen", metrics_listen, "HTTP address HOST:PORT for /metrics, /api/v1/* and the status page at /")
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HTTP address HOST:PORT for /metrics, /api/v1/* and the status page at /")
       ->required();
   auto* ca = app.add_option("--tls-ca", server_options.tls.ca, "PEM: the CA that signs agent certificates");
   auto* cert = app.add_option("--tls-cert", server_options.tls.cert, "PEM: the collector's certificate");
