@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer targets of tests/fuzz/ for a given time each and prints,
+# per target: executions, exec/s, coverage (cov: edges, ft: features), corpus
+# size, peak RSS and crashes. Exits non-zero if any target crashed (or leaked,
+# timed out or ran out of memory); the inputs are kept and their paths printed.
+#
+# Usage: bench/fuzz.sh [--jobs N] [--merge] [SECONDS_PER_TARGET=600] [TARGET...]
+#   TARGET      elf_symbols go_pclntab eh_frame debuglink proc_maps collector_ingest
+#               (default: all; the _fuzz suffix may be given)
+#   --jobs N    run N targets at once (default 1; each uses one CPU)
+#   --merge     afterwards, merge the inputs that add coverage into
+#               tests/fuzz/corpus/<target>/ (libFuzzer -merge=1); without it the
+#               checked-in corpus is never written to
+#
+# Configures build-fuzz/ (CC=clang CXX=clang++ -DTLSPROF_FUZZ=ON) if it does
+# not exist, and builds the targets. Each run works on a copy of the corpus in
+# build-fuzz/fuzz-runs/<time>/<target>/ (corpus/, crashes/, log).
+# Reproduce a crash: build-fuzz/bin/<target>_fuzz <crash file>.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+all_targets=(elf_symbols go_pclntab eh_frame debuglink proc_maps collector_ingest)
+
+jobs=1
+merge=0
+seconds=600
+seen_seconds=0
+targets=()
+while (($#)); do
+  case $1 in
+    --jobs) jobs=$2; shift 2 ;;
+    --jobs=*) jobs=${1#--jobs=}; shift ;;
+    --merge) merge=1; shift ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *)
+      if [[ $1 =~ ^[0-9]+$ && ${#targets[@]} -eq 0 && $seen_seconds -eq 0 ]]; then
+        seconds=$1
+        seen_seconds=1
+      else
+        t=${1%_fuzz}
+        if [[ ! " ${all_targets[*]} " =~ " $t " ]]; then
+          echo "unknown target '$1'; targets: ${all_targets[*]}" >&2
+          exit 2
+        fi
+        targets+=("$t")
+      fi
+      shift ;;
+  esac
+done
+((${#targets[@]})) || targets=("${all_targets[@]}")
+
+build=$root/build-fuzz
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  echo "configuring $build (clang, TLSPROF_FUZZ=ON)"
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTLSPROF_FUZZ=ON \
+    >/dev/null
+fi
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]/%/_fuzz}" | grep -v '^\[' || true
+for t in "${targets[@]}"; do
+  [[ -x $build/bin/${t}_fuzz ]] || { echo "build-fuzz/bin/${t}_fuzz was not built" >&2; exit 1; }
+done
+
+runs=$build/fuzz-runs/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$runs"
+# halt_on_error: UBSan findings stop the run like crashes (the build also
+# passes -fno-sanitize-recover). The leak check stays on (libFuzzer's default).
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0}
+
+run_one() {
+  local t=$1 dir=$runs/$1
+  mkdir -p "$dir/corpus" "$dir/crashes"
+  cp -r "$root/tests/fuzz/corpus/$t/." "$dir/corpus/"
+  "$build/bin/${t}_fuzz" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="$dir/crashes/" "$dir/corpus" >"$dir/log" 2>&1 || true
+}
+
+echo "fuzzing ${targets[*]} for ${seconds} s each, $jobs at a time; logs in $runs"
+running=0
+for t in "${targets[@]}"; do
+  run_one "$t" &
+  running=$((running + 1))
+  if ((running >= jobs)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait
+
+status=0
+printf '%-18s %12s %9s %8s %8s %7s %8s %7s\n' target runs exec/s cov ft corpus rss_mb crashes
+for t in "${targets[@]}"; do
+  dir=$runs/$t
+  stat() { sed -n "s/^stat::$1: *//p" "$dir/log" | tail -1; }
+  # The last status line that carries coverage, e.g. "#123 DONE cov: 1234 ft: 5678 corp: 90/1Mb ...".
+  last=$(grep -E '^#[0-9]+.*cov: ' "$dir/log" | tail -1 || true)
+  cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
+  ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
+  corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")
+  crashes=$(find "$dir/crashes" -type f | wc -l)
+  printf '%-18s %12s %9s %8s %8s %7s %8s %7s\n' "$t" "$(stat number_of_executed_units)" \
+    "$(stat average_exec_per_sec)" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$(stat peak_rss_mb)" "$crashes"
+  if ((crashes)) || grep -qE '^==[0-9]+==ERROR|runtime error:|^SUMMARY: ' "$dir/log"; then
+    status=1
+    echo "  FINDING in $t (log: $dir/log):" >&2
+    grep -E '^==[0-9]+==ERROR|runtime error:|^SUMMARY: ' "$dir/log" | head -3 | sed 's/^/    /' >&2
+    find "$dir/crashes" -type f | sed 's/^/    input: /' >&2
+  fi
+done
+
+if ((merge)); then
+  for t in "${targets[@]}"; do
+    before=$(find "$root/tests/fuzz/corpus/$t" -type f | wc -l)
+    "$build/bin/${t}_fuzz" -merge=1 -rss_limit_mb=2048 -timeout=10 "$root/tests/fuzz/corpus/$t" "$runs/$t/corpus" \
+      >"$runs/$t/merge.log" 2>&1
+    after=$(find "$root/tests/fuzz/corpus/$t" -type f | wc -l)
+    echo "merged into tests/fuzz/corpus/$t: $before -> $after files"
+  done
+fi
+exit $status
