@@ -371,7 +371,9 @@ def main():
         go_elf = with_section(tmp, elf["hello.stripped"], ".go", ".gopclntab", tables["go120-pie"])
         write(args.out, "elf_symbols", "stripped-gopclntab", read(go_elf))
         # ... and one where it hides inside .data.rel.ro (external linking), after some bytes.
+        # (.go.buildinfo marks a binary as Go, which is what enables the search by magic.)
         hidden = with_section(tmp, elf["hello.stripped"], ".relro", ".data.rel.ro", bytes(24) + tables["go118"])
+        hidden = with_section(tmp, hidden, ".bi", ".go.buildinfo", b"\xff Go buildinf:\x08\x02" + bytes(16))
         write(args.out, "elf_symbols", "stripped-relro-gopclntab", read(hidden))
 
         # Go pclntab.
@@ -394,6 +396,12 @@ def main():
             run("objcopy", "--strip-all", f"--add-gnu-debuglink={debug}", elf[name], linked)
             b = read(linked)
             write(args.out, "debuglink", name, struct.pack("<I", len(b)) + b + read(debug))
+        # A debuglink naming a file that is not there: found through the .build-id tree instead.
+        other = os.path.join(tmp, "other.debug")
+        run("objcopy", "--only-keep-debug", elf["libfuzz.so"], other)
+        run("objcopy", "--strip-all", f"--add-gnu-debuglink={other}", elf["libfuzz.so"], other + ".linked")
+        b = read(other + ".linked")
+        write(args.out, "debuglink", "build-id-tree", struct.pack("<I", len(b)) + b + read(other))
         # No build-id: the CRC alone matches.
         noid = os.path.join(tmp, "hello-noid")
         run("gcc", *SMALL, "-Wl,--build-id=none", "-o", noid, os.path.join(tmp, "hello.c"))
