@@ -338,6 +338,8 @@ TEST(DebugLinkTest, ParseAndCandidates) {
   EXPECT_FALSE(ParseDebugLink(no_nul, false).has_value());
   const uint8_t slash[] = {'.', '.', '/', 'x', 0, 0, 0, 0, 1, 2, 3, 4};
   EXPECT_FALSE(ParseDebugLink(slash, false).has_value());
+  // An empty .gnu_debuglink section: libelf gives no buffer at all.
+  EXPECT_FALSE(ParseDebugLink(std::span<const uint8_t>(), false).has_value());
 
   EXPECT_EQ(DebugLinkCandidates("/proc/7/root/usr/lib", "/usr/lib", "x.debug", {"/usr/lib/debug"}),
             (std::vector<std::string>{"/proc/7/root/usr/lib/x.debug", "/proc/7/root/usr/lib/.debug/x.debug",

@@ -34,14 +34,16 @@ struct Dirs {
   std::string top, bin, debug;
 };
 
+// Never destroyed: the atexit handler that removes the directory runs after
+// static destructors registered before it.
 const Dirs& Tmp() {
-  static const Dirs dirs = [] {
+  static const Dirs& dirs = *[] {
     std::string base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : fs::temp_directory_path().string();
     std::string tmpl = base + "/tlsprof-debuglink-fuzz.XXXXXX";
     if (mkdtemp(tmpl.data()) == nullptr) std::abort();
-    Dirs d{tmpl, tmpl + "/bin", tmpl + "/debug"};
-    fs::create_directories(d.bin);
-    fs::create_directories(d.debug);
+    auto* d = new Dirs{tmpl, tmpl + "/bin", tmpl + "/debug"};
+    fs::create_directories(d->bin);
+    fs::create_directories(d->debug);
     std::atexit([] {
       std::error_code ec;
       fs::remove_all(Tmp().top, ec);
