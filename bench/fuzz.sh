@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets of tests/fuzz/ for a given time each and prints,
-# per target: executions, exec/s, coverage (cov: edges, ft: features), corpus
+# per target: seconds run, executions, exec/s, coverage (cov: edges, ft: features), corpus
 # size, peak RSS and crashes. Exits non-zero if any target crashed (or leaked,
 # timed out or ran out of memory); the inputs are kept and their paths printed.
 #
@@ -54,10 +54,11 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTLSPROF_FUZZ=ON \
     >/dev/null
 fi
-cmake --build "$build" -j"$(nproc)" --target "${targets[@]/%/_fuzz}" | grep -v '^\[' || true
-for t in "${targets[@]}"; do
-  [[ -x $build/bin/${t}_fuzz ]] || { echo "build-fuzz/bin/${t}_fuzz was not built" >&2; exit 1; }
-done
+if ! cmake --build "$build" -j"$(nproc)" --target "${targets[@]/%/_fuzz}" >"$build/fuzz-build.log" 2>&1; then
+  tail -30 "$build/fuzz-build.log" >&2
+  echo "building the fuzz targets failed (log: $build/fuzz-build.log)" >&2
+  exit 1
+fi
 
 runs=$build/fuzz-runs/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$runs"
@@ -70,8 +71,10 @@ run_one() {
   local t=$1 dir=$runs/$1
   mkdir -p "$dir/corpus" "$dir/crashes"
   cp -r "$root/tests/fuzz/corpus/$t/." "$dir/corpus/"
+  local start=$SECONDS
   "$build/bin/${t}_fuzz" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
     -artifact_prefix="$dir/crashes/" "$dir/corpus" >"$dir/log" 2>&1 || true
+  echo $((SECONDS - start)) >"$dir/seconds"
 }
 
 echo "fuzzing ${targets[*]} for ${seconds} s each, $jobs at a time; logs in $runs"
@@ -87,7 +90,7 @@ done
 wait
 
 status=0
-printf '%-18s %12s %9s %8s %8s %7s %8s %7s\n' target runs exec/s cov ft corpus rss_mb crashes
+printf '%-18s %6s %12s %9s %8s %8s %7s %8s %7s\n' target secs runs exec/s cov ft corpus rss_mb crashes
 for t in "${targets[@]}"; do
   dir=$runs/$t
   stat() { sed -n "s/^stat::$1: *//p" "$dir/log" | tail -1; }
@@ -97,7 +100,7 @@ for t in "${targets[@]}"; do
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")
   crashes=$(find "$dir/crashes" -type f | wc -l)
-  printf '%-18s %12s %9s %8s %8s %7s %8s %7s\n' "$t" "$(stat number_of_executed_units)" \
+  printf '%-18s %6s %12s %9s %8s %8s %7s %8s %7s\n' "$t" "$(cat "$dir/seconds")" "$(stat number_of_executed_units)" \
     "$(stat average_exec_per_sec)" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$(stat peak_rss_mb)" "$crashes"
   if ((crashes)) || grep -qE '^==[0-9]+==ERROR|runtime error:|^SUMMARY: ' "$dir/log"; then
     status=1
