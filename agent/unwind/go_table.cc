@@ -137,6 +137,12 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
   // A position-independent binary stores 0 there; runtime.text starts .text
   // when Go links internally (an external link's PIE is not handled).
   if (text_start == 0 && text != nullptr) text_start = text->shdr.sh_addr;
+  // Rows hold 32-bit PCs: a .text reaching past 4 GiB would give the rows of
+  // its tail truncated, unsorted PCs (the gap after the last function is
+  // filled up to the end of .text). Found by tests/fuzz/eh_frame_fuzz.
+  if (text != nullptr && (text->shdr.sh_addr > UINT32_MAX || text->shdr.sh_size > UINT32_MAX - text->shdr.sh_addr)) {
+    return MakeError("{}: .text reaches beyond 4 GiB, which the 32-bit unwind rows cannot describe", display_path);
+  }
   auto code_at = [&](uint64_t vaddr) -> std::span<const uint8_t> {
     for (const Section& s : sections) {
       if (!(s.shdr.sh_flags & SHF_EXECINSTR) || vaddr < s.shdr.sh_addr || vaddr - s.shdr.sh_addr >= s.bytes.size()) {
