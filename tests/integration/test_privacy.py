@@ -51,6 +51,7 @@ class Relay:
         self.record = open(record, "ab")
         self.lock = threading.Lock()
         self.bytes = 0
+        self.sockets = []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self.accept, daemon=True).start()
@@ -67,6 +68,7 @@ class Relay:
             except OSError:  # the collector is down: the agent keeps its batches
                 client.close()
                 continue
+            self.sockets += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
 
@@ -89,6 +91,8 @@ class Relay:
 
     def close(self):
         self.listener.close()
+        for s in self.sockets:
+            s.close()
         self.record.close()
 
 
@@ -195,6 +199,7 @@ class PrivacyTest(unittest.TestCase):
 
         # The collector goes away: batches stay in the spool; copy them before they are sent.
         self.procs.stop(collector)
+        first_collector = collector
         self.wait_for("batches in the spool", lambda: self.metric(agent_http, "tlsprof_agent_spool_batches") >= 2)
         spool_copy = self.procs.path("spool-copy")
         shutil.copytree(agent_state, spool_copy)
@@ -215,10 +220,13 @@ class PrivacyTest(unittest.TestCase):
         self.procs.stop(collector)
         self.procs.stop(server)
 
-        haystacks = {f"one-shot {f}": open(p, "rb").read() for f, p in outs.items()}
+        haystacks = {}
+        for f, p in outs.items():
+            with open(p, "rb") as fh:
+                haystacks[f"one-shot {f}"] = fh.read()
         haystacks["one-shot stdout+stderr"] = oneshot.stdout + oneshot.stderr
         haystacks.update(scraped)
-        for proc in (agent, collector):
+        for proc in (agent, first_collector, collector):
             with open(proc.log_path, "rb") as f:
                 haystacks[f"log {os.path.basename(proc.log_path)}"] = f.read()
         for label, root in (("collector state", collector_state), ("agent state", agent_state),
