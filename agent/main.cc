@@ -238,6 +238,7 @@ int main(int argc, char** argv) {
     // Flag errors before the privilege check: they are the user's to fix first.
     if (auto st = tlsprof::daemon::Validate(run_options); !st.ok()) return Fail(st.error().message);
     if (auto st = PrepareToProfile(run_options.pids); !st.ok()) return Fail(st.error().message);
+    run_options.drop_capabilities = true;
     auto status = tlsprof::daemon::Run(run_options, g_stop);
     if (!status.ok()) return Fail(status.error().message);
     return 0;
@@ -250,6 +251,7 @@ int main(int argc, char** argv) {
     auto started = StartDemo(workload, options.duration_seconds + 10);
     if (!started.ok()) return Fail(started.error().message);
   }
+  options.drop_capabilities = true;
   auto report = tlsprof::oneshot::Run(options, g_stop);
   if (!report.ok()) return Fail(report.error().message);
   return PrintReport(*report, format, output);

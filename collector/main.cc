@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/privilege/privilege.h"
 #include "collector/expose/health.h"
 #include "collector/expose/http.h"
 #include "collector/ingest/ingestor.h"
@@ -25,6 +26,47 @@ constexpr int64_t kAgentHorizonNs = 5LL * 60 * 1000 * 1000 * 1000;
 int64_t NowUnixNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// The lowest port an unprivileged process may bind (net.ipv4.ip_unprivileged_port_start, 1024 by default).
+int UnprivilegedPortStart() {
+  std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_unprivileged_port_start", "r");
+  int start = 1024;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%d", &start) != 1) start = 1024;
+    std::fclose(f);
+  }
+  return start;
+}
+
+// True if HOST:PORT names a port below UnprivilegedPortStart() (binding it needs CAP_NET_BIND_SERVICE).
+bool NeedsPrivilegedPort(const std::string& address, int unprivileged_start) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  int port = 0;
+  if (std::sscanf(address.c_str() + colon + 1, "%d", &port) != 1) return false;
+  return port > 0 && port < unprivileged_start;
+}
+
+// The collector needs no capability (docs/fleet.md, "Capabilities"): it reads its own files and binds ports >= 1024.
+// Whatever it was started with (root, say) is dropped from every set before the first thread starts, since threads
+// keep their creator's capabilities. Only a port below 1024 keeps CAP_NET_BIND_SERVICE, for the life of the process:
+// gRPC binds from threads it starts itself.
+tlsprof::Status DropCapabilities(const std::vector<std::string>& listen_addresses) {
+  std::vector<cap_value_t> keep;
+  const int start = UnprivilegedPortStart();
+  for (const std::string& address : listen_addresses) {
+    if (NeedsPrivilegedPort(address, start)) keep = {CAP_NET_BIND_SERVICE};
+  }
+  const std::string before = tlsprof::privilege::Describe();
+  if (auto st = tlsprof::privilege::KeepOnly(keep); !st.ok()) return st;
+  const std::string after = tlsprof::privilege::Describe();
+  if (after != before) {
+    spdlog::info("capabilities: kept {}; now {}", tlsprof::privilege::Names(keep), after);
+  } else {
+    spdlog::debug("capabilities: {}", after);
+  }
+  return tlsprof::OkStatus();
 }
 
 int Fail(const std::string& message) {
@@ -116,6 +158,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // Before the first thread (the state store's, gRPC's, the HTTP server's).
+  if (auto st = DropCapabilities({server_options.listen, metrics_listen}); !st.ok()) {
+    return Fail("cannot drop capabilities: " + st.error().message);
+  }
 
   Ingestor ingestor(ingest);
   HealthMetrics health;

@@ -28,6 +28,8 @@ packages=(
   python3-yaml libjs-chart.js chromium fonts-dejavu-core
   # .deb packages (CPack's DEB generator runs dpkg-shlibdeps) and their install test (setpriv, adduser)
   dpkg-dev util-linux adduser
+  # least privilege: the agent and the collector drop capabilities with libcap (cap_set_proc, cap_drop_bound)
+  libcap-dev
 )
 
 stamp=/var/lib/tlsprof-deps.stamp

@@ -210,7 +210,7 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   stack.phase = sc.phase;
   stack.samples = count;
   stack.frames.reserve(m);
-  for (size_t i = 0; i < m; ++i) stack.frames.push_back(FrameName(frames[i], frame_ips[i]));
+  for (size_t i = 0; i < m; ++i) stack.frames.push_back(FrameName(frames[i], frame_ips[i], /*leaf=*/i == 0));
   profile_.stacks.push_back(std::move(stack));
 
   if (operation != nullptr && sc.classification.bucket != classify::Bucket::kOther) {
@@ -227,9 +227,14 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   }
 }
 
-std::string Attributor::FrameName(const Frame& f, uint64_t ip) {
+std::string Attributor::FrameName(const Frame& f, uint64_t ip, bool leaf) {
   if (!f.name.empty()) return std::string(f.name);
-  if (f.where.image == nullptr) return fmt::format("[unknown+0x{:x}]", ip);
+  // Privacy (docs/attribution.md): a caller's "return address" outside every
+  // mapping is a word the in-kernel walk read from the user stack where its
+  // rows said a return address would be, and it was none (the walk stops
+  // there, no_mapping): it may be any data the stack held. Only the leaf, a
+  // register's program counter, is known to be a code address.
+  if (f.where.image == nullptr) return leaf ? fmt::format("[unknown+0x{:x}]", ip) : std::string("[unknown]");
   const std::string& path = f.where.image->path;
   size_t slash = path.rfind('/');
   return fmt::format("[{}]", slash == std::string::npos ? path : path.substr(slash + 1));

@@ -151,7 +151,7 @@ class Attributor {
  private:
   void Account(ProcessProfile& p, const Frame& where, const classify::Classification& c, classify::Phase phase,
                uint64_t count, bool from_stack);
-  static std::string FrameName(const Frame& f, uint64_t ip);
+  static std::string FrameName(const Frame& f, uint64_t ip, bool leaf);
   ProcessProfile& Process(uint32_t tgid);
 
   const discovery::ProcessRegistry& registry_;

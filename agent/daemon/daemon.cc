@@ -76,28 +76,33 @@ Status Validate(const Options& o) {
 
 Status Run(const Options& options, const std::atomic<bool>& stop) {
   if (auto st = Validate(options); !st.ok()) return st;
-  // The port first: a port in use fails at once, before the sampler loads.
+  // Order: the sampler (the only step needing CAP_BPF + CAP_PERFMON), then
+  // the capability drop, then the threads (metrics server, shipper: a thread
+  // keeps the capabilities of the thread that created it), then the first
+  // snapshot of every process, the slow part. So a port in use still fails
+  // before that.
   AgentMetrics metrics;
-  if (auto st = metrics.Serve(options.metrics_listen); !st.ok()) return st;
-
   std::unique_ptr<ship::Shipper> shipper;
-  if (!options.collector.empty()) {
+  profiler::Options po;
+  po.frequency_hz = options.frequency_hz;
+  po.pids = options.pids;
+  po.stacks = options.stacks;
+  po.debug_dirs = options.debug_dirs;
+  po.drop_capabilities = options.drop_capabilities;
+  po.after_setup = [&]() -> Status {
+    if (auto st = metrics.Serve(options.metrics_listen); !st.ok()) return st;
+    if (options.collector.empty()) return OkStatus();
     ship::ShipperOptions so;
     so.collector = options.collector;
     so.state_dir = options.state_dir;
     so.spool_max_bytes = options.spool_max_bytes;
     so.insecure = options.insecure;
     so.tls = {options.tls_ca, options.tls_cert, options.tls_key};
-    auto started = ship::Shipper::Start(so);
-    if (!started.ok()) return started.error();
-    shipper = std::move(started).value();
-  }
-
-  profiler::Options po;
-  po.frequency_hz = options.frequency_hz;
-  po.pids = options.pids;
-  po.stacks = options.stacks;
-  po.debug_dirs = options.debug_dirs;
+    auto shipper_started = ship::Shipper::Start(so);
+    if (!shipper_started.ok()) return shipper_started.error();
+    shipper = std::move(shipper_started).value();
+    return OkStatus();
+  };
   auto started = profiler::Profiler::Start(po);
   if (!started.ok()) return started.error();
   profiler::Profiler& profiler = **started;

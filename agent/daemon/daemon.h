@@ -33,6 +33,9 @@ struct Options {
   std::vector<std::string> debug_dirs;
   double poll_seconds = 0.5;  // how often new processes are snapshotted
   double flush_seconds = 10;  // at stop, how long the shipper may empty the spool
+  // Least privilege after set-up (agent/profiler/steady_state.h); main.cc
+  // turns it on, tests that run the daemon in their own process may not.
+  bool drop_capabilities = false;
 };
 
 // Checks the options' consistency (no I/O): an error says which flag is wrong

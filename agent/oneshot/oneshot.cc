@@ -37,6 +37,7 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   profiler_options.stacks = options.stacks;
   profiler_options.debug_dirs = options.debug_dirs;
   profiler_options.refresh_all_sampled = true;
+  profiler_options.drop_capabilities = options.drop_capabilities;
   auto started = profiler::Profiler::Start(profiler_options);
   if (!started.ok()) return started.error();
   profiler::Profiler& profiler = **started;

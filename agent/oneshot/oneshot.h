@@ -34,6 +34,9 @@ struct Options {
   // Exports of the TLS stacks; empty: not written.
   std::string folded_path;
   std::string pprof_path;
+  // Least privilege after set-up (agent/profiler/steady_state.h); main.cc
+  // turns it on.
+  bool drop_capabilities = false;
 };
 
 // Runs the profile and returns the report document. `stop` ends the window

@@ -1,6 +1,7 @@
 #include "agent/profiler/profiler.h"
 
 #include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -9,6 +10,8 @@
 #include <cerrno>
 #include <map>
 #include <span>
+
+#include "agent/profiler/steady_state.h"
 
 namespace tlsprof::profiler {
 namespace {
@@ -40,6 +43,13 @@ Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
   sampler_options.target_pids = options.pids;
   auto sampler = sample::Sampler::Start(sampler_options);
   if (!sampler.ok()) return sampler.error();
+  // The last step that needed CAP_BPF + CAP_PERFMON is done.
+  if (options.drop_capabilities) {
+    if (auto st = DropToSteadyState(**sampler); !st.ok()) return st.error();
+  }
+  if (options.after_setup) {
+    if (auto st = options.after_setup(); !st.ok()) return st.error();
+  }
   std::unique_ptr<Profiler> p(new Profiler(options, std::move(sampler).value()));
   // Processes that exist now are snapshotted before the window, so their
   // symbol loading is not on the first window's critical path and their
@@ -170,6 +180,9 @@ Window Profiler::CloseWindow() {
     std::array<uint64_t, TLSPROF_UNWIND_MAX_FRAMES> ips{};  // __u64 is not uint64_t's type
     std::copy_n(key.ips, n, ips.begin());
     attributor.AddStack(key.tgid, std::span<const uint64_t>(ips.data(), n), count);
+    // The last frame of a walk that stopped outside every mapping is a word
+    // of the user stack (docs/attribution.md, "Privacy"): not kept around.
+    explicit_bzero(ips.data(), sizeof(ips));
   }
   for (const auto& [key, count] : counts.ips) attributor.AddUserSamples(key.tgid, key.user_ip, count);
   if (options_.pids.empty()) {
@@ -180,6 +193,7 @@ Window Profiler::CloseWindow() {
     attributor.SetScopeSamples(scope);
   }
   window.profile = attributor.Finish();
+  if (!counts.stacks.empty()) explicit_bzero(counts.stacks.data(), counts.stacks.size() * sizeof(counts.stacks[0]));
   return window;
 }
 

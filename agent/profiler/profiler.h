@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -43,6 +44,15 @@ struct Options {
   // only processes with samples outside their known mappings are re-read,
   // which is what a long-running agent can afford every window.
   bool refresh_all_sampled = false;
+  // Least privilege: once the sampler is loaded and attached, drop every
+  // capability but the steady state's (steady_state.h). Off in tests that
+  // share their process with other tests.
+  bool drop_capabilities = false;
+  // Runs after the sampler is started (and capabilities dropped), before the
+  // first processes are read: the daemon starts its threads here (metrics
+  // server, shipper), after the drop, since threads keep their creator's
+  // capabilities. An error stops Start().
+  std::function<Status()> after_setup;
 };
 
 struct Window {
@@ -57,7 +67,8 @@ struct Window {
 
 class Profiler {
  public:
-  // Starts the sampler, snapshots the processes that exist now (and registers
+  // Starts the sampler, drops capabilities (Options::drop_capabilities), runs
+  // Options::after_setup, snapshots the processes that exist now (and registers
   // those with a TLS library with the unwinder), then starts the first window.
   static Result<std::unique_ptr<Profiler>> Start(const Options& options);
 

@@ -440,6 +440,16 @@ BpfRunStats Sampler::ReadBpfStats() const {
   return stats;
 }
 
+Status Sampler::CheckMapAccess() const {
+  const uint32_t slot = 0;
+  std::vector<uint64_t> values(static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1)));
+  if (bpf_map__lookup_elem(impl_->skel->maps.totals, &slot, sizeof(slot), values.data(),
+                           values.size() * sizeof(uint64_t), 0) != 0) {
+    return MakeError("reading the BPF map 'totals' through its fd: {}", ErrnoText(errno));
+  }
+  return OkStatus();
+}
+
 uint32_t Sampler::max_rows() const { return bpf_map__max_entries(impl_->skel->maps.unwind_rows); }
 
 Result<uint32_t> Sampler::AllocateRows(uint32_t count) {

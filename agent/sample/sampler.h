@@ -108,6 +108,12 @@ class Sampler {
   // The same, per CPU (indexed by CPU number, over the possible CPUs).
   std::vector<Totals> ReadTotalsPerCpu() const;
   BpfRunStats ReadBpfStats() const;
+  // One read of a map through its fd, as every steady-state step does (map
+  // reads, updates and deletes): an error (with errno's text) if the kernel
+  // refuses it, e.g. without CAP_BPF on a kernel before 6.5 with
+  // kernel.unprivileged_bpf_disabled set. The agent probes this before it
+  // drops CAP_BPF (agent/profiler/steady_state.h).
+  Status CheckMapAccess() const;
 
   // --- Stack unwinding ---
   // Rows in the kernel's row array (TLSPROF_UNWIND_MAX_ROWS).

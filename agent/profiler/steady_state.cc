@@ -1,0 +1,45 @@
+#include "agent/profiler/steady_state.h"
+
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+#include "agent/privilege/privilege.h"
+
+namespace tlsprof::profiler {
+namespace {
+
+// Does reading a map through an open fd need CAP_BPF (or CAP_SYS_ADMIN, which
+// also makes the kernel's bpf_capable() true)? Both are cleared from the
+// effective set for one map read, then restored.
+bool MapAccessNeedsCapBpf(const sample::Sampler& sampler) {
+  const bool had_bpf = privilege::HasEffective(CAP_BPF);
+  const bool had_admin = privilege::HasEffective(CAP_SYS_ADMIN);
+  if (!had_bpf && !had_admin) return false;  // it already works without (or never will)
+  if (had_bpf && !privilege::SetEffective(CAP_BPF, false).ok()) return true;
+  if (had_admin && !privilege::SetEffective(CAP_SYS_ADMIN, false).ok()) return true;
+  const Status access = sampler.CheckMapAccess();
+  if (had_bpf) (void)privilege::SetEffective(CAP_BPF, true);
+  if (had_admin) (void)privilege::SetEffective(CAP_SYS_ADMIN, true);
+  if (!access.ok()) spdlog::debug("without CAP_BPF: {}; keeping CAP_BPF", access.error().message);
+  return !access.ok();
+}
+
+}  // namespace
+
+Status DropToSteadyState(const sample::Sampler& sampler) {
+  spdlog::debug("capabilities at set-up: {}", privilege::Describe());
+  std::vector<cap_value_t> keep = {CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH};
+  if (MapAccessNeedsCapBpf(sampler)) keep.push_back(CAP_BPF);
+  if (auto st = privilege::KeepOnly(keep); !st.ok()) {
+    return MakeError("cannot drop the capabilities the agent no longer needs: {}", st.error().message);
+  }
+  // The drop must not have cut the agent off its maps.
+  if (auto st = sampler.CheckMapAccess(); !st.ok()) {
+    return MakeError("after dropping capabilities: {}", st.error().message);
+  }
+  spdlog::info("capabilities after set-up: {}", privilege::Describe());
+  return OkStatus();
+}
+
+}  // namespace tlsprof::profiler
