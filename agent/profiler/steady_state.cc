@@ -29,7 +29,10 @@ bool MapAccessNeedsCapBpf(const sample::Sampler& sampler) {
 
 Status DropToSteadyState(const sample::Sampler& sampler) {
   spdlog::debug("capabilities at set-up: {}", privilege::Describe());
-  std::vector<cap_value_t> keep = {CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH};
+  // CAP_CHECKPOINT_RESTORE (when the agent has it): /proc/PID/map_files, the
+  // only way to open a binary that was deleted or replaced after the process
+  // started (upgrades); without it the kernel asks for CAP_SYS_ADMIN.
+  std::vector<cap_value_t> keep = {CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_CHECKPOINT_RESTORE};
   if (MapAccessNeedsCapBpf(sampler)) keep.push_back(CAP_BPF);
   if (auto st = privilege::KeepOnly(keep); !st.ok()) {
     return MakeError("cannot drop the capabilities the agent no longer needs: {}", st.error().message);

@@ -19,7 +19,8 @@
 
 namespace tlsprof::profiler {
 
-// Keeps CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, and CAP_BPF only if a map
+// Keeps CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and (if it has it)
+// CAP_CHECKPOINT_RESTORE for /proc/PID/map_files, and CAP_BPF only if a map
 // read through `sampler`'s fds fails without it (probed here); drops every
 // other capability from every set, sets PR_SET_NO_NEW_PRIVS, and logs the
 // result once (info). Must run before the process starts a second thread.

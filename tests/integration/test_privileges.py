@@ -20,14 +20,15 @@ import prometheus_harness
 from demo_fleet import DEMO, DemoFleet
 from tlsprof_testlib import AGENT, Processes, require_root
 
-CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_BPF = 2, 19, 39
+CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_PERFMON, CAP_BPF, CAP_CHECKPOINT_RESTORE = 2, 19, 38, 39, 40
 WINDOW_LOG = re.compile(r"capabilities after set-up: (.*)")
 
 
 def steady_state_mask():
-    """The documented steady-state set: CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH, and CAP_BPF
+    """The documented steady-state set, of what the agent had: CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH +
+    CAP_CHECKPOINT_RESTORE (/proc/PID/map_files: binaries deleted after start), and CAP_BPF
     on kernels before 6.5 that restrict unprivileged bpf() (map access through fds needs it there)."""
-    mask = (1 << CAP_SYS_PTRACE) | (1 << CAP_DAC_READ_SEARCH)
+    mask = (1 << CAP_SYS_PTRACE) | (1 << CAP_DAC_READ_SEARCH) | (1 << CAP_CHECKPOINT_RESTORE)
     major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
     with open("/proc/sys/kernel/unprivileged_bpf_disabled") as f:
         restricted = int(f.read()) != 0
@@ -171,7 +172,8 @@ class PrivilegeTest(unittest.TestCase):
         # Not root: only the four capabilities, as ambient ones (what systemd's AmbientCapabilities= gives). No
         # CAP_SETPCAP, so the bounding set cannot shrink; no_new_privs stops exec from using it.
         caps_arg = "+bpf,+perfmon,+sys_ptrace,+dac_read_search"
-        steady = steady_state_mask()
+        given = (1 << CAP_BPF) | (1 << CAP_PERFMON) | (1 << CAP_SYS_PTRACE) | (1 << CAP_DAC_READ_SEARCH)
+        steady = steady_state_mask() & given
         caps, logged, tls = self.run_profile(
             ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", f"--inh-caps={caps_arg}",
              f"--ambient-caps={caps_arg}"], "nobody")
