@@ -166,6 +166,21 @@ class ContainerLabelsTest(unittest.TestCase):
             proc.cgroup_file = f.read()
         return proc
 
+    def wait_metrics(self, proc, port, timeout, done, why):
+        """Scrapes 127.0.0.1:port/metrics each second until done(text); fails with why(text) after timeout
+        seconds, or when proc exits. Returns the last text."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.assertIsNone(proc.poll(), f"{proc.args[0]} exited:\n{self.procs.log(proc)}")
+            try:
+                text = prometheus_harness.scrape(f"127.0.0.1:{port}")
+            except urllib.error.HTTPError:  # the port is open a moment before /metrics is registered
+                text = ""
+            if done(text):
+                return text
+            self.assertLess(time.monotonic(), deadline, why(text))
+            time.sleep(1)
+
     def test_containers_get_their_labels_and_the_host_none(self):
         pod = self.start_demo("pod", self.pod_dir)
         docker = self.start_demo("docker", self.docker_dir)
@@ -188,20 +203,12 @@ class ContainerLabelsTest(unittest.TestCase):
         host_labels = {"service": "tlsprof-demo"}
         wanted = (pod_labels, docker_labels, host_labels)
         # Until every workload has TLS CPU at the collector (a few 2 s windows).
-        deadline = time.monotonic() + 90
-        while True:
-            self.assertIsNone(agent.poll(), f"the agent exited:\n{self.procs.log(agent)}")
-            try:
-                text = prometheus_harness.scrape(f"127.0.0.1:{collector_port}")
-            except urllib.error.HTTPError:  # the port is open a moment before /metrics is registered
-                text = ""
-            if all(total(text, "tlsprof_cpu_seconds_total", **w) > 0.05 for w in wanted):
-                break
-            self.assertLess(time.monotonic(), deadline,
-                            "the collector never showed TLS CPU for all three workloads:\n"
-                            + "\n".join(l for l in text.splitlines() if l.startswith("tlsprof_cpu_seconds_total"))
-                            + f"\nagent log:\n{self.procs.log(agent)}")
-            time.sleep(1)
+        text = self.wait_metrics(
+            agent, collector_port, 90,
+            lambda text: all(total(text, "tlsprof_cpu_seconds_total", **w) > 0.05 for w in wanted),
+            lambda text: "the collector never showed TLS CPU for all three workloads:\n"
+            + "\n".join(l for l in text.splitlines() if l.startswith("tlsprof_cpu_seconds_total"))
+            + f"\nagent log:\n{self.procs.log(agent)}")
 
         agent_text = prometheus_harness.scrape(f"127.0.0.1:{agent_port}")
         for where, exposition in (("collector", text), ("agent", agent_text)):
@@ -255,17 +262,9 @@ class ContainerLabelsTest(unittest.TestCase):
         plain_port = free_port()
         plain = self.procs.start([AGENT, "run", "--no-container-labels", "--interval", "2", "--metrics-listen",
                                   f"127.0.0.1:{plain_port}"], port=plain_port)
-        deadline = time.monotonic() + 60
-        while True:
-            self.assertIsNone(plain.poll(), f"the agent exited:\n{self.procs.log(plain)}")
-            try:
-                plain_text = prometheus_harness.scrape(f"127.0.0.1:{plain_port}")
-            except urllib.error.HTTPError:  # the port is open a moment before /metrics is registered
-                plain_text = ""
-            if total(plain_text, "tlsprof_cpu_seconds_total", **host_labels) > 0.05:
-                break
-            self.assertLess(time.monotonic(), deadline, f"no TLS CPU with --no-container-labels:\n{plain_text}")
-            time.sleep(1)
+        plain_text = self.wait_metrics(
+            plain, plain_port, 60, lambda text: total(text, "tlsprof_cpu_seconds_total", **host_labels) > 0.05,
+            lambda text: f"no TLS CPU with --no-container-labels:\n{text}")
         self.assertNotIn("container_id=", plain_text)
         self.assertNotIn("pod_uid=", plain_text)
         self.assertEqual([l for l, _ in series(plain_text, "tlsprof_busy_cpu_seconds_total")
