@@ -12,8 +12,11 @@ agent.conf and collector.conf are used as shipped; the test only adds flags
 for what it must (free ports, a test PKI, the collector's address, 2 s
 windows). The demo workload runs as `nobody` from a directory only `nobody`
 may enter, so the agent profiles it only if its bounding set really holds
-CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH. The collector must count TLS CPU of
-the demo, shipped over mTLS by the agent. `dpkg --purge` must then leave
+CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH. A second copy of the demo (comm
+`tlsprof-upgrade`) has its binary deleted once it runs, as a package upgrade
+would: only /proc/PID/map_files can open it, so the agent profiles it only if
+the unit grants CAP_CHECKPOINT_RESTORE. The collector must count TLS CPU of
+both, shipped over mTLS by the agent. `dpkg --purge` must then leave
 nothing behind. Cleanup (purge, the system user if the test made it) also
 runs when the test fails.
 """
@@ -54,7 +57,8 @@ MDWE_EXEC = ("import ctypes, os, sys\n"
              "    sys.exit(f'prctl(PR_SET_MDWE): {os.strerror(ctypes.get_errno())}')\n"
              "os.execv(sys.argv[1], sys.argv[1:])")
 # linux/capability.h
-CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
+CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39,
+               "CAP_CHECKPOINT_RESTORE": 40}
 
 
 def run(argv, **kw):
@@ -190,8 +194,9 @@ class PackagingTest(unittest.TestCase):
         pki = self.make_pki()
         collector, collector_http = self.start_collector(pki)
         demo = self.start_demo()
+        upgraded = self.start_deleted_demo()
         agent, agent_http = self.start_agent(pki, collector.grpc)
-        self.check_pipeline(collector, collector_http, agent, agent_http, demo)
+        self.check_pipeline(collector, collector_http, agent, agent_http, demo, upgraded)
         for proc in (agent, collector):
             self.procs.stop(proc)
             self.assertEqual(proc.returncode, 0, f"{proc.args}: {self.procs.log(proc)}")
@@ -328,6 +333,24 @@ class PackagingTest(unittest.TestCase):
         return self.procs.start(["setpriv", "--reuid", "nobody", "--regid", str(nobody.pw_gid), "--clear-groups",
                                  demo, "--duration", "0", "--ready-file", ready], ready_file=ready)
 
+    def start_deleted_demo(self):
+        # Its binary is deleted once it runs (a package upgrade replaces files the same way): /proc/PID/root
+        # finds nothing, /proc/PID/map_files needs CAP_CHECKPOINT_RESTORE.
+        where = tempfile.mkdtemp(prefix="tlsprof-upgrade-")
+        self.addCleanup(shutil.rmtree, where, ignore_errors=True)
+        os.chmod(where, 0o755)
+        demo = os.path.join(where, "tlsprof-upgrade")  # 15 characters: the whole name is its comm
+        shutil.copy(os.path.join(BIN, "tlsprof-demo"), demo)
+        nobody = pwd.getpwnam("nobody")
+        os.chown(where, nobody.pw_uid, nobody.pw_gid)
+        ready = os.path.join(where, "ready")
+        proc = self.procs.start(["setpriv", "--reuid", "nobody", "--regid", str(nobody.pw_gid), "--clear-groups",
+                                 demo, "--duration", "0", "--ready-file", ready], ready_file=ready)
+        os.unlink(demo)
+        with open(f"/proc/{proc.pid}/maps") as f:
+            self.assertIn(f"{demo} (deleted)", f.read())
+        return proc
+
     def start_agent(self, pki, collector_grpc):
         http = free_port()
         argv, caps, user = self.unit_command("tlsprof-agent", [
@@ -340,17 +363,18 @@ class PackagingTest(unittest.TestCase):
         agent.caps = caps
         return agent, f"127.0.0.1:{http}"
 
-    def check_pipeline(self, collector, collector_http, agent, agent_http, demo):
+    def check_pipeline(self, collector, collector_http, agent, agent_http, demo, upgraded):
         deadline = time.monotonic() + 90
-        demo_tls = accepted = 0.0
+        demo_tls = upgraded_tls = accepted = 0.0
         while time.monotonic() < deadline:
-            for proc in (collector, agent, demo):
+            for proc in (collector, agent, demo, upgraded):
                 if proc.poll() is not None:
                     self.fail(f"{proc.args} exited with {proc.returncode}:\n{self.procs.log(proc)}")
             text = scrape(collector_http)
             accepted = metric_sum(text, "tlsprof_collector_reports_total", 'result="accepted"')
             demo_tls = metric_sum(text, "tlsprof_cpu_seconds_total", 'service="tlsprof-demo"')
-            if accepted >= 3 and demo_tls > 0:
+            upgraded_tls = metric_sum(text, "tlsprof_cpu_seconds_total", 'service="tlsprof-upgrade"')
+            if accepted >= 3 and demo_tls > 0 and upgraded_tls > 0:
                 break
             time.sleep(0.5)
         self.assertGreaterEqual(accepted, 3, f"agent log:\n{self.procs.log(agent)}")
@@ -359,7 +383,10 @@ class PackagingTest(unittest.TestCase):
         agent_text = scrape(agent_http)
         self.assertGreaterEqual(metric_sum(agent_text, "tlsprof_agent_windows_total"), 3)
         self.assertGreater(metric_sum(agent_text, "tlsprof_agent_batches_total", 'result="accepted"'), 0)
-        print(f"collector: {accepted:.0f} reports accepted, demo TLS CPU {demo_tls:.2f} s")
+        self.assertGreater(upgraded_tls, 0, "the collector counted no TLS CPU of the demo whose binary was deleted: "
+                           f"the agent could not open /proc/PID/map_files. Agent log:\n{self.procs.log(agent)}")
+        print(f"collector: {accepted:.0f} reports accepted, demo TLS CPU {demo_tls:.2f} s, "
+              f"deleted-binary demo {upgraded_tls:.2f} s")
 
         status = proc_status(agent.pid)
         want = capability_mask(agent.caps)
