@@ -47,8 +47,14 @@ REGISTRY_LINE = re.compile(r"registry: processes=(\d+) images=(\d+) cached_image
 
 INTERVAL = 2
 FREQUENCY = 999
-# Churn (measured on the 2-vCPU VM beside other builds: 181-200/s achieved,
-# each churner ~4-6 ms of CPU, most of it the exec itself).
+# Churn. Measured on the 2-vCPU VM beside other helpers' builds (load ~14):
+# 190-200/s achieved, each churner ~5 ms of CPU (most of it the exec), 1 ms
+# of it SHA-256; the daemon saw 38-41% of the churners' crypto (the half
+# that lingers 0.7 s; the others exit before the agent can read their maps),
+# 89-90% of that as SHA-256; the steady workload's TLS share 96-97%, its busy
+# CPU within 1% of its CPU clock; windows at most 2.07 s for 2 s; tracked
+# processes 142 -> 405 at the peak -> 130 after, images 160 -> 160, agent RSS
+# 31.2 -> 32.5 MiB.
 CHURN_RATE = 200
 CHURN_SECONDS = 20
 CHURN_MIN_RATE = 180
@@ -246,8 +252,8 @@ class FaultsDiscoveryTest(unittest.TestCase):
         self.assertGreater(churn_tls, 0.25 * result["child_crypto_cpu_seconds"], msg)
         self.assertGreater(churn_sha, 0.8 * churn_tls, msg)
         # Back to the baseline (other processes on the host come and go).
-        self.assertLessEqual(after_processes, baseline_processes + 20, msg)
-        self.assertLessEqual(after_images, baseline_images + 10, msg)
+        self.assertLessEqual(after_processes, baseline_processes + 40, msg)
+        self.assertLessEqual(after_images, baseline_images + 15, msg)
         # 4000 processes seen must not cost memory for good (snapshots are
         # ~1 KiB each, images are shared: growth here is allocator slack).
         self.assertLessEqual(rss["after"], rss["baseline"] + RSS_SLACK_MIB, msg)
