@@ -1,5 +1,5 @@
 // tlsprof-churn: exec/exit churn for the agent's discovery. It starts
-// `--rate` short-lived TLS processes per second (posix_spawn of
+// `--rate` short-lived TLS processes per second (fork and exec of
 // tlsprof-churn-child, next to it; child.c) for `--duration` seconds. Each
 // child does `--work-ms` of thread CPU in SHA-256 (static OpenSSL 3), then
 // exits, or first sleeps `--linger-ms` (every child whose index modulo 100 is
@@ -12,7 +12,6 @@
 // reports its own through a pipe, 8 bytes).
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -24,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tlsprof-churn: starts short-lived TLS processes at a fixed rate"};
   double rate = 200, duration = 20, work_ms = 0.5, linger_ms = 0;
   int linger_percent = 0;
+  std::optional<int> driver_nice;
   std::string output, ready_file;
   app.add_option("--rate", rate, "Processes started per second")->check(CLI::PositiveNumber);
   app.add_option("--duration", duration, "Seconds of churn")->check(CLI::NonNegativeNumber);
@@ -73,6 +74,9 @@ int main(int argc, char** argv) {
   app.add_option("--linger-ms", linger_ms, "How long lingering children sleep after their work")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--linger-percent", linger_percent, "Percent of the children that linger")->check(CLI::Range(0, 100));
+  app.add_option("--driver-nice", driver_nice,
+                 "Nice value of the driver only (children keep the caller's): a negative one, as root, keeps "
+                 "the schedule on a loaded machine");
   app.add_option("--output", output, "JSON written at exit");
   app.add_option("--ready-file", ready_file, "Written (content: pid) when the churn starts");
   CLI11_PARSE(app, argc, argv);
@@ -106,15 +110,16 @@ int main(int argc, char** argv) {
   self.resize(static_cast<size_t>(self_len));
   const std::string child = self.substr(0, self.rfind('/') + 1) + "tlsprof-churn-child";
   const std::string work = std::to_string(work_ms), linger = std::to_string(linger_ms);
-  const std::string fd_text = std::to_string(pipefd[1]);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  // The write end goes to the child as its own fd (not close-on-exec there).
-  posix_spawn_file_actions_adddup2(&actions, pipefd[1], pipefd[1]);
+  const std::string fd_text = "3";  // the write end, as the child gets it
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd >= 0) posix_spawn_file_actions_adddup2(&actions, null_fd, 0);
 
   if (!ready_file.empty() && !tlsprof::workload::WriteFileAtomically(ready_file, std::to_string(getpid()))) return 1;
+  errno = 0;
+  const int caller_nice = getpriority(PRIO_PROCESS, 0);
+  if (driver_nice && setpriority(PRIO_PROCESS, 0, *driver_nice) != 0) {
+    std::perror("setpriority --driver-nice");
+    return 1;
+  }
   Totals totals;
   const int64_t start = NowNs(CLOCK_MONOTONIC);
   const int64_t end = start + static_cast<int64_t>(duration * 1e9);
@@ -132,8 +137,25 @@ int main(int argc, char** argv) {
     const std::string& child_linger = lingers ? linger : std::string("0");
     args = {const_cast<char*>(child.c_str()), const_cast<char*>(work.c_str()), const_cast<char*>(child_linger.c_str()),
             const_cast<char*>(fd_text.c_str()), nullptr};
-    pid_t pid = 0;
-    if (posix_spawn(&pid, child.c_str(), &actions, nullptr, args.data(), environ) == 0) {
+    // fork, not posix_spawn: posix_spawn's vfork holds the driver until the
+    // child's exec is done, and on a loaded machine that wait, not the
+    // driver's own work, kept it below the rate.
+    const pid_t pid = fork();
+    if (pid == 0) {
+      // Back to the caller's priority (raising the nice value needs no
+      // privilege): the churners compete like any process.
+      if (driver_nice) setpriority(PRIO_PROCESS, 0, caller_nice);
+      if (null_fd >= 0) dup2(null_fd, 0);
+      // The report pipe's write end is the child's fd 3, kept across exec.
+      if (pipefd[1] == 3) {
+        fcntl(3, F_SETFD, 0);
+      } else {
+        dup2(pipefd[1], 3);
+      }
+      execve(child.c_str(), args.data(), environ);
+      _exit(127);
+    }
+    if (pid > 0) {
       ++totals.started;
     } else {
       ++totals.spawn_errors;
@@ -146,7 +168,6 @@ int main(int argc, char** argv) {
   Reap(totals, true);
   fcntl(pipefd[0], F_SETFL, 0);
   drain();
-  posix_spawn_file_actions_destroy(&actions);
 
   nlohmann::json out = {
       {"started", totals.started},
