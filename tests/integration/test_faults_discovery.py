@@ -47,15 +47,15 @@ REGISTRY_LINE = re.compile(r"registry: processes=(\d+) images=(\d+) cached_image
 
 INTERVAL = 2
 FREQUENCY = 999
-# Churn. Measured on the 2-vCPU VM beside other helpers' builds (load ~14):
-# 190-200/s achieved (177/s once at load ~25 before the driver got
-# --driver-nice -10; 191/s with it at load 25), each churner ~5 ms of CPU (most of it the exec), 1 ms
-# of it SHA-256; the daemon saw 38-41% of the churners' crypto (the half
-# that lingers 0.7 s; the others exit before the agent can read their maps),
-# 88-90% of that as SHA-256 (32% seen once at load ~25: the bound is 15%); the steady workload's TLS share 96-97%, its busy
-# CPU within 1% of its CPU clock; windows at most 2.07 s for 2 s; tracked
-# processes 142 -> 405 at the peak -> 130 after, images 160 -> 160, agent RSS
-# 31.2 -> 32.5 MiB (at most +4.2 MiB over 4 runs).
+# Churn. Measured on the 2-vCPU VM beside other helpers' builds (load 12-25),
+# 5 runs: 190-200/s achieved (177/s once at load ~25 before the driver got
+# --driver-nice -10); each churner ~5-8 ms of CPU, most of it the exec, 1 ms
+# of it SHA-256. The daemon saw 32-41% of the churners' crypto (the half that
+# lingers 0.7 s; the others exit before the agent can read their maps; the
+# bound is 15%), 88-90% of that as SHA-256. The steady workload: TLS share
+# 96-97%, busy CPU within 1-2% of its CPU clock. Windows at most 2.19 s for
+# 2 s. Tracked processes 115-142 before, ~400 at the peak, back within +10
+# after; images +0..+10 (compilers beside); agent RSS +1..+4.2 MiB.
 CHURN_RATE = 200
 CHURN_SECONDS = 20
 CHURN_MIN_RATE = 180
