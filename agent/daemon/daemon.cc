@@ -178,6 +178,11 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     health.unresolved_samples = agent.unresolved_samples();
     health.tracked_processes = registry.processes().size();
     metrics.AddWindow(health);
+    // What the agent holds across windows: it must follow the processes
+    // alive, not every process ever seen (test_faults_discovery.py).
+    spdlog::info("registry: processes={} images={} cached_images={} images_changed={} processes_replaced={}",
+                 registry.processes().size(), registry.image_count(), registry.cached_image_count(),
+                 registry.stats().images_changed, registry.stats().processes_replaced);
     if (shipper) {
       const int64_t start_ns = report.window().start_unix_ns();
       const int64_t end_ns = report.window().end_unix_ns();

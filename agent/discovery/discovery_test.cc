@@ -181,5 +181,143 @@ TEST(Registry, KeepsTheLastSnapshotOfAProcessThatExited) {
   EXPECT_FALSE(snap->mappings.empty());
 }
 
+TEST(ParseStatStartTime, CountsFieldsAfterTheLastParenthesis) {
+  // A command name with spaces and ") (" in it, as a process may choose.
+  const std::string stat =
+      "4242 (a) (b c) S 1 4242 4242 0 -1 4194560 120 0 0 0 3 1 0 0 20 0 1 0 987654321 1000000 200 "
+      "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+  auto start = ParseStatStartTime(stat);
+  ASSERT_TRUE(start.ok()) << start.error().message;
+  EXPECT_EQ(*start, 987654321u);
+  EXPECT_FALSE(ParseStatStartTime("4242 (no closing paren S 1 2").ok());
+  EXPECT_FALSE(ParseStatStartTime("4242 (short) S 1 2 3").ok());
+}
+
+TEST(ReadProcessIdentity, NamesThisProcessAndItsExecutable) {
+  auto id = ReadProcessIdentity(getpid());
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  EXPECT_GT(id->start_time, 0u);
+  struct stat st {};
+  ASSERT_EQ(stat("/proc/self/exe", &st), 0);
+  EXPECT_EQ(id->exe_dev, st.st_dev);
+  EXPECT_EQ(id->exe_inode, st.st_ino);
+  auto again = ReadProcessIdentity(getpid());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *id);
+}
+
+// A process that calls execve keeps its pid (and start time) but runs
+// another program: the registry tells, so the caller reads it again.
+TEST(Registry, TellsAProcessThatExecedAnotherProgram) {
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(go[1]);
+    char c;
+    if (read(go[0], &c, 1) == 1) execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(1);
+  }
+  close(go[0]);
+  ProcessRegistry registry;
+  ASSERT_TRUE(registry.Refresh(child).ok());
+  EXPECT_FALSE(registry.Replaced(child));
+  const auto before = registry.Get(child)->identity;
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  close(go[1]);
+  // Wait (bounded) until the exec happened: /proc/PID/exe names sleep.
+  std::error_code ec;
+  const auto sleep_bin = std::filesystem::canonical("/bin/sleep");
+  for (int i = 0; i < 1000 && std::filesystem::read_symlink(fmt::format("/proc/{}/exe", child), ec) != sleep_bin; ++i)
+    usleep(5000);
+  ASSERT_EQ(std::filesystem::read_symlink(fmt::format("/proc/{}/exe", child), ec), sleep_bin);
+  EXPECT_TRUE(registry.Replaced(child));
+  EXPECT_EQ(registry.stats().processes_replaced, 1u);
+  ASSERT_TRUE(registry.Refresh(child).ok());
+  EXPECT_FALSE(registry.Replaced(child));
+  const ProcessSnapshot* snap = registry.Get(child);
+  EXPECT_EQ(snap->identity.start_time, before.start_time);
+  EXPECT_NE(snap->identity.exe_inode, before.exe_inode);
+  EXPECT_EQ(snap->comm, "sleep");
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  // Gone: nothing to compare with, so not "replaced".
+  EXPECT_FALSE(registry.Replaced(child));
+}
+
+// Maps `path` executable into this process; returns the address (or null).
+void* MapExecutable(const std::string& path, size_t& length) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  length = static_cast<size_t>(lseek(fd, 0, SEEK_END));
+  void* addr = mmap(nullptr, length, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+  close(fd);
+  return addr == MAP_FAILED ? nullptr : addr;
+}
+
+const ProcessSnapshot::ExecMapping* MappingOf(const ProcessSnapshot& snap, void* addr) {
+  return snap.Find(reinterpret_cast<uint64_t>(addr));
+}
+
+void CopyInPlace(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);  // same inode, new content
+  out << in.rdbuf();
+}
+
+// An upgrade that rewrites a library in place (cp over it) keeps its
+// dev:inode: a process that maps it afterwards must get the new file's
+// symbols, not the image cached for the inode.
+TEST(Registry, LoadsAFileRewrittenInPlaceAgain) {
+  const std::string libcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
+  ASSERT_TRUE(std::filesystem::exists(libcrypto));
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("tlsprof-inplace-{}", getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "image.so").string();
+  CopyInPlace(libcrypto, path);
+  struct stat first {};
+  ASSERT_EQ(stat(path.c_str(), &first), 0);
+
+  ProcessRegistry registry;
+  size_t length = 0;
+  void* addr = MapExecutable(path, length);
+  ASSERT_NE(addr, nullptr);
+  ASSERT_TRUE(registry.Refresh(getpid()).ok());
+  const auto* m = MappingOf(*registry.Get(getpid()), addr);
+  ASSERT_NE(m, nullptr);
+  ASSERT_TRUE(m->image && m->image->image);
+  const std::shared_ptr<const ImageInfo> old_image = m->image;
+  EXPECT_TRUE(old_image->tls.has_value());
+  const std::string old_build_id = old_image->image->build_id;
+  munmap(addr, length);
+
+  // Rewritten in place with another ELF file (no TLS library in it).
+  CopyInPlace("/proc/self/exe", path);
+  struct stat second {};
+  ASSERT_EQ(stat(path.c_str(), &second), 0);
+  ASSERT_EQ(second.st_ino, first.st_ino) << "the rewrite must keep the inode";
+  addr = MapExecutable(path, length);
+  ASSERT_NE(addr, nullptr);
+  ASSERT_TRUE(registry.Refresh(getpid()).ok());
+  m = MappingOf(*registry.Get(getpid()), addr);
+  ASSERT_NE(m, nullptr);
+  ASSERT_TRUE(m->image && m->image->image);
+  EXPECT_NE(m->image, old_image);
+  EXPECT_NE(m->image->image->build_id, old_build_id);
+  EXPECT_FALSE(m->image->tls.has_value());
+  EXPECT_EQ(registry.stats().images_changed, 1u);
+  // The old content's image stays valid for whoever still holds it.
+  EXPECT_EQ(old_image->image->build_id, old_build_id);
+
+  // Mapped again unchanged: the cached image, no new load.
+  const uint64_t loads = registry.stats().images_loaded;
+  ASSERT_TRUE(registry.Refresh(getpid()).ok());
+  EXPECT_EQ(registry.stats().images_loaded, loads);
+  EXPECT_EQ(registry.stats().images_changed, 1u);
+  munmap(addr, length);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tlsprof::discovery

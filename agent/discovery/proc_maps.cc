@@ -136,6 +136,36 @@ Result<UniqueFd> OpenMappedFile(pid_t pid, const Mapping& mapping, const std::st
   return fd;
 }
 
+Result<uint64_t> ParseStatStartTime(std::string_view text) {
+  const size_t paren = text.rfind(')');
+  if (paren == std::string_view::npos) return MakeError("malformed stat: no ')' after the command name");
+  std::string_view rest = text.substr(paren + 1);
+  // Field 3 (state) is the first after the name; field 22 is the 20th.
+  std::string_view field;
+  for (int i = 3; i <= 22; ++i) field = NextField(rest);
+  while (!field.empty() && field.back() == '\n') field.remove_suffix(1);
+  uint64_t start_time = 0;
+  if (!ParseDec(field, start_time)) return MakeError("malformed stat: field 22 is '{}'", field);
+  return start_time;
+}
+
+Result<ProcessIdentity> ReadProcessIdentity(pid_t pid, const std::string& proc_root) {
+  auto text = ReadSmallFile(fmt::format("{}/{}/stat", proc_root, pid));
+  if (!text.ok()) return MakeError("process {} is gone or not readable ({})", pid, text.error().message);
+  auto start_time = ParseStatStartTime(*text);
+  if (!start_time.ok()) return MakeError("/proc/{}/stat: {}", pid, start_time.error().message);
+  ProcessIdentity id;
+  id.start_time = *start_time;
+  // Kernel threads have no executable; a process that exits in between is
+  // caught by the next read of its maps.
+  struct stat st {};
+  if (::stat(fmt::format("{}/{}/exe", proc_root, pid).c_str(), &st) == 0) {
+    id.exe_dev = st.st_dev;
+    id.exe_inode = st.st_ino;
+  }
+  return id;
+}
+
 std::vector<pid_t> ListPids(const std::string& proc_root) {
   std::vector<pid_t> pids;
   DIR* dir = ::opendir(proc_root.c_str());

@@ -47,6 +47,27 @@ std::string ReadComm(pid_t pid, const std::string& proc_root = "/proc");
 // containers, and checks that the inode matches the mapping.
 Result<UniqueFd> OpenMappedFile(pid_t pid, const Mapping& mapping, const std::string& proc_root = "/proc");
 
+// Which process a pid names, and which program it runs: pids are reused
+// (pid_max wraps, or a pid namespace hands out low pids again), and a process
+// that calls execve keeps its pid and start time but maps another program.
+// Two reads of one pid that differ name two processes, or one process before
+// and after an exec.
+struct ProcessIdentity {
+  uint64_t start_time = 0;  // clock ticks after boot (/proc/PID/stat field 22)
+  uint64_t exe_dev = 0;     // the executable's st_dev, st_ino (stat of /proc/PID/exe); 0 for kernel threads
+  uint64_t exe_inode = 0;
+
+  bool operator==(const ProcessIdentity&) const = default;
+};
+
+// The start time (field 22) from the text of /proc/PID/stat. The command name
+// (field 2) may hold spaces and parentheses: the fields are counted after its
+// last ')'.
+Result<uint64_t> ParseStatStartTime(std::string_view text);
+
+// Reads /proc/PID/stat and /proc/PID/exe. An Error when the process is gone.
+Result<ProcessIdentity> ReadProcessIdentity(pid_t pid, const std::string& proc_root = "/proc");
+
 // Every numeric entry of /proc.
 std::vector<pid_t> ListPids(const std::string& proc_root = "/proc");
 

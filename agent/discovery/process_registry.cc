@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,40 +86,69 @@ const ProcessSnapshot* ProcessRegistry::Get(pid_t pid) const {
 
 std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Mapping& mapping) {
   std::string key = fmt::format("{}:{}:{}", mapping.dev_major, mapping.dev_minor, mapping.inode);
-  if (auto it = by_inode_.find(key); it != by_inode_.end()) return it->second;
+  auto known = by_inode_.find(key);
+  auto fd = OpenMappedFile(pid, mapping, proc_root_);
+  if (!fd.ok()) {
+    // The process is gone (or the file unreadable): what is known of this
+    // inode is the best guess. Not cached: the next process mapping this
+    // inode may still be readable.
+    if (known != by_inode_.end()) return known->second;
+    ++stats_.image_failures;
+    spdlog::debug("process {}: {}", pid, fd.error().message);
+    return nullptr;
+  }
+  FileVersion version;
+  struct stat st {};
+  if (::fstat(fd->get(), &st) == 0) {
+    version.size = static_cast<uint64_t>(st.st_size);
+    version.mtime_ns = st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    version.ctime_ns = st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+  }
+  if (known != by_inode_.end()) {
+    if (known->second->version == version) return known->second;
+    // Rewritten in place since it was loaded (an upgrade by cp, or an inode
+    // number the filesystem gave to a new file): its symbols and unwind
+    // table are another file's. Processes that mapped the old content keep
+    // their image.
+    ++stats_.images_changed;
+    spdlog::debug("process {}: {} changed on disk since it was loaded; loading it again", pid, mapping.path);
+    retired_.push_back(std::move(known->second));
+    by_inode_.erase(known);
+  }
 
   auto info = std::make_shared<ImageInfo>();
   info->path = mapping.path;
-  auto fd = OpenMappedFile(pid, mapping, proc_root_);
-  if (fd.ok()) {
-    // Debug files next to a library (debuglink) are looked up where the
-    // process sees them: inside its mount namespace, through /proc/PID/root.
-    const size_t slash = mapping.path.rfind('/');
-    const std::string host_dir =
-        fmt::format("{}/{}/root{}", proc_root_, pid, slash == std::string::npos ? "" : mapping.path.substr(0, slash));
-    auto image = cache_.Get(fd->get(), mapping.path, host_dir);
-    if (image.ok()) {
-      info->image = std::move(image).value();
-      info->tls = DetectTlsLibrary(*info->image, mapping.path);
-      ++stats_.images_loaded;
-      if (info->tls) {
-        spdlog::debug("process {}: {} carries {} ({} symbols from {})", pid, mapping.path,
-                      classify::LibraryKindName(info->tls->kind), info->image->symbols.size(),
-                      symbols::SymbolSourceName(info->image->symbol_source));
-      }
-    } else {
-      ++stats_.image_failures;
-      spdlog::debug("process {}: cannot read {}: {}", pid, mapping.path, image.error().message);
+  info->version = version;
+  // Debug files next to a library (debuglink) are looked up where the
+  // process sees them: inside its mount namespace, through /proc/PID/root.
+  const size_t slash = mapping.path.rfind('/');
+  const std::string host_dir =
+      fmt::format("{}/{}/root{}", proc_root_, pid, slash == std::string::npos ? "" : mapping.path.substr(0, slash));
+  auto image = cache_.Get(fd->get(), mapping.path, host_dir);
+  if (image.ok()) {
+    info->image = std::move(image).value();
+    info->tls = DetectTlsLibrary(*info->image, mapping.path);
+    ++stats_.images_loaded;
+    if (info->tls) {
+      spdlog::debug("process {}: {} carries {} ({} symbols from {})", pid, mapping.path,
+                    classify::LibraryKindName(info->tls->kind), info->image->symbols.size(),
+                    symbols::SymbolSourceName(info->image->symbol_source));
     }
   } else {
     ++stats_.image_failures;
-    spdlog::debug("process {}: {}", pid, fd.error().message);
-    // Not cached: the process may be gone, the next one mapping this inode may
-    // still be readable.
-    return nullptr;
+    spdlog::debug("process {}: cannot read {}: {}", pid, mapping.path, image.error().message);
   }
   by_inode_.emplace(std::move(key), info);
   return info;
+}
+
+bool ProcessRegistry::Replaced(pid_t pid) {
+  const ProcessSnapshot* snap = Get(pid);
+  if (snap == nullptr) return false;
+  auto identity = ReadProcessIdentity(pid, proc_root_);
+  if (!identity.ok() || *identity == snap->identity) return false;
+  ++stats_.processes_replaced;
+  return true;
 }
 
 std::string ReadCgroupFile(pid_t pid, const std::string& proc_root) {
@@ -140,6 +170,11 @@ size_t ProcessRegistry::PruneImages() {
     gone.insert(it->second.get());
     it = by_inode_.erase(it);
   }
+  std::erase_if(retired_, [&gone](const std::shared_ptr<const ImageInfo>& image) {
+    if (image.use_count() > 1) return false;
+    gone.insert(image.get());
+    return true;
+  });
   // Keys hold the images' addresses: they go before another image can be
   // allocated there. The cache is a cache: past its bound it starts over.
   constexpr size_t kMaxSyscallReturns = 1 << 16;
@@ -154,6 +189,10 @@ size_t ProcessRegistry::PruneImages() {
 
 Status ProcessRegistry::Refresh(pid_t pid) {
   ++stats_.refreshes;
+  // Read before the maps: if the pid is reused in between, the snapshot holds
+  // the older identity with the newer maps, and the next Replaced() asks for
+  // a new one (the other order would hide the newer process for good).
+  auto identity = ReadProcessIdentity(pid, proc_root_);
   auto maps = ReadMaps(pid, proc_root_);
   if (!maps.ok()) {
     ++stats_.processes_gone;
@@ -162,6 +201,7 @@ Status ProcessRegistry::Refresh(pid_t pid) {
   }
   ProcessSnapshot snap;
   snap.pid = pid;
+  if (identity.ok()) snap.identity = *identity;
   snap.comm = ReadComm(pid, proc_root_);
   const std::string cgroups = ReadCgroupFile(pid, proc_root_);
   snap.cgroup = CgroupV2Path(cgroups);
@@ -173,9 +213,9 @@ Status ProcessRegistry::Refresh(pid_t pid) {
   std::sort(snap.mappings.begin(), snap.mappings.end(),
             [](const auto& a, const auto& b) { return a.mapping.start < b.mapping.start; });
   // A process whose maps could be read but whose comm vanished in between is
-  // still usable; keep the previous name if we had one.
+  // still usable; keep the previous name if we had one (of this process).
   if (snap.comm.empty()) {
-    if (const ProcessSnapshot* old = Get(pid)) snap.comm = old->comm;
+    if (const ProcessSnapshot* old = Get(pid); old != nullptr && old->identity == snap.identity) snap.comm = old->comm;
   }
   processes_[pid] = std::move(snap);
   return OkStatus();

@@ -5,7 +5,10 @@
 // samples), so a process that exits before the report is still symbolized
 // from its last snapshot, and one that starts during the profile is picked up
 // the first time it is sampled. Each file is loaded once per dev:inode (and
-// once per build-id across paths, via symbols::ImageCache).
+// once per build-id across paths, via symbols::ImageCache); a file changed in
+// place since (same dev:inode, other size or times: an upgrade that rewrote
+// the file) is loaded again. A pid that now names another process (pid
+// reuse) or another program (exec) is told apart by its ProcessIdentity.
 // Not thread-safe: one thread owns a registry.
 #pragma once
 
@@ -35,9 +38,20 @@ struct TlsLibrary {
   bool whole_file_is_tls = false;
 };
 
+// What tells two contents of one dev:inode apart: a file rewritten in place
+// (cp over it) keeps its inode but not its size, mtime and ctime.
+struct FileVersion {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+
+  bool operator==(const FileVersion&) const = default;
+};
+
 // One ELF file as the agent knows it.
 struct ImageInfo {
   std::string path;  // as first seen, inside the process's mount namespace
+  FileVersion version;
   std::shared_ptr<const symbols::BinaryImage> image;
   std::optional<TlsLibrary> tls;
 };
@@ -48,6 +62,7 @@ struct ProcessSnapshot {
     std::shared_ptr<const ImageInfo> image;  // null when the file could not be read
   };
   pid_t pid = 0;
+  ProcessIdentity identity;  // as read with the maps; all 0 if it could not be read
   std::string comm;
   std::string cgroup;                 // the process's cgroup v2 path (/proc/PID/cgroup's "0::" line), "" if unknown
   ContainerIdentity container;        // from every line of /proc/PID/cgroup (cgroup_identity.h); empty on the host
@@ -63,6 +78,8 @@ struct RegistryStats {
   uint64_t images_loaded = 0;
   uint64_t image_failures = 0;
   uint64_t processes_gone = 0;
+  uint64_t images_changed = 0;      // a dev:inode whose content changed in place, loaded again
+  uint64_t processes_replaced = 0;  // Replaced() answers: pid reuse or exec
 };
 
 class ProcessRegistry {
@@ -78,6 +95,16 @@ class ProcessRegistry {
   const ProcessSnapshot* Get(pid_t pid) const;
   const std::map<pid_t, ProcessSnapshot>& processes() const { return processes_; }
   const RegistryStats& stats() const { return stats_; }
+  // Files known by dev:inode, and images held by the cache (by build-id).
+  size_t image_count() const { return by_inode_.size() + retired_.size(); }
+  size_t cached_image_count() const { return cache_.size(); }
+
+  // Whether `pid` names another process, or another program, than its
+  // snapshot: its identity (start time, executable) changed. False when
+  // there is no snapshot or the process cannot be read (gone). The caller
+  // then Refresh()es it: a snapshot of the old process would symbolize (and
+  // unwind) the new one with the old one's files.
+  bool Replaced(pid_t pid);
 
   // Forgets a process (it exited): its snapshot goes, and with it its hold on
   // its images. A long-running agent calls this, and PruneImages(), so that
@@ -102,6 +129,10 @@ class ProcessRegistry {
   symbols::ImageCache cache_;
   // dev:inode → image, so a library mapped by 500 nginx workers is opened once.
   std::unordered_map<std::string, std::shared_ptr<const ImageInfo>> by_inode_;
+  // Images of files changed in place since (by_inode_ holds the new content):
+  // kept until no snapshot holds them, so that PruneImages() drops what was
+  // cached about them (syscall_returns_ is keyed by their address).
+  std::vector<std::shared_ptr<const ImageInfo>> retired_;
   std::map<pid_t, ProcessSnapshot> processes_;
   RegistryStats stats_;
   mutable std::map<std::pair<const ImageInfo*, uint64_t>, bool> syscall_returns_;  // (image, file offset)

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <map>
 #include <span>
+#include <tuple>
+#include <vector>
 
 #include "agent/profiler/steady_state.h"
 
@@ -20,6 +22,17 @@ using Clock = std::chrono::steady_clock;
 
 // A process that exited (and was reaped): its pid answers ESRCH.
 bool Exited(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+// Where each executable mapping starts, and its file and image: two snapshots
+// that differ here need another unwind registration (a dlopen, or a library
+// mapped at another address).
+using MappedFile = std::tuple<uint64_t, uint64_t, const discovery::ImageInfo*>;
+std::vector<MappedFile> MappedFiles(const discovery::ProcessSnapshot& snap) {
+  std::vector<MappedFile> out;
+  out.reserve(snap.mappings.size());
+  for (const auto& m : snap.mappings) out.emplace_back(m.mapping.start, m.mapping.inode, m.image.get());
+  return out;
+}
 
 }  // namespace
 
@@ -134,6 +147,17 @@ Window Profiler::CloseWindow() {
   }
   window.forgotten_processes = gone.size();
   if (!gone.empty()) registry_.PruneImages();
+  // A sampled pid that now names another process (its pid was reused) or
+  // another program (exec): its snapshot and unwind registration are the old
+  // one's, which would name (and unwind) the new code with the old files.
+  for (uint32_t tgid : sampled) {
+    const auto pid = static_cast<pid_t>(tgid);
+    if (!registry_.Replaced(pid)) continue;
+    spdlog::debug("process {} is another process or program than at its snapshot; reading it again", pid);
+    if (registrar_) registrar_->Unregister(pid);
+    seen_.insert(tgid);
+    Discover(pid);
+  }
 
   if (options_.refresh_all_sampled) {
     // Processes sampled since the last poll, and processes that mapped new
@@ -159,11 +183,10 @@ Window Profiler::CloseWindow() {
     }
     for (uint32_t tgid : stale) {
       const auto* before = registry_.Get(static_cast<pid_t>(tgid));
-      const size_t mappings_before = before ? before->mappings.size() : 0;
+      const std::vector<MappedFile> mappings_before = before ? MappedFiles(*before) : std::vector<MappedFile>{};
       auto status = registry_.Refresh(static_cast<pid_t>(tgid));
       const auto* after = registry_.Get(static_cast<pid_t>(tgid));
-      if (status.ok() && registrar_ && after != nullptr && after->has_tls() &&
-          after->mappings.size() != mappings_before) {
+      if (status.ok() && registrar_ && after != nullptr && after->has_tls() && MappedFiles(*after) != mappings_before) {
         auto registered = registrar_->Register(static_cast<pid_t>(tgid), *after);
         if (!registered.ok()) spdlog::debug("process {}: {}", tgid, registered.error().message);
       }
