@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,6 +91,18 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
   auto info = std::make_shared<ImageInfo>();
   info->path = mapping.path;
   auto fd = OpenMappedFile(pid, mapping, proc_root_);
+  // Over the memory cap only shared TLS libraries are loaded (their symbols
+  // are the exported API, small). A symbol table at its peak needs about a
+  // quarter of the file (.symtab, .strtab); not cached: tried again when
+  // another process maps the file.
+  if (fd.ok() && budget_ != nullptr && !IsSharedTlsLibraryName(BaseName(mapping.path))) {
+    struct stat st {};
+    const uint64_t cost = fstat(fd->get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) / 4 : 0;
+    if (!budget_->Admit(cost)) {
+      budget_->Skipped(MemoryBudget::kImage, mapping.path, cost);
+      return nullptr;
+    }
+  }
   if (fd.ok()) {
     // Debug files next to a library (debuglink) are looked up where the
     // process sees them: inside its mount namespace, through /proc/PID/root.
@@ -97,6 +110,7 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
     const std::string host_dir =
         fmt::format("{}/{}/root{}", proc_root_, pid, slash == std::string::npos ? "" : mapping.path.substr(0, slash));
     auto image = cache_.Get(fd->get(), mapping.path, host_dir);
+    if (budget_ != nullptr) budget_->AfterLoad();
     if (image.ok()) {
       info->image = std::move(image).value();
       info->tls = DetectTlsLibrary(*info->image, mapping.path);
