@@ -164,6 +164,13 @@ int main(int argc, char** argv) {
                     "Also look for separate debug files here (DIR/.build-id/xx/yyyy.debug), before /usr/lib/debug; "
                     "repeatable. debuginfod is queried when DEBUGINFOD_URLS is set")
         ->check(CLI::ExistingDirectory);
+    cmd->add_option("--max-sample-keys", options.max_sample_keys,
+                    "Entries of the per-instruction sample map (default 131072); samples past it are counted as "
+                    "dropped")
+        ->check(CLI::Range(64, 1 << 24));
+    cmd->add_option("--max-stack-keys", options.max_stack_keys,
+                    "Entries of the per-stack sample map (default 65536); stacks past it are counted as dropped")
+        ->check(CLI::Range(16, 1 << 22));
   };
   CLI::App* profile = app.add_subcommand("profile", "Profile the host (or --pid processes) once and print a report");
   add_profile_flags(profile);
@@ -212,6 +219,21 @@ int main(int argc, char** argv) {
                 "(bounds cardinality on hosts with many short-lived containers)");
   run->add_option("--debug-dir", run_options.debug_dirs, "Also look for separate debug files here (repeatable)")
       ->check(CLI::ExistingDirectory);
+  // docs/fleet.md, "Memory".
+  run->add_option("--memory-limit", run_options.memory_limit_bytes,
+                  "Memory cap (bytes, or with a unit: 256MiB, 1GiB; 0: none). Past it, new files' symbols and unwind "
+                  "tables are not loaded (counted in tlsprof_agent_memory_limited_total), shared libssl/libcrypto "
+                  "excepted")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("512MiB");
+  run->add_option("--max-sample-keys", run_options.max_sample_keys,
+                  "Entries of the per-instruction sample map (default 131072); samples past it are counted as "
+                  "dropped. Smaller bounds the memory a window needs")
+      ->check(CLI::Range(64, 1 << 24));
+  run->add_option("--max-stack-keys", run_options.max_stack_keys,
+                  "Entries of the per-stack sample map (default 65536, ~1.7 KiB of agent memory each at a full "
+                  "window); stacks past it are counted as dropped")
+      ->check(CLI::Range(16, 1 << 22));
 
   std::string family_name = "openssl";
   CLI::App* classify_cmd =

@@ -89,6 +89,9 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
   po.stacks = options.stacks;
   po.debug_dirs = options.debug_dirs;
   po.drop_capabilities = options.drop_capabilities;
+  po.memory_limit_bytes = options.memory_limit_bytes;
+  po.max_sample_keys = options.max_sample_keys;
+  po.max_stack_keys = options.max_stack_keys;
   po.after_setup = [&]() -> Status {
     if (auto st = metrics.Serve(options.metrics_listen); !st.ok()) return st;
     if (options.collector.empty()) return OkStatus();
@@ -183,6 +186,14 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     spdlog::info("registry: processes={} images={} cached_images={} images_changed={} processes_replaced={}",
                  registry.processes().size(), registry.image_count(), registry.cached_image_count(),
                  registry.stats().images_changed, registry.stats().processes_replaced);
+    BoundsHealth bounds;
+    bounds.memory_limit_bytes = profiler.memory_budget().limit_bytes();
+    bounds.images_skipped = profiler.memory_budget().skipped(MemoryBudget::kImage);
+    bounds.tables_skipped = profiler.memory_budget().skipped(MemoryBudget::kUnwindTable);
+    if (const auto* registrar = profiler.registrar()) {
+      bounds.unwind_process_failures = registrar->stats().process_failures;
+    }
+    metrics.SetBounds(bounds);
     if (shipper) {
       const int64_t start_ns = report.window().start_unix_ns();
       const int64_t end_ns = report.window().end_unix_ns();

@@ -36,6 +36,11 @@ struct Options {
   // Least privilege after set-up (agent/profiler/steady_state.h); main.cc
   // turns it on, tests that run the daemon in their own process may not.
   bool drop_capabilities = false;
+  // The memory cap and the in-kernel aggregates' sizes (docs/fleet.md,
+  // "Memory"; profiler::Options). 0: no cap, default sizes.
+  uint64_t memory_limit_bytes = 512ull << 20;
+  uint32_t max_sample_keys = 0;
+  uint32_t max_stack_keys = 0;
 };
 
 // Checks the options' consistency (no I/O): an error says which flag is wrong

@@ -137,7 +137,22 @@ AgentMetrics::AgentMetrics()
                         .Name("tlsprof_agent_last_success_timestamp_seconds")
                         .Help("Unix time of the last batch the collector took (0: none yet)")
                         .Register(*registry_)
-                        .Add({})) {
+                        .Add({})),
+      memory_limit_(BuildGauge()
+                        .Name("tlsprof_agent_memory_limit_bytes")
+                        .Help("The agent's memory cap (--memory-limit; 0: none)")
+                        .Register(*registry_)
+                        .Add({})),
+      memory_limited_(BuildCounter()
+                          .Name("tlsprof_agent_memory_limited_total")
+                          .Help("Loads the memory cap refused: what (symbols, unwind_table) of a file left out")
+                          .Register(*registry_)),
+      unwind_unregistered_(BuildCounter()
+                               .Name("tlsprof_agent_unwind_unregistered_processes_total")
+                               .Help("TLS processes the unwind_procs map had no room for (leaf-only attribution)")
+                               .Register(*registry_)
+                               .Add({})) {
+  for (const char* what : {"symbols", "unwind_table"}) memory_limited_.Add({{"what", what}});
   // Present from the first scrape, at 0.
   for (const char* result : {"sealed", "accepted", "duplicate", "rejected", "dropped"})
     batches_.Add({{"result", result}});
@@ -210,6 +225,15 @@ void AgentMetrics::SetShip(const ShipHealth& s) {
   spool_bytes_.Set(static_cast<double>(s.spooled_bytes));
   last_success_.Set(s.last_success_unix_seconds);
   last_ship_ = s;
+}
+
+void AgentMetrics::SetBounds(const BoundsHealth& b) {
+  std::lock_guard<std::mutex> lock(mu_);
+  memory_limit_.Set(static_cast<double>(b.memory_limit_bytes));
+  Advance(memory_limited_.Add({{"what", "symbols"}}), b.images_skipped, last_bounds_.images_skipped);
+  Advance(memory_limited_.Add({{"what", "unwind_table"}}), b.tables_skipped, last_bounds_.tables_skipped);
+  Advance(unwind_unregistered_, b.unwind_process_failures, last_bounds_.unwind_process_failures);
+  last_bounds_ = b;
 }
 
 std::string AgentMetrics::Text() const {

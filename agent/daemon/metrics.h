@@ -47,6 +47,14 @@ struct ShipHealth {
   double last_success_unix_seconds = 0;
 };
 
+// The agent's bounds (docs/fleet.md, "Memory"): cumulative counts, mirrored.
+struct BoundsHealth {
+  uint64_t memory_limit_bytes = 0;       // 0: no limit
+  uint64_t images_skipped = 0;           // symbol loads refused by the memory budget
+  uint64_t tables_skipped = 0;           // unwind tables not built, likewise
+  uint64_t unwind_process_failures = 0;  // processes the unwind_procs map had no room for
+};
+
 // "HOST:PORT" with a numeric port in 1..65535 and a non-empty host (an IPv6
 // host in brackets). An error says what is wrong.
 Status CheckListenAddress(const std::string& address);
@@ -63,6 +71,7 @@ class AgentMetrics {
   void AddReport(const v1::AgentReport& report);
   void AddWindow(const WindowHealth& health);
   void SetShip(const ShipHealth& ship);
+  void SetBounds(const BoundsHealth& bounds);
 
   // The text exposition, as a scrape would get it (for tests).
   std::string Text() const;
@@ -85,6 +94,10 @@ class AgentMetrics {
   prometheus::Family<prometheus::Counter>& batches_;
   prometheus::Counter& send_errors_;
   prometheus::Gauge& last_success_;
+  prometheus::Gauge& memory_limit_;
+  prometheus::Family<prometheus::Counter>& memory_limited_;
+  prometheus::Counter& unwind_unregistered_;
+  BoundsHealth last_bounds_;
   std::mutex mu_;
   ShipHealth last_ship_;  // counters are advanced by the difference
   // Series of the data metrics so far: past kMaxSeries, new series of a

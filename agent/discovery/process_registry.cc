@@ -119,12 +119,24 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
   auto info = std::make_shared<ImageInfo>();
   info->path = mapping.path;
   info->version = version;
+  // Over the memory cap only shared TLS libraries are loaded (their symbols
+  // are the exported API, small). A symbol table at its peak needs about a
+  // quarter of the file (.symtab, .strtab); not cached: tried again when
+  // another process maps the file.
+  if (budget_ != nullptr && !IsSharedTlsLibraryName(BaseName(mapping.path))) {
+    const uint64_t cost = version.size / 4;
+    if (!budget_->Admit(cost)) {
+      budget_->Skipped(MemoryBudget::kImage, mapping.path, cost);
+      return nullptr;
+    }
+  }
   // Debug files next to a library (debuglink) are looked up where the
   // process sees them: inside its mount namespace, through /proc/PID/root.
   const size_t slash = mapping.path.rfind('/');
   const std::string host_dir =
       fmt::format("{}/{}/root{}", proc_root_, pid, slash == std::string::npos ? "" : mapping.path.substr(0, slash));
   auto image = cache_.Get(fd->get(), mapping.path, host_dir);
+  if (budget_ != nullptr) budget_->AfterLoad();
   if (image.ok()) {
     info->image = std::move(image).value();
     info->tls = DetectTlsLibrary(*info->image, mapping.path);

@@ -38,6 +38,8 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   profiler_options.debug_dirs = options.debug_dirs;
   profiler_options.refresh_all_sampled = true;
   profiler_options.drop_capabilities = options.drop_capabilities;
+  profiler_options.max_sample_keys = options.max_sample_keys;
+  profiler_options.max_stack_keys = options.max_stack_keys;
   auto started = profiler::Profiler::Start(profiler_options);
   if (!started.ok()) return started.error();
   profiler::Profiler& profiler = **started;
@@ -113,6 +115,7 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
                               {"rows", st.rows},
                               {"table_failures", st.table_failures},
                               {"mappings_left_out", st.mappings_left_out},
+                              {"process_failures", st.process_failures},
                               // The in-kernel walks and their cost (bench/unwind_cost.py).
                               {"walks", totals.unwind_walks},
                               {"frames", totals.unwind_frames},

@@ -37,6 +37,9 @@ struct Options {
   // Least privilege after set-up (agent/profiler/steady_state.h); main.cc
   // turns it on.
   bool drop_capabilities = false;
+  // Sizes of the in-kernel aggregates (sample::SamplerOptions); 0: defaults.
+  uint32_t max_sample_keys = 0;
+  uint32_t max_stack_keys = 0;
 };
 
 // Runs the profile and returns the report document. `stop` ends the window

@@ -42,18 +42,39 @@ int64_t Profiler::UnixNowNs() {
 }
 
 Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler)
-    : options_(options), sampler_(std::move(sampler)), registry_("/proc", [&options] {
+    : options_(options),
+      sampler_(std::move(sampler)),
+      budget_(std::make_unique<MemoryBudget>(
+          options.memory_limit_bytes, options.memory_limit_bytes == 0
+                                          ? 0
+                                          : sample::WindowMemoryBound(sampler_->max_pids(), sampler_->max_sample_keys(),
+                                                                      sampler_->max_stack_keys()))),
+      registry_("/proc", [&options] {
         symbols::DebugSearch debug;
         debug.debug_roots.insert(debug.debug_roots.begin(), options.debug_dirs.begin(), options.debug_dirs.end());
         return debug;
       }()) {
-  if (options_.stacks) registrar_.emplace(*sampler_);
+  if (budget_->limited()) {
+    registry_.SetMemoryBudget(budget_.get());
+    const uint64_t resident = MemoryBudget::ResidentBytes();
+    spdlog::info("memory limit {} MiB: {} MiB resident at start, {} MiB kept for the window's map reads",
+                 budget_->limit_bytes() >> 20, resident >> 20, budget_->reserve_bytes() >> 20);
+    if (resident + budget_->reserve_bytes() >= budget_->limit_bytes()) {
+      spdlog::warn(
+          "memory limit {} MiB leaves no room to load symbols or unwind tables ({} MiB resident, {} MiB "
+          "kept for the window): raise --memory-limit or lower --max-stack-keys/--max-sample-keys",
+          budget_->limit_bytes() >> 20, resident >> 20, budget_->reserve_bytes() >> 20);
+    }
+  }
+  if (options_.stacks) registrar_.emplace(*sampler_, budget_->limited() ? budget_.get() : nullptr);
 }
 
 Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
   sample::SamplerOptions sampler_options;
   sampler_options.frequency_hz = options.frequency_hz;
   sampler_options.target_pids = options.pids;
+  sampler_options.max_sample_keys = options.max_sample_keys;
+  sampler_options.max_stack_keys = options.max_stack_keys;
   auto sampler = sample::Sampler::Start(sampler_options);
   if (!sampler.ok()) return sampler.error();
   // The last step that needed CAP_BPF + CAP_PERFMON is done.

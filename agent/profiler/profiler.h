@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "agent/aggregate/profile.h"
+#include "agent/common/memory_budget.h"
 #include "agent/common/result.h"
 #include "agent/discovery/process_registry.h"
 #include "agent/sample/sampler.h"
@@ -48,6 +49,13 @@ struct Options {
   // capability but the steady state's (steady_state.h). Off in tests that
   // share their process with other tests.
   bool drop_capabilities = false;
+  // The agent's memory cap in bytes (common/memory_budget.h); 0: none. The
+  // window machinery's bound for the maps' sizes (sample::WindowMemoryBound)
+  // is kept aside; files are loaded only while the rest fits.
+  uint64_t memory_limit_bytes = 0;
+  // Sizes of the in-kernel aggregates (sample::SamplerOptions); 0: defaults.
+  uint32_t max_sample_keys = 0;
+  uint32_t max_stack_keys = 0;
   // Runs after the sampler is started (and capabilities dropped), before the
   // first processes are read: the daemon starts its threads here (metrics
   // server, shipper), after the drop, since threads keep their creator's
@@ -87,6 +95,7 @@ class Profiler {
   const discovery::ProcessRegistry& registry() const { return registry_; }
   const stacks::UnwindRegistrar* registrar() const { return registrar_ ? &*registrar_ : nullptr; }
   const Options& options() const { return options_; }
+  const MemoryBudget& memory_budget() const { return *budget_; }
 
  private:
   Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler);
@@ -95,6 +104,7 @@ class Profiler {
 
   Options options_;
   std::unique_ptr<sample::Sampler> sampler_;
+  std::unique_ptr<MemoryBudget> budget_;  // before its users
   discovery::ProcessRegistry registry_;
   std::optional<stacks::UnwindRegistrar> registrar_;
   std::set<uint32_t> seen_;  // processes snapshotted (or tried)

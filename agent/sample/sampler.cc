@@ -254,6 +254,17 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
   // Set rodata: knobs are constants to the verifier, so set them before load.
   impl->skel->rodata->filter_tgids = !options.target_pids.empty();
 
+  // Map sizes: also set before load.
+  const std::pair<bpf_map*, uint32_t> sizes[] = {{impl->skel->maps.samples_by_ip, options.max_sample_keys},
+                                                 {impl->skel->maps.samples_by_stack, options.max_stack_keys},
+                                                 {impl->skel->maps.samples_by_pid, options.max_pids}};
+  for (const auto& [map, entries] : sizes) {
+    if (entries == 0) continue;
+    if (int err = bpf_map__set_max_entries(map, entries); err != 0) {
+      return MakeError("cannot size the BPF map {} to {} entries: {}", bpf_map__name(map), entries, ErrnoText(-err));
+    }
+  }
+
   // Load: create the maps and verify and load the program.
   if (int err = profile__load(impl->skel.get()); err != 0) {
     return PrivilegedStepError("loading the BPF sampler into the kernel failed", err);
@@ -451,6 +462,20 @@ Status Sampler::CheckMapAccess() const {
 }
 
 uint32_t Sampler::max_rows() const { return bpf_map__max_entries(impl_->skel->maps.unwind_rows); }
+uint32_t Sampler::max_pids() const { return bpf_map__max_entries(impl_->skel->maps.samples_by_pid); }
+uint32_t Sampler::max_sample_keys() const { return bpf_map__max_entries(impl_->skel->maps.samples_by_ip); }
+uint32_t Sampler::max_stack_keys() const { return bpf_map__max_entries(impl_->skel->maps.samples_by_stack); }
+
+uint64_t WindowMemoryBound(uint32_t max_pids, uint32_t max_sample_keys, uint32_t max_stack_keys) {
+  // Per key of a map with key K and value V, at the peak of ReadWindow():
+  // the entries read and the gains (vectors, up to twice their size each:
+  // 4 (K + V)), the old and the new baseline (hash nodes with their next
+  // pointer, cached hash, malloc header and bucket: 2 (K + V + 40)).
+  auto per_key = [](uint64_t kv) { return 4 * kv + 2 * (kv + 40); };
+  return max_pids * per_key(sizeof(uint32_t) + sizeof(pid_counts)) +
+         max_sample_keys * per_key(sizeof(sample_key) + sizeof(uint64_t)) +
+         max_stack_keys * per_key(sizeof(stack_key) + sizeof(uint64_t));
+}
 
 Result<uint32_t> Sampler::AllocateRows(uint32_t count) {
   if (count > max_rows() - next_row_) {

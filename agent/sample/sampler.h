@@ -34,7 +34,20 @@ struct SamplerOptions {
   // Empty: the whole host. Otherwise only these processes (tgids) get
   // samples_by_ip / samples_by_pid entries; totals still count every sample.
   std::vector<pid_t> target_pids;
+  // Sizes of the in-kernel aggregates (bpf_map__set_max_entries before load);
+  // 0 keeps the defaults of bpf/profile.h and bpf/unwind.h. Past them new keys
+  // are counted as dropped (Totals::dropped_*), never fatal. Smaller maps bound
+  // the agent's memory per window (docs/fleet.md, "Memory").
+  uint32_t max_sample_keys = 0;  // samples_by_ip (TLSPROF_MAX_SAMPLE_KEYS)
+  uint32_t max_stack_keys = 0;   // samples_by_stack (TLSPROF_MAX_STACK_KEYS)
+  uint32_t max_pids = 0;         // samples_by_pid (TLSPROF_MAX_PIDS)
 };
+
+// The most user-space memory one ReadWindow() may hold for maps of these
+// sizes: the values read and the baselines (sample/map_window.h) of every
+// key, with the hash tables' overhead. The agent's memory budget keeps this
+// much aside (profiler::Profiler).
+uint64_t WindowMemoryBound(uint32_t max_pids, uint32_t max_sample_keys, uint32_t max_stack_keys);
 
 struct Totals {
   uint64_t samples = 0;
@@ -118,6 +131,10 @@ class Sampler {
   // --- Stack unwinding ---
   // Rows in the kernel's row array (TLSPROF_UNWIND_MAX_ROWS).
   uint32_t max_rows() const;
+  // The aggregates' sizes as loaded (SamplerOptions, or the defaults).
+  uint32_t max_pids() const;
+  uint32_t max_sample_keys() const;
+  uint32_t max_stack_keys() const;
   // Rows handed out so far by AllocateRows().
   uint32_t allocated_rows() const { return next_row_; }
   // Reserves `count` consecutive rows and returns the first; an error when

@@ -1,5 +1,7 @@
 #include "agent/stacks/unwind_registrar.h"
 
+#include <sys/stat.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -74,10 +76,29 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
     spdlog::debug("unwind: {}", fd.error().message);
     return slot;  // not cached: another process may still have it open
   }
+  // Building a table needs about the file's size at its peak (measured on
+  // tlsprof-many-symbols, 100k functions: 17 MiB for a 17 MiB file). Over the cap,
+  // only shared TLS libraries get theirs; the others are tried again at the
+  // next registration that maps them.
+  if (budget_ != nullptr && !(info->tls && info->tls->whole_file_is_tls)) {
+    struct stat st {};
+    const uint64_t cost = fstat(fd->get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    if (!budget_->Admit(cost)) {
+      budget_->Skipped(MemoryBudget::kUnwindTable, info->path, cost);
+      ++stats_.tables_over_budget;
+      return slot;
+    }
+  }
   // Go: rows from the pclntab's pcsp tables, not frame pointers (see
   // agent/unwind/go_table.cc); without a usable pclntab, Register falls back
   // to frame pointers.
   const bool go = info->image->is_go;
+  struct TrimAfterLoad {
+    MemoryBudget* budget;
+    ~TrimAfterLoad() {
+      if (budget != nullptr) budget->AfterLoad();
+    }
+  } trim{budget_};  // at return, once the table and its copies (declared below) are gone
   auto table = go ? unwind::BuildGoUnwindTable(fd->get(), info->path) : unwind::BuildUnwindTable(fd->get(), info->path);
   if (!table.ok()) {
     ++stats_.table_failures;
@@ -158,7 +179,10 @@ Status UnwindRegistrar::Register(pid_t pid, const ProcessSnapshot& process) {
     ++proc.nr_mappings;
   }
   auto status = sampler_.SetProcess(static_cast<uint32_t>(pid), proc);
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    ++stats_.process_failures;
+    return status;
+  }
   ++stats_.processes;
   return OkStatus();
 }

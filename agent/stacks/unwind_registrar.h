@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 
+#include "agent/common/memory_budget.h"
 #include "agent/common/result.h"
 #include "agent/discovery/process_registry.h"
 #include "agent/sample/sampler.h"
@@ -32,11 +33,19 @@ struct RegistrarStats {
   uint64_t rows = 0;               // rows uploaded
   uint64_t table_failures = 0;     // files without a usable table (no CFI, unreadable, no room)
   uint64_t mappings_left_out = 0;  // beyond TLSPROF_UNWIND_MAX_MAPPINGS
+  // The BPF map unwind_procs refused the process (full: TLSPROF_UNWIND_MAX_PROCS
+  // processes registered); its samples are counted leaf-only.
+  uint64_t process_failures = 0;
+  uint64_t tables_over_budget = 0;  // tables not built: over the memory cap (MemoryBudget)
 };
 
 class UnwindRegistrar {
  public:
-  explicit UnwindRegistrar(sample::Sampler& sampler) : sampler_(sampler) {}
+  // `budget` (may be null: no cap): tables of files other than a shared
+  // libssl/libcrypto are built only while it admits them (their mapping is
+  // then walked without a table: the walk stops there).
+  explicit UnwindRegistrar(sample::Sampler& sampler, MemoryBudget* budget = nullptr)
+      : sampler_(sampler), budget_(budget) {}
 
   // Registers a process that maps a TLS library (no-op otherwise). A failure
   // for one file or process is logged and skipped; the process then gets
@@ -59,6 +68,7 @@ class UnwindRegistrar {
   Slot TableFor(pid_t pid, const discovery::ProcessSnapshot::ExecMapping& m);
 
   sample::Sampler& sampler_;
+  MemoryBudget* budget_;
   // Keyed by the image's address; the entry holds the image, so that no other
   // image can be allocated at that address while the entry exists.
   std::map<const discovery::ImageInfo*, std::pair<std::shared_ptr<const discovery::ImageInfo>, Slot>> slots_;

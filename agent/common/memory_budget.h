@@ -1,0 +1,86 @@
+// MemoryBudget: the agent's memory cap (`tlsprof-agent run --memory-limit`,
+// docs/fleet.md, "Memory").
+//
+// The agent's memory is a fixed base (code, libraries, BPF skeleton,
+// threads), the window machinery (bounded by the BPF maps' sizes,
+// sample::WindowMemoryBound) and what it loads per file: symbol tables
+// (discovery::ProcessRegistry) and unwind tables while they are built
+// (stacks::UnwindRegistrar). Only the last grows with the host, so that is
+// what the budget admits: before loading a file, the loader asks Admit() with
+// an estimate of what the load needs at its peak. Admit() says yes while the
+// resident memory now, plus that estimate, plus the window reserve stays
+// under the limit. A refused load is skipped (that file then gets no names or
+// no unwind table: less precise attribution, never a crash), counted per
+// kind, and the first refusal of each kind is logged as a warning.
+// Not thread-safe: the profiler's thread owns it.
+#pragma once
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <string_view>
+
+namespace tlsprof {
+
+class MemoryBudget {
+ public:
+  enum Kind { kImage = 0, kUnwindTable = 1, kNrKinds };
+
+  // limit_bytes 0: no limit (Admit() always says yes, nothing is measured).
+  explicit MemoryBudget(uint64_t limit_bytes = 0, uint64_t reserve_bytes = 0)
+      : limit_(limit_bytes), reserve_(reserve_bytes) {}
+
+  uint64_t limit_bytes() const { return limit_; }
+  uint64_t reserve_bytes() const { return reserve_; }
+  bool limited() const { return limit_ != 0; }
+
+  // Whether a load that needs about `cost` bytes at its peak fits now. When it
+  // does not, freed heap is first handed back to the kernel (malloc_trim) and
+  // the resident size read again.
+  bool Admit(uint64_t cost) {
+    if (!limited()) return true;
+    if (Fits(ResidentBytes(), cost)) return true;
+    malloc_trim(0);
+    return Fits(ResidentBytes(), cost);
+  }
+
+  // Counts a load that Admit() refused; the first of each kind is logged.
+  void Skipped(Kind kind, std::string_view what, uint64_t cost) {
+    if (skipped_[kind]++ == 0) {
+      spdlog::warn(
+          "memory limit: {} MiB resident, limit {} MiB ({} MiB kept for the window): not loading the {} of {} "
+          "(~{} MiB); {} are counted in tlsprof_agent_memory_limited_total and logged once",
+          ResidentBytes() >> 20, limit_ >> 20, reserve_ >> 20, kind == kImage ? "symbols" : "unwind table", what,
+          cost >> 20, kind == kImage ? "files left unnamed" : "unwind tables left out");
+    }
+  }
+  uint64_t skipped(Kind kind) const { return skipped_[kind]; }
+
+  // After a large load, when limited: hands freed heap back to the kernel so
+  // that the resident size follows what is kept, not the load's peak.
+  void AfterLoad() const {
+    if (limited()) malloc_trim(0);
+  }
+
+  // This process's resident memory now (/proc/self/statm), in bytes.
+  static uint64_t ResidentBytes() {
+    std::ifstream statm("/proc/self/statm");
+    uint64_t size = 0, resident = 0;
+    statm >> size >> resident;
+    return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  }
+
+ private:
+  bool Fits(uint64_t resident, uint64_t cost) const { return resident + cost + reserve_ <= limit_; }
+
+  uint64_t limit_;
+  uint64_t reserve_;
+  std::array<uint64_t, kNrKinds> skipped_{};
+};
+
+}  // namespace tlsprof
