@@ -9,7 +9,8 @@ import json
 import os
 import unittest
 
-from tlsprof_testlib import BIN, Processes, by_name, process_row, profile_json, require_root, truth_rate_in_window
+from tlsprof_testlib import (BIN, Processes, assert_resource_budget, by_name, process_row, profile_json, require_root,
+                             truth_rate_in_window)
 
 ALGORITHMS = ["AES-GCM", "ChaCha20-Poly1305", "AES-CBC", "SHA-256", "SHA-1", "RSA", "X25519"]
 RATE_TOLERANCE = 0.25
@@ -69,7 +70,8 @@ class AccuracyTest(unittest.TestCase):
         self.assertLessEqual(abs(measured_rate / truth_rate - 1), RATE_TOLERANCE, "\n".join(lines))
         self.assertEqual(errors, [], "\n".join(lines))
         # The agent's own cost is part of the contract.
-        self.assertLessEqual(report["agent"]["cpu_share_of_core"], 0.01, report["agent"])
+        assert_resource_budget(self, "agent cpu_share_of_core", report["agent"]["cpu_share_of_core"], 0.01,
+                               report["agent"])
 
 
 if __name__ == "__main__":

@@ -17,11 +17,26 @@ import unittest
 BIN = os.environ.get("TLSPROF_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
 SRC = os.environ.get("TLSPROF_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
 AGENT = os.path.join(BIN, "tlsprof-agent")
+# The ASan + UBSan pass (scripts/test-sanitizers.sh): CTest sets this in build-asan.
+SANITIZED = os.environ.get("TLSPROF_SANITIZED") == "1"
 
 
 def require_root(test: unittest.TestCase):
     if os.geteuid() != 0:
         test.fail("integration tests need root (CAP_BPF, CAP_PERFMON): run ctest -L bpf as root")
+
+
+def assert_resource_budget(test: unittest.TestCase, name, value, limit, msg=None):
+    """Asserts one of the agent's own resource budgets (CPU share of a core, peak RSS, report latency):
+    value <= limit. They are the release build's contract. In the sanitizer pass ASan's shadow memory and
+    allocator quarantine, and the instrumentation of every load and store, raise all three by design, so
+    there the value is printed with the reason and not asserted; every attribution and accuracy check
+    still is."""
+    if SANITIZED:
+        print(f"sanitizer pass: {name} = {value:g} is not asserted against the release budget {limit:g} "
+              "(ASan's shadow memory, quarantine and instrumentation raise CPU, RSS and latency by design)")
+        return
+    test.assertLessEqual(value, limit, msg if msg is not None else name)
 
 
 class Processes:

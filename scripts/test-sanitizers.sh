@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds the whole project with ASan + UBSan into build-asan/ (-DTLSPROF_SANITIZE=ON, gcc) and runs the whole
+# test suite against it: `ctest -L unit`, then (as root) `ctest -L bpf`, whose integration tests run the sanitized
+# binaries of build-asan/bin (TLSPROF_BIN comes from that build's CTest registration). scripts/test.sh runs it in CI
+# after the normal pass. Any sanitizer report fails it: every instrumented process (also the agent, collector and
+# workloads the Python tests start, whose exit status a test may not look at) writes its ASan and LeakSanitizer
+# reports to a log directory, and a non-empty directory fails the run after the tests, printing each report. UBSan
+# reports go to the process's stderr (gcc's libubsan ignores log_path next to ASan, gcc PR 94328), but the first
+# one ends the process with a non-zero status (-fno-sanitize-recover=all), which fails its test.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build="$root/build-asan"
+jobs=$(nproc)
+
+start=$SECONDS
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTLSPROF_SANITIZE=ON >/dev/null
+cmake --build "$build" -j"$jobs"
+echo "sanitizers: build took $((SECONDS - start)) s"
+
+# Reports from every process go to $logs/<name>.<pid>; world-writable (sticky), since tests run the agent and
+# collector as other users too.
+logs="$build/sanitizer-logs"
+rm -rf "$logs"
+mkdir -p "$logs"
+chmod 1777 "$logs"
+# halt_on_error: the first error aborts the process (UBSan too: -fno-sanitize-recover=all at build time).
+# detect_leaks: LeakSanitizer at exit; tests/sanitizers/lsan.supp lists the only leaks ignored (third-party static
+# state), each with its reason.
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:log_path=$logs/asan:strict_init_order=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
+
+# Excluded from the sanitizer pass, each with its reason (printed, and the test still runs in the normal pass):
+#  - packaging_integration_test installs the .debs system-wide (dpkg -i/--purge); packages are made from the
+#    normal build, and the binaries it starts are the same ones every other integration test runs here.
+exclude="packaging_integration_test"
+echo "sanitizers: excluded from this pass (run in the normal pass): $exclude — installs the release .debs system-wide"
+
+status=0
+cd "$build"
+start=$SECONDS
+ctest --output-on-failure --timeout 1800 -j2 -L unit -E "^($exclude)\$" || status=1
+echo "sanitizers: ctest -L unit took $((SECONDS - start)) s"
+if [[ $status -eq 0 ]]; then
+  start=$SECONDS
+  ctest --output-on-failure --timeout 1800 -L bpf -E "^($exclude)\$" || status=1
+  echo "sanitizers: ctest -L bpf took $((SECONDS - start)) s"
+fi
+
+shopt -s nullglob
+reports=("$logs"/*)
+if [[ ${#reports[@]} -gt 0 ]]; then
+  echo "sanitizers: ${#reports[@]} report(s) in $logs:" >&2
+  for r in "${reports[@]}"; do
+    echo "==== $r" >&2
+    cat "$r" >&2
+  done
+  status=1
+fi
+if [[ $status -ne 0 ]]; then
+  echo "sanitizers: FAILED" >&2
+else
+  echo "sanitizers: passed, no sanitizer reports"
+fi
+exit $status
