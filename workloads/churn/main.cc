@@ -12,6 +12,7 @@
 // reports its own through a pipe, 8 bytes).
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   double rate = 200, duration = 20, work_ms = 0.5, linger_ms = 0;
   int linger_percent = 0;
   std::optional<int> driver_nice;
+  bool driver_fifo = false;
   std::string output, ready_file;
   app.add_option("--rate", rate, "Processes started per second")->check(CLI::PositiveNumber);
   app.add_option("--duration", duration, "Seconds of churn")->check(CLI::NonNegativeNumber);
@@ -77,6 +79,9 @@ int main(int argc, char** argv) {
   app.add_option("--driver-nice", driver_nice,
                  "Nice value of the driver only (children keep the caller's): a negative one, as root, keeps "
                  "the schedule on a loaded machine");
+  app.add_flag("--driver-fifo", driver_fifo,
+               "Run the driver (only; not its children) as SCHED_FIFO, as root: its few microseconds per start "
+               "are then never late behind a loaded machine's other tasks");
   app.add_option("--output", output, "JSON written at exit");
   app.add_option("--ready-file", ready_file, "Written (content: pid) when the churn starts");
   CLI11_PARSE(app, argc, argv);
@@ -118,6 +123,12 @@ int main(int argc, char** argv) {
   const int caller_nice = getpriority(PRIO_PROCESS, 0);
   if (driver_nice && setpriority(PRIO_PROCESS, 0, *driver_nice) != 0) {
     std::perror("setpriority --driver-nice");
+    return 1;
+  }
+  // SCHED_RESET_ON_FORK: the children start as ordinary SCHED_OTHER tasks.
+  const sched_param fifo{1};
+  if (driver_fifo && sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo) != 0) {
+    std::perror("sched_setscheduler --driver-fifo");
     return 1;
   }
   Totals totals;
