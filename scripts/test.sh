@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds with warnings as errors, checks formatting, and
 # runs every test: unit tests and, as root, the BPF and integration tests.
-# Nothing is skipped: a test that cannot run fails. Then the same suite again, built
-# with ASan + UBSan into build-asan/ (scripts/test-sanitizers.sh).
+# Nothing is skipped: a test that cannot run fails.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
@@ -11,4 +10,3 @@ TLSPROF_WERROR=ON "$root/scripts/build.sh"
 cd "$root/build"
 ctest --output-on-failure --timeout 900 -L unit
 ctest --output-on-failure --timeout 900 -L bpf
-"$root/scripts/test-sanitizers.sh"
