@@ -10,9 +10,9 @@ agent daemon and the real collector:
 See docs/fleet.md ("Agent daemon", "Clock skew", "Bounds") for the behaviour
 these tests pin down.
 """
+import json
 import os
 import re
-import shutil
 import signal
 import socket
 import struct
@@ -342,9 +342,9 @@ class FaultsPipelineTest(unittest.TestCase):
         for host, offset, skew in (("skew-ahead", "+1h", 3600), ("skew-behind", "-1d", -86400)):
             env = dict(os.environ, LD_PRELOAD=FAKETIME_LIB, FAKETIME=offset, FAKETIME_DONT_FAKE_MONOTONIC="1",
                        FAKETIME_NO_CACHE="1")
+            uts = ("unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$0" "$@"')
             agents[host] = (self.start_agent(collector.grpc_port, self.procs.path(f"state-{host}"), env=env,
-                                             prefix=("unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$0" "$@"')),
-                            skew)
+                                             prefix=uts), skew)
 
         def accepted():
             return collector.metrics().get(("tlsprof_collector_reports_total", (("result", "accepted"),)), 0)
@@ -353,7 +353,7 @@ class FaultsPipelineTest(unittest.TestCase):
                  [collector.proc] + [a for a, _ in agents.values()])
         rows = {}
         wait_for("both agents listed", lambda: rows.update(
-            {r["hostname"]: r for r in __import__("json").loads(collector.http("/api/v1/agents")[1])["agents"]})
+            {r["hostname"]: r for r in json.loads(collector.http("/api/v1/agents")[1])["agents"]})
                  or len(rows) >= 2, 10)
         for host, (agent, skew) in agents.items():
             self.stop_timed(agent, 15)
@@ -372,7 +372,7 @@ class FaultsPipelineTest(unittest.TestCase):
         self.assertAlmostEqual(busy, sum(s[3] for s in sealed_all) * PERIOD_NS / 1e9, places=6)
         # The per-minute ring is keyed by the collector's receive time: the
         # skewed windows are in the last 5 minutes of the summary.
-        summary = __import__("json").loads(collector.http("/api/v1/summary?minutes=5")[1])
+        summary = json.loads(collector.http("/api/v1/summary?minutes=5")[1])
         self.assertEqual(summary["reports"], len(sealed_all))
         print(f"\nclock skew: {len(sealed_all)} windows from agents at +1 h and -1 day, all counted once; "
               f"skews seen {rows['skew-ahead']['clock_skew_seconds']:.1f} s and "
@@ -422,14 +422,15 @@ class FaultsPipelineTest(unittest.TestCase):
         self.assertLessEqual(exposed, ATTACK_MAX_SERIES)
         hosts = {dict(labels)["host"] for (name, labels) in m if name == "tlsprof_host_busy_cpu_seconds_total"}
         self.assertLessEqual(len(hosts), 101)
-        agents = __import__("json").loads(collector.http("/api/v1/agents?limit=1000")[1])
+        agents = json.loads(collector.http("/api/v1/agents?limit=1000")[1])
         self.assertEqual(agents["total"], ATTACK_MAX_AGENTS)
         instances = max(a["instances"] for a in agents["agents"])
         self.assertLessEqual(instances, 16)
         self.assertLess(after, RSS_BOUND_BYTES, f"collector RSS {after} bytes after the attack")
         self.assertLess(after - first, RSS_GROWTH_BOUND_BYTES, f"collector RSS grew from {first} to {after} bytes")
         print(f"\ncardinality attack: {sent} reports in {took:.1f} s; collector RSS {before / 2**20:.1f} MiB before, "
-              f"{first / 2**20:.1f} MiB after one, {after / 2**20:.1f} MiB after two (bound {RSS_BOUND_BYTES / 2**20:.0f} MiB); "
+              f"{first / 2**20:.1f} MiB after one, {after / 2**20:.1f} MiB after two "
+              f"(bound {RSS_BOUND_BYTES / 2**20:.0f} MiB); "
               f"{int(m[('tlsprof_collector_series', ())])} series held, "
               f"{int(m[('tlsprof_collector_agent_limit_total', (('action', 'refused'),))])} new agents refused")
 
@@ -453,11 +454,11 @@ def attack(pb, port, hosts=ATTACK_HOSTS, instances=ATTACK_INSTANCES, concurrency
     tag = uuid.uuid4().hex[:8]
     # The instances first: their key is then one of the agents held, and the
     # per-agent instance bound is what they run into.
-    reports = [make_report(pb, 1 + i % 7, uuid.uuid4().bytes, service=f"inst-svc-{tag}-{i % 50}", hostname=f"atk-instances-{tag}")
-               for i in range(instances)]
+    reports = [make_report(pb, 1 + i % 7, uuid.uuid4().bytes, service=f"inst-svc-{tag}-{i % 50}",
+                           hostname=f"atk-instances-{tag}") for i in range(instances)]
     for i in range(hosts):
-        r = make_report(pb, 1, uuid.uuid4().bytes, service=f"atk-svc-{tag}-{i}-0", hostname=f"atk-host-{tag}-{i}", rows=[],
-                        busy=0, non_tls=0)
+        r = make_report(pb, 1, uuid.uuid4().bytes, service=f"atk-svc-{tag}-{i}-0", hostname=f"atk-host-{tag}-{i}",
+                        rows=[], busy=0, non_tls=0)
         del r.services[:]
         for j in range(ATTACK_SERVICES_PER_REPORT):
             s = r.services.add(name=f"atk-svc-{tag}-{i}-{j}", busy_samples=10, tls_samples=5)
