@@ -534,8 +534,8 @@ TEST(Ingestor, SkewedClocksAreCountedMeasuredAndFiledByReceiveTime) {
   // Past the 5 minute horizon nobody is current: the gauge falls back to 0.
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_clock_skew_seconds", kTestNowNs + 6 * minute), 0);
   std::map<std::string, nlohmann::json> skew;
-  for (const auto& a : ingestor.Agents(10, kTestNowNs)["agents"])
-    skew[a["identity"].get<std::string>()] = a["clock_skew_seconds"];
+  const nlohmann::json listed = ingestor.Agents(10, kTestNowNs);
+  for (const auto& a : listed["agents"]) skew[a["identity"].get<std::string>()] = a["clock_skew_seconds"];
   EXPECT_DOUBLE_EQ(skew["ahead"].get<double>(), 3600.0);
   EXPECT_DOUBLE_EQ(skew["behind"].get<double>(), -86400.0);
   EXPECT_DOUBLE_EQ(skew["old"].get<double>(), 7200.0);
@@ -562,7 +562,8 @@ TEST(Ingestor, MaxAgentsEvictsOnlyIdleAgentsAndRefusesOtherwise) {
   EXPECT_FALSE(ingestor.Apply("new", MakeReport(1), later).refused);
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_agent_limit_total", later, {{"action", "evicted"}}), 1);
   std::set<std::string> held;
-  for (const auto& a : ingestor.Agents(10, later)["agents"]) held.insert(a["identity"].get<std::string>());
+  const nlohmann::json after = ingestor.Agents(10, later);
+  for (const auto& a : after["agents"]) held.insert(a["identity"].get<std::string>());
   EXPECT_EQ(held, (std::set<std::string>{"a0", "a2", "new"}));
 }
 
