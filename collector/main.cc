@@ -117,6 +117,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 1e9));
   app.add_flag("--host-labels", ingest.host_labels, "also count per host (tlsprof_host_*), at most --max-hosts");
   app.add_option("--max-hosts", ingest.max_hosts)->capture_default_str();
+  app.add_option("--max-agents", ingest.max_agents, "agent keys held (identities; a relay's hosts count one each)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-series", ingest.max_series, "data series held over all agents (cpu + busy)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--journal-compact-bytes", compact_bytes, "snapshot the state when the journal grows past this")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")

@@ -30,6 +30,8 @@ packages=(
   dpkg-dev util-linux adduser
   # least privilege: the agent and the collector drop capabilities with libcap (cap_set_proc, cap_drop_bound)
   libcap-dev
+  # fault tests: an agent whose clock is skewed (LD_PRELOAD libfaketime)
+  faketime
 )
 
 stamp=/var/lib/tlsprof-deps.stamp

@@ -129,7 +129,7 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     if (!shipper) return;
     const ship::ShipperStats st = shipper->stats();
     metrics.SetShip({st.sealed, st.accepted, st.duplicates, st.rejected, st.spool_dropped, st.send_errors,
-                     st.spooled_batches, st.spooled_bytes, st.last_success_unix_seconds});
+                     st.spooled_batches, st.spooled_bytes, st.last_success_unix_seconds, st.unpersisted});
   };
   double cpu_mark = SelfCpuSeconds();
   auto next_close = Clock::now() + interval;

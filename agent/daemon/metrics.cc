@@ -126,7 +126,7 @@ AgentMetrics::AgentMetrics()
       batches_(BuildCounter()
                    .Name("tlsprof_agent_batches_total")
                    .Help("Batches by outcome: sealed, accepted, duplicate, rejected (INVALID_ARGUMENT), dropped "
-                         "(spool full)")
+                         "(spool over its bound or its disk full), unpersisted (could not be written at all: lost)")
                    .Register(*registry_)),
       send_errors_(BuildCounter()
                        .Name("tlsprof_agent_send_errors_total")
@@ -220,6 +220,7 @@ void AgentMetrics::SetShip(const ShipHealth& s) {
   Advance(batches_.Add({{"result", "duplicate"}}), s.duplicates, last_ship_.duplicates);
   Advance(batches_.Add({{"result", "rejected"}}), s.rejected, last_ship_.rejected);
   Advance(batches_.Add({{"result", "dropped"}}), s.spool_dropped, last_ship_.spool_dropped);
+  Advance(batches_.Add({{"result", "unpersisted"}}), s.unpersisted, last_ship_.unpersisted);
   Advance(send_errors_, s.send_errors, last_ship_.send_errors);
   spool_batches_.Set(static_cast<double>(s.spooled_batches));
   spool_bytes_.Set(static_cast<double>(s.spooled_bytes));

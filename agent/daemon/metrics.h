@@ -45,6 +45,7 @@ struct ShipHealth {
   uint64_t spooled_batches = 0;
   uint64_t spooled_bytes = 0;
   double last_success_unix_seconds = 0;
+  uint64_t unpersisted = 0;  // windows that could not be written to the spool (lost)
 };
 
 // The agent's bounds (docs/fleet.md, "Memory"): cumulative counts, mirrored.

@@ -197,8 +197,13 @@ class ShipperImpl final : public Shipper {
     std::lock_guard seal_lock(seal_mu_);
     // The counter is persisted before the batch exists, so a sequence is
     // never handed out twice, whatever crashes in between.
-    auto sequence = state_.Take();
-    if (!sequence) return MakeError("cannot seal a batch: {}", sequence.error().message);
+    int err = 0;
+    auto sequence = state_.Take(&err);
+    while (!sequence && IsNoSpace(err) && DropOldestForRoom()) sequence = state_.Take(&err);
+    if (!sequence) {
+      CountUnpersisted();
+      return MakeError("cannot seal a batch: {}", sequence.error().message);
+    }
     report.set_agent_instance(state_.instance());
     report.set_sequence(*sequence);
     {
@@ -207,8 +212,12 @@ class ShipperImpl final : public Shipper {
       report.mutable_agent()->set_spooled_batches(spool_.batches());
       report.mutable_agent()->set_spool_dropped_batches(stats_.spool_dropped);
     }
-    auto size = spool_.Write(report);
-    if (!size) return MakeError("cannot seal batch sequence={}: {}", *sequence, size.error().message);
+    auto size = spool_.Write(report, &err);
+    while (!size && IsNoSpace(err) && DropOldestForRoom()) size = spool_.Write(report, &err);
+    if (!size) {
+      CountUnpersisted();
+      return MakeError("cannot seal batch sequence={}: {}", *sequence, size.error().message);
+    }
     {
       std::lock_guard lock(mu_);
       spool_.Add(*sequence, *size);
@@ -277,6 +286,27 @@ class ShipperImpl final : public Shipper {
     }
   }
 
+  // The disk is full: drops the oldest spooled batch (never the one in
+  // flight). False when there is none to drop.
+  bool DropOldestForRoom() {
+    std::lock_guard lock(mu_);
+    std::optional<uint64_t> victim = spool_.Oldest(in_flight_);
+    if (!victim) return false;
+    spool_.Remove(*victim);
+    ++stats_.spool_dropped;
+    spdlog::warn(
+        "ship: the spool's disk is full: dropped the oldest batch, sequence {}, to make room ({} dropped since "
+        "start)",
+        *victim, stats_.spool_dropped);
+    if (spool_.batches() == 0) empty_cv_.notify_all();
+    return true;
+  }
+
+  void CountUnpersisted() {
+    std::lock_guard lock(mu_);
+    ++stats_.unpersisted;
+  }
+
   void Run() {
     while (true) {
       try {
@@ -323,12 +353,22 @@ class ShipperImpl final : public Shipper {
     // own reconnect backoff ends (and a reset of that backoff takes effect
     // only asynchronously). Our backoff has been waited for, or a Flush()
     // cut it short: this attempt gets a fresh channel, i.e. a real connect.
-    if (failures_ > 0 && channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+    // A call that ran into its deadline on a READY channel: the collector
+    // took the connection and hangs (or the path to it is black-holed). The
+    // channel would keep that connection forever, so the next attempt gets a
+    // fresh one, which reaches a collector restarted or failed over since.
+    if (failures_ > 0 &&
+        (last_deadline_exceeded_ || channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE)) {
       NewChannel();
     }
     v1::SubmitResponse response;
+    // The agent's clock at this attempt, for the collector's skew measurement.
+    request.set_sent_unix_ns(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
     grpc::Status status = Submit(request, &response);
 
+    last_deadline_exceeded_ = status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     std::unique_lock lock(mu_);
     in_flight_.reset();
     if (stop_ && status.error_code() == grpc::StatusCode::CANCELLED) return false;
@@ -451,6 +491,7 @@ class ShipperImpl final : public Shipper {
   // Sender thread only.
   std::mt19937_64 rng_;
   uint32_t failures_ = 0;
+  bool last_deadline_exceeded_ = false;
   uint64_t suppressed_ = 0;
   std::optional<Clock::time_point> last_error_log_;
 

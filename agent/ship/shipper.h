@@ -45,7 +45,8 @@ struct ShipperStats {
   uint64_t accepted = 0;         // answered ACCEPTED
   uint64_t duplicates = 0;       // answered DUPLICATE
   uint64_t rejected = 0;         // INVALID_ARGUMENT or over the collector's size limit: dropped, logged
-  uint64_t spool_dropped = 0;    // dropped because the spool was over its bound
+  uint64_t spool_dropped = 0;    // dropped: the spool over its bound, or its disk full (oldest first)
+  uint64_t unpersisted = 0;      // windows Seal() could not write even with the spool emptied: lost
   uint64_t send_errors = 0;      // failed attempts that will be retried
   uint64_t spooled_batches = 0;  // waiting now
   uint64_t spooled_bytes = 0;
@@ -65,6 +66,10 @@ class Shipper {
   // Assigns agent_instance and the next sequence to `report`, fills
   // agent.spooled_batches and agent.spool_dropped_batches, and writes it to
   // the spool. Touches only the disk, never the network. Returns the sequence.
+  // A full disk (ENOSPC, EDQUOT) drops the oldest spooled batches, one at a
+  // time, until the write fits (counted in spool_dropped): the newest data is
+  // worth most. If it does not fit with nothing left to drop, the window is
+  // lost and counted in `unpersisted`; Seal() never blocks on the disk.
   virtual Result<uint64_t> Seal(v1::AgentReport report) = 0;
   // Waits until the spool is empty or `timeout` passed; true when empty. Cuts
   // a retry backoff short once (one immediate attempt), e.g. at shutdown.

@@ -188,31 +188,39 @@ std::vector<std::string> ListDir(const std::string& dir) {
 
 }  // namespace
 
-Status WriteFileDurably(const std::string& dir, const std::string& name, std::string_view data) {
+bool IsNoSpace(int err) { return err == ENOSPC || err == EDQUOT; }
+
+Status WriteFileDurably(const std::string& dir, const std::string& name, std::string_view data, int* err_out) {
+  int scratch = 0;
+  int& err = err_out != nullptr ? *err_out : scratch;
+  err = 0;
   std::string tmp = dir + "/." + name + ".tmp";
   std::string path = dir + "/" + name;
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (!fd.valid()) return MakeError("cannot create {}: {}", tmp, std::strerror(errno));
+    if (!fd.valid()) {
+      err = errno;
+      return MakeError("cannot create {}: {}", tmp, std::strerror(err));
+    }
     size_t done = 0;
     while (done < data.size()) {
       ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
-        int err = errno;
+        err = errno;
         ::unlink(tmp.c_str());
         return MakeError("cannot write {}: {}", tmp, std::strerror(err));
       }
       done += static_cast<size_t>(n);
     }
     if (::fsync(fd.get()) != 0) {
-      int err = errno;
+      err = errno;
       ::unlink(tmp.c_str());
       return MakeError("cannot fsync {}: {}", tmp, std::strerror(err));
     }
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
+    err = errno;
     ::unlink(tmp.c_str());
     return MakeError("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
   }
@@ -320,9 +328,11 @@ Status StateDir::AdvanceTo(uint64_t next) {
   return OkStatus();
 }
 
-Result<uint64_t> StateDir::Take() {
+Result<uint64_t> StateDir::Take(int* err) {
   uint64_t sequence = next_sequence_;
-  if (auto st = WriteFileDurably(dir_, "next_sequence", fmt::format("{}\n", sequence + 1)); !st) return st.error();
+  if (auto st = WriteFileDurably(dir_, "next_sequence", fmt::format("{}\n", sequence + 1), err); !st) {
+    return st.error();
+  }
   next_sequence_ = sequence + 1;
   return sequence;
 }
@@ -417,9 +427,9 @@ void Spool::Quarantine(const std::string& name, const std::string& reason) {
   }
 }
 
-Result<uint64_t> Spool::Write(const v1::AgentReport& report) const {
+Result<uint64_t> Spool::Write(const v1::AgentReport& report, int* err) const {
   std::string data = EncodeBatch(report);
-  if (auto st = WriteFileDurably(dir_, FileName(report.sequence()), data); !st) return st.error();
+  if (auto st = WriteFileDurably(dir_, FileName(report.sequence()), data, err); !st) return st.error();
   return static_cast<uint64_t>(data.size());
 }
 

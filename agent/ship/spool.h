@@ -27,7 +27,12 @@
 namespace tlsprof::ship {
 
 // Writes `data` to dir/name durably: dir/.name.tmp, fsync, rename, fsync(dir).
-Status WriteFileDurably(const std::string& dir, const std::string& name, std::string_view data);
+// On failure the tmp file is removed (nothing torn is left) and `*err`, when
+// given, is the errno (ENOSPC: the disk is full).
+Status WriteFileDurably(const std::string& dir, const std::string& name, std::string_view data, int* err = nullptr);
+
+// True for the errors that freeing disk space can cure (ENOSPC, EDQUOT).
+bool IsNoSpace(int err);
 
 // Encodes/decodes the batch file format. Decode checks the magic, length and
 // checksum and that the report parses; it says what was wrong otherwise.
@@ -53,8 +58,9 @@ class StateDir {
   // the current one. Used at start with (max spooled sequence + 1).
   Status AdvanceTo(uint64_t next);
   // Hands out the next sequence: persists next_sequence + 1 first, so a
-  // sequence is never handed out twice, whatever crashes afterwards.
-  Result<uint64_t> Take();
+  // sequence is never handed out twice, whatever crashes afterwards. `*err`
+  // as for WriteFileDurably.
+  Result<uint64_t> Take(int* err = nullptr);
 
  private:
   std::string dir_;
@@ -78,7 +84,8 @@ class Spool {
   // Writes the batch file durably (named by report.sequence()); touches only
   // the disk, so it may run while another thread uses the index. Returns the
   // file's size. Add() then indexes it; Put() does both.
-  Result<uint64_t> Write(const v1::AgentReport& report) const;
+  // `*err` as for WriteFileDurably.
+  Result<uint64_t> Write(const v1::AgentReport& report, int* err = nullptr) const;
   void Add(uint64_t sequence, uint64_t size);
   Result<uint64_t> Put(const v1::AgentReport& report);
   // Reads and decodes a batch. An unreadable or undecodable file is moved to

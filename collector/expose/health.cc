@@ -7,8 +7,8 @@ HealthMetrics::HealthMetrics() : registry_(std::make_shared<prometheus::Registry
                       .Name("tlsprof_collector_reports_total")
                       .Help("Submit calls by result")
                       .Register(*registry_);
-  static constexpr const char* kNames[kSubmitResults] = {"accepted", "duplicate",    "invalid",  "unauthenticated",
-                                                         "denied",   "rate_limited", "too_large"};
+  static constexpr const char* kNames[kSubmitResults] = {"accepted", "duplicate",    "invalid",   "unauthenticated",
+                                                         "denied",   "rate_limited", "too_large", "agent_limit"};
   for (int i = 0; i < kSubmitResults; ++i) results_[i] = &results.Add({{"result", kNames[i]}});
   dropped_series_ = &prometheus::BuildCounter()
                          .Name("tlsprof_collector_dropped_series_total")

@@ -12,8 +12,17 @@
 namespace tlsprof::collector {
 
 // The values of tlsprof_collector_reports_total's "result" label.
-enum class SubmitResult { kAccepted, kDuplicate, kInvalid, kUnauthenticated, kDenied, kRateLimited, kTooLarge };
-inline constexpr int kSubmitResults = 7;
+enum class SubmitResult {
+  kAccepted,
+  kDuplicate,
+  kInvalid,
+  kUnauthenticated,
+  kDenied,
+  kRateLimited,
+  kTooLarge,
+  kAgentLimit
+};
+inline constexpr int kSubmitResults = 8;
 
 class HealthMetrics {
  public:

@@ -109,10 +109,11 @@ class HttpServerTest : public ::testing::Test {
     ingestor_ = new Ingestor(IngestOptions{});
     const int64_t s = 1'000'000'000;
     ingestor_->Apply("insecure:host-1", MakeReport(1, std::string(16, 'i'), kTestNowNs - 60 * s), kTestNowNs - 55 * s);
-    ingestor_->Apply("insecure:host-1", MakeReport(2), kTestNowNs - 5 * s);
+    // Received in the current minute (the ring is keyed by receive time).
+    ingestor_->Apply("insecure:host-1", MakeReport(2), kTestNowNs);
     v1::AgentReport other = MakeReport(1);
     other.mutable_host()->set_hostname("host-2");
-    ingestor_->Apply("insecure:host-2", other, kTestNowNs - 3 * s);
+    ingestor_->Apply("insecure:host-2", other, kTestNowNs + 1);
     HttpCallbacks callbacks;
     callbacks.collect = [] { return ingestor_->CollectData(); };
     callbacks.summary = [](int minutes) { return ingestor_->Summary(minutes, kTestNowNs); };

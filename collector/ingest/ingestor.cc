@@ -69,13 +69,24 @@ Ingestor::Ingestor(IngestOptions options) : options_(options) {}
 
 bool Ingestor::TakeToken(const std::string& agent_key, int64_t now_ns) {
   std::lock_guard lock(mu_);
-  return buckets_[agent_key].Take(now_ns, options_.rate_per_agent, options_.rate_burst);
+  auto it = buckets_.find(agent_key);
+  if (it == buckets_.end()) {
+    // Bounded: a bucket is made before the report is validated or admitted,
+    // so keys that never became agents (invalid reports, refused at
+    // max_agents) are swept once there are twice max_agents buckets. A swept
+    // key starts again with a full bucket, as any new key does.
+    if (buckets_.size() >= 2 * static_cast<size_t>(std::max<uint32_t>(options_.max_agents, 1))) {
+      std::erase_if(buckets_, [&](const auto& entry) { return !agents_.count(entry.first); });
+    }
+    it = buckets_.try_emplace(agent_key).first;
+  }
+  return it->second.Take(now_ns, options_.rate_per_agent, options_.rate_burst);
 }
 
 ApplyResult Ingestor::Apply(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
-                            const std::function<void()>& commit) {
+                            const std::function<void()>& commit, int64_t sent_ns) {
   std::lock_guard lock(mu_);
-  return ApplyLocked(agent_key, report, received_ns, commit);
+  return ApplyLocked(agent_key, report, received_ns, commit, sent_ns);
 }
 
 Result<ApplyResult> Ingestor::Replay(const state::JournalRecord& record) {
@@ -84,10 +95,10 @@ Result<ApplyResult> Ingestor::Replay(const state::JournalRecord& record) {
     if (!request.ParseFromString(record.submit_request()))
       return MakeError("journal record: submit_request is not a SubmitRequest");
     std::lock_guard lock(mu_);
-    return ApplyLocked(record.agent_key(), request.report(), record.received_unix_ns(), {});
+    return ApplyLocked(record.agent_key(), request.report(), record.received_unix_ns(), {}, request.sent_unix_ns());
   }
   std::lock_guard lock(mu_);
-  return ApplyLocked(record.agent_key(), record.report(), record.received_unix_ns(), {});
+  return ApplyLocked(record.agent_key(), record.report(), record.received_unix_ns(), {}, 0);
 }
 
 std::string Ingestor::HostLabel(const std::string& hostname) {
@@ -99,10 +110,47 @@ std::string Ingestor::HostLabel(const std::string& hostname) {
   return kOverflowHost;
 }
 
+bool Ingestor::MakeRoomForAgentLocked(int64_t now_ns) {
+  if (now_ns < no_eviction_before_ns_) return false;
+  auto oldest = std::min_element(agents_.begin(), agents_.end(), [](const auto& a, const auto& b) {
+    return a.second.last_seen_ns < b.second.last_seen_ns;
+  });
+  if (oldest == agents_.end()) return true;
+  if (now_ns - oldest->second.last_seen_ns < kAgentIdleEvictNs) {
+    // Last-seen times only grow: no agent can be evicted before then.
+    no_eviction_before_ns_ = oldest->second.last_seen_ns + kAgentIdleEvictNs;
+    return false;
+  }
+  spdlog::warn("forgetting agent {} (silent since {}): the collector holds --max-agents {} agents", oldest->first,
+               oldest->second.last_seen_ns, options_.max_agents);
+  buckets_.erase(oldest->first);
+  agents_.erase(oldest);
+  ++agents_evicted_;
+  return true;
+}
+
+Ingestor::CpuSeries* Ingestor::FindCpuSeriesLocked(uint64_t hash, const std::array<std::string_view, 7>& labels) {
+  for (;; ++hash) {
+    auto it = cpu_.find(hash);
+    if (it == cpu_.end()) return nullptr;
+    const CpuKey& l = it->second.labels;
+    if (std::equal(l.begin(), l.end(), labels.begin())) return &it->second;
+  }
+}
+
 ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
-                                  const std::function<void()>& commit) {
+                                  const std::function<void()>& commit, int64_t sent_ns) {
   ApplyResult result;
-  Agent& agent = agents_[agent_key];
+  auto agent_it = agents_.find(agent_key);
+  if (agent_it == agents_.end()) {
+    if (agents_.size() >= options_.max_agents && !MakeRoomForAgentLocked(received_ns)) {
+      ++agents_refused_;
+      result.refused = true;
+      return result;
+    }
+    agent_it = agents_.try_emplace(agent_key).first;
+  }
+  Agent& agent = agent_it->second;
   auto it = agent.instances.find(report.agent_instance());
   if (it != agent.instances.end()) {
     SequenceWindow::Check check = it->second.window.Test(report.sequence());
@@ -127,9 +175,18 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
   agent.last_seen_ns = received_ns;
   ++agent.reports;
   if (agent.hostname != report.host().hostname()) agent.hostname = report.host().hostname();
+  // Clock skew: the agent's send time against ours (network delay is noise
+  // far below the tolerance). Without a send time, a window that ends in our
+  // future still proves the agent ahead by at least that much.
+  if (sent_ns != 0 || report.window().end_unix_ns() > received_ns + kSkewToleranceNs) {
+    agent.skew_known = true;
+    agent.skew_ns = sent_ns != 0 ? sent_ns - received_ns : report.window().end_unix_ns() - received_ns;
+    if (agent.skew_ns > kSkewToleranceNs || agent.skew_ns < -kSkewToleranceNs) ++skewed_reports_;
+  }
 
   const uint64_t period = report.window().period_ns();
-  const int64_t minute_index = FloorDiv(report.window().end_unix_ns(), kNsPerMinute);
+  // By our receive time: the agent's clock may be anywhere (validate.h).
+  const int64_t minute_index = FloorDiv(received_ns, kNsPerMinute);
   Minute& minute = minutes_[minute_index];
   minute.reports++;
   minute.agents.insert(Fnv1a({agent_key}));
@@ -149,8 +206,14 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
     const double busy = Seconds(service.busy_samples(), period);
     const std::array<std::string_view, 3> busy_key = {service.name(), service.container_id(), service.pod_uid()};
     auto busy_it = busy_.find(busy_key);
-    if (busy_it == busy_.end())
+    if (busy_it == busy_.end()) {
+      if (SeriesLocked() >= options_.max_series) {
+        result.dropped_series += 1 + service.tls_size();
+        series_refused_ += 1 + service.tls_size();
+        continue;
+      }
       busy_it = busy_.try_emplace(BusyKey{service.name(), service.container_id(), service.pod_uid()}).first;
+    }
     busy_it->second += busy;
     minute.busy_seconds += busy;
     for (const v1::TlsCpu& row : service.tls()) {
@@ -159,15 +222,23 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
       const std::array<std::string_view, 7> labels = {
           bucket, row.algorithm(), phase, row.library(), service.name(), service.container_id(), service.pod_uid()};
       const uint64_t series_hash = SeriesHash(labels);
-      // One hash lookup for a known series while under the cap.
-      if (agent.series.size() < options_.max_series_per_agent) {
-        agent.series.insert(series_hash);
-      } else if (!agent.series.count(series_hash)) {
+      const bool known = agent.series.count(series_hash);
+      if (!known && agent.series.size() >= options_.max_series_per_agent) {
         ++result.dropped_series;
         continue;
       }
+      CpuSeries* series = FindCpuSeriesLocked(series_hash, labels);
+      if (series == nullptr) {
+        if (SeriesLocked() >= options_.max_series) {
+          ++result.dropped_series;
+          ++series_refused_;
+          continue;
+        }
+        series = &CpuSeriesLocked(series_hash, labels);
+      }
+      if (!known) agent.series.insert(series_hash);
       const double seconds = Seconds(row.samples(), period);
-      CpuSeriesLocked(series_hash, labels).seconds += seconds;
+      series->seconds += seconds;
       minute.tls_seconds += seconds;
       minute.bucket_seconds[row.bucket()] += seconds;
       auto alg =
@@ -276,6 +347,7 @@ void Ingestor::SnapshotLocked(state::State& s) const {
     a->set_last_seen_unix_ns(agent.last_seen_ns);
     a->set_reports(agent.reports);
     a->set_hostname(agent.hostname);
+    if (agent.skew_known) a->set_clock_skew_ns(agent.skew_ns);
     for (const auto& [id, instance] : agent.instances) {
       state::Instance* i = a->add_instances();
       i->set_instance(id);
@@ -333,6 +405,8 @@ Status Ingestor::Restore(const state::State& s) {
     agent.last_seen_ns = a.last_seen_unix_ns();
     agent.reports = a.reports();
     agent.hostname = a.hostname();
+    agent.skew_known = a.has_clock_skew_ns();
+    agent.skew_ns = a.clock_skew_ns();
     for (const state::Instance& i : a.instances()) {
       if (i.seen_size() != static_cast<int>(SequenceWindow::kWidth / 64)) {
         return MakeError("snapshot: agent instance window has {} words, expected {}", i.seen_size(),
@@ -360,7 +434,11 @@ Status Ingestor::Restore(const state::State& s) {
   return OkStatus();
 }
 
-std::vector<prometheus::MetricFamily> Ingestor::CollectData() const {
+std::vector<prometheus::MetricFamily> Ingestor::CollectData(int64_t now_ns) const {
+  if (now_ns == 0) {
+    now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  }
   // Under the lock only a copy of the values (the labels are read after it:
   // series are never erased while serving and their labels never change), so
   // that a scrape does not hold up Submit while it formats.
@@ -369,8 +447,21 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData() const {
   std::vector<std::pair<std::pair<std::string, std::string>, double>> host_cpu;
   std::vector<std::pair<std::string, double>> host_busy;
   uint64_t reports = 0;
+  uint64_t evicted = 0, refused = 0, series_refused = 0, skewed = 0;
+  size_t agents = 0, series_total = 0;
+  int64_t max_skew_ns = 0;
   {
     std::lock_guard lock(mu_);
+    evicted = agents_evicted_;
+    refused = agents_refused_;
+    series_refused = series_refused_;
+    skewed = skewed_reports_;
+    agents = agents_.size();
+    series_total = SeriesLocked();
+    for (const auto& [key, agent] : agents_) {
+      if (!agent.skew_known || agent.last_seen_ns < now_ns - kSkewHorizonNs) continue;
+      max_skew_ns = std::max(max_skew_ns, agent.skew_ns < 0 ? -agent.skew_ns : agent.skew_ns);
+    }
     cpu.reserve(cpu_.size());
     for (const auto& [hash, series] : cpu_) cpu.emplace_back(&series.labels, series.seconds);
     busy.assign(busy_.begin(), busy_.end());
@@ -417,6 +508,48 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData() const {
     prometheus::MetricFamily f{"tlsprof_reports_total", "Profile windows counted", prometheus::MetricType::Counter, {}};
     f.metric.push_back(CounterMetric({}, static_cast<double>(reports)));
     families.push_back(std::move(f));
+  }
+  {
+    auto gauge = [](double value) {
+      prometheus::ClientMetric m;
+      m.gauge.value = value;
+      return m;
+    };
+    prometheus::MetricFamily skew{"tlsprof_collector_clock_skew_seconds",
+                                  "Largest |agent clock - collector clock| of the agents seen in the last 5 minutes",
+                                  prometheus::MetricType::Gauge,
+                                  {gauge(static_cast<double>(max_skew_ns) / 1e9)}};
+    families.push_back(std::move(skew));
+    prometheus::MetricFamily skewed_family{
+        "tlsprof_collector_skewed_reports_total",
+        "Reports accepted from an agent whose clock was off by more than 30 s (counted all the same)",
+        prometheus::MetricType::Counter,
+        {CounterMetric({}, static_cast<double>(skewed))}};
+    families.push_back(std::move(skewed_family));
+    prometheus::MetricFamily held{"tlsprof_collector_agent_keys",
+                                  "Agent keys held in memory (at most --max-agents)",
+                                  prometheus::MetricType::Gauge,
+                                  {gauge(static_cast<double>(agents))}};
+    families.push_back(std::move(held));
+    prometheus::MetricFamily limit{
+        "tlsprof_collector_agent_limit_total",
+        "New agent keys at --max-agents: evicted = an idle agent's state forgotten for it, refused = its report "
+        "answered RESOURCE_EXHAUSTED",
+        prometheus::MetricType::Counter,
+        {CounterMetric({{"action", "evicted"}}, static_cast<double>(evicted)),
+         CounterMetric({{"action", "refused"}}, static_cast<double>(refused))}};
+    families.push_back(std::move(limit));
+    prometheus::MetricFamily series_family{"tlsprof_collector_series",
+                                           "Data series held (tlsprof_cpu_seconds_total + tlsprof_busy_cpu_seconds_"
+                                           "total; at most --max-series)",
+                                           prometheus::MetricType::Gauge,
+                                           {gauge(static_cast<double>(series_total))}};
+    families.push_back(std::move(series_family));
+    prometheus::MetricFamily series_limit{"tlsprof_collector_series_limit_dropped_total",
+                                          "Series dropped because --max-series series are held",
+                                          prometheus::MetricType::Counter,
+                                          {CounterMetric({}, static_cast<double>(series_refused))}};
+    families.push_back(std::move(series_limit));
   }
   if (options_.host_labels) {
     prometheus::MetricFamily cpu_family{
@@ -527,6 +660,8 @@ nlohmann::json Ingestor::Agents(size_t limit, int64_t now_ns) const {
     int64_t last_seen_ns;
     uint64_t reports;
     size_t instances, series, services;
+    bool skew_known;
+    int64_t skew_ns;
   };
   std::vector<Row> rows;
   size_t total = 0;
@@ -547,7 +682,7 @@ nlohmann::json Ingestor::Agents(size_t limit, int64_t now_ns) const {
     for (size_t i = 0; i < n; ++i) {
       const auto& [key, agent] = *all[i];
       rows.push_back({key, agent.hostname, agent.last_seen_ns, agent.reports, agent.instances.size(),
-                      agent.series.size(), agent.services.size()});
+                      agent.series.size(), agent.services.size(), agent.skew_known, agent.skew_ns});
     }
   }
   nlohmann::json out = {{"now", now_ns / 1'000'000'000},
@@ -565,7 +700,9 @@ nlohmann::json Ingestor::Agents(size_t limit, int64_t now_ns) const {
                              {"reports", r.reports},
                              {"instances", r.instances},
                              {"series", r.series},
-                             {"services", r.services}});
+                             {"services", r.services},
+                             {"clock_skew_seconds", r.skew_known ? nlohmann::json(static_cast<double>(r.skew_ns) / 1e9)
+                                                                 : nlohmann::json(nullptr)}});
   }
   return out;
 }

@@ -36,6 +36,12 @@ struct IngestOptions {
   double rate_burst = 120;
   bool host_labels = false;
   uint32_t max_hosts = 1000;
+  // Hard bounds on what grows with the input (docs/fleet.md, "Bounds"):
+  // agent keys (each holds its instances' sequence windows, series and
+  // service hashes and a rate-limit bucket), and data series over all agents
+  // (tlsprof_cpu_seconds_total + tlsprof_busy_cpu_seconds_total).
+  uint32_t max_agents = 10000;
+  uint32_t max_series = 100000;
 };
 
 // The key an agent's state lives under: its identity, plus the reported
@@ -46,6 +52,9 @@ std::string MakeAgentKey(std::string_view identity, std::string_view relay_hostn
 struct ApplyResult {
   bool duplicate = false;
   bool too_old = false;  // duplicate because it fell below the sequence window
+  // A new agent key while --max-agents keys are held and none has been
+  // silent for kAgentIdleEvictNs: nothing counted, not journaled (retried).
+  bool refused = false;
   uint32_t dropped_series = 0;
 };
 
@@ -56,7 +65,13 @@ inline constexpr size_t kMaxSummaryAlgorithms = 1000;
 // Instances one agent key remembers (an agent whose state directory is wiped
 // starts a new instance); the least recently seen is forgotten.
 inline constexpr size_t kMaxInstancesPerAgent = 16;
-
+// At --max-agents, a new agent key takes the place of the least recently seen
+// one if that one has been silent this long; otherwise it is refused.
+inline constexpr int64_t kAgentIdleEvictNs = 3600LL * 1000 * 1000 * 1000;
+// |agent clock - collector clock| above this counts a report as skewed.
+inline constexpr int64_t kSkewToleranceNs = 30LL * 1000 * 1000 * 1000;
+// Agents whose skew tlsprof_collector_clock_skew_seconds takes the max of.
+inline constexpr int64_t kSkewHorizonNs = 300LL * 1000 * 1000 * 1000;
 class Ingestor {
  public:
   explicit Ingestor(IngestOptions options);
@@ -68,8 +83,10 @@ class Ingestor {
   // runs before the lock is released (the journal append: the journal's order
   // is then the order counters were applied in, and a replay gives the same
   // caps). Not called for duplicates.
+  // `sent_ns`: the agent's clock at sending (SubmitRequest.sent_unix_ns, 0 =
+  // unknown), for the clock-skew measurement.
   ApplyResult Apply(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
-                    const std::function<void()>& commit = {});
+                    const std::function<void()>& commit = {}, int64_t sent_ns = 0);
   // Applies a journal record at start (an error when it does not parse).
   Result<ApplyResult> Replay(const state::JournalRecord& record);
 
@@ -83,8 +100,9 @@ class Ingestor {
   // Replaces the state by a snapshot (at start, before serving).
   Status Restore(const state::State& snapshot);
 
-  // tlsprof_cpu_seconds_total & co., read at scrape time.
-  std::vector<prometheus::MetricFamily> CollectData() const;
+  // tlsprof_cpu_seconds_total & co., read at scrape time, and the bounds'
+  // and clock skew's tlsprof_collector_* (as of `now_ns`; default: the clock).
+  std::vector<prometheus::MetricFamily> CollectData(int64_t now_ns = 0) const;
   // Agents whose last report was received within `horizon_ns` of `now_ns`.
   size_t ActiveAgents(int64_t now_ns, int64_t horizon_ns) const;
   // GET /api/v1/summary: reports whose window ended in the last `minutes`.
@@ -131,6 +149,8 @@ class Ingestor {
     int64_t last_seen_ns = 0;
     uint64_t reports = 0;  // accepted (not duplicates)
     std::string hostname;  // host.hostname of the last accepted report
+    bool skew_known = false;
+    int64_t skew_ns = 0;  // agent clock - collector clock at the last report
   };
   // Orders (bucket, algorithm) pairs; finds them by string_view too.
   struct AlgorithmLess {
@@ -171,7 +191,13 @@ class Ingestor {
   };
 
   ApplyResult ApplyLocked(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
-                          const std::function<void()>& commit);
+                          const std::function<void()>& commit, int64_t sent_ns);
+  // A new agent key at max_agents: evicts the least recently seen agent if it
+  // is idle enough (true), else false (refuse).
+  bool MakeRoomForAgentLocked(int64_t now_ns);
+  // The series of these labels, or nullptr when there is none yet.
+  CpuSeries* FindCpuSeriesLocked(uint64_t hash, const std::array<std::string_view, 7>& labels);
+  size_t SeriesLocked() const { return cpu_.size() + busy_.size(); }
   std::string HostLabel(const std::string& hostname);
   CpuSeries& CpuSeriesLocked(uint64_t hash, const std::array<std::string_view, 7>& labels);
   void PruneMinutes(int64_t now_minute);
@@ -189,7 +215,15 @@ class Ingestor {
   std::map<std::pair<std::string, std::string>, double> host_cpu_;
   std::map<std::string, double> host_busy_;
   std::set<std::string> hosts_;  // hosts with their own label (at most max_hosts)
+  // Keyed by the minute of the collector's receive time (not the window's
+  // end: a skewed agent clock must not create minutes outside the ring).
   std::map<int64_t, Minute> minutes_;
+  // Bounds and skew (this process's counts; not persisted).
+  uint64_t agents_evicted_ = 0;
+  uint64_t agents_refused_ = 0;
+  uint64_t series_refused_ = 0;  // series (and busy series) dropped by max_series
+  uint64_t skewed_reports_ = 0;
+  int64_t no_eviction_before_ns_ = 0;  // no agent is idle enough before this
 };
 
 }  // namespace tlsprof::collector

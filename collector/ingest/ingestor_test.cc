@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "collector/ingest/test_report.h"
 
@@ -341,7 +342,8 @@ TEST(Ingestor, SummaryOverTheLastMinutes) {
   Ingestor ingestor(IngestOptions{});
   const int64_t minute = 60'000'000'000;
   ingestor.Apply("a", MakeReport(1, std::string(16, 'i'), kTestNowNs), kTestNowNs);
-  ingestor.Apply("b", MakeReport(1, std::string(16, 'i'), kTestNowNs - 10 * minute), kTestNowNs);
+  // Filed by the receive time (a window from a skewed clock lands in the minute it arrived).
+  ingestor.Apply("b", MakeReport(1, std::string(16, 'i'), kTestNowNs - 10 * minute), kTestNowNs - 10 * minute);
   nlohmann::json five = ingestor.Summary(5, kTestNowNs);
   const double period = 1'000'000'000 / 99;
   EXPECT_EQ(five["reports"], 1);
@@ -373,9 +375,9 @@ TEST(Ingestor, TrendHasOnePointPerMinuteWithReportsAndAddsUpToSummary) {
   rsa->set_library("openssl-3");
   rsa->set_samples(100);
   ingestor.Apply("a", MakeReport(1, std::string(16, 'i'), kTestNowNs), kTestNowNs);
-  ingestor.Apply("b", with_signature, kTestNowNs);
-  ingestor.Apply("a", MakeReport(3, std::string(16, 'i'), kTestNowNs - minute), kTestNowNs);
-  ingestor.Apply("a", MakeReport(4, std::string(16, 'i'), kTestNowNs - 10 * minute), kTestNowNs);
+  ingestor.Apply("b", with_signature, this_minute + 1);
+  ingestor.Apply("a", MakeReport(3, std::string(16, 'i'), kTestNowNs - minute), kTestNowNs - minute);
+  ingestor.Apply("a", MakeReport(4, std::string(16, 'i'), kTestNowNs - 10 * minute), kTestNowNs - 10 * minute);
 
   const double period = 1'000'000'000 / 99;
   nlohmann::json trend = ingestor.Trend(60, kTestNowNs);
@@ -483,6 +485,121 @@ TEST(Ingestor, TrendAndAgentsOfAnEmptyCollector) {
   EXPECT_TRUE(agents["agents"].empty());
   EXPECT_EQ(agents["total"], 0);
   EXPECT_EQ(agents["truncated"], false);
+}
+
+// A gauge or counter without labels from CollectData(now), or -1 when absent.
+double Scalar(const Ingestor& ingestor, const std::string& family, int64_t now_ns = kTestNowNs,
+              const std::map<std::string, std::string>& labels = {}) {
+  for (const prometheus::MetricFamily& f : ingestor.CollectData(now_ns)) {
+    if (f.name != family) continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      std::map<std::string, std::string> got;
+      for (const auto& l : m.label) got[l.name] = l.value;
+      if (got == labels) return f.type == prometheus::MetricType::Gauge ? m.gauge.value : m.counter.value;
+    }
+  }
+  return -1;
+}
+
+TEST(Ingestor, SkewedClocksAreCountedMeasuredAndFiledByReceiveTime) {
+  Ingestor ingestor(IngestOptions{});
+  const int64_t hour = 3600LL * 1'000'000'000;
+  const int64_t minute = 60'000'000'000;
+  // An hour ahead (send time given), a day behind (send time given), and an
+  // older agent without a send time whose window ends 2 h in our future.
+  EXPECT_FALSE(
+      ingestor.Apply("ahead", MakeReport(1, std::string(16, 'a'), kTestNowNs + hour), kTestNowNs, {}, kTestNowNs + hour)
+          .duplicate);
+  EXPECT_FALSE(ingestor
+                   .Apply("behind", MakeReport(1, std::string(16, 'b'), kTestNowNs - 24 * hour), kTestNowNs, {},
+                          kTestNowNs - 24 * hour)
+                   .duplicate);
+  ingestor.Apply("old", MakeReport(1, std::string(16, 'c'), kTestNowNs + 2 * hour), kTestNowNs);
+  // In sync, and a late batch from the spool (an old window, sent now): no skew.
+  ingestor.Apply("synced", MakeReport(1, std::string(16, 'd'), kTestNowNs - 5 * hour), kTestNowNs, {}, kTestNowNs + 1);
+
+  // All four counted, once, in the minute they were received.
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_reports_total", {}), 4);
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_cpu_seconds_total", kAesGcm),
+                   4 * 300 * static_cast<double>(1'000'000'000 / 99) / 1e9);
+  EXPECT_EQ(ingestor.Summary(1, kTestNowNs)["reports"], 4);
+  nlohmann::json trend = ingestor.Trend(60, kTestNowNs);
+  ASSERT_EQ(trend["points"].size(), 1u);
+  EXPECT_EQ(trend["points"][0]["minute"], kTestNowNs / minute * 60);
+  // The ring holds no minute of the agents' clocks (they would never be pruned).
+  EXPECT_EQ(ingestor.Trend(60, kTestNowNs + 2 * hour)["points"].size(), 0u);
+
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_skewed_reports_total"), 3);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_clock_skew_seconds"), 24 * 3600.0);
+  // Past the 5 minute horizon nobody is current: the gauge falls back to 0.
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_clock_skew_seconds", kTestNowNs + 6 * minute), 0);
+  std::map<std::string, nlohmann::json> skew;
+  const nlohmann::json listed = ingestor.Agents(10, kTestNowNs);
+  for (const auto& a : listed["agents"]) skew[a["identity"].get<std::string>()] = a["clock_skew_seconds"];
+  EXPECT_DOUBLE_EQ(skew["ahead"].get<double>(), 3600.0);
+  EXPECT_DOUBLE_EQ(skew["behind"].get<double>(), -86400.0);
+  EXPECT_DOUBLE_EQ(skew["old"].get<double>(), 7200.0);
+  EXPECT_NEAR(skew["synced"].get<double>(), 0.0, 1e-6);
+}
+
+TEST(Ingestor, MaxAgentsEvictsOnlyIdleAgentsAndRefusesOtherwise) {
+  IngestOptions options;
+  options.max_agents = 3;
+  Ingestor ingestor(options);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(ingestor.Apply("a" + std::to_string(i), MakeReport(1), kTestNowNs + i).refused);
+  }
+  // Nobody idle for an hour: a fourth key is refused, nothing counted.
+  ApplyResult refused = ingestor.Apply("new", MakeReport(1), kTestNowNs + 10);
+  EXPECT_TRUE(refused.refused);
+  EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_reports_total", {}), 3);
+  // Known agents go on.
+  EXPECT_FALSE(ingestor.Apply("a0", MakeReport(2), kTestNowNs + 20).refused);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_agent_keys"), 3);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_agent_limit_total", kTestNowNs, {{"action", "refused"}}), 1);
+  // An hour later a1 (the least recently seen) is idle: it makes room.
+  const int64_t later = kTestNowNs + kAgentIdleEvictNs + 5;
+  EXPECT_FALSE(ingestor.Apply("new", MakeReport(1), later).refused);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_agent_limit_total", later, {{"action", "evicted"}}), 1);
+  std::set<std::string> held;
+  const nlohmann::json after = ingestor.Agents(10, later);
+  for (const auto& a : after["agents"]) held.insert(a["identity"].get<std::string>());
+  EXPECT_EQ(held, (std::set<std::string>{"a0", "a2", "new"}));
+}
+
+TEST(Ingestor, MaxSeriesBoundsSeriesOverAllAgents) {
+  IngestOptions options;
+  options.max_series = 10;
+  Ingestor ingestor(options);
+  // Each report: one busy series and one cpu series of its own service.
+  for (int i = 0; i < 20; ++i) {
+    v1::AgentReport r = MakeReport(1, std::string(16, 'i'));
+    r.mutable_services(0)->set_name("svc-" + std::to_string(i));
+    ApplyResult result = ingestor.Apply("agent-" + std::to_string(i), r, kTestNowNs);
+    EXPECT_EQ(result.dropped_series, i < 5 ? 0u : 2u) << i;
+  }
+  EXPECT_EQ(
+      SeriesCount(ingestor, "tlsprof_cpu_seconds_total") + SeriesCount(ingestor, "tlsprof_busy_cpu_seconds_total"),
+      10u);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_series"), 10);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_series_limit_dropped_total"), 30);
+  // A series that exists is still counted, from any agent.
+  v1::AgentReport again = MakeReport(1, std::string(16, 'j'));
+  again.mutable_services(0)->set_name("svc-0");
+  EXPECT_EQ(ingestor.Apply("agent-19", again, kTestNowNs).dropped_series, 0u);
+}
+
+TEST(Ingestor, SweepingRateLimitBucketsKeepsTheAgents) {
+  IngestOptions options;
+  options.max_agents = 5;
+  options.rate_per_agent = 1;
+  options.rate_burst = 1;
+  Ingestor ingestor(options);
+  ingestor.Apply("kept", MakeReport(1), kTestNowNs);
+  EXPECT_TRUE(ingestor.TakeToken("kept", kTestNowNs));
+  // Keys that never become agents: their buckets are swept, the agent's is not.
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(ingestor.TakeToken("junk-" + std::to_string(i), kTestNowNs));
+  EXPECT_FALSE(ingestor.TakeToken("kept", kTestNowNs));  // its empty bucket survived the sweeps
 }
 
 }  // namespace

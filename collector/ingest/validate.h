@@ -12,10 +12,11 @@
 
 namespace tlsprof::collector {
 
-// Longest window a report may cover, and how far its end may lie in the
-// future (clock skew between agent and collector).
+// Longest window a report may cover. Where the window lies in time is not
+// checked: a host whose clock is wrong still has its CPU counted (the
+// collector keys its per-minute ring by its own receive time and measures
+// the skew instead; docs/fleet.md, "Clock skew").
 inline constexpr int64_t kMaxWindowNs = 3600LL * 1000 * 1000 * 1000;
-inline constexpr int64_t kMaxFutureNs = 600LL * 1000 * 1000 * 1000;
 // Sample counts may exceed cpus × seconds × frequency by this factor (timer
 // jitter, windows that are closed a little late).
 inline constexpr double kSampleSlack = 1.5;
@@ -32,8 +33,9 @@ bool IsValidPodUid(std::string_view value);
 // labels): 1–253 characters of [A-Za-z0-9._:-].
 bool IsValidHostname(std::string_view value);
 
-// Returns std::nullopt when `report` is acceptable at `now_unix_ns`, else
-// "<field>: <reason>" naming the first rule it breaks.
+// Returns std::nullopt when `report` is acceptable, else "<field>: <reason>"
+// naming the first rule it breaks. `now_unix_ns` is not used any more (the
+// window's position in time is not checked); kept for the callers.
 std::optional<std::string> ValidateReport(const v1::AgentReport& report, int64_t now_unix_ns);
 
 // Lower-case label values of the enums ("cipher", "handshake", ...).

@@ -227,9 +227,20 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::
     record_bytes = record.SerializeAsString();
   }
   uint64_t ticket = 0;
-  ApplyResult applied = ingestor_->Apply(agent_key, report, now_ns, [&] {
-    if (store_) ticket = store_->Enqueue(std::move(record_bytes));
-  });
+  ApplyResult applied = ingestor_->Apply(
+      agent_key, report, now_ns,
+      [&] {
+        if (store_) ticket = store_->Enqueue(std::move(record_bytes));
+      },
+      parsed.sent_unix_ns());
+  if (applied.refused) {
+    // Retried by the agent (its batch stays spooled); docs/fleet.md, "Bounds".
+    health_->Count(SubmitResult::kAgentLimit);
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            fmt::format("the collector holds --max-agents agents, none idle for an hour; agent '{}' is not taken now, "
+                        "retry later",
+                        identity)};
+  }
   if (applied.too_old) {
     spdlog::warn("agent '{}': sequence {} is more than {} below the highest accepted; answered DUPLICATE", identity,
                  report.sequence(), SequenceWindow::kWidth);
