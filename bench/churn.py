@@ -28,18 +28,17 @@ import argparse
 import json
 import os
 import random
-import re
 import resource
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from tlsprof_testlib import free_port, metric_sum, scrape  # noqa: E402  (stdlib only, shared with the tests)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -59,32 +58,6 @@ def proc_status_kib(pid, field):
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise ValueError(f"no {field} in /proc/{pid}/status")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape(port, timeout=10):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
-        return r.read().decode()
-
-
-def metric_sum(text, name, **labels):
-    """Sum of the samples of `name` whose labels include `labels`."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(m.group(3))
-    return total
 
 
 class Pool:

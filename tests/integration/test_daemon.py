@@ -15,9 +15,9 @@ import subprocess
 import threading
 import time
 import unittest
-import urllib.request
 
-from tlsprof_testlib import AGENT, BIN, Processes, free_port, process_row, profile_json, require_root, run_agent
+from tlsprof_testlib import (AGENT, BIN, Processes, free_port, metric_sum, process_row, profile_json, require_root,
+                             run_agent, scrape)
 
 INTERVAL = 3
 WINDOWS = 3
@@ -25,26 +25,6 @@ FREQUENCY = 999  # many samples per window: the comparison is about windows, not
 SHARE_TOLERANCE = 0.05
 WINDOW_LINE = re.compile(r"window=\[(\d+),(\d+)\) busy_samples=(\d+) tls_samples=(\d+)")
 SEALED_LINE = re.compile(r"sealed batch sequence=(\d+) window=\[(\d+),(\d+)\) busy_samples=(\d+) tls_samples=(\d+)")
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
-def metric_sum(text, name, **labels):
-    """Sum of the series of `name` whose labels include `labels`."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(m.group(3))
-    return total
 
 
 def label_values(text, name, label):

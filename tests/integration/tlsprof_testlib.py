@@ -7,12 +7,14 @@ PID. They need root and a real kernel: they are registered with CTest under the
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import tempfile
 import time
 import unittest
+import urllib.request
 
 BIN = os.environ.get("TLSPROF_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
 SRC = os.environ.get("TLSPROF_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -104,6 +106,27 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def scrape(port, timeout=10):
+    """The text of http://127.0.0.1:PORT/metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+        return r.read().decode()
+
+
+def metric_sum(text, name, **labels):
+    """Sum of the samples of `name` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
 
 
 def run_agent(args, timeout=120):
