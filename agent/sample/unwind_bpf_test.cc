@@ -293,9 +293,11 @@ TEST(UnwindBpfTest, RowCacheFollowsUploads) {
   const uint64_t cfa_none = after.unwind_stop.cfa_none - rewritten.unwind_stop.cfa_none;
   PrintStops(after);
   EXPECT_GT(unwound, 300u);
-  // A walk running on another CPU while the totals were read may fall on
-  // either side: allow one per CPU.
-  EXPECT_GE(cfa_none + static_cast<uint64_t>(sysconf(_SC_NPROCESSORS_ONLN)), unwound);
+  // A walk running on another CPU while the rows were rewritten or the totals
+  // read may fall on either side: one per CPU, plus 1% for the walks a nested
+  // VM's host stalls across the rewrite (4 of 995 seen under load). A cache
+  // that served the old rows would fail this by hundreds.
+  EXPECT_GE(cfa_none + static_cast<uint64_t>(sysconf(_SC_NPROCESSORS_ONLN)) + unwound / 100, unwound);
 }
 
 // A leaf outside TLS mappings, with no TLS frame within the first walk, gets
