@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the whole project with ASan + UBSan into build-asan/ (-DTLSPROF_SANITIZE=ON, gcc) and runs the whole
 # test suite against it: `ctest -L unit`, then (as root) `ctest -L bpf`, whose integration tests run the sanitized
-# binaries of build-asan/bin (TLSPROF_BIN comes from that build's CTest registration). scripts/test.sh runs it in CI
-# after the normal pass. Any sanitizer report fails it: every instrumented process (also the agent, collector and
-# workloads the Python tests start, whose exit status a test may not look at) writes its ASan and LeakSanitizer
+# binaries of build-asan/bin (TLSPROF_BIN comes from that build's CTest registration). Not yet a stage of
+# scripts/test.sh (CI): it joins once a whole pass has run green. Any sanitizer report fails it: every
+# instrumented process (also the agent, collector and workloads the Python tests start, whose exit status a test
+# may not look at) writes its ASan and LeakSanitizer
 # reports to a log directory, and a non-empty directory fails the run after the tests, printing each report. UBSan
 # reports go to the process's stderr (gcc's libubsan ignores log_path next to ASan, gcc PR 94328), but the first
 # one ends the process with a non-zero status (-fno-sanitize-recover=all), which fails its test.
