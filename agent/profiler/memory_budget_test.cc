@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
+#include "agent/common/sanitizer.h"
 #include "agent/sample/sampler.h"
 
 namespace tlsprof {
@@ -31,8 +33,13 @@ TEST(MemoryBudget, AdmitsWhatFitsUnderTheLimitNow) {
   std::memset(block.get(), 1, 40 * kMiB);
   EXPECT_FALSE(budget.Admit(16 * kMiB));
   block.reset();
-  // Freed (and trimmed by Admit), it fits again.
-  EXPECT_TRUE(budget.Admit(16 * kMiB));
+  // Freed (and trimmed by Admit), it fits again. Not under ASan: its allocator
+  // keeps freed blocks in quarantine, and malloc_trim does not reach them.
+  if (!kAddressSanitizer) {
+    EXPECT_TRUE(budget.Admit(16 * kMiB));
+  } else {
+    std::printf("ASan build: freed memory stays in ASan's quarantine; the re-admission check is not made\n");
+  }
 }
 
 TEST(MemoryBudget, BelowTheResidentSizeNothingFits) {
