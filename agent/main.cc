@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
                   "tables are not loaded (counted in tlsprof_agent_memory_limited_total), shared libssl/libcrypto "
                   "excepted")
       ->transform(CLI::AsSizeValue(false))
-      ->default_str("512MiB");
+      ->default_str(fmt::format("{}MiB", tlsprof::daemon::Options::kDefaultMemoryLimitBytes >> 20));
   run->add_option("--max-sample-keys", run_options.max_sample_keys,
                   "Entries of the per-instruction sample map (default 131072); samples past it are counted as "
                   "dropped. Smaller bounds the memory a window needs")

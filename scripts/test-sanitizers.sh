@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Builds the whole project with ASan + UBSan into build-asan/ (-DTLSPROF_SANITIZE=ON, gcc) and runs the whole
 # test suite against it: `ctest -L unit`, then (as root) `ctest -L bpf`, whose integration tests run the sanitized
-# binaries of build-asan/bin (TLSPROF_BIN comes from that build's CTest registration). Not yet a stage of
-# scripts/test.sh (CI): it joins once a whole pass has run green. Any sanitizer report fails it: every
-# instrumented process (also the agent, collector and workloads the Python tests start, whose exit status a test
-# may not look at) writes its ASan and LeakSanitizer
+# binaries of build-asan/bin (TLSPROF_BIN comes from that build's CTest registration). The last stage of
+# scripts/test.sh, so CI runs it. Instrumented: tlsprof's code (agent, collector, tools, tests); not: the workloads
+# it measures (workloads/CMakeLists.txt says why). Tests see TLSPROF_SANITIZED=1 and print, rather than assert,
+# the CPU and memory budgets ASan's own cost breaks (tests/integration/tlsprof_testlib.py). Any sanitizer report
+# fails it: every instrumented process (also the agent and collector the Python tests start, whose exit status a
+# test may not look at) writes its ASan and LeakSanitizer
 # reports to a log directory, and a non-empty directory fails the run after the tests, printing each report. UBSan
 # reports go to the process's stderr (gcc's libubsan ignores log_path next to ASan, gcc PR 94328), but the first
 # one ends the process with a non-zero status (-fno-sanitize-recover=all), which fails its test.
+#
+# Arguments are passed on to both ctest runs: `scripts/test-sanitizers.sh -R 'bounds|faults_'` reruns a few.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build-asan"
@@ -27,7 +31,9 @@ chmod 1777 "$logs"
 # halt_on_error: the first error aborts the process (UBSan too: -fno-sanitize-recover=all at build time).
 # detect_leaks: LeakSanitizer at exit; tests/sanitizers/lsan.supp lists the only leaks ignored (third-party static
 # state), each with its reason.
-export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:log_path=$logs/asan:strict_init_order=1"
+# verify_asan_link_order=0: test_faults_pipeline preloads libfaketime into the agent (clock skew); ASan would
+# refuse to start behind another LD_PRELOAD library, though the two intercept different functions.
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:log_path=$logs/asan:strict_init_order=1:verify_asan_link_order=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
 
@@ -40,11 +46,11 @@ echo "sanitizers: excluded from this pass (run in the normal pass): $exclude —
 status=0
 cd "$build"
 start=$SECONDS
-ctest --output-on-failure --timeout 1800 -j2 -L unit -E "^($exclude)\$" || status=1
+ctest --output-on-failure --timeout 1800 -j2 -L unit -E "^($exclude)\$" "$@" || status=1
 echo "sanitizers: ctest -L unit took $((SECONDS - start)) s"
 if [[ $status -eq 0 ]]; then
   start=$SECONDS
-  ctest --output-on-failure --timeout 1800 -L bpf -E "^($exclude)\$" || status=1
+  ctest --output-on-failure --timeout 1800 -L bpf -E "^($exclude)\$" "$@" || status=1
   echo "sanitizers: ctest -L bpf took $((SECONDS - start)) s"
 fi
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/common/result.h"
+#include "agent/common/sanitizer.h"
 
 namespace tlsprof::daemon {
 
@@ -37,8 +38,10 @@ struct Options {
   // turns it on, tests that run the daemon in their own process may not.
   bool drop_capabilities = false;
   // The memory cap and the in-kernel aggregates' sizes (docs/fleet.md,
-  // "Memory"; profiler::Options). 0: no cap, default sizes.
-  uint64_t memory_limit_bytes = 512ull << 20;
+  // "Memory"; profiler::Options). 0: no cap, default sizes. The default is
+  // 512 MiB (kSanitizerMemoryFactor times that in the ASan build).
+  static constexpr uint64_t kDefaultMemoryLimitBytes = (512ull << 20) * kSanitizerMemoryFactor;
+  uint64_t memory_limit_bytes = kDefaultMemoryLimitBytes;
   uint32_t max_sample_keys = 0;
   uint32_t max_stack_keys = 0;
 };

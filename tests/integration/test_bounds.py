@@ -13,13 +13,20 @@ symbols whose code is sampled, static libcrypto). Then:
 - maps sized far below what 1,000 processes need (--max-stack-keys 16,
   --max-sample-keys 64): the samples that found no room are counted as
   dropped, in /metrics and in a one-shot JSON report, and the agent goes on.
+
+In the sanitizer pass the agent's resident size is mostly ASan's (quarantine,
+shadow; ~400 MiB here, agent/common/sanitizer.h): it is over both caps from
+the start. There the peak RSS and what depends on it (no refusal under 256
+MiB; the unwind table refused rather than the symbols before it) are printed,
+not asserted; that refusals are counted and logged once, and that the agent
+goes on attributing TLS CPU, still are.
 """
 import os
 import sys
 import time
 import unittest
 
-from tlsprof_testlib import BIN, SRC, Processes, profile_json, require_root
+from tlsprof_testlib import BIN, SANITIZED, SRC, Processes, assert_resource_budget, profile_json, require_root
 
 sys.path.insert(0, os.path.join(SRC, "bench"))
 from churn import Agent, Pool, metric_sum, proc_status_kib  # noqa: E402
@@ -75,12 +82,14 @@ class BoundsTest(unittest.TestCase):
         print(f"\n--memory-limit 256MiB: agent VmHWM {hwm / MIB:.1f} MiB, "
               f"tracked {metric_sum(text, 'tlsprof_agent_tracked_processes'):.0f}, "
               f"refused loads {metric_sum(text, 'tlsprof_agent_memory_limited_total'):.0f}")
-        self.assertLess(hwm, cap, agent.log())
+        assert_resource_budget(self, "agent VmHWM (bytes) under --memory-limit 256MiB", hwm, cap, agent.log())
         self.assertEqual(metric_sum(text, "tlsprof_agent_memory_limit_bytes"), cap)
         # Every process is known: the 1,000, the 100k-symbol one, and the host's.
         self.assertGreaterEqual(metric_sum(text, "tlsprof_agent_tracked_processes"), PROCS + 1)
-        # Under this cap nothing had to be left out.
-        self.assertEqual(metric_sum(text, "tlsprof_agent_memory_limited_total"), 0, agent.log())
+        # Under this cap nothing had to be left out (in the release build;
+        # ASan's own resident memory is over the cap, see the docstring).
+        if not SANITIZED:
+            self.assertEqual(metric_sum(text, "tlsprof_agent_memory_limited_total"), 0, agent.log())
         # The TLS CPU is attributed: the tick processes spend most of their CPU
         # in libcrypto (the rest is waking up).
         tls = metric_sum(text, "tlsprof_cpu_seconds_total", service=TICK_COMM)
@@ -98,9 +107,15 @@ class BoundsTest(unittest.TestCase):
         refused = {what: metric_sum(text, "tlsprof_agent_memory_limited_total", what=what)
                    for what in ("symbols", "unwind_table")}
         print(f"\n--memory-limit {cap_mib}MiB: agent VmHWM {hwm_mib:.1f} MiB, refused {refused}")
-        self.assertLess(hwm_mib, cap_mib + LOW_CAP_SLACK_MIB, agent.log())
-        # tlsprof-many-symbols' unwind table (its 17 MiB file) does not fit.
-        self.assertGreater(refused["unwind_table"], 0, agent.log())
+        assert_resource_budget(self, f"agent VmHWM (MiB) under --memory-limit {cap_mib}MiB", hwm_mib,
+                               cap_mib + LOW_CAP_SLACK_MIB, agent.log())
+        if not SANITIZED:
+            # tlsprof-many-symbols' unwind table (its 17 MiB file) does not fit.
+            self.assertGreater(refused["unwind_table"], 0, agent.log())
+        else:
+            # Over the cap from the start: its symbols are refused first, so
+            # its unwind table is never tried.
+            self.assertGreater(refused["symbols"] + refused["unwind_table"], 0, agent.log())
         # Logged once per kind, not once per refusal.
         warnings = [line for line in agent.log().splitlines() if "memory limit:" in line]
         self.assertGreaterEqual(len(warnings), 1, agent.log())

@@ -34,7 +34,8 @@ import time
 import unittest
 
 from test_daemon import WINDOW_LINE, LogFollower, metric_sum, process_cpu_seconds, scrape
-from tlsprof_testlib import AGENT, BIN, Processes, free_port, process_row, profile_json, require_root, summarize
+from tlsprof_testlib import (AGENT, BIN, SANITIZED, Processes, assert_resource_budget, free_port, process_row,
+                             profile_json, require_root, summarize)
 
 GT_SHARED = os.path.join(BIN, "tlsprof-groundtruth-shared")
 GT_STATIC = os.path.join(BIN, "tlsprof-groundtruth")
@@ -63,6 +64,15 @@ FREQUENCY = 999
 CHURN_RATE = 200
 CHURN_SECONDS = 20
 CHURN_MIN_RATE = 180
+CHURN_PEAK_ABOVE_BASELINE = 50
+# The sanitizer pass churns at a quarter of the rate. The ASan agent needs
+# several times the release agent's CPU per new process, and at 200/s the
+# churners leave it ~1 CPU-s over the churn: measured there, 3 windows in
+# 20 s (17 s late) and no churner ever read, which tests nothing but ASan's
+# cost. At 50/s the sanitized agent still takes 1,000 processes through
+# every path (exec events, snapshots, forgetting) in 20 s.
+if SANITIZED:
+    CHURN_RATE, CHURN_MIN_RATE, CHURN_PEAK_ABOVE_BASELINE = CHURN_RATE // 4, CHURN_MIN_RATE // 4, 12
 RSS_SLACK_MIB = 32
 
 
@@ -260,7 +270,8 @@ class FaultsDiscoveryTest(unittest.TestCase):
         # running beside it (the churners take 1.7 of the 2 CPUs).
         self.assertLessEqual(sorted(durations)[len(durations) // 2], INTERVAL * 1.6, msg)
         self.assertLessEqual(max(durations), INTERVAL * 5, msg)
-        self.assertGreater(peak, baseline_processes + 50, "the churners were never tracked: " + msg)
+        self.assertGreater(peak, baseline_processes + CHURN_PEAK_ABOVE_BASELINE,
+                           "the churners were never tracked: " + msg)
         # The steady workload: its busy CPU is its CPU clock's, and nearly all
         # of it TLS (it does nothing else), through the churn.
         self.assertLessEqual(abs(steady_busy / steady_clock - 1), 0.10, msg)
@@ -275,7 +286,10 @@ class FaultsDiscoveryTest(unittest.TestCase):
         self.assertLessEqual(after_images, baseline_images + 30, msg)
         # 4000 processes seen must not cost memory for good (snapshots are
         # ~1 KiB each, images are shared: growth here is allocator slack).
-        self.assertLessEqual(rss["after"], rss["baseline"] + RSS_SLACK_MIB, msg)
+        # A resource budget: under ASan the quarantine fills with what the
+        # churn freed, so there it is printed, not asserted.
+        assert_resource_budget(self, "agent RSS growth over the churn (MiB)", rss["after"] - rss["baseline"],
+                               RSS_SLACK_MIB, msg)
 
     # 2. A TLS library replaced on disk.
     def test_library_replaced_by_rename(self):
