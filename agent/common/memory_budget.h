@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <string_view>
@@ -41,10 +42,16 @@ class MemoryBudget {
 
   // Whether a load that needs about `cost` bytes at its peak fits now. When it
   // does not, freed heap is first handed back to the kernel (malloc_trim) and
-  // the resident size read again.
+  // the resident size read again. Over the cap, under exec churn, every new
+  // process asks again: the trim (it walks the whole heap) runs at most once
+  // per kTrimInterval, the other refusals only read /proc/self/statm.
+  static constexpr std::chrono::seconds kTrimInterval{10};
   bool Admit(uint64_t cost) {
     if (!limited()) return true;
     if (Fits(ResidentBytes(), cost)) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (trimmed_ != std::chrono::steady_clock::time_point{} && now - trimmed_ < kTrimInterval) return false;
+    trimmed_ = now;
     malloc_trim(0);
     return Fits(ResidentBytes(), cost);
   }
@@ -61,10 +68,13 @@ class MemoryBudget {
   }
   uint64_t skipped(Kind kind) const { return skipped_[kind]; }
 
-  // After a large load, when limited: hands freed heap back to the kernel so
-  // that the resident size follows what is kept, not the load's peak.
-  void AfterLoad() const {
-    if (limited()) malloc_trim(0);
+  // After a load of a file of `file_bytes`, when limited: a large load (at
+  // least kTrimAfterBytes) hands freed heap back to the kernel, so that the
+  // resident size follows what is kept, not the load's peak. Small loads do
+  // not pay for a trim (it walks the whole heap); what they free is reused.
+  static constexpr uint64_t kTrimAfterBytes = 4ull << 20;
+  void AfterLoad(uint64_t file_bytes) const {
+    if (limited() && file_bytes >= kTrimAfterBytes) malloc_trim(0);
   }
 
   // This process's resident memory now (/proc/self/statm), in bytes.
@@ -80,6 +90,7 @@ class MemoryBudget {
 
   uint64_t limit_;
   uint64_t reserve_;
+  std::chrono::steady_clock::time_point trimmed_{};  // the last trim Admit() made
   std::array<uint64_t, kNrKinds> skipped_{};
 };
 

@@ -136,7 +136,7 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
   const std::string host_dir =
       fmt::format("{}/{}/root{}", proc_root_, pid, slash == std::string::npos ? "" : mapping.path.substr(0, slash));
   auto image = cache_.Get(fd->get(), mapping.path, host_dir);
-  if (budget_ != nullptr) budget_->AfterLoad();
+  if (budget_ != nullptr) budget_->AfterLoad(version.size);
   if (image.ok()) {
     info->image = std::move(image).value();
     info->tls = DetectTlsLibrary(*info->image, mapping.path);

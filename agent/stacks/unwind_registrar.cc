@@ -80,9 +80,10 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   // tlsprof-many-symbols, 100k functions: 17 MiB for a 17 MiB file). Over the cap,
   // only shared TLS libraries get theirs; the others are tried again at the
   // next registration that maps them.
+  struct stat st {};
+  const uint64_t file_bytes = fstat(fd->get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
   if (budget_ != nullptr && !(info->tls && info->tls->whole_file_is_tls)) {
-    struct stat st {};
-    const uint64_t cost = fstat(fd->get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    const uint64_t cost = file_bytes;
     if (!budget_->Admit(cost)) {
       budget_->Skipped(MemoryBudget::kUnwindTable, info->path, cost);
       ++stats_.tables_over_budget;
@@ -95,10 +96,11 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   const bool go = info->image->is_go;
   struct TrimAfterLoad {
     MemoryBudget* budget;
+    uint64_t file_bytes;
     ~TrimAfterLoad() {
-      if (budget != nullptr) budget->AfterLoad();
+      if (budget != nullptr) budget->AfterLoad(file_bytes);
     }
-  } trim{budget_};  // at return, once the table and its copies (declared below) are gone
+  } trim{budget_, file_bytes};  // at return, once the table and its copies (declared below) are gone
   auto table = go ? unwind::BuildGoUnwindTable(fd->get(), info->path) : unwind::BuildUnwindTable(fd->get(), info->path);
   if (!table.ok()) {
     ++stats_.table_failures;
