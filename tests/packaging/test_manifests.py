@@ -35,6 +35,9 @@ import yaml
 
 SRC = os.environ.get("TLSPROF_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.environ.get("TLSPROF_BIN", os.path.join(SRC, "build", "bin"))
+# The ASan build (scripts/test-sanitizers.sh) defaults --memory-limit to this many times the release's
+# (agent/common/sanitizer.h, kSanitizerMemoryFactor); the shipped config documents the release's.
+SANITIZER_MEMORY_FACTOR = 8 if os.environ.get("TLSPROF_SANITIZED") == "1" else 1
 PKG = os.path.join(SRC, "packaging")
 AGENT = os.path.join(BIN, "tlsprof-agent")
 COLLECTOR = os.path.join(BIN, "tlsprof-collector")
@@ -346,6 +349,12 @@ class ManifestsTest(unittest.TestCase):
             for line, key, value in commented_examples(text) + [(f"{k} = {v}", k, v) for _, k, v in active]:
                 self.assertIn(f"--{key}", flags, f"{conf}: `{line}`: no such option")
                 default = flags[f"--{key}"]
+                if key == "memory-limit" and default is not None and SANITIZER_MEMORY_FACTOR != 1:
+                    mib = int(default.removesuffix("MiB"))
+                    self.assertEqual(mib % SANITIZER_MEMORY_FACTOR, 0, default)
+                    default = f"{mib // SANITIZER_MEMORY_FACTOR}MiB"
+                    print(f"sanitizer pass: the ASan build's --memory-limit default {flags['--' + key]} is "
+                          f"{SANITIZER_MEMORY_FACTOR}x the release's, {default}")
                 if default is not None and line.startswith("#"):
                     self.assertEqual(value.strip('"'), default, f"{conf}: `{line}` is not the default")
                     checked += 1
