@@ -1,0 +1,47 @@
+// Accessors: where a library keeps a field, read off the library's own
+// accessor function.
+//
+// OpenSSL's structs are opaque and their layout changes between releases,
+// but the library exports one-line accessors for the fields the usage
+// telemetry needs: SSL_version() is `return s->version`, SSL_get_privatekey()
+// is `return s->cert ? s->cert->key->privatekey : NULL`. Compiled, each is a
+// chain of loads from its first argument (rdi) ending in rax, e.g.
+//   mov 0x898(%rdi),%rax; test %rax,%rax; je 1f; mov (%rax),%rax;
+//   mov 0x8(%rax),%rax; 1: ret
+// DecodeLoadChain() reads that chain (offsets and the last load's width), so
+// the BPF probes (bpf/usage.h, struct field_path) can follow it in the
+// profiled process without a per-version offset table. Anything else in the
+// function (a call, a branch that does not return NULL, an unknown
+// instruction) gives nullopt: the field is then reported as unknown, never
+// guessed.
+//
+// x86-64 only. Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tlsprof::usage {
+
+struct LoadChain {
+  std::vector<int32_t> offsets;  // one per load; all but the last load 8 bytes
+  uint8_t width = 0;             // bytes of the last load: 1, 2, 4 or 8
+
+  bool operator==(const LoadChain&) const = default;
+};
+
+// Decodes an accessor's machine code (from its first byte; `code` may run
+// past its end). nullopt when the code is not a plain load chain from rdi.
+std::optional<LoadChain> DecodeLoadChain(std::span<const uint8_t> code);
+
+// `first` then `second`: `first` must end in a pointer (width 8), from which
+// `second` continues, e.g. SSL_get_privatekey() then EVP_PKEY_get_id().
+std::optional<LoadChain> Compose(const LoadChain& first, const LoadChain& second);
+
+// "+0x898 -> +0x0 -> +0x8 (8 bytes)", for logs and tests.
+std::string ToString(const LoadChain& chain);
+
+}  // namespace tlsprof::usage

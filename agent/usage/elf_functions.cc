@@ -1,0 +1,76 @@
+#include "agent/usage/elf_functions.h"
+
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+
+namespace tlsprof::usage {
+namespace {
+
+struct ElfDeleter {
+  void operator()(Elf* elf) const { elf_end(elf); }
+};
+
+}  // namespace
+
+Result<std::map<std::string, FunctionCode, std::less<>>> FindFunctions(int fd,
+                                                                         std::span<const std::string_view> names) {
+  elf_version(EV_CURRENT);
+  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return MakeError("not an ELF file: {}", elf_errmsg(-1));
+  GElf_Ehdr ehdr;
+  if (!gelf_getehdr(elf.get(), &ehdr)) return MakeError("bad ELF header: {}", elf_errmsg(-1));
+  if (ehdr.e_machine != EM_X86_64) return MakeError("not an x86-64 ELF file (e_machine {})", ehdr.e_machine);
+
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf.get(), &phnum) != 0) return MakeError("bad program headers: {}", elf_errmsg(-1));
+  std::vector<GElf_Phdr> loads;
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
+      loads.push_back(ph);
+    }
+  }
+  size_t file_size = 0;
+  const char* raw = elf_rawfile(elf.get(), &file_size);
+  if (!raw) return MakeError("cannot read the file: {}", elf_errmsg(-1));
+
+  std::map<std::string, FunctionCode, std::less<>> found;
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM)) continue;
+    if (sh.sh_entsize == 0) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (!data) continue;
+    const size_t count = std::min<size_t>(sh.sh_size / sh.sh_entsize, data->d_size / sizeof(Elf64_Sym));
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Sym sym;
+      if (!gelf_getsym(data, static_cast<int>(i), &sym)) break;
+      if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
+      const char* cname = elf_strptr(elf.get(), sh.sh_link, sym.st_name);
+      if (!cname) continue;
+      std::string_view name(cname);
+      if (auto at = name.find('@'); at != std::string_view::npos) name = name.substr(0, at);
+      if (std::find(names.begin(), names.end(), name) == names.end() || found.count(name)) continue;
+      for (const GElf_Phdr& ph : loads) {
+        if (sym.st_value < ph.p_vaddr || sym.st_value >= ph.p_vaddr + ph.p_filesz) continue;
+        FunctionCode code;
+        code.vaddr = sym.st_value;
+        code.file_offset = sym.st_value - ph.p_vaddr + ph.p_offset;
+        const uint64_t segment_end = std::min<uint64_t>(ph.p_offset + ph.p_filesz, file_size);
+        if (code.file_offset >= segment_end) break;
+        const size_t n = std::min<uint64_t>(kPrefixBytes, segment_end - code.file_offset);
+        code.prefix.assign(raw + code.file_offset, raw + code.file_offset + n);
+        found.emplace(std::string(name), std::move(code));
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+}  // namespace tlsprof::usage

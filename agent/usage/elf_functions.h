@@ -1,0 +1,32 @@
+// ElfFunctions: where named functions are in an ELF file, and their first
+// bytes, for placing uprobes (by file offset) and decoding accessors
+// (accessors.h). Reads .symtab and .dynsym, so exported API functions of a
+// stripped shared library are found as well as the internal ones of a static
+// link. Malformed files give an Error, never a crash. Thread-safe (no state).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/common/result.h"
+
+namespace tlsprof::usage {
+
+struct FunctionCode {
+  uint64_t vaddr = 0;
+  uint64_t file_offset = 0;     // what a uprobe is attached at
+  std::vector<uint8_t> prefix;  // the first bytes (up to kPrefixBytes), fewer at the end of the segment
+};
+
+inline constexpr size_t kPrefixBytes = 64;
+
+// The functions of `names` that `fd` defines (STT_FUNC or STT_GNU_IFUNC is not
+// taken: an IFUNC symbol is a resolver, not the function), by name. Versioned
+// .dynsym names match without their version. A name the file lacks is absent.
+Result<std::map<std::string, FunctionCode, std::less<>>> FindFunctions(int fd, std::span<const std::string_view> names);
+
+}  // namespace tlsprof::usage

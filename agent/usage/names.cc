@@ -1,0 +1,174 @@
+#include "agent/usage/names.h"
+
+#include <array>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "bpf/usage.h"
+
+namespace tlsprof::usage {
+namespace {
+
+// OpenSSL's NIDs, which are its EVP_PKEY ids (EVP_PKEY_RSA is NID_rsaEncryption...).
+constexpr uint32_t kRsa = 6;
+constexpr uint32_t kRsaPss = 912;
+constexpr uint32_t kDsa = 116;
+constexpr uint32_t kDh = 28;
+constexpr uint32_t kDhx = 920;
+constexpr uint32_t kEc = 408;
+constexpr uint32_t kX25519 = 1034;
+constexpr uint32_t kX448 = 1035;
+constexpr uint32_t kEd25519 = 1087;
+constexpr uint32_t kEd448 = 1088;
+
+struct Suite {
+  uint16_t id;
+  std::string_view name;
+};
+
+// The suites OpenSSL 3.0, BoringSSL and Go offer by default, and the legacy
+// ones an SRE still looks for (RFC 8446, 5246, 5289, 7905; IANA registry).
+constexpr std::array kSuites = {
+    Suite{0x1301, "TLS_AES_128_GCM_SHA256"},
+    Suite{0x1302, "TLS_AES_256_GCM_SHA384"},
+    Suite{0x1303, "TLS_CHACHA20_POLY1305_SHA256"},
+    Suite{0x1304, "TLS_AES_128_CCM_SHA256"},
+    Suite{0x1305, "TLS_AES_128_CCM_8_SHA256"},
+    Suite{0xc02b, "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"},
+    Suite{0xc02c, "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"},
+    Suite{0xc02f, "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"},
+    Suite{0xc030, "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"},
+    Suite{0xcca8, "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"},
+    Suite{0xcca9, "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"},
+    Suite{0xccaa, "TLS_DHE_RSA_WITH_CHACHA20_POLY1305_SHA256"},
+    Suite{0xc009, "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA"},
+    Suite{0xc00a, "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA"},
+    Suite{0xc013, "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"},
+    Suite{0xc014, "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA"},
+    Suite{0xc023, "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256"},
+    Suite{0xc024, "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA384"},
+    Suite{0xc027, "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256"},
+    Suite{0xc028, "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384"},
+    Suite{0x009e, "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256"},
+    Suite{0x009f, "TLS_DHE_RSA_WITH_AES_256_GCM_SHA384"},
+    Suite{0x0033, "TLS_DHE_RSA_WITH_AES_128_CBC_SHA"},
+    Suite{0x0039, "TLS_DHE_RSA_WITH_AES_256_CBC_SHA"},
+    Suite{0x009c, "TLS_RSA_WITH_AES_128_GCM_SHA256"},
+    Suite{0x009d, "TLS_RSA_WITH_AES_256_GCM_SHA384"},
+    Suite{0x002f, "TLS_RSA_WITH_AES_128_CBC_SHA"},
+    Suite{0x0035, "TLS_RSA_WITH_AES_256_CBC_SHA"},
+    Suite{0x003c, "TLS_RSA_WITH_AES_128_CBC_SHA256"},
+    Suite{0x003d, "TLS_RSA_WITH_AES_256_CBC_SHA256"},
+    Suite{0x000a, "TLS_RSA_WITH_3DES_EDE_CBC_SHA"},
+};
+
+}  // namespace
+
+std::string VersionName(uint16_t version) {
+  switch (version) {
+    case 0x0304:
+      return "TLSv1.3";
+    case 0x0303:
+      return "TLSv1.2";
+    case 0x0302:
+      return "TLSv1.1";
+    case 0x0301:
+      return "TLSv1";
+    case 0x0300:
+      return "SSLv3";
+    case 0xfefd:
+      return "DTLSv1.2";
+    case 0xfeff:
+      return "DTLSv1";
+    case 0xffff:
+      return "unknown";
+  }
+  return fmt::format("{:#06x}", version);
+}
+
+std::string CipherSuiteName(uint16_t id) {
+  if (id == 0xffff) return "unknown";
+  for (const Suite& s : kSuites) {
+    if (s.id == id) return std::string(s.name);
+  }
+  return fmt::format("{:#06x}", id);
+}
+
+std::string GroupName(uint32_t key_type, uint32_t secret_len) {
+  switch (key_type) {
+    case 0:
+      return "none";
+    case kX25519:
+      return "X25519";
+    case kX448:
+      return "X448";
+    case kEc:
+      if (secret_len == 32) return "P-256";
+      if (secret_len == 48) return "P-384";
+      if (secret_len == 66) return "P-521";
+      return "EC";
+    case kDh:
+    case kDhx:
+      return secret_len ? fmt::format("ffdhe{}", secret_len * 8) : "ffdhe";
+    case USAGE_UNKNOWN:
+      return "unknown";
+  }
+  return fmt::format("key-type-{}", key_type);
+}
+
+std::string CertKeyTypeName(uint32_t key_type) {
+  switch (key_type) {
+    case 0:
+      return "none";
+    case kRsa:
+      return "RSA";
+    case kRsaPss:
+      return "RSA-PSS";
+    case kEc:
+      return "ECDSA";
+    case kEd25519:
+      return "Ed25519";
+    case kEd448:
+      return "Ed448";
+    case kDsa:
+      return "DSA";
+    case USAGE_UNKNOWN:
+      return "unknown";
+  }
+  return fmt::format("key-type-{}", key_type);
+}
+
+std::string SignatureAlgorithm(uint32_t key_type, uint32_t sig_len) {
+  switch (key_type) {
+    case kRsa:
+    case kRsaPss:
+      return sig_len ? fmt::format("RSA-{}", sig_len * 8) : "RSA";
+    case kEc:
+      // DER ECDSA-Sig-Value: two INTEGERs of at most the order's size + 1.
+      if (sig_len == 0) return "ECDSA";
+      if (sig_len <= 72) return "ECDSA-P256";
+      if (sig_len <= 104) return "ECDSA-P384";
+      if (sig_len <= 139) return "ECDSA-P521";
+      return "ECDSA";
+    default:
+      return CertKeyTypeName(key_type);
+  }
+}
+
+std::string KeyExchangeAlgorithm(uint32_t key_type, uint32_t secret_len) {
+  switch (key_type) {
+    case kEc:
+      if (secret_len == 32) return "ECDHE-P256";
+      if (secret_len == 48) return "ECDHE-P384";
+      if (secret_len == 66) return "ECDHE-P521";
+      return "ECDHE";
+    case kDh:
+    case kDhx:
+      return secret_len ? fmt::format("FFDHE-{}", secret_len * 8) : "FFDHE";
+    default:
+      return GroupName(key_type, secret_len);
+  }
+}
+
+}  // namespace tlsprof::usage

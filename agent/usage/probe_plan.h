@@ -1,0 +1,56 @@
+// ProbePlan: which functions of a process's TLS library files get a usage
+// probe, and where the fields the probes read are (bpf/usage.h).
+//
+// The probed functions run once per handshake call or per public-key
+// operation (docs/usage.md): SSL_do_handshake, EVP_DigestSign, EVP_PKEY_sign,
+// EVP_DigestVerify, EVP_PKEY_verify, EVP_PKEY_derive. SSL_accept and
+// SSL_connect need no probe of their own: they call SSL_do_handshake.
+// The field layout comes from the library's own accessors (accessors.h),
+// looked up across all the files of the process, since libssl's
+// SSL_get_privatekey() and libcrypto's EVP_PKEY_get_id() together give the
+// certificate key's type.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/usage/accessors.h"
+#include "agent/usage/elf_functions.h"
+#include "bpf/usage.h"
+
+namespace tlsprof::usage {
+
+// The functions ProbePlan looks for: probed functions and accessors.
+std::vector<std::string_view> WantedFunctions();
+
+struct ProbeSite {
+  std::string function;
+  uint64_t file_offset = 0;
+  uint32_t probe = 0;  // enum usage_probe
+};
+
+struct FilePlan {
+  std::vector<ProbeSite> sites;  // empty: nothing to probe in this file
+};
+
+struct ProcessPlan {
+  // The fields every file's probes read; n == 0 for a field whose accessor
+  // the library lacks or that did not decode.
+  lib_layout layout{};
+  std::map<std::string, std::string> fields;  // field name -> chain (ToString) or "unknown"
+};
+
+// One file's probe sites, from its functions (FindFunctions(WantedFunctions())).
+FilePlan PlanFile(const std::map<std::string, FunctionCode, std::less<>>& functions);
+
+// The layout, from the functions of every TLS file of one process.
+ProcessPlan PlanLayout(const std::vector<const std::map<std::string, FunctionCode, std::less<>>*>& files);
+
+std::string_view FieldName(uint32_t field);  // enum usage_field
+std::string_view ProbeName(uint32_t probe);  // enum usage_probe
+
+}  // namespace tlsprof::usage

@@ -1,0 +1,222 @@
+#include "agent/usage/usage_probes.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "agent/common/fd.h"
+#include "agent/usage/elf_functions.h"
+#include "agent/usage/probe_plan.h"
+#include "usage.skel.h"
+
+namespace tlsprof::usage {
+namespace {
+
+struct SkelDeleter {
+  void operator()(::usage* skel) const { usage__destroy(skel); }
+};
+struct LinkDeleter {
+  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
+};
+using SkelPtr = std::unique_ptr<::usage, SkelDeleter>;
+using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+
+std::string ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
+
+}  // namespace
+
+struct UsageProbes::Impl {
+  SkelPtr skel;
+  std::vector<LinkPtr> links;
+  std::set<std::pair<uint64_t, uint64_t>> attached;  // dev, inode
+  uint16_t next_lib = 0;
+};
+
+UsageProbes::UsageProbes(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+UsageProbes::~UsageProbes() = default;
+
+Result<std::unique_ptr<UsageProbes>> UsageProbes::Start() {
+  auto impl = std::make_unique<Impl>();
+  // Open: parse the object embedded in the skeleton.
+  impl->skel.reset(usage__open());
+  if (!impl->skel) return MakeError("opening the usage BPF object failed: {}", ErrnoText(errno));
+  // Load: create the maps and verify the programs.
+  if (int err = usage__load(impl->skel.get()); err) {
+    return MakeError("loading the usage BPF programs failed: {} (needs root, or CAP_BPF + CAP_PERFMON)",
+                     ErrnoText(err));
+  }
+  // Attach: sched_switch now; the uprobes per file, in AttachProcess().
+  bpf_link* link = bpf_program__attach(impl->skel->progs.usage_sched_switch);
+  if (!link) return MakeError("attaching the usage sched_switch program failed: {}", ErrnoText(errno));
+  impl->links.emplace_back(link);
+  return std::unique_ptr<UsageProbes>(new UsageProbes(std::move(impl)));
+}
+
+Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
+  const std::vector<std::string_view> wanted = WantedFunctions();
+  struct Loaded {
+    const FileRef* ref;
+    std::map<std::string, FunctionCode, std::less<>> functions;
+  };
+  std::vector<Loaded> loaded;
+  std::string errors;
+  bool any_new = false;
+  for (const FileRef& ref : files) {
+    UniqueFd fd(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) {
+      errors += fmt::format("{}: {}; ", ref.display_path, ErrnoText(errno));
+      continue;
+    }
+    auto functions = FindFunctions(fd.get(), wanted);
+    if (!functions) {
+      errors += fmt::format("{}: {}; ", ref.display_path, functions.error().message);
+      continue;
+    }
+    if (!impl_->attached.count({ref.dev, ref.inode})) any_new = true;
+    loaded.push_back({&ref, std::move(*functions)});
+  }
+  if (!any_new) {
+    if (!errors.empty()) return MakeError("usage probes: {}", errors);
+    return OkStatus();
+  }
+  std::vector<const std::map<std::string, FunctionCode, std::less<>>*> all;
+  for (const Loaded& l : loaded) all.push_back(&l.functions);
+  const ProcessPlan layout = PlanLayout(all);
+
+  for (const Loaded& l : loaded) {
+    const FileRef& ref = *l.ref;
+    if (impl_->attached.count({ref.dev, ref.inode})) continue;
+    const FilePlan plan = PlanFile(l.functions);
+    impl_->attached.insert({ref.dev, ref.inode});  // tried once, whatever the outcome
+    if (plan.sites.empty()) continue;
+    if (impl_->next_lib >= USAGE_MAX_LIBS) {
+      errors += fmt::format("{}: more than {} library files probed, not probed; ", ref.display_path, USAGE_MAX_LIBS);
+      continue;
+    }
+    const uint16_t lib = impl_->next_lib++;
+    const uint32_t key = lib;
+    if (bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.lib_layouts), &key, &layout.layout, BPF_ANY) != 0) {
+      errors += fmt::format("{}: writing its layout failed: {}; ", ref.display_path, ErrnoText(errno));
+      continue;
+    }
+    AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, {}, layout.fields};
+    for (const ProbeSite& site : plan.sites) {
+      const bool handshake = site.probe == PROBE_HANDSHAKE;
+      bpf_program* enter = handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter;
+      bpf_program* exit = handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit;
+      bool ok = true;
+      for (bpf_program* prog : {enter, exit}) {
+        LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(lib, site.probe), .retprobe = prog == exit);
+        // pid -1: every process that maps this file, now or later.
+        bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, ref.host_path.c_str(), site.file_offset, &opts);
+        if (!link) {
+          errors += fmt::format("{}: attaching to {} failed: {}; ", ref.display_path, site.function, ErrnoText(errno));
+          ok = false;
+          break;
+        }
+        impl_->links.emplace_back(link);
+      }
+      if (ok) attached.functions.push_back(site.function);
+    }
+    spdlog::info("usage probes: {} ({}:{}), {} functions, version {}, cipher {}, key type {}", ref.display_path,
+                 major(ref.dev), minor(ref.dev), attached.functions.size(), layout.fields.at("ssl.version"),
+                 layout.fields.at("ssl.cipher"), layout.fields.at("ssl.key_type"));
+    files_.push_back(std::move(attached));
+  }
+  if (!errors.empty()) return MakeError("usage probes: {}", errors);
+  return OkStatus();
+}
+
+size_t UsageProbes::link_count() const { return impl_->links.size(); }
+
+std::vector<HandshakeCount> UsageProbes::ReadHandshakes() const {
+  std::vector<HandshakeCount> out;
+  const int fd = bpf_map__fd(impl_->skel->maps.handshakes_by_params);
+  handshake_key key{}, next{};
+  const handshake_key* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    uint64_t count = 0;
+    if (bpf_map_lookup_elem(fd, &next, &count) == 0) out.push_back({next, count});
+    key = next;
+    prev = &key;
+  }
+  return out;
+}
+
+std::vector<OperationStats> UsageProbes::ReadOperations() const {
+  std::vector<OperationStats> out;
+  const int fd = bpf_map__fd(impl_->skel->maps.op_latency);
+  op_key key{}, next{};
+  const op_key* prev = nullptr;
+  auto value = std::make_unique<op_latency>();
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    if (bpf_map_lookup_elem(fd, &next, value.get()) == 0) {
+      OperationStats stats{next, value->count, value->cpu_ns, value->wall_ns,
+                           std::vector<uint64_t>(value->slots, value->slots + USAGE_HIST_SLOTS)};
+      out.push_back(std::move(stats));
+    }
+    key = next;
+    prev = &key;
+  }
+  return out;
+}
+
+UsageTotals UsageProbes::ReadTotals() const {
+  const int fd = bpf_map__fd(impl_->skel->maps.usage_totals);
+  const int ncpus = libbpf_num_possible_cpus();
+  UsageTotals totals;
+  if (ncpus <= 0) return totals;
+  std::vector<uint64_t> values(static_cast<size_t>(ncpus));
+  auto sum = [&](uint32_t slot) {
+    uint64_t total = 0;
+    if (bpf_map_lookup_elem(fd, &slot, values.data()) == 0) {
+      for (uint64_t v : values) total += v;
+    }
+    return total;
+  };
+  totals.hits = sum(UTOTAL_HITS);
+  totals.handshake_calls = sum(UTOTAL_HANDSHAKE_CALLS);
+  totals.handshakes = sum(UTOTAL_HANDSHAKES);
+  totals.ops = sum(UTOTAL_OPS);
+  totals.nested = sum(UTOTAL_NESTED);
+  totals.dropped_keys = sum(UTOTAL_DROPPED_KEYS);
+  totals.read_errors = sum(UTOTAL_READ_ERRORS);
+  return totals;
+}
+
+std::pair<uint64_t, uint64_t> SlotBounds(uint32_t slot) {
+  if (slot < USAGE_SUB_BUCKETS) return {slot, slot + 1};
+  const uint32_t octave = slot / USAGE_SUB_BUCKETS;
+  const uint64_t sub = slot % USAGE_SUB_BUCKETS;
+  return {(USAGE_SUB_BUCKETS + sub) << (octave - 1), (USAGE_SUB_BUCKETS + sub + 1) << (octave - 1)};
+}
+
+double HistogramQuantile(const std::vector<uint64_t>& slots, double q) {
+  uint64_t total = 0;
+  for (uint64_t v : slots) total += v;
+  if (total == 0) return 0;
+  const double rank = std::max(1.0, std::ceil(q * static_cast<double>(total)));
+  uint64_t seen = 0;
+  for (uint32_t i = 0; i < slots.size(); ++i) {
+    seen += slots[i];
+    if (static_cast<double>(seen) >= rank) {
+      auto [lo, hi] = SlotBounds(i);
+      return (static_cast<double>(lo) + static_cast<double>(hi)) / 2;
+    }
+  }
+  auto [lo, hi] = SlotBounds(static_cast<uint32_t>(slots.size() - 1));
+  return (static_cast<double>(lo) + static_cast<double>(hi)) / 2;
+}
+
+}  // namespace tlsprof::usage

@@ -1,0 +1,99 @@
+// UsageProbes: the usage telemetry's BPF side (bpf/usage.bpf.c) behind an
+// RAII class: handshake counts by negotiated parameters and the on-CPU
+// latency of signatures, verifications and key exchanges.
+//
+// Probes are attached per library file, for every process (pid -1): a
+// libcrypto mapped by 500 nginx workers is probed once, and a process that
+// starts later is covered. A file is known by dev:inode, so a library
+// replaced on disk (a new inode) is probed again when a process maps it.
+//
+// Lifecycle: Start() opens the skeleton, loads it and attaches sched_switch;
+// AttachProcess() adds the uprobes of a process's TLS files; the destructor
+// detaches and destroys everything. Not thread-safe: one thread owns it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/common/result.h"
+#include "bpf/usage.h"
+
+namespace tlsprof::usage {
+
+// A TLS library file of a process.
+struct FileRef {
+  std::string host_path;     // as the agent opens it, e.g. /proc/PID/root/usr/lib/...
+  std::string display_path;  // as the process sees it
+  uint64_t dev = 0;          // makedev(major, minor) of /proc/PID/maps
+  uint64_t inode = 0;
+};
+
+struct AttachedFile {
+  std::string path;  // display path
+  uint64_t dev = 0;
+  uint64_t inode = 0;
+  uint16_t lib = 0;                           // the probes' cookie
+  std::vector<std::string> functions;         // probed
+  std::map<std::string, std::string> fields;  // the layout (probe_plan.h)
+};
+
+struct HandshakeCount {
+  handshake_key key;
+  uint64_t count = 0;
+};
+
+struct OperationStats {
+  op_key key;
+  uint64_t count = 0;
+  uint64_t cpu_ns = 0;
+  uint64_t wall_ns = 0;
+  std::vector<uint64_t> slots;  // USAGE_HIST_SLOTS, on-CPU ns
+};
+
+struct UsageTotals {
+  uint64_t hits = 0;
+  uint64_t handshake_calls = 0;
+  uint64_t handshakes = 0;
+  uint64_t ops = 0;
+  uint64_t nested = 0;
+  uint64_t dropped_keys = 0;
+  uint64_t read_errors = 0;
+};
+
+// The value at quantile q (0..1) of a histogram of USAGE_HIST_SLOTS slots:
+// the midpoint of the slot that holds it, in ns. 0 for an empty histogram.
+double HistogramQuantile(const std::vector<uint64_t>& slots, double q);
+// The bounds [lo, hi) of a slot, in ns.
+std::pair<uint64_t, uint64_t> SlotBounds(uint32_t slot);
+
+class UsageProbes {
+ public:
+  static Result<std::unique_ptr<UsageProbes>> Start();
+  ~UsageProbes();
+  UsageProbes(const UsageProbes&) = delete;
+  UsageProbes& operator=(const UsageProbes&) = delete;
+
+  // Attaches the probes of these files (the TLS library files of one
+  // process); files already attached are skipped. A file that cannot be
+  // read or probed gives an Error naming it; the others are still attached.
+  Status AttachProcess(const std::vector<FileRef>& files);
+
+  std::vector<HandshakeCount> ReadHandshakes() const;
+  std::vector<OperationStats> ReadOperations() const;
+  UsageTotals ReadTotals() const;
+  const std::vector<AttachedFile>& files() const { return files_; }
+  size_t link_count() const;
+
+ private:
+  struct Impl;
+  explicit UsageProbes(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::vector<AttachedFile> files_;
+};
+
+}  // namespace tlsprof::usage

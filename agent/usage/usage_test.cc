@@ -1,0 +1,204 @@
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "agent/usage/accessors.h"
+#include "agent/usage/elf_functions.h"
+#include "agent/usage/names.h"
+#include "agent/usage/probe_plan.h"
+#include "agent/usage/usage_probes.h"
+
+namespace tlsprof::usage {
+namespace {
+
+std::optional<LoadChain> Decode(std::vector<uint8_t> code) { return DecodeLoadChain(code); }
+
+TEST(DecodeLoadChain, OneLoad) {
+  // SSL_version: mov (%rdi),%eax; xor %edi,%edi; ret
+  auto chain = Decode({0x8b, 0x07, 0x31, 0xff, 0xc3});
+  ASSERT_TRUE(chain);
+  EXPECT_EQ(chain->offsets, std::vector<int32_t>{0});
+  EXPECT_EQ(chain->width, 4);
+  // SSL_session_reused: mov 0x4d0(%rdi),%eax; ret (with endbr64)
+  chain = Decode({0xf3, 0x0f, 0x1e, 0xfa, 0x8b, 0x87, 0xd0, 0x04, 0x00, 0x00, 0xc3});
+  ASSERT_TRUE(chain);
+  EXPECT_EQ(chain->offsets, std::vector<int32_t>{0x4d0});
+  // SSL_CIPHER_get_protocol_id: movzwl 0x18(%rdi),%eax; ret
+  chain = Decode({0x0f, 0xb7, 0x47, 0x18, 0xc3});
+  ASSERT_TRUE(chain);
+  EXPECT_EQ(chain->offsets, std::vector<int32_t>{0x18});
+  EXPECT_EQ(chain->width, 2);
+}
+
+TEST(DecodeLoadChain, NullCheckedChain) {
+  // SSL_get_privatekey: mov 0x898(%rdi),%rax; test %rax,%rax; je +6;
+  // mov (%rax),%rax; mov 0x8(%rax),%rax; xor %edi,%edi; ret
+  auto chain = Decode({0x48, 0x8b, 0x87, 0x98, 0x08, 0x00, 0x00, 0x48, 0x85, 0xc0, 0x74, 0x07, 0x48, 0x8b, 0x00,
+                       0x48, 0x8b, 0x40, 0x08, 0x31, 0xff, 0xc3});
+  ASSERT_TRUE(chain);
+  EXPECT_EQ(chain->offsets, (std::vector<int32_t>{0x898, 0, 8}));
+  EXPECT_EQ(chain->width, 8);
+  EXPECT_EQ(ToString(*chain), "+0x898 -> +0x0 -> +0x8 (8 bytes)");
+}
+
+TEST(DecodeLoadChain, RejectsWhatIsNotAPlainChain) {
+  EXPECT_FALSE(Decode({0xc3}));                                      // no load
+  EXPECT_FALSE(Decode({0x8b, 0x06, 0xc3}));                          // from rsi, not rdi
+  EXPECT_FALSE(Decode({0x8b, 0x05, 0x10, 0x00, 0x00, 0x00, 0xc3}));  // rip-relative
+  EXPECT_FALSE(Decode({0x8b, 0x04, 0x24, 0xc3}));                    // SIB
+  EXPECT_FALSE(Decode({0x8b, 0x17, 0xc3}));                          // ends in edx, not eax
+  EXPECT_FALSE(Decode({0x48, 0x8b, 0x07, 0xe8, 0, 0, 0, 0, 0xc3}));  // a call
+  // A load through a 4-byte value.
+  EXPECT_FALSE(Decode({0x8b, 0x07, 0x48, 0x8b, 0x00, 0xc3}));
+  // je to something that does more than return.
+  EXPECT_FALSE(Decode({0x48, 0x8b, 0x07, 0x48, 0x85, 0xc0, 0x74, 0x05, 0x48, 0x8b, 0x40, 0x08, 0xc3, 0x48, 0x8b,
+                       0x00, 0xc3}));
+  EXPECT_FALSE(Decode({}));
+  EXPECT_FALSE(Decode({0x48}));  // truncated
+  // More loads than the BPF side follows.
+  EXPECT_FALSE(Decode({0x48, 0x8b, 0x07, 0x48, 0x8b, 0x00, 0x48, 0x8b, 0x00, 0x48, 0x8b, 0x00, 0x48, 0x8b, 0x00, 0xc3}));
+}
+
+TEST(Compose, ChainsThroughPointers) {
+  LoadChain a{{0x918}, 8}, b{{0x18}, 2}, c{{0}, 4};
+  auto ab = Compose(a, b);
+  ASSERT_TRUE(ab);
+  EXPECT_EQ(ab->offsets, (std::vector<int32_t>{0x918, 0x18}));
+  EXPECT_EQ(ab->width, 2);
+  EXPECT_FALSE(Compose(c, b));  // c ends in an int
+  EXPECT_FALSE(Compose(LoadChain{{1, 2, 3}, 8}, LoadChain{{4, 5}, 4}));
+}
+
+// Follows a chain through this process's own memory, as the BPF side does
+// through the profiled process's.
+uint64_t Follow(const void* base, const LoadChain& chain) {
+  const char* p = static_cast<const char*>(base);
+  for (size_t i = 0; i < chain.offsets.size(); ++i) {
+    if (!p) return ~0ull;
+    const char* at = p + chain.offsets[i];
+    if (i + 1 < chain.offsets.size()) {
+      std::memcpy(&p, at, sizeof(p));
+      continue;
+    }
+    uint64_t v = 0;
+    std::memcpy(&v, at, chain.width);
+    return v;
+  }
+  return ~0ull;
+}
+
+std::map<std::string, FunctionCode, std::less<>> Functions(const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path;
+  auto functions = FindFunctions(fd, WantedFunctions());
+  close(fd);
+  EXPECT_TRUE(functions.ok()) << (functions.ok() ? "" : functions.error().message);
+  return functions.ok() ? *functions : decltype(Functions(""))();
+}
+
+LoadChain Chain(const lib_layout& layout, uint32_t field) {
+  const field_path& path = layout.field[field];
+  LoadChain chain;
+  for (uint8_t i = 0; i < path.n; ++i) chain.offsets.push_back(path.off[i]);
+  chain.width = path.width;
+  return chain;
+}
+
+// Debian's libssl.so.3 and libcrypto.so.3 (stripped: only their exported
+// API has symbols), the files this test links against.
+constexpr const char* kLibssl = "/usr/lib/x86_64-linux-gnu/libssl.so.3";
+constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
+
+TEST(ProbePlan, DebianOpenSsl3EveryFieldDecodesAndIsRight) {
+  auto ssl_functions = Functions(kLibssl);
+  auto crypto_functions = Functions(kLibcrypto);
+  FilePlan ssl_plan = PlanFile(ssl_functions), crypto_plan = PlanFile(crypto_functions);
+  ASSERT_EQ(ssl_plan.sites.size(), 1u);
+  EXPECT_EQ(ssl_plan.sites[0].function, "SSL_do_handshake");
+  EXPECT_EQ(crypto_plan.sites.size(), 5u);  // sign x2, verify x2, derive
+  ProcessPlan plan = PlanLayout({&ssl_functions, &crypto_functions});
+  for (uint32_t field = 0; field < FIELD_NR; ++field) {
+    EXPECT_GT(plan.layout.field[field].n, 0) << FieldName(field) << " did not decode";
+  }
+
+  // The chains, followed through live objects, give what the accessors say.
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  ASSERT_NE(key, nullptr);
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  ASSERT_NE(ctx, nullptr);
+  SSL* ssl = SSL_new(ctx);
+  ASSERT_NE(ssl, nullptr);
+  ASSERT_EQ(SSL_use_PrivateKey(ssl, key), 1);
+  SSL_set_accept_state(ssl);
+  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_VERSION)), static_cast<uint64_t>(SSL_version(ssl)));
+  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_IS_SERVER)), 1u);
+  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_RESUMED)), 0u);
+  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_EC));
+
+  EVP_MD_CTX* md = EVP_MD_CTX_new();
+  ASSERT_EQ(EVP_DigestSignInit(md, nullptr, EVP_sha256(), nullptr, key), 1);
+  EXPECT_EQ(Follow(md, Chain(plan.layout, FIELD_MDCTX_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_EC));
+  EVP_PKEY* x = EVP_PKEY_Q_keygen(nullptr, nullptr, "X25519");
+  ASSERT_NE(x, nullptr);
+  EVP_PKEY_CTX* pctx = EVP_PKEY_CTX_new(x, nullptr);
+  EXPECT_EQ(Follow(pctx, Chain(plan.layout, FIELD_PKEYCTX_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_X25519));
+
+  EVP_PKEY_CTX_free(pctx);
+  EVP_PKEY_free(x);
+  EVP_MD_CTX_free(md);
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  EVP_PKEY_free(key);
+}
+
+TEST(FindFunctions, RejectsWhatIsNotElf) {
+  char path[] = "/tmp/tlsprof-usage-test-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "not an elf file", 15), 15);
+  auto functions = FindFunctions(fd, WantedFunctions());
+  EXPECT_FALSE(functions.ok());
+  close(fd);
+  unlink(path);
+}
+
+TEST(Names, VocabularyOfTheReport) {
+  EXPECT_EQ(VersionName(0x0304), "TLSv1.3");
+  EXPECT_EQ(VersionName(0xffff), "unknown");
+  EXPECT_EQ(CipherSuiteName(0x1303), "TLS_CHACHA20_POLY1305_SHA256");
+  EXPECT_EQ(CipherSuiteName(0xc013), "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA");
+  EXPECT_EQ(CipherSuiteName(0x1234), "0x1234");
+  EXPECT_EQ(GroupName(1034, 32), "X25519");
+  EXPECT_EQ(GroupName(408, 32), "P-256");
+  EXPECT_EQ(GroupName(0, 0), "none");
+  EXPECT_EQ(SignatureAlgorithm(6, 256), "RSA-2048");
+  EXPECT_EQ(SignatureAlgorithm(408, 71), "ECDSA-P256");
+  EXPECT_EQ(SignatureAlgorithm(408, 103), "ECDSA-P384");
+  EXPECT_EQ(KeyExchangeAlgorithm(408, 32), "ECDHE-P256");
+  EXPECT_EQ(KeyExchangeAlgorithm(1034, 32), "X25519");
+  EXPECT_EQ(CertKeyTypeName(1087), "Ed25519");
+}
+
+TEST(Histogram, SlotsAndQuantiles) {
+  // Slot bounds tile the line: each slot starts where the previous ended.
+  for (uint32_t slot = 1; slot < USAGE_HIST_SLOTS; ++slot) {
+    EXPECT_EQ(SlotBounds(slot).first, SlotBounds(slot - 1).second) << slot;
+  }
+  // 1,000 ns falls in [960, 1024): the midpoint is within 6%.
+  std::vector<uint64_t> slots(USAGE_HIST_SLOTS, 0);
+  uint32_t slot = 0;
+  while (SlotBounds(slot).second <= 1000) ++slot;
+  slots[slot] = 10;
+  EXPECT_NEAR(HistogramQuantile(slots, 0.5), 1000, 60);
+  EXPECT_EQ(HistogramQuantile(std::vector<uint64_t>(USAGE_HIST_SLOTS, 0), 0.5), 0);
+}
+
+}  // namespace
+}  // namespace tlsprof::usage

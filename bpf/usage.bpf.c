@@ -1,0 +1,462 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Usage telemetry: handshake counts by negotiated parameters, and the on-CPU
+ * latency of public-key operations. Every program here is a uprobe (or
+ * uretprobe) on a function that runs once per handshake call or once per
+ * signature / key exchange, attached once per library file for every process
+ * (pid -1), never on a per-record function. The cookie of each attachment
+ * says which library layout (where the fields are) and which function.
+ *
+ * On-CPU time: sched_switch marks when a thread inside a timed operation is
+ * switched out and back in, and that time is taken off the operation's.
+ *
+ * Nothing read here is secret: protocol version, cipher suite id, key type
+ * ids and output lengths. Signature, key and secret bytes are never read.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "usage.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, USAGE_MAX_LIBS);
+	__type(key, __u32);
+	__type(value, struct lib_layout);
+} lib_layouts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, USAGE_MAX_HANDSHAKE_KEYS);
+	__type(key, struct handshake_key);
+	__type(value, __u64);
+} handshakes_by_params SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, USAGE_MAX_OP_KEYS);
+	__type(key, struct op_key);
+	__type(value, struct op_latency);
+} op_latency SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, UTOTAL_NR_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} usage_totals SEC(".maps");
+
+/* A thread inside a timed operation (by tid). */
+struct inflight_op {
+	__u64 start_ns;
+	__u64 off_cpu_ns;
+	__u64 switched_out_ns; /* 0 while on CPU */
+	__u64 ctx;             /* the MD_CTX / PKEY_CTX argument */
+	__u64 out;             /* output buffer (NULL: a size query) */
+	__u64 len;             /* the size_t * (sign, derive) or the length */
+	__u32 depth;           /* nested probed calls inside this one */
+	__u16 lib;
+	__u8 probe;
+	__u8 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, USAGE_MAX_INFLIGHT);
+	__type(key, __u32);
+	__type(value, struct inflight_op);
+} inflight_ops SEC(".maps");
+
+/* Threads inside SSL_do_handshake (by tid): which SSL. */
+struct thread_handshake {
+	__u64 ssl;
+	__u32 depth;
+	__u16 lib;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, USAGE_MAX_INFLIGHT);
+	__type(key, __u32);
+	__type(value, struct thread_handshake);
+} thread_handshakes SEC(".maps");
+
+/* Handshakes under way, across the SSL_do_handshake calls of a non-blocking
+ * server: what their operations showed. LRU, so handshakes that never end
+ * (a client that went away) age out.
+ */
+struct open_handshake_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 ssl;
+};
+
+struct open_handshake {
+	__u32 kx_type;
+	__u32 kx_len;
+	__u32 peer_type; /* the key a verify in the handshake used */
+	__u32 sig_len;   /* of the handshake's sign (server) or verify (client) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, USAGE_MAX_OPEN_HANDSHAKES);
+	__type(key, struct open_handshake_key);
+	__type(value, struct open_handshake);
+} open_handshakes SEC(".maps");
+
+/* Operations in flight on the whole host: sched_switch does nothing while
+ * this is zero, which is nearly always.
+ */
+__u64 inflight_count = 0;
+
+/* A new op_latency value: too big for the BPF stack. Never written. */
+const volatile struct op_latency zero_latency = {};
+
+static __always_inline void count_total(__u32 slot)
+{
+	__u64 *v = bpf_map_lookup_elem(&usage_totals, &slot);
+
+	if (v)
+		*v += 1;
+}
+
+/* Follows a field_path from `base`; USAGE_UNKNOWN when the path is unknown
+ * or a pointer on the way is NULL or unreadable.
+ */
+static __always_inline __u32 read_field(const struct lib_layout *layout, __u32 field, __u64 base)
+{
+	const struct field_path *path;
+	__u64 p = base;
+	__u32 n;
+
+	if (!layout || field >= FIELD_NR)
+		return USAGE_UNKNOWN;
+	path = &layout->field[field];
+	n = path->n;
+	if (n == 0 || n > USAGE_MAX_LOADS)
+		return USAGE_UNKNOWN;
+#pragma unroll
+	for (__u32 i = 0; i < USAGE_MAX_LOADS; i++) {
+		bool last = i + 1 == n;
+
+		if (i >= n)
+			break;
+		if (p == 0)
+			return USAGE_UNKNOWN;
+		p += (__s64)path->off[i];
+		if (last) {
+			__u64 v = 0;
+			long err;
+
+			switch (path->width) {
+			case 1:
+				err = bpf_probe_read_user(&v, 1, (void *)p);
+				break;
+			case 2:
+				err = bpf_probe_read_user(&v, 2, (void *)p);
+				break;
+			case 4:
+				err = bpf_probe_read_user(&v, 4, (void *)p);
+				break;
+			default:
+				err = bpf_probe_read_user(&v, 8, (void *)p);
+				break;
+			}
+			if (err) {
+				count_total(UTOTAL_READ_ERRORS);
+				return USAGE_UNKNOWN;
+			}
+			return (__u32)v;
+		}
+		if (bpf_probe_read_user(&p, sizeof(p), (void *)p)) {
+			count_total(UTOTAL_READ_ERRORS);
+			return USAGE_UNKNOWN;
+		}
+	}
+	return USAGE_UNKNOWN;
+}
+
+static __always_inline __u32 log2_u64(__u64 v)
+{
+	__u32 r = 0, shift;
+
+	shift = (v > 0xffffffff) << 5; v >>= shift; r |= shift;
+	shift = (v > 0xffff) << 4; v >>= shift; r |= shift;
+	shift = (v > 0xff) << 3; v >>= shift; r |= shift;
+	shift = (v > 0xf) << 2; v >>= shift; r |= shift;
+	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	r |= (v >> 1);
+	return r;
+}
+
+/* The histogram slot of `ns` (see USAGE_SUB_BITS in usage.h). */
+static __always_inline __u32 hist_slot(__u64 ns)
+{
+	__u32 octave, sub, slot;
+
+	if (ns < USAGE_SUB_BUCKETS)
+		return (__u32)ns;
+	octave = log2_u64(ns) - USAGE_SUB_BITS + 1;
+	sub = (ns >> (octave - 1)) & (USAGE_SUB_BUCKETS - 1);
+	slot = octave * USAGE_SUB_BUCKETS + sub;
+	if (slot >= USAGE_HIST_SLOTS)
+		slot = USAGE_HIST_SLOTS - 1;
+	return slot;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(usage_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct inflight_op *op;
+	__u32 tid;
+	__u64 now;
+
+	if (inflight_count == 0)
+		return 0;
+	now = bpf_ktime_get_ns();
+	tid = prev->pid;
+	op = bpf_map_lookup_elem(&inflight_ops, &tid);
+	if (op && op->switched_out_ns == 0)
+		op->switched_out_ns = now;
+	tid = next->pid;
+	op = bpf_map_lookup_elem(&inflight_ops, &tid);
+	if (op && op->switched_out_ns) {
+		op->off_cpu_ns += now - op->switched_out_ns;
+		op->switched_out_ns = 0;
+	}
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(usage_handshake_enter, void *ssl)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct thread_handshake *cur, fresh = {};
+
+	count_total(UTOTAL_HITS);
+	count_total(UTOTAL_HANDSHAKE_CALLS);
+	cur = bpf_map_lookup_elem(&thread_handshakes, &tid);
+	if (cur && cur->ssl == (__u64)ssl) {
+		/* SSL_accept and SSL_connect tail-call SSL_do_handshake (OpenSSL
+		 * 3.0): both probes fire, on the same SSL. Another SSL means the
+		 * entry is stale (the thread left the call without returning).
+		 */
+		cur->depth++;
+		return 0;
+	}
+	fresh.ssl = (__u64)ssl;
+	fresh.lib = USAGE_COOKIE_LIB(cookie);
+	bpf_map_update_elem(&thread_handshakes, &tid, &fresh, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_handshake_exit, long ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct open_handshake_key okey = {};
+	struct open_handshake *open;
+	struct thread_handshake *cur;
+	struct handshake_key key = {};
+	const struct lib_layout *layout;
+	__u32 lib, v;
+	__u64 ssl, *count, one = 1;
+
+	count_total(UTOTAL_HITS);
+	cur = bpf_map_lookup_elem(&thread_handshakes, &tid);
+	if (!cur)
+		return 0;
+	if (cur->depth) {
+		cur->depth--;
+		return 0;
+	}
+	ssl = cur->ssl;
+	lib = cur->lib;
+	bpf_map_delete_elem(&thread_handshakes, &tid);
+	okey.tgid = id >> 32;
+	okey.ssl = ssl;
+	if (ret != 1)
+		return 0; /* not done yet (WANT_READ) or failed */
+
+	count_total(UTOTAL_HANDSHAKES);
+	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
+	key.tgid = id >> 32;
+	key.lib = lib;
+	v = read_field(layout, FIELD_SSL_VERSION, ssl);
+	key.version = v == USAGE_UNKNOWN ? 0xffff : (__u16)v;
+	v = read_field(layout, FIELD_SSL_CIPHER, ssl);
+	key.cipher = v == USAGE_UNKNOWN ? 0xffff : (__u16)v;
+	v = read_field(layout, FIELD_SSL_IS_SERVER, ssl);
+	key.is_server = v == USAGE_UNKNOWN ? 0xff : (v != 0);
+	v = read_field(layout, FIELD_SSL_RESUMED, ssl);
+	key.resumed = v == USAGE_UNKNOWN ? 0xff : (v != 0);
+	open = bpf_map_lookup_elem(&open_handshakes, &okey);
+	if (open) {
+		key.kx_type = open->kx_type;
+		key.kx_len = open->kx_len;
+		key.sig_len = open->sig_len;
+	}
+	if (key.is_server == 1) {
+		key.cert_type = read_field(layout, FIELD_SSL_KEY_TYPE, ssl);
+	} else if (open && open->peer_type) {
+		key.cert_type = open->peer_type;
+	}
+	if (open)
+		bpf_map_delete_elem(&open_handshakes, &okey);
+
+	count = bpf_map_lookup_elem(&handshakes_by_params, &key);
+	if (count) {
+		__sync_fetch_and_add(count, 1);
+	} else if (bpf_map_update_elem(&handshakes_by_params, &key, &one, BPF_NOEXIST)) {
+		count = bpf_map_lookup_elem(&handshakes_by_params, &key);
+		if (count)
+			__sync_fetch_and_add(count, 1);
+		else
+			count_total(UTOTAL_DROPPED_KEYS);
+	}
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight_op *cur, fresh = {};
+
+	count_total(UTOTAL_HITS);
+	cur = bpf_map_lookup_elem(&inflight_ops, &tid);
+	if (cur && bpf_ktime_get_ns() - cur->start_ns < USAGE_STALE_NS) {
+		/* e.g. EVP_DigestSign of a legacy key calling EVP_PKEY_sign: only
+		 * the outermost call is timed.
+		 */
+		cur->depth++;
+		count_total(UTOTAL_NESTED);
+		return 0;
+	}
+	fresh.ctx = (__u64)op_ctx;
+	fresh.out = (__u64)out;
+	fresh.len = len;
+	fresh.lib = USAGE_COOKIE_LIB(cookie);
+	fresh.probe = USAGE_COOKIE_PROBE(cookie);
+	fresh.start_ns = bpf_ktime_get_ns();
+	/* A stale entry (its thread never returned: killed, longjmp) is
+	 * replaced and keeps its place in inflight_count.
+	 */
+	if (bpf_map_update_elem(&inflight_ops, &tid, &fresh, BPF_ANY) == 0 && !cur)
+		__sync_fetch_and_add(&inflight_count, 1);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_op_exit, long ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, lib, field, slot;
+	struct inflight_op *cur;
+	struct op_key key = {};
+	struct op_latency *lat;
+	struct thread_handshake *hs;
+	const struct lib_layout *layout;
+	__u64 now = bpf_ktime_get_ns(), wall, cpu, length = 0;
+	__u8 probe;
+	bool query;
+
+	count_total(UTOTAL_HITS);
+	cur = bpf_map_lookup_elem(&inflight_ops, &tid);
+	if (!cur)
+		return 0;
+	if (cur->depth) {
+		cur->depth--;
+		return 0;
+	}
+	wall = now - cur->start_ns;
+	cpu = wall > cur->off_cpu_ns ? wall - cur->off_cpu_ns : 0;
+	lib = cur->lib;
+	probe = cur->probe;
+	key.op = USAGE_OP_NONE;
+	switch (probe) {
+	case PROBE_DIGEST_SIGN:
+	case PROBE_PKEY_SIGN:
+		key.op = USAGE_OP_SIGN;
+		break;
+	case PROBE_DIGEST_VERIFY:
+	case PROBE_PKEY_VERIFY:
+		key.op = USAGE_OP_VERIFY;
+		break;
+	case PROBE_DERIVE:
+		key.op = USAGE_OP_DERIVE;
+		break;
+	}
+	field = probe == PROBE_DIGEST_SIGN || probe == PROBE_DIGEST_VERIFY ? FIELD_MDCTX_KEY_TYPE
+									   : FIELD_PKEYCTX_KEY_TYPE;
+	/* Sign and derive take a size_t * (read after the call); verify takes
+	 * the signature's length. A NULL output buffer is a size query.
+	 */
+	query = cur->out == 0;
+	if (key.op == USAGE_OP_VERIFY)
+		length = cur->len;
+	else if (cur->len)
+		bpf_probe_read_user(&length, sizeof(length), (void *)cur->len);
+	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
+	key.key_type = read_field(layout, field, cur->ctx);
+	bpf_map_delete_elem(&inflight_ops, &tid);
+	__sync_fetch_and_add(&inflight_count, -1);
+
+	/* Count what did the work: a sign or derive that returned 1 with an
+	 * output buffer, a verify that returned (valid or not).
+	 */
+	if (key.op == USAGE_OP_NONE || query || (key.op == USAGE_OP_VERIFY ? ret < 0 : ret != 1))
+		return 0;
+	count_total(UTOTAL_OPS);
+	key.tgid = id >> 32;
+	key.lib = lib;
+	key.len = length > 0xffffffff ? 0xffffffff : (__u32)length;
+
+	hs = bpf_map_lookup_elem(&thread_handshakes, &tid);
+	if (hs) {
+		struct open_handshake_key okey = { .tgid = id >> 32, .ssl = hs->ssl };
+		struct open_handshake *open, fresh = {};
+
+		key.in_handshake = 1;
+		open = bpf_map_lookup_elem(&open_handshakes, &okey);
+		if (!open) {
+			bpf_map_update_elem(&open_handshakes, &okey, &fresh, BPF_NOEXIST);
+			open = bpf_map_lookup_elem(&open_handshakes, &okey);
+		}
+		if (open) {
+			if (key.op == USAGE_OP_DERIVE) {
+				open->kx_type = key.key_type;
+				open->kx_len = key.len;
+			} else if (key.op == USAGE_OP_SIGN) {
+				open->sig_len = key.len;
+			} else {
+				open->peer_type = key.key_type;
+				open->sig_len = key.len;
+			}
+		}
+	}
+
+	lat = bpf_map_lookup_elem(&op_latency, &key);
+	if (!lat) {
+		bpf_map_update_elem(&op_latency, &key, (const void *)&zero_latency, BPF_NOEXIST);
+		lat = bpf_map_lookup_elem(&op_latency, &key);
+		if (!lat) {
+			count_total(UTOTAL_DROPPED_KEYS);
+			return 0;
+		}
+	}
+	slot = hist_slot(cpu);
+	__sync_fetch_and_add(&lat->count, 1);
+	__sync_fetch_and_add(&lat->cpu_ns, cpu);
+	__sync_fetch_and_add(&lat->wall_ns, wall);
+	if (slot < USAGE_HIST_SLOTS)
+		__sync_fetch_and_add(&lat->slots[slot], 1);
+	return 0;
+}

@@ -1,0 +1,139 @@
+/* Shared between bpf/usage.bpf.c and user space (agent/usage): plain C
+ * structs and constants only. A map's name says what it counts; a key
+ * struct's fields are its labels, in order.
+ *
+ * Usage telemetry: low-rate uprobes on what runs once per handshake or per
+ * public-key operation (never per record). docs/usage.md has the design.
+ */
+#ifndef TLSPROF_BPF_USAGE_H
+#define TLSPROF_BPF_USAGE_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define USAGE_MAX_LIBS 256            /* attached library files (layouts) */
+#define USAGE_MAX_HANDSHAKE_KEYS 4096 /* handshakes_by_params */
+#define USAGE_MAX_OP_KEYS 1024        /* op_latency */
+#define USAGE_MAX_INFLIGHT 16384      /* threads inside a probed function */
+#define USAGE_MAX_OPEN_HANDSHAKES 16384
+/* An operation still in flight after this long is taken as abandoned. */
+#define USAGE_STALE_NS (10ull * 1000 * 1000 * 1000)
+
+/* Latency histograms: exp2 octaves of nanoseconds, each split into
+ * USAGE_SUB_BUCKETS linear sub-buckets, so a percentile read from them is
+ * within 1/USAGE_SUB_BUCKETS/2 (6%) of the true value, where plain exp2
+ * buckets would be within 41%. Octave 0 holds [0, 2^USAGE_SUB_BITS) ns;
+ * values past the last octave are clamped into the last bucket.
+ */
+#define USAGE_SUB_BITS 3
+#define USAGE_SUB_BUCKETS (1 << USAGE_SUB_BITS)
+#define USAGE_OCTAVES 32 /* up to 2^34 ns, ~17 s */
+#define USAGE_HIST_SLOTS (USAGE_OCTAVES * USAGE_SUB_BUCKETS)
+
+/* A field reached from a pointer argument by a chain of loads:
+ * p = arg; for i < n: p = *(p + off[i]), the last load `width` bytes wide
+ * (1, 2, 4 or 8), the others 8. n == 0: unknown, the field reads as
+ * USAGE_UNKNOWN. The chains come from the library's own accessors
+ * (agent/usage/accessors.h), e.g. SSL_version() for the version.
+ */
+#define USAGE_MAX_LOADS 4
+struct field_path {
+	__s32 off[USAGE_MAX_LOADS];
+	__u8 n;
+	__u8 width;
+	__u8 pad[2];
+};
+
+#define USAGE_UNKNOWN 0xffffffffu
+
+enum usage_field {
+	FIELD_SSL_VERSION = 0, /* SSL*: the negotiated protocol version (0x0304) */
+	FIELD_SSL_RESUMED,     /* SSL*: nonzero when the session was resumed */
+	FIELD_SSL_IS_SERVER,   /* SSL*: nonzero on the server side */
+	FIELD_SSL_CIPHER,      /* SSL*: the cipher suite's IANA id (0x1301) */
+	FIELD_SSL_KEY_TYPE,    /* SSL*: the own certificate key's EVP_PKEY id */
+	FIELD_MDCTX_KEY_TYPE,  /* EVP_MD_CTX*: its key's EVP_PKEY id */
+	FIELD_PKEYCTX_KEY_TYPE, /* EVP_PKEY_CTX*: its key's EVP_PKEY id */
+	FIELD_NR,
+};
+
+/* Per attached library file, indexed by the probe's cookie. */
+struct lib_layout {
+	struct field_path field[FIELD_NR];
+};
+
+/* Probed functions, in the cookie's kind byte. */
+enum usage_probe {
+	PROBE_HANDSHAKE = 0, /* SSL_do_handshake(SSL *) -> 1 when done */
+	PROBE_DIGEST_SIGN,   /* EVP_DigestSign(MD_CTX *, sig, size_t *siglen, ..) */
+	PROBE_PKEY_SIGN,     /* EVP_PKEY_sign(PKEY_CTX *, sig, size_t *siglen, ..) */
+	PROBE_DIGEST_VERIFY, /* EVP_DigestVerify(MD_CTX *, sig, size_t siglen, ..) */
+	PROBE_PKEY_VERIFY,   /* EVP_PKEY_verify(PKEY_CTX *, sig, size_t siglen, ..) */
+	PROBE_DERIVE,        /* EVP_PKEY_derive(PKEY_CTX *, key, size_t *keylen) */
+	PROBE_NR,
+};
+
+/* The cookie of every usage probe: which layout, which function. */
+#define USAGE_COOKIE(lib, probe) (((__u64)(probe) << 16) | (__u64)(lib))
+#define USAGE_COOKIE_LIB(c) ((__u32)((c) & 0xffff))
+#define USAGE_COOKIE_PROBE(c) ((__u32)(((c) >> 16) & 0xff))
+
+/* What an operation is, as counted in op_latency and in handshakes. */
+enum usage_op {
+	USAGE_OP_NONE = 0,
+	USAGE_OP_SIGN,
+	USAGE_OP_VERIFY,
+	USAGE_OP_DERIVE,
+	USAGE_OP_NR,
+};
+
+/* Key of op_latency: completed operations of one process, by what they did.
+ * key_type is the EVP_PKEY id (6 RSA, 408 EC, 1034 X25519, 1087 Ed25519, ...,
+ * USAGE_UNKNOWN), len the signature or shared secret's length in bytes,
+ * which tells the key's size (RSA-2048: 256; ECDSA-P256: <= 72; P-384 ECDHE:
+ * 48).
+ */
+struct op_key {
+	__u32 tgid;
+	__u16 lib;
+	__u8 op; /* enum usage_op */
+	__u8 in_handshake;
+	__u32 key_type;
+	__u32 len;
+};
+
+struct op_latency {
+	__u64 count;
+	__u64 cpu_ns;   /* on-CPU time: switched-out time is taken away */
+	__u64 wall_ns;
+	__u64 slots[USAGE_HIST_SLOTS]; /* on-CPU ns */
+};
+
+/* Key of handshakes_by_params: completed handshakes of one process. */
+struct handshake_key {
+	__u32 tgid;
+	__u16 lib;
+	__u16 version;   /* 0x0303 TLS 1.2, 0x0304 TLS 1.3; 0xffff unknown */
+	__u16 cipher;    /* IANA id; 0xffff unknown */
+	__u8 is_server;  /* 0, 1; 0xff unknown */
+	__u8 resumed;    /* 0, 1; 0xff unknown */
+	__u32 kx_type;   /* the key exchange's EVP_PKEY id; 0: none seen */
+	__u32 kx_len;    /* its shared secret's length */
+	__u32 cert_type; /* own key (server) or peer's verified key (client) */
+	__u32 sig_len;   /* the handshake's signature length, 0: none */
+};
+
+/* Slots of the per-CPU usage_totals array: the probes' own accounting. */
+enum usage_total_slot {
+	UTOTAL_HITS = 0,         /* probe and return-probe runs */
+	UTOTAL_HANDSHAKE_CALLS,  /* SSL_do_handshake calls */
+	UTOTAL_HANDSHAKES,       /* ... that completed a handshake */
+	UTOTAL_OPS,              /* operations timed */
+	UTOTAL_NESTED,           /* probed calls inside a timed one (not timed) */
+	UTOTAL_DROPPED_KEYS,     /* a full map refused a new key */
+	UTOTAL_READ_ERRORS,      /* a field's chain could not be read */
+	UTOTAL_NR_SLOTS,
+};
+
+#endif /* TLSPROF_BPF_USAGE_H */
