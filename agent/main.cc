@@ -160,6 +160,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--folded", options.folded_path, "Also write the TLS stacks as folded stacks (flamegraph.pl)");
     cmd->add_option("--pprof", options.pprof_path, "Also write the TLS stacks as a pprof profile (go tool pprof)");
     cmd->add_flag("!--no-stacks", options.stacks, "Leaf-only attribution: do not unwind user stacks");
+    cmd->add_flag("--usage", options.usage,
+                  "Also count handshakes by negotiated parameters and time public-key operations, with uprobes on "
+                  "the TLS library files (docs/usage.md)");
     cmd->add_option("--debug-dir", options.debug_dirs,
                     "Also look for separate debug files here (DIR/.build-id/xx/yyyy.debug), before /usr/lib/debug; "
                     "repeatable. debuginfod is queried when DEBUGINFOD_URLS is set")

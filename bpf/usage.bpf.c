@@ -184,11 +184,21 @@ static __always_inline __u32 log2_u64(__u64 v)
 {
 	__u32 r = 0, shift;
 
-	shift = (v > 0xffffffff) << 5; v >>= shift; r |= shift;
-	shift = (v > 0xffff) << 4; v >>= shift; r |= shift;
-	shift = (v > 0xff) << 3; v >>= shift; r |= shift;
-	shift = (v > 0xf) << 2; v >>= shift; r |= shift;
-	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	shift = (v > 0xffffffff) << 5;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xffff) << 4;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xff) << 3;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xf) << 2;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0x3) << 1;
+	v >>= shift;
+	r |= shift;
 	r |= (v >> 1);
 	return r;
 }
@@ -395,7 +405,7 @@ int BPF_KRETPROBE(usage_op_exit, long ret)
 		break;
 	}
 	field = probe == PROBE_DIGEST_SIGN || probe == PROBE_DIGEST_VERIFY ? FIELD_MDCTX_KEY_TYPE
-									   : FIELD_PKEYCTX_KEY_TYPE;
+	                                                                   : FIELD_PKEYCTX_KEY_TYPE;
 	/* Sign and derive take a size_t * (read after the call); verify takes
 	 * the signature's length. A NULL output buffer is a size query.
 	 */

@@ -48,12 +48,12 @@ struct field_path {
 #define USAGE_UNKNOWN 0xffffffffu
 
 enum usage_field {
-	FIELD_SSL_VERSION = 0, /* SSL*: the negotiated protocol version (0x0304) */
-	FIELD_SSL_RESUMED,     /* SSL*: nonzero when the session was resumed */
-	FIELD_SSL_IS_SERVER,   /* SSL*: nonzero on the server side */
-	FIELD_SSL_CIPHER,      /* SSL*: the cipher suite's IANA id (0x1301) */
-	FIELD_SSL_KEY_TYPE,    /* SSL*: the own certificate key's EVP_PKEY id */
-	FIELD_MDCTX_KEY_TYPE,  /* EVP_MD_CTX*: its key's EVP_PKEY id */
+	FIELD_SSL_VERSION = 0,  /* SSL*: the negotiated protocol version (0x0304) */
+	FIELD_SSL_RESUMED,      /* SSL*: nonzero when the session was resumed */
+	FIELD_SSL_IS_SERVER,    /* SSL*: nonzero on the server side */
+	FIELD_SSL_CIPHER,       /* SSL*: the cipher suite's IANA id (0x1301) */
+	FIELD_SSL_KEY_TYPE,     /* SSL*: the own certificate key's EVP_PKEY id */
+	FIELD_MDCTX_KEY_TYPE,   /* EVP_MD_CTX*: its key's EVP_PKEY id */
 	FIELD_PKEYCTX_KEY_TYPE, /* EVP_PKEY_CTX*: its key's EVP_PKEY id */
 	FIELD_NR,
 };
@@ -76,7 +76,7 @@ enum usage_probe {
 
 /* The cookie of every usage probe: which layout, which function. */
 #define USAGE_COOKIE(lib, probe) (((__u64)(probe) << 16) | (__u64)(lib))
-#define USAGE_COOKIE_LIB(c) ((__u32)((c) & 0xffff))
+#define USAGE_COOKIE_LIB(c) ((__u32)((c)&0xffff))
 #define USAGE_COOKIE_PROBE(c) ((__u32)(((c) >> 16) & 0xff))
 
 /* What an operation is, as counted in op_latency and in handshakes. */
@@ -105,7 +105,7 @@ struct op_key {
 
 struct op_latency {
 	__u64 count;
-	__u64 cpu_ns;   /* on-CPU time: switched-out time is taken away */
+	__u64 cpu_ns; /* on-CPU time: switched-out time is taken away */
 	__u64 wall_ns;
 	__u64 slots[USAGE_HIST_SLOTS]; /* on-CPU ns */
 };
@@ -126,13 +126,13 @@ struct handshake_key {
 
 /* Slots of the per-CPU usage_totals array: the probes' own accounting. */
 enum usage_total_slot {
-	UTOTAL_HITS = 0,         /* probe and return-probe runs */
-	UTOTAL_HANDSHAKE_CALLS,  /* SSL_do_handshake calls */
-	UTOTAL_HANDSHAKES,       /* ... that completed a handshake */
-	UTOTAL_OPS,              /* operations timed */
-	UTOTAL_NESTED,           /* probed calls inside a timed one (not timed) */
-	UTOTAL_DROPPED_KEYS,     /* a full map refused a new key */
-	UTOTAL_READ_ERRORS,      /* a field's chain could not be read */
+	UTOTAL_HITS = 0,        /* probe and return-probe runs */
+	UTOTAL_HANDSHAKE_CALLS, /* SSL_do_handshake calls */
+	UTOTAL_HANDSHAKES,      /* ... that completed a handshake */
+	UTOTAL_OPS,             /* operations timed */
+	UTOTAL_NESTED,          /* probed calls inside a timed one (not timed) */
+	UTOTAL_DROPPED_KEYS,    /* a full map refused a new key */
+	UTOTAL_READ_ERRORS,     /* a field's chain could not be read */
 	UTOTAL_NR_SLOTS,
 };
 

@@ -13,6 +13,7 @@
 #include "agent/profiler/profiler.h"
 #include "agent/report/exports.h"
 #include "agent/report/report.h"
+#include "agent/report/usage_report.h"
 
 namespace tlsprof::oneshot {
 namespace {
@@ -40,6 +41,7 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   profiler_options.drop_capabilities = options.drop_capabilities;
   profiler_options.max_sample_keys = options.max_sample_keys;
   profiler_options.max_stack_keys = options.max_stack_keys;
+  profiler_options.usage = options.usage;
   auto started = profiler::Profiler::Start(profiler_options);
   if (!started.ok()) return started.error();
   profiler::Profiler& profiler = **started;
@@ -48,6 +50,8 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   // The window starts after the set-up (Profiler::Start).
   const auto window_start = Clock::now();
   const double cpu_at_window_start = SelfCpuSeconds();
+  // The probes' maps count from their attachment: the window is a difference.
+  const usage::UsageSnapshot usage_at_start = profiler.usage() ? profiler.usage()->Snapshot() : usage::UsageSnapshot{};
   const auto window = std::chrono::duration<double>(options.duration_seconds);
   const auto poll = std::chrono::duration<double>(options.poll_seconds);
   while (!stop.load()) {
@@ -63,6 +67,7 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
     profiler.Poll();
   }
   profiler.Stop();
+  const usage::UsageSnapshot usage_at_end = profiler.usage() ? profiler.usage()->Snapshot() : usage::UsageSnapshot{};
   const auto window_end = Clock::now();
   const double cpu_at_window_end = SelfCpuSeconds();
 
@@ -108,6 +113,10 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   }
   cost.report_latency_seconds = std::chrono::duration<double>(Clock::now() - window_end).count();
   nlohmann::json doc = report::BuildReport(profile, run, cost);
+  if (const usage::UsageProbes* probes = profiler.usage()) {
+    report::AddUsage(doc, usage::Subtract(usage_at_end, usage_at_start), probes->files(), profile, profiler.registry(),
+                     run.period_ns, getpid(), options.pids);
+  }
   if (const stacks::UnwindRegistrar* registrar = profiler.registrar()) {
     const auto& st = registrar->stats();
     doc["agent"]["unwind"] = {{"processes", st.processes},

@@ -31,6 +31,8 @@ struct Options {
   // (<dir>/.build-id/xx/yyyy.debug, and debuglink paths under <dir>), before
   // the system's /usr/lib/debug. debuginfod is used when $DEBUGINFOD_URLS is set.
   std::vector<std::string> debug_dirs;
+  // Usage telemetry (docs/usage.md): handshakes, operations, handshake_cpu.
+  bool usage = false;
   // Exports of the TLS stacks; empty: not written.
   std::string folded_path;
   std::string pprof_path;

@@ -1,5 +1,7 @@
 #include "agent/profiler/profiler.h"
 
+#include <sys/sysmacros.h>
+
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,6 +37,24 @@ std::vector<MappedFile> MappedFiles(const discovery::ProcessSnapshot& snap) {
 }
 
 }  // namespace
+
+void Profiler::AttachUsage(const discovery::ProcessSnapshot& snap) {
+  std::vector<usage::FileRef> files;
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  for (const auto& m : snap.mappings) {
+    if (!m.image || !m.image->tls || !m.mapping.is_file()) continue;
+    const uint64_t dev = makedev(m.mapping.dev_major, m.mapping.dev_minor);
+    if (!seen.insert({dev, m.mapping.inode}).second) continue;
+    // The file as this process maps it: through its root (containers), or
+    // through map_files when it was replaced on disk since.
+    std::string host_path = m.mapping.deleted
+                                ? fmt::format("/proc/{}/map_files/{:x}-{:x}", snap.pid, m.mapping.start, m.mapping.end)
+                                : fmt::format("/proc/{}/root{}", snap.pid, m.mapping.path);
+    files.push_back({std::move(host_path), m.mapping.path, dev, m.mapping.inode});
+  }
+  if (files.empty()) return;
+  if (auto st = usage_->AttachProcess(files); !st.ok()) spdlog::debug("process {}: {}", snap.pid, st.error().message);
+}
 
 int64_t Profiler::UnixNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -77,14 +97,22 @@ Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
   sampler_options.max_stack_keys = options.max_stack_keys;
   auto sampler = sample::Sampler::Start(sampler_options);
   if (!sampler.ok()) return sampler.error();
-  // The last step that needed CAP_BPF + CAP_PERFMON is done.
+  std::unique_ptr<usage::UsageProbes> usage_probes;
+  if (options.usage) {
+    auto started = usage::UsageProbes::Start();
+    if (!started.ok()) return started.error();
+    usage_probes = std::move(started).value();
+  }
+  // The last step that needed CAP_BPF + CAP_PERFMON is done (but for usage
+  // probes attached later).
   if (options.drop_capabilities) {
-    if (auto st = DropToSteadyState(**sampler); !st.ok()) return st.error();
+    if (auto st = DropToSteadyState(**sampler, options.usage); !st.ok()) return st.error();
   }
   if (options.after_setup) {
     if (auto st = options.after_setup(); !st.ok()) return st.error();
   }
   std::unique_ptr<Profiler> p(new Profiler(options, std::move(sampler).value()));
+  p->usage_ = std::move(usage_probes);
   // Processes that exist now are snapshotted before the window, so their
   // symbol loading is not on the first window's critical path and their
   // stacks are unwound from the first sample on. Later ones are found as
@@ -107,9 +135,10 @@ void Profiler::Discover(pid_t pid) {
     spdlog::debug("{}", status.error().message);
     return;
   }
-  if (!registrar_) return;
   const auto* snap = registry_.Get(pid);
   if (snap == nullptr || !snap->has_tls()) return;
+  if (usage_) AttachUsage(*snap);
+  if (!registrar_) return;
   auto registered = registrar_->Register(pid, *snap);
   if (!registered.ok()) spdlog::debug("process {}: {}", pid, registered.error().message);
 }
@@ -207,6 +236,7 @@ Window Profiler::CloseWindow() {
       const std::vector<MappedFile> mappings_before = before ? MappedFiles(*before) : std::vector<MappedFile>{};
       auto status = registry_.Refresh(static_cast<pid_t>(tgid));
       const auto* after = registry_.Get(static_cast<pid_t>(tgid));
+      if (status.ok() && usage_ && after != nullptr && after->has_tls()) AttachUsage(*after);
       if (status.ok() && registrar_ && after != nullptr && after->has_tls() && MappedFiles(*after) != mappings_before) {
         auto registered = registrar_->Register(static_cast<pid_t>(tgid), *after);
         if (!registered.ok()) spdlog::debug("process {}: {}", tgid, registered.error().message);

@@ -29,6 +29,7 @@
 #include "agent/discovery/process_registry.h"
 #include "agent/sample/sampler.h"
 #include "agent/stacks/unwind_registrar.h"
+#include "agent/usage/usage_probes.h"
 
 namespace tlsprof::profiler {
 
@@ -56,6 +57,11 @@ struct Options {
   // Sizes of the in-kernel aggregates (sample::SamplerOptions); 0: defaults.
   uint32_t max_sample_keys = 0;
   uint32_t max_stack_keys = 0;
+  // Usage telemetry (agent/usage, docs/usage.md): uprobes on the TLS
+  // library files of the processes found, counting handshakes and timing
+  // public-key operations. The steady state then keeps CAP_BPF and
+  // CAP_PERFMON, to attach to libraries found later.
+  bool usage = false;
   // Runs after the sampler is started (and capabilities dropped), before the
   // first processes are read: the daemon starts its threads here (metrics
   // server, shipper), after the drop, since threads keep their creator's
@@ -96,14 +102,20 @@ class Profiler {
   const stacks::UnwindRegistrar* registrar() const { return registrar_ ? &*registrar_ : nullptr; }
   const Options& options() const { return options_; }
   const MemoryBudget& memory_budget() const { return *budget_; }
+  // Null unless Options::usage.
+  const usage::UsageProbes* usage() const { return usage_.get(); }
 
  private:
   Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler);
   void Discover(pid_t pid);
+  // Attaches the usage probes to the process's TLS library files (each file
+  // once, for every process).
+  void AttachUsage(const discovery::ProcessSnapshot& snap);
   static int64_t UnixNowNs();
 
   Options options_;
   std::unique_ptr<sample::Sampler> sampler_;
+  std::unique_ptr<usage::UsageProbes> usage_;
   std::unique_ptr<MemoryBudget> budget_;  // before its users
   discovery::ProcessRegistry registry_;
   std::optional<stacks::UnwindRegistrar> registrar_;

@@ -27,13 +27,26 @@ bool MapAccessNeedsCapBpf(const sample::Sampler& sampler) {
 
 }  // namespace
 
-Status DropToSteadyState(const sample::Sampler& sampler) {
+Status DropToSteadyState(const sample::Sampler& sampler, bool attach_uprobes) {
   spdlog::debug("capabilities at set-up: {}", privilege::Describe());
   // CAP_CHECKPOINT_RESTORE (when the agent has it): /proc/PID/map_files, the
   // only way to open a binary that was deleted or replaced after the process
   // started (upgrades); without it the kernel asks for CAP_SYS_ADMIN.
   std::vector<cap_value_t> keep = {CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_CHECKPOINT_RESTORE};
-  if (MapAccessNeedsCapBpf(sampler)) keep.push_back(CAP_BPF);
+  if (attach_uprobes) {
+    // Usage probes (agent/usage) are attached when a process maps a TLS
+    // library file not probed yet. Attaching a BPF program needs CAP_BPF and
+    // CAP_PERFMON, and creating a uprobe perf event for every process needs
+    // CAP_SYS_ADMIN on Linux 6.18 (measured: EACCES with CAP_BPF +
+    // CAP_PERFMON alone). So --usage keeps all three (docs/usage.md,
+    // "Privileges"); a privileged helper that only opens uprobe events would
+    // let the agent drop CAP_SYS_ADMIN again.
+    keep.push_back(CAP_BPF);
+    keep.push_back(CAP_PERFMON);
+    keep.push_back(CAP_SYS_ADMIN);
+  } else if (MapAccessNeedsCapBpf(sampler)) {
+    keep.push_back(CAP_BPF);
+  }
   if (auto st = privilege::KeepOnly(keep); !st.ok()) {
     return MakeError("cannot drop the capabilities the agent no longer needs: {}", st.error().message);
   }

@@ -19,12 +19,15 @@
 
 namespace tlsprof::profiler {
 
+// With `attach_uprobes` (usage telemetry), also keeps CAP_BPF, CAP_PERFMON and
+// CAP_SYS_ADMIN (uprobe perf events)
+// to attach uprobes to TLS library files found later.
 // Keeps CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and (if it has it)
 // CAP_CHECKPOINT_RESTORE for /proc/PID/map_files, and CAP_BPF only if a map
 // read through `sampler`'s fds fails without it (probed here); drops every
 // other capability from every set, sets PR_SET_NO_NEW_PRIVS, and logs the
 // result once (info). Must run before the process starts a second thread.
 // An error means the drop itself failed: the caller stops.
-Status DropToSteadyState(const sample::Sampler& sampler);
+Status DropToSteadyState(const sample::Sampler& sampler, bool attach_uprobes = false);
 
 }  // namespace tlsprof::profiler

@@ -221,6 +221,36 @@ std::string RenderTable(const json& r) {
   line(fmt::format("samples: {} total, {} busy, {} TLS, {} idle, {} dropped, {} unresolved", s["total"].get<uint64_t>(),
                    s["busy"].get<uint64_t>(), s["tls"].get<uint64_t>(), s["idle"].get<uint64_t>(),
                    s["dropped"].get<uint64_t>(), s["unresolved"].get<uint64_t>()));
+  // Usage telemetry (tlsprof-agent profile --usage).
+  if (r.contains("handshakes")) {
+    line("");
+    line(fmt::format("{:<7} {:<16} {:<7} {:<8} {:<8} {:<44} {:<8} {:<8} {:>8}", "pid", "comm", "side", "kind",
+                     "version", "cipher_suite", "group", "cert", "count"));
+    for (const auto& h : r["handshakes"]) {
+      line(fmt::format("{:<7} {:<16} {:<7} {:<8} {:<8} {:<44} {:<8} {:<8} {:>8}", h["pid"].get<uint32_t>(),
+                       h["comm"].get<std::string>(), h["side"].get<std::string>(), h["kind"].get<std::string>(),
+                       h["version"].get<std::string>(), h["cipher_suite"].get<std::string>(),
+                       h["group"].get<std::string>(), h["cert_key_type"].get<std::string>(),
+                       h["count"].get<uint64_t>()));
+    }
+    line("");
+    line(fmt::format("{:<7} {:<16} {:<13} {:<12} {:>8} {:>10} {:>10}", "pid", "comm", "operation", "algorithm", "count",
+                     "p50_us", "p99_us"));
+    for (const auto& o : r["operations"]) {
+      line(fmt::format("{:<7} {:<16} {:<13} {:<12} {:>8} {:>10.1f} {:>10.1f}", o["pid"].get<uint32_t>(),
+                       o["comm"].get<std::string>(), o["operation"].get<std::string>(),
+                       o["algorithm"].get<std::string>(), o["count"].get<uint64_t>(), o["latency_p50_us"].get<double>(),
+                       o["latency_p99_us"].get<double>()));
+    }
+    line("");
+    line(fmt::format("{:<7} {:<16} {:>10} {:>10} {:>14}", "pid", "comm", "handshakes", "hs_cpu_s", "us_per_hs"));
+    for (const auto& c : r["handshake_cpu"]) {
+      line(fmt::format("{:<7} {:<16} {:>10} {:>10.3f} {:>14.1f}", c["pid"].get<uint32_t>(),
+                       c["comm"].get<std::string>(), c["handshakes"].get<uint64_t>(),
+                       c["handshake_tls_cpu_seconds"].get<double>(),
+                       c["cpu_seconds_per_handshake"].get<double>() * 1e6));
+    }
+  }
   return out;
 }
 

@@ -44,7 +44,7 @@ bool OnlyReturns(std::span<const uint8_t> code, size_t at, bool& zeroes_rax) {
 
 std::optional<LoadChain> DecodeLoadChain(std::span<const uint8_t> code) {
   LoadChain chain;
-  int tracked = kRdi;     // the register holding the pointer being followed
+  int tracked = kRdi;  // the register holding the pointer being followed
   size_t i = 0;
   // endbr64 (CET builds).
   if (code.size() >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && code[3] == 0xfa) i = 4;

@@ -17,7 +17,7 @@ struct ElfDeleter {
 }  // namespace
 
 Result<std::map<std::string, FunctionCode, std::less<>>> FindFunctions(int fd,
-                                                                         std::span<const std::string_view> names) {
+                                                                       std::span<const std::string_view> names) {
   elf_version(EV_CURRENT);
   std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
   if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return MakeError("not an ELF file: {}", elf_errmsg(-1));

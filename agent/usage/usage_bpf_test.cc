@@ -42,8 +42,8 @@ X509* SelfSigned(EVP_PKEY* key) {
   X509_gmtime_adj(X509_getm_notAfter(cert), 3600);
   X509_set_pubkey(cert, key);
   X509_NAME* name = X509_get_subject_name(cert);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("tlsprof-test"), -1,
-                             -1, 0);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("tlsprof-test"), -1, -1,
+                             0);
   X509_set_issuer_name(cert, name);
   X509_sign(cert, key, EVP_sha256());
   return cert;
@@ -123,8 +123,12 @@ std::map<Row, uint64_t> Rows(const UsageProbes& probes, pid_t tgid) {
   std::map<Row, uint64_t> rows;
   for (const HandshakeCount& h : probes.ReadHandshakes()) {
     if (h.key.tgid != static_cast<uint32_t>(tgid)) continue;
-    Row row{h.key.is_server == 1 ? "server" : h.key.is_server == 0 ? "client" : "unknown",
-            h.key.resumed == 1 ? "resumed" : h.key.resumed == 0 ? "full" : "unknown",
+    Row row{h.key.is_server == 1   ? "server"
+            : h.key.is_server == 0 ? "client"
+                                   : "unknown",
+            h.key.resumed == 1   ? "resumed"
+            : h.key.resumed == 0 ? "full"
+                                 : "unknown",
             VersionName(h.key.version),
             CipherSuiteName(h.key.cipher),
             GroupName(h.key.kx_type, h.key.kx_len),
@@ -176,8 +180,8 @@ TEST(UsageProbes, CountsHandshakesByParametersExactly) {
   std::map<Row, uint64_t> got = Rows(**probes, getpid());
   for (const auto& [row, count] : got) {
     if (!want.count(row)) {
-      ADD_FAILURE() << "unexpected row " << row.side << " " << row.kind << " " << row.version << " " << row.suite
-                    << " " << row.group << " " << row.cert << ": " << count;
+      ADD_FAILURE() << "unexpected row " << row.side << " " << row.kind << " " << row.version << " " << row.suite << " "
+                    << row.group << " " << row.cert << ": " << count;
     }
   }
   for (const auto& [row, count] : want) {

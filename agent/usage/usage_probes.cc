@@ -8,6 +8,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -193,6 +194,39 @@ UsageTotals UsageProbes::ReadTotals() const {
   totals.dropped_keys = sum(UTOTAL_DROPPED_KEYS);
   totals.read_errors = sum(UTOTAL_READ_ERRORS);
   return totals;
+}
+
+UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
+  UsageSnapshot out;
+  for (const HandshakeCount& h : end.handshakes) {
+    uint64_t before = 0;
+    for (const HandshakeCount& s : start.handshakes) {
+      if (std::memcmp(&s.key, &h.key, sizeof(h.key)) == 0) before = s.count;
+    }
+    if (h.count > before) out.handshakes.push_back({h.key, h.count - before});
+  }
+  for (const OperationStats& op : end.operations) {
+    OperationStats delta = op;
+    for (const OperationStats& s : start.operations) {
+      if (std::memcmp(&s.key, &op.key, sizeof(op.key)) != 0) continue;
+      delta.count -= std::min(delta.count, s.count);
+      delta.cpu_ns -= std::min(delta.cpu_ns, s.cpu_ns);
+      delta.wall_ns -= std::min(delta.wall_ns, s.wall_ns);
+      for (size_t i = 0; i < delta.slots.size() && i < s.slots.size(); ++i) {
+        delta.slots[i] -= std::min(delta.slots[i], s.slots[i]);
+      }
+    }
+    if (delta.count > 0) out.operations.push_back(std::move(delta));
+  }
+  auto minus = [](uint64_t a, uint64_t b) { return a > b ? a - b : 0; };
+  out.totals.hits = minus(end.totals.hits, start.totals.hits);
+  out.totals.handshake_calls = minus(end.totals.handshake_calls, start.totals.handshake_calls);
+  out.totals.handshakes = minus(end.totals.handshakes, start.totals.handshakes);
+  out.totals.ops = minus(end.totals.ops, start.totals.ops);
+  out.totals.nested = minus(end.totals.nested, start.totals.nested);
+  out.totals.dropped_keys = minus(end.totals.dropped_keys, start.totals.dropped_keys);
+  out.totals.read_errors = minus(end.totals.read_errors, start.totals.read_errors);
+  return out;
 }
 
 std::pair<uint64_t, uint64_t> SlotBounds(uint32_t slot) {

@@ -65,6 +65,16 @@ struct UsageTotals {
   uint64_t read_errors = 0;
 };
 
+// Everything the probes counted up to one moment (the maps are cumulative);
+// Subtract() of two gives a window.
+struct UsageSnapshot {
+  std::vector<HandshakeCount> handshakes;
+  std::vector<OperationStats> operations;
+  UsageTotals totals;
+};
+// `end` minus `start`, key by key; rows with nothing new are left out.
+UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start);
+
 // The value at quantile q (0..1) of a histogram of USAGE_HIST_SLOTS slots:
 // the midpoint of the slot that holds it, in ns. 0 for an empty histogram.
 double HistogramQuantile(const std::vector<uint64_t>& slots, double q);
@@ -86,6 +96,7 @@ class UsageProbes {
   std::vector<HandshakeCount> ReadHandshakes() const;
   std::vector<OperationStats> ReadOperations() const;
   UsageTotals ReadTotals() const;
+  UsageSnapshot Snapshot() const { return {ReadHandshakes(), ReadOperations(), ReadTotals()}; }
   const std::vector<AttachedFile>& files() const { return files_; }
   size_t link_count() const;
 

@@ -1,10 +1,12 @@
 #!/bin/sh
-# run-nginx.sh DIR PORT [rsa|ecdsa]
+# run-nginx.sh DIR PORT [rsa|ecdsa|dual]
 # Runs Debian's /usr/sbin/nginx (OpenSSL 3 via the stripped libssl.so.3 and
 # libcrypto.so.3) on https://127.0.0.1:PORT/ with everything it writes kept
 # in DIR: nginx.conf, cert, pid file, error log, temp dirs, the 16 KiB
 # response file and DIR/ready. Two workers, TLS 1.2 and 1.3, keep-alive on,
 # no session cache or tickets (every new connection is a full handshake).
+# `dual` serves an RSA and an ECDSA certificate (the client's signature
+# algorithms pick one). NGINX_SESSION_TICKETS=on turns session tickets on.
 #
 # The script execs nginx (daemon off), so its PID is the nginx master's:
 # `kill -TERM PID` stops master and workers. DIR/ready (content: PORT) is
@@ -12,7 +14,7 @@
 # outside DIR; remove DIR afterwards.
 set -eu
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
-  echo "usage: $0 DIR PORT [rsa|ecdsa]" >&2
+  echo "usage: $0 DIR PORT [rsa|ecdsa|dual]" >&2
   exit 2
 fi
 dir=$1
@@ -29,7 +31,17 @@ esac
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 rm -f "$dir/ready" "$dir/ready.tmp"
-"$here/../node/make-cert.sh" "$dir" "$kind" >/dev/null
+tickets=${NGINX_SESSION_TICKETS:-off}
+case $tickets in on | off) ;; *) echo "$0: NGINX_SESSION_TICKETS must be on or off" >&2; exit 2 ;; esac
+if [ "$kind" = dual ]; then
+  "$here/../node/make-cert.sh" "$dir/rsa" rsa >/dev/null
+  "$here/../node/make-cert.sh" "$dir/ecdsa" ecdsa >/dev/null
+  certs="ssl_certificate $dir/rsa/cert.pem; ssl_certificate_key $dir/rsa/key.pem;
+    ssl_certificate $dir/ecdsa/cert.pem; ssl_certificate_key $dir/ecdsa/key.pem;"
+else
+  "$here/../node/make-cert.sh" "$dir" "$kind" >/dev/null
+  certs="ssl_certificate $dir/cert.pem; ssl_certificate_key $dir/key.pem;"
+fi
 mkdir -p "$dir/www" "$dir/tmp"
 # The fixed 16 KiB response (a static file: `return 200 "..."` cannot hold
 # 16 KiB, nginx's config tokens are limited to 4 KiB).
@@ -63,11 +75,10 @@ http {
   sendfile off;  # the body goes through SSL_write either way; keep the path simple
   server {
     listen 127.0.0.1:$port ssl;
-    ssl_certificate $dir/cert.pem;
-    ssl_certificate_key $dir/key.pem;
+    $certs
     ssl_protocols TLSv1.2 TLSv1.3;
     ssl_session_cache off;
-    ssl_session_tickets off;
+    ssl_session_tickets $tickets;
     root $dir/www;
     location / { index index.html; }
   }

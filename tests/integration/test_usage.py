@@ -1,0 +1,140 @@
+"""Usage telemetry (issue 4): `tlsprof-agent profile --usage` on Debian's
+nginx (stripped shared OpenSSL 3) with an RSA and an ECDSA certificate and
+session tickets, under a scripted `openssl s_client` mix whose every
+handshake is known. The counts by side, kind, version, cipher suite, group
+and certificate key type must be exact, and so must the signatures and key
+exchanges, each timed on-CPU."""
+import collections
+import json
+import os
+import subprocess
+import time
+import unittest
+
+from tlsprof_testlib import AGENT, SRC, Processes, free_port, require_root
+
+PROFILE_SECONDS = 20
+
+# (count, s_client arguments, the server row it must give)
+MIX = [
+    (6, ["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256", "-groups", "X25519", "-sigalgs", "ECDSA+SHA256"],
+     ("full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519", "ECDSA")),
+    (5, ["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256", "-groups", "P-256",
+         "-sigalgs", "rsa_pss_rsae_sha256"],
+     ("full", "TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256", "P-256", "RSA")),
+    (4, ["-tls1_2", "-cipher", "ECDHE-RSA-AES128-SHA", "-groups", "X25519"],
+     ("full", "TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "X25519", "RSA")),
+]
+RESUMED = 3  # resumptions of one TLS 1.3 AES-256-GCM session (plus its full handshake)
+
+
+class UsageTest(unittest.TestCase):
+    def setUp(self):
+        require_root(self)
+        self.procs = Processes()
+        self.addCleanup(self.procs.close)
+
+    def s_client(self, port, args):
+        # -quiet implies -ign_eof: the client reads until nginx closes after
+        # its HTTP/1.0 answer, so it also takes in TLS 1.3 session tickets.
+        out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-quiet", *args],
+                             input=b"GET / HTTP/1.0\r\n\r\n", capture_output=True, timeout=30)
+        self.assertIn(b"HTTP/1.1 200", out.stdout, out.stderr.decode(errors="replace")[-500:])
+
+    def test_scripted_mix_is_counted_exactly(self):
+        port = free_port()
+        root = self.procs.path("nginx")
+        os.makedirs(root)
+        self.procs.start(["bash", os.path.join(SRC, "workloads/nginx/run-nginx.sh"), root, str(port), "dual"],
+                         ready_file=os.path.join(root, "ready"), env={**os.environ, "NGINX_SESSION_TICKETS": "on"})
+        with open(os.path.join(root, "nginx.pid")) as f:
+            master = f.read().strip()
+        workers = subprocess.run(["pgrep", "-P", master], capture_output=True, text=True).stdout.split()
+        self.assertTrue(workers, "no nginx workers")
+
+        report_path = self.procs.path("report.json")
+        log_path = self.procs.path("agent.log")
+        args = [AGENT, "--log-level", "info", "profile", "--usage", "--format", "json", "-o", report_path,
+                "--duration", str(PROFILE_SECONDS)]
+        for pid in workers:
+            args += ["--pid", pid]
+        with open(log_path, "wb") as log:
+            agent = subprocess.Popen(args, stderr=log)
+        self.addCleanup(lambda: agent.poll() is None and agent.kill())
+        # The window starts once set-up is done: the probes are attached
+        # while the processes present are read, before the window.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with open(log_path, errors="replace") as f:
+                if "libssl.so.3" in f.read():
+                    break
+            self.assertIsNone(agent.poll(), "the agent exited during set-up")
+            time.sleep(0.1)
+        else:
+            self.fail("the agent attached no usage probe to libssl.so.3 in 30 s")
+        time.sleep(1)
+
+        started = time.monotonic()
+        for count, client_args, _ in MIX:
+            for _ in range(count):
+                self.s_client(port, client_args)
+        session = self.procs.path("session.pem")
+        resume_args = ["-tls1_3", "-ciphersuites", "TLS_AES_256_GCM_SHA384", "-groups", "X25519",
+                       "-sigalgs", "ECDSA+SHA256"]
+        self.s_client(port, resume_args + ["-sess_out", session])
+        for _ in range(RESUMED):
+            self.s_client(port, resume_args + ["-sess_in", session])
+        mix_seconds = time.monotonic() - started
+        self.assertLess(mix_seconds, PROFILE_SECONDS - 3, "the client mix outran the profile window")
+
+        code = agent.wait(timeout=PROFILE_SECONDS + 60)
+        with open(log_path, errors="replace") as f:
+            self.assertEqual(code, 0, f.read()[-2000:])
+        with open(report_path) as f:
+            report = json.load(f)
+
+        rows = collections.Counter()
+        for h in report["handshakes"]:
+            self.assertIn(str(h["pid"]), workers)
+            self.assertEqual(h["side"], "server")
+            rows[(h["kind"], h["version"], h["cipher_suite"], h["group"], h["cert_key_type"])] += h["count"]
+        print("handshakes:", dict(rows))
+        want = collections.Counter()
+        for count, _, row in MIX:
+            want[row] += count
+        want[("full", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519", "ECDSA")] += 1
+        # A resumed handshake presents no certificate; the key type is the
+        # server's current key, which with two certificates is either.
+        resumed = {k: v for k, v in rows.items() if k[0] == "resumed"}
+        full = {k: v for k, v in rows.items() if k[0] != "resumed"}
+        self.assertEqual(full, dict(want))
+        self.assertEqual(sum(resumed.values()), RESUMED, resumed)
+        for k in resumed:
+            self.assertEqual(k[1:4], ("TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519"))
+
+        ops = collections.Counter()
+        for o in report["operations"]:
+            self.assertTrue(o["in_handshake"], o)
+            self.assertGreater(o["latency_p50_us"], 1, o)
+            self.assertGreaterEqual(o["latency_p99_us"], o["latency_p50_us"], o)
+            ops[(o["operation"], o["algorithm"])] += o["count"]
+        print("operations:", dict(ops))
+        self.assertEqual(ops, collections.Counter({
+            ("sign", "ECDSA-P256"): 6 + 1,
+            ("sign", "RSA-2048"): 5 + 4,
+            ("key_exchange", "X25519"): 6 + 4 + 1 + RESUMED,
+            ("key_exchange", "ECDHE-P256"): 5,
+        }))
+
+        per_process = {c["pid"]: c for c in report["handshake_cpu"]}
+        self.assertEqual(sum(c["handshakes"] for c in per_process.values()), sum(want.values()) + RESUMED)
+        self.assertEqual(sum(c["resumed"] for c in per_process.values()), RESUMED)
+        usage = report["agent"]["usage"]
+        self.assertEqual(usage["dropped_keys"], 0)
+        self.assertEqual(usage["read_errors"], 0)
+        for f in usage["files"]:
+            self.assertNotIn("unknown", f["fields"].values(), f)
+
+
+if __name__ == "__main__":
+    unittest.main()
