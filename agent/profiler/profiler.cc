@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cerrno>
+#include <fstream>
 #include <map>
 #include <span>
 #include <tuple>
@@ -37,6 +38,18 @@ std::vector<MappedFile> MappedFiles(const discovery::ProcessSnapshot& snap) {
 }
 
 }  // namespace
+
+// How long ago a process started, from its start time (clock ticks after
+// boot, /proc/PID/stat) and /proc/uptime; a large value when unknown.
+static double ProcessAgeSeconds(uint64_t start_ticks) {
+  std::ifstream uptime("/proc/uptime");
+  double now = 0;
+  if (start_ticks == 0 || !(uptime >> now)) return 1e9;
+  static const long ticks = sysconf(_SC_CLK_TCK);
+  return now - static_cast<double>(start_ticks) / static_cast<double>(ticks > 0 ? ticks : 100);
+}
+
+static constexpr double kYoungProcessSeconds = 2.0;
 
 void Profiler::AttachUsage(const discovery::ProcessSnapshot& snap) {
   std::vector<usage::FileRef> files;
@@ -136,7 +149,16 @@ void Profiler::Discover(pid_t pid) {
     return;
   }
   const auto* snap = registry_.Get(pid);
-  if (snap == nullptr || !snap->has_tls()) return;
+  if (snap == nullptr || !snap->has_tls()) {
+    // A process read right after its exec may not have its libraries mapped
+    // yet (the dynamic loader runs after exec returns): with usage probes,
+    // whose counts start only once its libraries are probed, read it again
+    // at a later Poll while it is young.
+    if (usage_ && snap != nullptr && ProcessAgeSeconds(snap->identity.start_time) < kYoungProcessSeconds) {
+      seen_.erase(static_cast<uint32_t>(pid));
+    }
+    return;
+  }
   if (usage_) AttachUsage(*snap);
   if (!registrar_) return;
   auto registered = registrar_->Register(pid, *snap);
@@ -217,6 +239,9 @@ Window Profiler::CloseWindow() {
       seen_.insert(tgid);
       auto status = registry_.Refresh(static_cast<pid_t>(tgid));
       if (!status.ok()) spdlog::debug("{}", status.error().message);
+      // A process read before the dynamic loader mapped its libraries.
+      const auto* snap = registry_.Get(static_cast<pid_t>(tgid));
+      if (status.ok() && usage_ && snap != nullptr && snap->has_tls()) AttachUsage(*snap);
     }
   } else {
     for (uint32_t tgid : sampled) {

@@ -12,8 +12,11 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -247,6 +250,46 @@ TEST(UsageProbes, TimesASigningLoopOnCpu) {
   // An RSA-2048 sign is 0.3-3 ms on any x86-64 of the last decade.
   EXPECT_GT(p50, 100e3);
   EXPECT_LT(p50, 20e6);
+}
+
+// Probes attached while a thread signs in a tight loop: a call whose entry
+// probe fired must not miss its return probe (return probes are attached
+// first), or the thread would look inside one operation for good and every
+// later sign would count as nested, untimed.
+TEST(UsageProbes, AttachesUnderLoadWithoutLosingReturns) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  ASSERT_NE(key, nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> signs{0};
+  std::thread signer([&] {
+    unsigned char digest[32] = {7};
+    while (!stop.load()) {
+      EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new(key, nullptr);
+      EVP_PKEY_sign_init(ctx);
+      unsigned char sig[80];
+      size_t len = sizeof(sig);
+      if (EVP_PKEY_sign(ctx, sig, &len, digest, sizeof(digest)) == 1) signs++;
+      EVP_PKEY_CTX_free(ctx);
+    }
+  });
+  while (signs.load() < 100) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto probes = UsageProbes::Start();
+  ASSERT_TRUE(probes.ok()) << probes.error().message;
+  const uint64_t before_attach = signs.load();
+  ASSERT_TRUE((*probes)->AttachProcess({Ref(kLibcrypto)}).ok());
+  const uint64_t at_attach = signs.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  stop = true;
+  signer.join();
+  const uint64_t total = signs.load();
+  EVP_PKEY_free(key);
+  UsageTotals totals = (*probes)->ReadTotals();
+  EXPECT_EQ(totals.nested, 0u);
+  // Every sign after the attachment is timed (give or take the one in
+  // flight), and none from before it began.
+  EXPECT_GE(totals.ops + 1, total - at_attach);
+  EXPECT_LE(totals.ops, total - before_attach);
+  EXPECT_GT(total - at_attach, 100u);
 }
 
 }  // namespace

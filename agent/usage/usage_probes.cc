@@ -70,6 +70,12 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
     const FileRef* ref;
     std::map<std::string, FunctionCode, std::less<>> functions;
   };
+  // Most calls find every file probed already: nothing to read then.
+  if (std::all_of(files.begin(), files.end(), [&](const FileRef& ref) {
+        return impl_->attached.count({ref.dev, ref.inode}) != 0;
+      })) {
+    return OkStatus();
+  }
   std::vector<Loaded> loaded;
   std::string errors;
   bool any_new = false;
@@ -112,23 +118,29 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       continue;
     }
     AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, {}, layout.fields};
-    for (const ProbeSite& site : plan.sites) {
-      const bool handshake = site.probe == PROBE_HANDSHAKE;
-      bpf_program* enter = handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter;
-      bpf_program* exit = handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit;
-      bool ok = true;
-      for (bpf_program* prog : {enter, exit}) {
-        LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(lib, site.probe), .retprobe = prog == exit);
+    // Return probes first, for every site, then the entry probes: a call
+    // whose entry is seen must have its return seen too, or the thread would
+    // look inside an operation until the entry goes stale (and every later
+    // call would count as nested). A return without an entry is ignored.
+    std::set<std::string> failed;
+    for (bool entry : {false, true}) {
+      for (const ProbeSite& site : plan.sites) {
+        if (failed.count(site.function)) continue;
+        const bool handshake = site.probe == PROBE_HANDSHAKE;
+        bpf_program* prog =
+            entry ? (handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter)
+                  : (handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit);
+        LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(lib, site.probe), .retprobe = !entry);
         // pid -1: every process that maps this file, now or later.
         bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, ref.host_path.c_str(), site.file_offset, &opts);
         if (!link) {
           errors += fmt::format("{}: attaching to {} failed: {}; ", ref.display_path, site.function, ErrnoText(errno));
-          ok = false;
-          break;
+          failed.insert(site.function);
+          continue;
         }
         impl_->links.emplace_back(link);
+        if (entry) attached.functions.push_back(site.function);
       }
-      if (ok) attached.functions.push_back(site.function);
     }
     spdlog::info("usage probes: {} ({}:{}), {} functions, version {}, cipher {}, key type {}", ref.display_path,
                  major(ref.dev), minor(ref.dev), attached.functions.size(), layout.fields.at("ssl.version"),
