@@ -59,7 +59,7 @@ struct inflight_op {
 	__u32 depth;           /* nested probed calls inside this one */
 	__u16 lib;
 	__u8 probe;
-	__u8 pad;
+	__u8 insn; /* enum usage_insn_class */
 };
 
 struct {
@@ -112,6 +112,12 @@ struct {
  * this is zero, which is nearly always.
  */
 __u64 inflight_count = 0;
+
+/* The probe pair's own time inside each timed call, by the class of the
+ * function's first instruction; set by user space after calibrating (0
+ * while it calibrates).
+ */
+__u64 probe_overhead_ns[INSN_NR] = {};
 
 /* A new op_latency value: too big for the BPF stack. Never written. */
 const volatile struct op_latency zero_latency = {};
@@ -355,6 +361,7 @@ int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
 	fresh.len = len;
 	fresh.lib = USAGE_COOKIE_LIB(cookie);
 	fresh.probe = USAGE_COOKIE_PROBE(cookie);
+	fresh.insn = USAGE_COOKIE_INSN(cookie);
 	fresh.start_ns = bpf_ktime_get_ns();
 	/* A stale entry (its thread never returned: killed, longjmp) is
 	 * replaced and keeps its place in inflight_count.
@@ -388,6 +395,12 @@ int BPF_KRETPROBE(usage_op_exit, long ret)
 	}
 	wall = now - cur->start_ns;
 	cpu = wall > cur->off_cpu_ns ? wall - cur->off_cpu_ns : 0;
+	if (cur->insn < INSN_NR) {
+		__u64 own = probe_overhead_ns[cur->insn];
+
+		cpu = cpu > own ? cpu - own : 0;
+		wall = wall > own ? wall - own : 0;
+	}
 	lib = cur->lib;
 	probe = cur->probe;
 	key.op = USAGE_OP_NONE;
@@ -402,6 +415,9 @@ int BPF_KRETPROBE(usage_op_exit, long ret)
 		break;
 	case PROBE_DERIVE:
 		key.op = USAGE_OP_DERIVE;
+		break;
+	case PROBE_CALIBRATE:
+		key.op = USAGE_OP_CALIBRATE;
 		break;
 	}
 	field = probe == PROBE_DIGEST_SIGN || probe == PROBE_DIGEST_VERIFY ? FIELD_MDCTX_KEY_TYPE
@@ -424,7 +440,8 @@ int BPF_KRETPROBE(usage_op_exit, long ret)
 	 */
 	if (key.op == USAGE_OP_NONE || query || (key.op == USAGE_OP_VERIFY ? ret < 0 : ret != 1))
 		return 0;
-	count_total(UTOTAL_OPS);
+	if (key.op != USAGE_OP_CALIBRATE)
+		count_total(UTOTAL_OPS);
 	key.tgid = id >> 32;
 	key.lib = lib;
 	key.len = length > 0xffffffff ? 0xffffffff : (__u32)length;

@@ -114,7 +114,7 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   cost.report_latency_seconds = std::chrono::duration<double>(Clock::now() - window_end).count();
   nlohmann::json doc = report::BuildReport(profile, run, cost);
   if (const usage::UsageProbes* probes = profiler.usage()) {
-    report::AddUsage(doc, usage::Subtract(usage_at_end, usage_at_start), probes->files(), profile, profiler.registry(),
+    report::AddUsage(doc, usage::Subtract(usage_at_end, usage_at_start), *probes, profile, profiler.registry(),
                      run.period_ns, getpid(), options.pids);
   }
   if (const stacks::UnwindRegistrar* registrar = profiler.registrar()) {

@@ -31,13 +31,14 @@ std::string OpName(uint8_t op) {
 
 }  // namespace
 
-void AddUsage(json& doc, const usage::UsageSnapshot& window, const std::vector<usage::AttachedFile>& files,
+void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageProbes& probes,
               const aggregate::Profile& profile, const discovery::ProcessRegistry& registry, uint64_t period_ns,
               pid_t self, const std::vector<pid_t>& scope) {
   auto excluded = [&](uint32_t tgid) {
     if (tgid == static_cast<uint32_t>(self)) return true;
     return !scope.empty() && std::find(scope.begin(), scope.end(), static_cast<pid_t>(tgid)) == scope.end();
   };
+  const std::vector<usage::AttachedFile>& files = probes.files();
   std::map<uint16_t, std::string> library;
   for (const usage::AttachedFile& f : files) library[f.lib] = f.path;
   auto lib_path = [&](uint16_t lib) {
@@ -84,7 +85,7 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const std::vector<u
   using OpLabels = std::tuple<uint32_t, std::string, std::string, std::string, bool>;
   std::map<OpLabels, usage::OperationStats> ops;
   for (const usage::OperationStats& op : window.operations) {
-    if (excluded(op.key.tgid)) continue;
+    if (excluded(op.key.tgid) || op.key.op == USAGE_OP_CALIBRATE) continue;
     const std::string algorithm = op.key.op == USAGE_OP_DERIVE
                                       ? usage::KeyExchangeAlgorithm(op.key.key_type, op.key.len)
                                       : usage::SignatureAlgorithm(op.key.key_type, op.key.len);
@@ -99,6 +100,9 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const std::vector<u
   rows = json::array();
   for (const auto& [labels, op] : ops) {
     const auto& [tgid, lib, name, algorithm, in_handshake] = labels;
+    // The probes' own time (calibrated at start) is already taken off, in BPF.
+    auto net_us = [](double ns) { return ns / 1e3; };
+    const double count = static_cast<double>(op.count);
     rows.push_back({{"pid", tgid},
                     {"comm", Comm(registry, tgid)},
                     {"library", lib},
@@ -107,9 +111,9 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const std::vector<u
                     {"in_handshake", in_handshake},
                     {"count", op.count},
                     {"cpu_seconds", static_cast<double>(op.cpu_ns) / 1e9},
-                    {"latency_mean_us", static_cast<double>(op.cpu_ns) / 1e3 / static_cast<double>(op.count)},
-                    {"latency_p50_us", usage::HistogramQuantile(op.slots, 0.50) / 1e3},
-                    {"latency_p99_us", usage::HistogramQuantile(op.slots, 0.99) / 1e3}});
+                    {"latency_mean_us", net_us(static_cast<double>(op.cpu_ns) / count)},
+                    {"latency_p50_us", net_us(usage::HistogramQuantile(op.slots, 0.50))},
+                    {"latency_p99_us", net_us(usage::HistogramQuantile(op.slots, 0.99))}});
   }
   doc["operations"] = std::move(rows);
 
@@ -137,6 +141,10 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const std::vector<u
     attached.push_back({{"path", f.path}, {"functions", f.functions}, {"fields", f.fields}});
   }
   doc["agent"]["usage"] = {{"files", std::move(attached)},
+                           {"probe_overhead_us",
+                            {{"push", probes.probe_overhead_ns()[INSN_EMULATED_PUSH] / 1e3},
+                             {"endbr64", probes.probe_overhead_ns()[INSN_ENDBR64] / 1e3},
+                             {"single_stepped", probes.probe_overhead_ns()[INSN_SINGLE_STEPPED] / 1e3}}},
                            {"probe_hits", window.totals.hits},
                            {"handshake_calls", window.totals.handshake_calls},
                            {"handshakes", window.totals.handshakes},

@@ -18,8 +18,9 @@ namespace tlsprof::report {
 // the probes counted over the report's window; `period_ns` the CPU time one
 // sample stands for. Rows of the agent's own process (`self`) are left out,
 // and with a non-empty `scope` (--pid) so are those of other processes: the
-// probes count for every process that maps the library.
-void AddUsage(nlohmann::json& doc, const usage::UsageSnapshot& window, const std::vector<usage::AttachedFile>& files,
+// probes count for every process that maps the library. `probes` gives the
+// attached files and the calibration (reported under agent.usage).
+void AddUsage(nlohmann::json& doc, const usage::UsageSnapshot& window, const usage::UsageProbes& probes,
               const aggregate::Profile& profile, const discovery::ProcessRegistry& registry, uint64_t period_ns,
               pid_t self, const std::vector<pid_t>& scope);
 

@@ -36,6 +36,13 @@ constexpr std::array kFields = {
 
 }  // namespace
 
+uint32_t FirstInstructionClass(std::span<const uint8_t> code) {
+  if (!code.empty() && code[0] >= 0x50 && code[0] <= 0x57) return INSN_EMULATED_PUSH;  // push rax..rdi
+  if (code.size() >= 2 && code[0] == 0x41 && code[1] >= 0x50 && code[1] <= 0x57) return INSN_EMULATED_PUSH;  // r8..r15
+  if (code.size() >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && code[3] == 0xfa) return INSN_ENDBR64;
+  return INSN_SINGLE_STEPPED;
+}
+
 std::vector<std::string_view> WantedFunctions() {
   std::vector<std::string_view> names;
   for (const auto& p : kProbed) names.push_back(p.name);
@@ -52,7 +59,8 @@ FilePlan PlanFile(const std::map<std::string, FunctionCode, std::less<>>& functi
   for (const auto& p : kProbed) {
     auto it = functions.find(p.name);
     if (it == functions.end()) continue;
-    plan.sites.push_back({std::string(p.name), it->second.file_offset, p.probe});
+    plan.sites.push_back(
+        {std::string(p.name), it->second.file_offset, p.probe, FirstInstructionClass(it->second.prefix)});
   }
   return plan;
 }

@@ -31,7 +31,12 @@ struct ProbeSite {
   std::string function;
   uint64_t file_offset = 0;
   uint32_t probe = 0;  // enum usage_probe
+  uint32_t insn = 0;   // enum usage_insn_class of its first instruction
 };
+
+// The class of a function's first instruction (bpf/usage.h): how the
+// kernel's uprobe runs it, which sets the probes' own time in each call.
+uint32_t FirstInstructionClass(std::span<const uint8_t> code);
 
 struct FilePlan {
   std::vector<ProbeSite> sites;  // empty: nothing to probe in this file

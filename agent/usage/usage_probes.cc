@@ -9,9 +9,13 @@
 #include <bpf/libbpf.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -35,7 +39,63 @@ using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
 
 std::string ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 
+constexpr uint16_t kCalibrationLib = 0xffff;  // no layout: key types read as unknown
+constexpr int kCalibrationCalls = 2000;
+
+// Where `addr` (code of this process) is in its file: /proc/self/maps's
+// mapping that holds it, as (path, file offset).
+std::optional<std::pair<std::string, uint64_t>> FileOffsetOf(uintptr_t addr) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    uint64_t start = 0, end = 0, offset = 0;
+    char perms[8] = {};
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %n", &start, &end, perms, &offset, &path_at) < 4) continue;
+    if (addr < start || addr >= end || path_at <= 0) continue;
+    std::string path = line.substr(static_cast<size_t>(path_at));
+    if (path.empty() || path[0] != '/') return std::nullopt;
+    return std::make_pair(path, addr - start + offset);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+// The calibration targets: operations that do nothing, one per class of
+// first instruction (bpf/usage.h, enum usage_insn_class), timed by the same
+// probe pair as the library's (PROBE_CALIBRATE). What the probes measure for
+// them is their own share of every timed call of that class.
+asm(R"(
+  .pushsection .text
+  .globl tlsprof_usage_calibrate_push
+  .type tlsprof_usage_calibrate_push, @function
+tlsprof_usage_calibrate_push:
+  push %rbx
+  mov $1, %eax
+  pop %rbx
+  ret
+  .size tlsprof_usage_calibrate_push, .-tlsprof_usage_calibrate_push
+  .globl tlsprof_usage_calibrate_endbr
+  .type tlsprof_usage_calibrate_endbr, @function
+tlsprof_usage_calibrate_endbr:
+  endbr64
+  mov $1, %eax
+  ret
+  .size tlsprof_usage_calibrate_endbr, .-tlsprof_usage_calibrate_endbr
+  .globl tlsprof_usage_calibrate_step
+  .type tlsprof_usage_calibrate_step, @function
+tlsprof_usage_calibrate_step:
+  sub $8, %rsp
+  mov $1, %eax
+  add $8, %rsp
+  ret
+  .size tlsprof_usage_calibrate_step, .-tlsprof_usage_calibrate_step
+  .popsection
+)");
+extern "C" int tlsprof_usage_calibrate_push(void* ctx, void* out, size_t* len);
+extern "C" int tlsprof_usage_calibrate_endbr(void* ctx, void* out, size_t* len);
+extern "C" int tlsprof_usage_calibrate_step(void* ctx, void* out, size_t* len);
 
 struct UsageProbes::Impl {
   SkelPtr skel;
@@ -61,7 +121,52 @@ Result<std::unique_ptr<UsageProbes>> UsageProbes::Start() {
   bpf_link* link = bpf_program__attach(impl->skel->progs.usage_sched_switch);
   if (!link) return MakeError("attaching the usage sched_switch program failed: {}", ErrnoText(errno));
   impl->links.emplace_back(link);
-  return std::unique_ptr<UsageProbes>(new UsageProbes(std::move(impl)));
+  std::unique_ptr<UsageProbes> probes(new UsageProbes(std::move(impl)));
+  probes->Calibrate();
+  return probes;
+}
+
+void UsageProbes::Calibrate() {
+  using Target = int (*)(void*, void*, size_t*);
+  const std::array<Target, INSN_NR> targets = {tlsprof_usage_calibrate_push, tlsprof_usage_calibrate_endbr,
+                                               tlsprof_usage_calibrate_step};
+  static_assert(INSN_EMULATED_PUSH == 0 && INSN_ENDBR64 == 1 && INSN_SINGLE_STEPPED == 2);
+  for (uint32_t insn = 0; insn < INSN_NR; ++insn) {
+    auto where = FileOffsetOf(reinterpret_cast<uintptr_t>(targets[insn]));
+    if (!where) {
+      spdlog::warn("usage probes: no calibration function in /proc/self/maps; latencies include the probes' time");
+      return;
+    }
+    std::vector<LinkPtr> links;
+    for (bool entry : {false, true}) {
+      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(kCalibrationLib - insn, PROBE_CALIBRATE, insn),
+                  .retprobe = !entry);
+      bpf_link* link =
+          bpf_program__attach_uprobe_opts(entry ? impl_->skel->progs.usage_op_enter : impl_->skel->progs.usage_op_exit,
+                                          getpid(), where->first.c_str(), where->second, &opts);
+      if (!link) {
+        spdlog::warn("usage probes: calibration probe failed ({}); latencies include the probes' own time",
+                     ErrnoText(errno));
+        return;
+      }
+      links.emplace_back(link);
+    }
+    size_t len = 0;
+    int sink = 0;
+    for (int i = 0; i < kCalibrationCalls; ++i) sink += targets[insn](&len, &sink, &len);
+  }
+  // Measured with no overhead taken off (probe_overhead_ns still 0); set now.
+  for (const OperationStats& op : ReadOperations()) {
+    if (op.key.op != USAGE_OP_CALIBRATE || op.key.tgid != static_cast<uint32_t>(getpid())) continue;
+    const uint32_t insn = kCalibrationLib - op.key.lib;
+    if (insn >= INSN_NR) continue;
+    probe_overhead_ns_[insn] = HistogramQuantile(op.slots, 0.5);
+    impl_->skel->bss->probe_overhead_ns[insn] = static_cast<uint64_t>(probe_overhead_ns_[insn]);
+  }
+  spdlog::info(
+      "usage probes: the probes' own time in each timed call, by first instruction: push {:.1f} us, "
+      "endbr64 {:.1f} us, single-stepped {:.1f} us (p50 of {} calls each); taken off",
+      probe_overhead_ns_[0] / 1e3, probe_overhead_ns_[1] / 1e3, probe_overhead_ns_[2] / 1e3, kCalibrationCalls);
 }
 
 Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
@@ -130,7 +235,7 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
         bpf_program* prog =
             entry ? (handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter)
                   : (handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit);
-        LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(lib, site.probe), .retprobe = !entry);
+        LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(lib, site.probe, site.insn), .retprobe = !entry);
         // pid -1: every process that maps this file, now or later.
         bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, ref.host_path.c_str(), site.file_offset, &opts);
         if (!link) {

@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -98,12 +99,19 @@ class UsageProbes {
   UsageTotals ReadTotals() const;
   UsageSnapshot Snapshot() const { return {ReadHandshakes(), ReadOperations(), ReadTotals()}; }
   const std::vector<AttachedFile>& files() const { return files_; }
+  // The probe pair's own time inside each timed call, by the class of the
+  // function's first instruction (enum usage_insn_class), measured at
+  // Start() on empty functions of the agent's (p50, ns; 0 if that failed).
+  // The BPF programs take it off every latency they record.
+  const std::array<double, INSN_NR>& probe_overhead_ns() const { return probe_overhead_ns_; }
   size_t link_count() const;
 
  private:
   struct Impl;
   explicit UsageProbes(std::unique_ptr<Impl> impl);
+  void Calibrate();
   std::unique_ptr<Impl> impl_;
+  std::array<double, INSN_NR> probe_overhead_ns_{};
   std::vector<AttachedFile> files_;
 };
 
