@@ -82,6 +82,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("run as root (BPF)")
     agent = os.path.join(args.bin, "tlsprof-agent")
+    print("$ " + " ".join(["python3"] + sys.argv))
     print(f"openssl: {subprocess.run(['openssl', 'version'], capture_output=True, text=True).stdout.strip()}")
     print(f"{'algorithm':<12} {'speed alone':>12} {'agent p50':>10} {'p50/speed':>10} {'agent p99':>10} "
           f"{'agent mean':>11} {'signs':>8} {'speed probed':>13}")
