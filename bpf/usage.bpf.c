@@ -99,6 +99,8 @@ struct open_handshake {
 	__u32 kx_len;
 	__u32 peer_type; /* the key a verify in the handshake used */
 	__u32 sig_len;   /* of the handshake's sign (server) or verify (client) */
+	__u32 started;   /* a step of it began in the state before any handshake */
+	__u32 pad;
 };
 
 struct {
@@ -253,6 +255,8 @@ int BPF_KPROBE(usage_handshake_enter, void *ssl)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct thread_handshake *cur, fresh = {};
+	const struct lib_layout *layout;
+	__u32 lib;
 
 	count_total(UTOTAL_HITS);
 	count_total(UTOTAL_HANDSHAKE_CALLS);
@@ -268,6 +272,21 @@ int BPF_KPROBE(usage_handshake_enter, void *ssl)
 	fresh.ssl = (__u64)ssl;
 	fresh.lib = USAGE_COOKIE_LIB(cookie);
 	bpf_map_update_elem(&thread_handshakes, &tid, &fresh, BPF_ANY);
+
+	/* A step that starts from the state before any handshake begins a new
+	 * one (a reused SSL, or one at a freed one's address, starts afresh).
+	 * Steps that start later, e.g. an SSL_read taking in a TLS 1.3 session
+	 * ticket after the handshake, complete nothing new.
+	 */
+	lib = fresh.lib;
+	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
+	if (read_field(layout, FIELD_SSL_STATE, (__u64)ssl) == 0) {
+		struct open_handshake_key okey = { .tgid = bpf_get_current_pid_tgid() >> 32,
+			                           .ssl = (__u64)ssl };
+		struct open_handshake begun = { .started = 1 };
+
+		bpf_map_update_elem(&open_handshakes, &okey, &begun, BPF_ANY);
+	}
 	return 0;
 }
 
@@ -300,8 +319,18 @@ int BPF_KRETPROBE(usage_handshake_exit, long ret)
 	if (ret != 1)
 		return 0; /* not done yet (WANT_READ) or failed */
 
-	count_total(UTOTAL_HANDSHAKES);
 	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
+	open = bpf_map_lookup_elem(&open_handshakes, &okey);
+	/* With the state known, only a handshake seen from its start counts:
+	 * a state-machine call on an established connection (post-handshake
+	 * messages) returns 1 too. Without it, every 1 counts (SSL_do_handshake).
+	 */
+	if (layout && layout->field[FIELD_SSL_STATE].n && !(open && open->started)) {
+		if (open)
+			bpf_map_delete_elem(&open_handshakes, &okey);
+		return 0;
+	}
+	count_total(UTOTAL_HANDSHAKES);
 	key.tgid = id >> 32;
 	key.lib = lib;
 	v = read_field(layout, FIELD_SSL_VERSION, ssl);
@@ -312,7 +341,6 @@ int BPF_KRETPROBE(usage_handshake_exit, long ret)
 	key.is_server = v == USAGE_UNKNOWN ? 0xff : (v != 0);
 	v = read_field(layout, FIELD_SSL_RESUMED, ssl);
 	key.resumed = v == USAGE_UNKNOWN ? 0xff : (v != 0);
-	open = bpf_map_lookup_elem(&open_handshakes, &okey);
 	if (open) {
 		key.kx_type = open->kx_type;
 		key.kx_len = open->kx_len;

@@ -49,6 +49,7 @@ struct field_path {
 
 enum usage_field {
 	FIELD_SSL_VERSION = 0,  /* SSL*: the negotiated protocol version (0x0304) */
+	FIELD_SSL_STATE,        /* SSL*: the handshake state, 0 before it starts */
 	FIELD_SSL_RESUMED,      /* SSL*: nonzero when the session was resumed */
 	FIELD_SSL_IS_SERVER,    /* SSL*: nonzero on the server side */
 	FIELD_SSL_CIPHER,       /* SSL*: the cipher suite's IANA id (0x1301) */
@@ -65,7 +66,7 @@ struct lib_layout {
 
 /* Probed functions, in the cookie's kind byte. */
 enum usage_probe {
-	PROBE_HANDSHAKE = 0, /* SSL_do_handshake(SSL *) -> 1 when done */
+	PROBE_HANDSHAKE = 0, /* the state machine (or SSL_do_handshake) (SSL *) -> 1 when done */
 	PROBE_DIGEST_SIGN,   /* EVP_DigestSign(MD_CTX *, sig, size_t *siglen, ..) */
 	PROBE_PKEY_SIGN,     /* EVP_PKEY_sign(PKEY_CTX *, sig, size_t *siglen, ..) */
 	PROBE_DIGEST_VERIFY, /* EVP_DigestVerify(MD_CTX *, sig, size_t siglen, ..) */

@@ -73,4 +73,52 @@ Result<std::map<std::string, FunctionCode, std::less<>>> FindFunctions(int fd,
   return found;
 }
 
+Result<FunctionCode> CodeAt(int fd, uint64_t vaddr) {
+  elf_version(EV_CURRENT);
+  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return MakeError("not an ELF file: {}", elf_errmsg(-1));
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf.get(), &phnum) != 0) return MakeError("bad program headers: {}", elf_errmsg(-1));
+  size_t file_size = 0;
+  const char* raw = elf_rawfile(elf.get(), &file_size);
+  if (!raw) return MakeError("cannot read the file: {}", elf_errmsg(-1));
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (!gelf_getphdr(elf.get(), static_cast<int>(i), &ph) || ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+    if (vaddr < ph.p_vaddr || vaddr >= ph.p_vaddr + ph.p_filesz) continue;
+    FunctionCode code;
+    code.vaddr = vaddr;
+    code.file_offset = vaddr - ph.p_vaddr + ph.p_offset;
+    const uint64_t segment_end = std::min<uint64_t>(ph.p_offset + ph.p_filesz, file_size);
+    if (code.file_offset >= segment_end) break;
+    const size_t n = std::min<uint64_t>(kPrefixBytes, segment_end - code.file_offset);
+    code.prefix.assign(raw + code.file_offset, raw + code.file_offset + n);
+    return code;
+  }
+  return MakeError("no executable segment holds {:#x}", vaddr);
+}
+
+Result<std::map<uint64_t, uint64_t>> RelativeRelocations(int fd, uint64_t begin, uint64_t end) {
+  elf_version(EV_CURRENT);
+  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return MakeError("not an ELF file: {}", elf_errmsg(-1));
+  std::map<uint64_t, uint64_t> out;
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA || sh.sh_entsize == 0) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (!data) continue;
+    const size_t count = std::min<size_t>(sh.sh_size / sh.sh_entsize, data->d_size / sizeof(Elf64_Rela));
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Rela rela;
+      if (!gelf_getrela(data, static_cast<int>(i), &rela)) break;
+      if (GELF_R_TYPE(rela.r_info) != R_X86_64_RELATIVE) continue;
+      if (rela.r_offset < begin || rela.r_offset >= end) continue;
+      out[rela.r_offset] = static_cast<uint64_t>(rela.r_addend);
+    }
+  }
+  return out;
+}
+
 }  // namespace tlsprof::usage

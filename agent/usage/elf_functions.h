@@ -29,4 +29,14 @@ inline constexpr size_t kPrefixBytes = 64;
 // .dynsym names match without their version. A name the file lacks is absent.
 Result<std::map<std::string, FunctionCode, std::less<>>> FindFunctions(int fd, std::span<const std::string_view> names);
 
+// The code at one virtual address of an executable segment (a function with
+// no symbol, found otherwise). Error if no executable PT_LOAD holds it.
+Result<FunctionCode> CodeAt(int fd, uint64_t vaddr);
+
+// The targets of the R_X86_64_RELATIVE relocations whose place lies in
+// [begin, end): place -> addend (the target's virtual address). How a
+// shared library's pointer tables (e.g. OpenSSL's SSL_METHOD structs) read
+// once loaded.
+Result<std::map<uint64_t, uint64_t>> RelativeRelocations(int fd, uint64_t begin, uint64_t end);
+
 }  // namespace tlsprof::usage

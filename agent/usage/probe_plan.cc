@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+#include <span>
 
 namespace tlsprof::usage {
 namespace {
@@ -26,6 +28,7 @@ struct FieldAccessors {
 
 constexpr std::array kFields = {
     FieldAccessors{FIELD_SSL_VERSION, {"SSL_version", "", ""}},
+    FieldAccessors{FIELD_SSL_STATE, {"SSL_get_state", "", ""}},
     FieldAccessors{FIELD_SSL_RESUMED, {"SSL_session_reused", "", ""}},
     FieldAccessors{FIELD_SSL_IS_SERVER, {"SSL_is_server", "", ""}},
     FieldAccessors{FIELD_SSL_CIPHER, {"SSL_get_current_cipher", "SSL_CIPHER_get_protocol_id", ""}},
@@ -43,8 +46,94 @@ uint32_t FirstInstructionClass(std::span<const uint8_t> code) {
   return INSN_SINGLE_STEPPED;
 }
 
+namespace {
+
+constexpr std::array<std::string_view, 3> kMethods = {"TLS_method", "TLS_server_method", "TLS_client_method"};
+// The SSL_METHOD slots compared: its first 16 (ssl_accept and ssl_connect are
+// the 7th and 8th; the struct has more than 25 in every OpenSSL since 1.1),
+// never past its end into the next table.
+constexpr uint64_t kMethodTableBytes = 0x80;
+
+// `lea disp32(%rip),%rax; ret` (after an optional endbr64): the address it loads.
+std::optional<uint64_t> ReturnedAddress(const FunctionCode& code) {
+  std::span<const uint8_t> c(code.prefix);
+  size_t i = 0;
+  if (c.size() >= 4 && c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa) i = 4;
+  if (c.size() < i + 8 || c[i] != 0x48 || c[i + 1] != 0x8d || c[i + 2] != 0x05 || c[i + 7] != 0xc3) return std::nullopt;
+  const int32_t disp =
+      static_cast<int32_t>(static_cast<uint32_t>(c[i + 3]) | static_cast<uint32_t>(c[i + 4]) << 8 |
+                           static_cast<uint32_t>(c[i + 5]) << 16 | static_cast<uint32_t>(c[i + 6]) << 24);
+  return code.vaddr + i + 7 + static_cast<int64_t>(disp);
+}
+
+// `mov $imm32,%esi` or `xor %esi,%esi`, then `jmp rel32`: the jump's target.
+std::optional<uint64_t> TailCallTarget(const FunctionCode& code) {
+  std::span<const uint8_t> c(code.prefix);
+  size_t i = 0;
+  if (c.size() >= 4 && c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa) i = 4;
+  if (c.size() >= i + 5 && c[i] == 0xbe) {
+    i += 5;
+  } else if (c.size() >= i + 2 && c[i] == 0x31 && c[i + 1] == 0xf6) {
+    i += 2;
+  } else {
+    return std::nullopt;
+  }
+  if (c.size() < i + 5 || c[i] != 0xe9) return std::nullopt;
+  const int32_t disp =
+      static_cast<int32_t>(static_cast<uint32_t>(c[i + 1]) | static_cast<uint32_t>(c[i + 2]) << 8 |
+                           static_cast<uint32_t>(c[i + 3]) << 16 | static_cast<uint32_t>(c[i + 4]) << 24);
+  return code.vaddr + i + 5 + static_cast<int64_t>(disp);
+}
+
+// The one slot where two method tables differ: (offset, value in `a`).
+std::optional<std::pair<uint64_t, uint64_t>> OnlyDifference(const std::map<uint64_t, uint64_t>& a, uint64_t a_base,
+                                                            const std::map<uint64_t, uint64_t>& b, uint64_t b_base) {
+  std::optional<std::pair<uint64_t, uint64_t>> found;
+  for (uint64_t off = 0; off < kMethodTableBytes; off += 8) {
+    auto ia = a.find(a_base + off), ib = b.find(b_base + off);
+    const uint64_t va = ia == a.end() ? 0 : ia->second, vb = ib == b.end() ? 0 : ib->second;
+    if (va == vb) continue;
+    if (found || va == 0) return std::nullopt;
+    found = std::make_pair(off, va);
+  }
+  return found;
+}
+
+}  // namespace
+
+std::vector<FoundFunction> FindHandshakeStateMachine(
+    int fd, const std::map<std::string, FunctionCode, std::less<>>& functions) {
+  std::array<uint64_t, 3> tables{};
+  for (size_t i = 0; i < kMethods.size(); ++i) {
+    auto it = functions.find(kMethods[i]);
+    if (it == functions.end()) return {};
+    auto address = ReturnedAddress(it->second);
+    if (!address) return {};
+    tables[i] = *address;
+  }
+  std::array<std::map<uint64_t, uint64_t>, 3> slots;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    auto relocs = RelativeRelocations(fd, tables[i], tables[i] + kMethodTableBytes);
+    if (!relocs.ok()) return {};
+    slots[i] = std::move(*relocs);
+  }
+  // TLS vs client: ssl_accept; TLS vs server: ssl_connect.
+  auto accept = OnlyDifference(slots[0], tables[0], slots[2], tables[2]);
+  auto connect = OnlyDifference(slots[0], tables[0], slots[1], tables[1]);
+  if (!accept || !connect || accept->first == connect->first) return {};
+  auto accept_code = CodeAt(fd, accept->second);
+  auto connect_code = CodeAt(fd, connect->second);
+  if (!accept_code.ok() || !connect_code.ok()) return {};
+  auto accept_target = TailCallTarget(*accept_code), connect_target = TailCallTarget(*connect_code);
+  if (accept_target && connect_target && *accept_target == *connect_target) {
+    auto shared = CodeAt(fd, *accept_target);
+    if (shared.ok()) return {FoundFunction{"state_machine", std::move(*shared)}};
+  }
+  return {FoundFunction{"ssl_accept", std::move(*accept_code)}, FoundFunction{"ssl_connect", std::move(*connect_code)}};
+}
+
 std::vector<std::string_view> WantedFunctions() {
-  std::vector<std::string_view> names;
+  std::vector<std::string_view> names(kMethods.begin(), kMethods.end());
   for (const auto& p : kProbed) names.push_back(p.name);
   for (const auto& f : kFields) {
     for (std::string_view name : f.chain) {
@@ -54,9 +143,14 @@ std::vector<std::string_view> WantedFunctions() {
   return names;
 }
 
-FilePlan PlanFile(const std::map<std::string, FunctionCode, std::less<>>& functions) {
+FilePlan PlanFile(const std::map<std::string, FunctionCode, std::less<>>& functions,
+                  const std::vector<FoundFunction>& state_machine) {
   FilePlan plan;
+  for (const FoundFunction& f : state_machine) {
+    plan.sites.push_back({f.name, f.code.file_offset, PROBE_HANDSHAKE, FirstInstructionClass(f.code.prefix)});
+  }
   for (const auto& p : kProbed) {
+    if (p.probe == PROBE_HANDSHAKE && !state_machine.empty()) continue;
     auto it = functions.find(p.name);
     if (it == functions.end()) continue;
     plan.sites.push_back(
@@ -103,6 +197,8 @@ std::string_view FieldName(uint32_t field) {
   switch (field) {
     case FIELD_SSL_VERSION:
       return "ssl.version";
+    case FIELD_SSL_STATE:
+      return "ssl.state";
     case FIELD_SSL_RESUMED:
       return "ssl.resumed";
     case FIELD_SSL_IS_SERVER:

@@ -42,6 +42,27 @@ struct FilePlan {
   std::vector<ProbeSite> sites;  // empty: nothing to probe in this file
 };
 
+// A function with no symbol that the plan probes, found some other way.
+struct FoundFunction {
+  std::string name;  // what the plan calls it, e.g. "state_machine"
+  FunctionCode code;
+};
+
+// OpenSSL's handshake state machine: what every handshake step runs,
+// whichever API drove it (SSL_do_handshake, SSL_accept, or SSL_read and
+// SSL_write on a connection still in its handshake, which never call
+// SSL_do_handshake: `openssl s_server -www`). Its functions are internal and
+// have no symbol in a stripped libssl, so they are found through the method
+// tables: TLS_method(), TLS_server_method() and TLS_client_method() return
+// SSL_METHOD structs that differ in two slots only, ssl_accept (the client
+// method's is ssl_undefined_function) and ssl_connect (likewise the
+// server's). When both are `mov/xor %esi; jmp X` (OpenSSL 3.0's
+// ossl_statem_accept/connect tail-calling state_machine(s, server)), X is
+// probed once; else both are. Empty when the tables are not as expected
+// (another library or version): the plan then probes SSL_do_handshake.
+std::vector<FoundFunction> FindHandshakeStateMachine(int fd,
+                                                     const std::map<std::string, FunctionCode, std::less<>>& functions);
+
 struct ProcessPlan {
   // The fields every file's probes read; n == 0 for a field whose accessor
   // the library lacks or that did not decode.
@@ -50,7 +71,10 @@ struct ProcessPlan {
 };
 
 // One file's probe sites, from its functions (FindFunctions(WantedFunctions())).
-FilePlan PlanFile(const std::map<std::string, FunctionCode, std::less<>>& functions);
+// `state_machine` (FindHandshakeStateMachine) replaces SSL_do_handshake as
+// the handshake probe when not empty.
+FilePlan PlanFile(const std::map<std::string, FunctionCode, std::less<>>& functions,
+                  const std::vector<FoundFunction>& state_machine = {});
 
 // The layout, from the functions of every TLS file of one process.
 ProcessPlan PlanLayout(const std::vector<const std::map<std::string, FunctionCode, std::less<>>*>& files);

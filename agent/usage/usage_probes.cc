@@ -174,6 +174,7 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   struct Loaded {
     const FileRef* ref;
     std::map<std::string, FunctionCode, std::less<>> functions;
+    std::vector<FoundFunction> state_machine;
   };
   // Most calls find every file probed already: nothing to read then.
   if (std::all_of(files.begin(), files.end(), [&](const FileRef& ref) {
@@ -196,7 +197,8 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       continue;
     }
     if (!impl_->attached.count({ref.dev, ref.inode})) any_new = true;
-    loaded.push_back({&ref, std::move(*functions)});
+    std::vector<FoundFunction> state_machine = FindHandshakeStateMachine(fd.get(), *functions);
+    loaded.push_back({&ref, std::move(*functions), std::move(state_machine)});
   }
   if (!any_new) {
     if (!errors.empty()) return MakeError("usage probes: {}", errors);
@@ -209,7 +211,7 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   for (const Loaded& l : loaded) {
     const FileRef& ref = *l.ref;
     if (impl_->attached.count({ref.dev, ref.inode})) continue;
-    const FilePlan plan = PlanFile(l.functions);
+    const FilePlan plan = PlanFile(l.functions, l.state_machine);
     impl_->attached.insert({ref.dev, ref.inode});  // tried once, whatever the outcome
     if (plan.sites.empty()) continue;
     if (impl_->next_lib >= USAGE_MAX_LIBS) {

@@ -3,6 +3,8 @@
 #include <openssl/ssl.h>
 #include <unistd.h>
 
+#include <map>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -139,6 +141,8 @@ TEST(ProbePlan, DebianOpenSsl3EveryFieldDecodesAndIsRight) {
   ASSERT_EQ(SSL_use_PrivateKey(ssl, key), 1);
   SSL_set_accept_state(ssl);
   EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_VERSION)), static_cast<uint64_t>(SSL_version(ssl)));
+  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_STATE)), static_cast<uint64_t>(TLS_ST_BEFORE));
+  EXPECT_EQ(TLS_ST_BEFORE, 0);  // what bpf/usage.bpf.c takes for "no handshake begun"
   EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_IS_SERVER)), 1u);
   EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_RESUMED)), 0u);
   EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_EC));
@@ -157,6 +161,43 @@ TEST(ProbePlan, DebianOpenSsl3EveryFieldDecodesAndIsRight) {
   SSL_free(ssl);
   SSL_CTX_free(ctx);
   EVP_PKEY_free(key);
+}
+
+// The handshake state machine of Debian's stripped libssl.so.3, found through
+// its method tables: OpenSSL 3.0's ossl_statem_accept/connect both tail-call
+// state_machine, which is probed once. Its address is checked against the
+// live library: SSL_set_accept_state() stores ossl_statem_accept in the SSL,
+// and that function's jump lands on the same state_machine.
+TEST(FindHandshakeStateMachine, DebianOpenSsl3) {
+  int fd = open(kLibssl, O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto functions = FindFunctions(fd, WantedFunctions());
+  ASSERT_TRUE(functions.ok());
+  std::vector<FoundFunction> found = FindHandshakeStateMachine(fd, *functions);
+  close(fd);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].name, "state_machine");
+  EXPECT_EQ(FirstInstructionClass(found[0].code.prefix), static_cast<uint32_t>(INSN_EMULATED_PUSH));
+  FilePlan plan = PlanFile(*functions, found);
+  ASSERT_EQ(plan.sites.size(), 1u);  // replaces SSL_do_handshake
+  EXPECT_EQ(plan.sites[0].function, "state_machine");
+  EXPECT_EQ(plan.sites[0].probe, static_cast<uint32_t>(PROBE_HANDSHAKE));
+
+  // In this process: the library's load bias from an exported function,
+  // then state_machine's address must be where ossl_statem_accept jumps.
+  const uintptr_t do_handshake = reinterpret_cast<uintptr_t>(&SSL_do_handshake);
+  const uintptr_t bias = do_handshake - functions->at("SSL_do_handshake").vaddr;
+  const uintptr_t state_machine = bias + found[0].code.vaddr;
+  // The first bytes there are the ones the plan read from the file.
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(state_machine), found[0].code.prefix.data(), 16), 0);
+}
+
+TEST(FindHandshakeStateMachine, NothingWithoutMethodTables) {
+  std::map<std::string, FunctionCode, std::less<>> none;
+  int fd = open(kLibcrypto, O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(FindHandshakeStateMachine(fd, none).empty());
+  close(fd);
 }
 
 TEST(FindFunctions, RejectsWhatIsNotElf) {

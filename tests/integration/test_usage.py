@@ -135,6 +135,51 @@ class UsageTest(unittest.TestCase):
         for f in usage["files"]:
             self.assertNotIn("unknown", f["fields"].values(), f)
 
+    def test_handshakes_driven_by_ssl_read_are_counted(self):
+        """`openssl s_server -www` never calls SSL_do_handshake or SSL_accept:
+        its SSL_read (through a BIO) drives the handshake. The probe on the
+        state machine counts it all the same, once per connection."""
+        port = free_port()
+        certs = self.procs.path("certs")
+        subprocess.run(["sh", os.path.join(SRC, "workloads/node/make-cert.sh"), certs, "ecdsa"], check=True,
+                       capture_output=True)
+        server = self.procs.start(["openssl", "s_server", "-accept", str(port), "-cert",
+                                   os.path.join(certs, "cert.pem"), "-key", os.path.join(certs, "key.pem"),
+                                   "-www", "-quiet"], port=port)
+        report_path = self.procs.path("report.json")
+        log_path = self.procs.path("agent-s_server.log")
+        with open(log_path, "wb") as log:
+            agent = subprocess.Popen([AGENT, "--log-level", "info", "profile", "--usage", "--format", "json", "-o",
+                                      report_path, "--duration", "10", "--pid", str(server.pid)], stderr=log)
+        self.addCleanup(lambda: agent.poll() is None and agent.kill())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with open(log_path, errors="replace") as f:
+                if "libssl.so.3" in f.read():
+                    break
+            self.assertIsNone(agent.poll(), "the agent exited during set-up")
+            time.sleep(0.1)
+        else:
+            self.fail("the agent attached no usage probe to libssl.so.3 in 30 s")
+        time.sleep(1)
+        connections = 5
+        for _ in range(connections):
+            out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-quiet", "-tls1_3"],
+                                 input=b"GET / HTTP/1.0\r\n\r\n", capture_output=True, timeout=30)
+            self.assertIn(b"HTTP/1.0 200", out.stdout, out.stderr.decode(errors="replace")[-500:])
+        code = agent.wait(timeout=70)
+        with open(log_path, errors="replace") as f:
+            self.assertEqual(code, 0, f.read()[-2000:])
+        with open(report_path) as f:
+            report = json.load(f)
+        rows = collections.Counter()
+        for h in report["handshakes"]:
+            rows[(h["side"], h["kind"], h["version"], h["group"], h["cert_key_type"])] += h["count"]
+        print("s_server handshakes:", dict(rows))
+        self.assertEqual(rows, collections.Counter({("server", "full", "TLSv1.3", "X25519", "ECDSA"): connections}))
+        probed = [f["functions"] for f in report["agent"]["usage"]["files"] if f["path"].endswith("libssl.so.3")]
+        self.assertEqual(probed, [["state_machine"]])
+
 
 if __name__ == "__main__":
     unittest.main()
