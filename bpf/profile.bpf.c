@@ -16,6 +16,7 @@
 
 #include "profile.h"
 #include "unwind.h"
+#include "usage.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -211,6 +212,7 @@ __u32 unwind_rows_gen = 0;
 struct ustack_walk {
 	struct stack_key key;
 	__u64 ip;
+	__u64 ra_slot; /* where ip was read from (0 for frame 0) */
 	__u64 sp;
 	__u64 bp;
 	__u32 bp_known; /* false after an RBP_LOST frame */
@@ -226,6 +228,38 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ustack_walk);
 } unwind_scratch SEC(".maps");
+
+/* Return addresses taken over by the usage probes' uretprobes (usage.h):
+ * filled by bpf/usage.bpf.c, which reuses this map; empty without it.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, USAGE_MAX_HIJACKED_THREADS);
+	__type(key, __u32);
+	__type(value, struct hijacked_returns);
+} hijacked_returns SEC(".maps");
+
+/* The original return address of a frame whose slot a uretprobe took
+ * over, or 0.
+ */
+static __always_inline __u64 hijacked_return(__u64 slot)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct hijacked_returns *h;
+
+	if (slot == 0)
+		return 0;
+	h = bpf_map_lookup_elem(&hijacked_returns, &tid);
+	if (!h)
+		return 0;
+	for (int i = 0; i < USAGE_MAX_HIJACKED; i++) {
+		if (i >= h->n)
+			break;
+		if (h->slot[i] == slot)
+			return h->ret[i];
+	}
+	return 0;
+}
 
 /* bpf_loop's callback context, on the program's stack. */
 struct ustack_walk_ctx {
@@ -489,7 +523,7 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 	const struct unwind_mapping *m;
 	const struct unwind_row *row;
 	struct unwind_row row_buf;
-	__u64 lookup, cfa, ra, bp;
+	__u64 lookup, cfa, ra, bp, slot = 0;
 	__u32 n;
 
 	if (!st || !proc)
@@ -505,8 +539,19 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 	/* A return address points after the call, maybe past the caller's end. */
 	lookup = n == 0 ? st->ip : st->ip - 1;
 	m = find_mapping(proc, lookup);
-	if (!m)
-		return unwind_stop(st, TOTAL_UNWIND_STOP_NO_MAPPING);
+	if (!m) {
+		/* A usage uretprobe's trampoline: the call's real return address. */
+		__u64 ret = hijacked_return(st->ra_slot);
+
+		if (!ret)
+			return unwind_stop(st, TOTAL_UNWIND_STOP_NO_MAPPING);
+		st->ip = ret;
+		st->key.ips[n & (TLSPROF_UNWIND_MAX_FRAMES - 1)] = ret;
+		lookup = ret - 1;
+		m = find_mapping(proc, lookup);
+		if (!m)
+			return unwind_stop(st, TOTAL_UNWIND_STOP_NO_MAPPING);
+	}
 	/* Only samples that need a stack get one: past the first walk, a stack
 	 * with no TLS frame yet is abandoned.
 	 */
@@ -528,6 +573,7 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 		if (!read_user_word(st->bp + 8, &ra) || !read_user_word(st->bp, &bp))
 			return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
 		cfa = st->bp + 16;
+		slot = st->bp + 8;
 	} else {
 		row = find_row(m->table_start, m->table_len, lookup - m->bias, &row_buf) ? &row_buf
 		                                                                         : NULL;
@@ -599,6 +645,7 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 		}
 		if (!read_user_word(cfa - 8, &ra))
 			return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
+		slot = cfa - 8;
 		if (row->rbp_kind == RBP_AT_CFA) {
 			if (!read_user_word(cfa + (__s64)row->rbp_off, &bp))
 				return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
@@ -613,6 +660,7 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 	if (n == 0)
 		st->map0 = m->start;
 	st->ip = ra;
+	st->ra_slot = slot;
 	st->sp = cfa;
 	st->bp = bp;
 	return 0;
@@ -651,6 +699,7 @@ static __always_inline __u32 walk_and_count(struct bpf_perf_event_data *ctx, __u
 	__builtin_memset(&st->key, 0, sizeof(st->key));
 	st->key.tgid = tgid;
 	st->ip = ctx->regs.ip;
+	st->ra_slot = 0;
 	st->sp = ctx->regs.sp;
 	st->bp = ctx->regs.bp;
 	st->bp_known = 1;

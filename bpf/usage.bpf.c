@@ -110,6 +110,84 @@ struct {
 	__type(value, struct open_handshake);
 } open_handshakes SEC(".maps");
 
+/* Shared with profile.bpf.c (see usage.h); user space reuses the sampler's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, USAGE_MAX_HIJACKED_THREADS);
+	__type(key, __u32);
+	__type(value, struct hijacked_returns);
+} hijacked_returns SEC(".maps");
+
+/* An index into a hijacked_returns array, masked in a way the compiler
+ * cannot fold away (the verifier must see the bound).
+ */
+static __always_inline __u32 hijack_index(__u32 i)
+{
+	asm volatile("%[i] &= 7" : [i] "+r"(i));
+	return i;
+}
+_Static_assert(USAGE_MAX_HIJACKED == 8, "hijack_index masks with 7");
+
+/* At a probed function's entry (before the kernel's uretprobe takes over the
+ * return address at [sp]): note the slot and the original return address.
+ */
+static __always_inline void note_return(struct pt_regs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct hijacked_returns *h, fresh = {};
+	__u64 slot = PT_REGS_SP(ctx), ret = 0;
+	__u32 n;
+
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)slot))
+		return;
+	h = bpf_map_lookup_elem(&hijacked_returns, &tid);
+	if (!h) {
+		bpf_map_update_elem(&hijacked_returns, &tid, &fresh, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&hijacked_returns, &tid);
+		if (!h)
+			return;
+	}
+	n = h->n;
+	/* Entries whose return was never seen (the thread longjmp'ed out)
+	 * sit at or below this slot's stack depth: drop them.
+	 */
+	for (int i = 0; i < USAGE_MAX_HIJACKED; i++) {
+		if (n == 0 || n > USAGE_MAX_HIJACKED || h->slot[hijack_index(n - 1)] > slot)
+			break;
+		n--;
+	}
+	if (n >= USAGE_MAX_HIJACKED) {
+		h->n = n;
+		return;
+	}
+	h->slot[hijack_index(n)] = slot;
+	h->ret[hijack_index(n)] = ret;
+	h->n = n + 1;
+}
+
+/* At its return (sp is one past the slot): forget that entry, and any
+ * deeper ones left behind.
+ */
+static __always_inline void forget_return(struct pt_regs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct hijacked_returns *h = bpf_map_lookup_elem(&hijacked_returns, &tid);
+	__u64 slot = PT_REGS_SP(ctx) - 8;
+	__u32 n;
+
+	if (!h)
+		return;
+	n = h->n;
+	for (int i = 0; i < USAGE_MAX_HIJACKED; i++) {
+		if (n == 0 || n > USAGE_MAX_HIJACKED || h->slot[hijack_index(n - 1)] > slot)
+			break;
+		n--;
+	}
+	h->n = n;
+	if (n == 0)
+		bpf_map_delete_elem(&hijacked_returns, &tid);
+}
+
 /* Operations in flight on the whole host: sched_switch does nothing while
  * this is zero, which is nearly always.
  */
@@ -255,6 +333,8 @@ int BPF_KPROBE(usage_handshake_enter, void *ssl)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct thread_handshake *cur, fresh = {};
+
+	note_return(ctx);
 	const struct lib_layout *layout;
 	__u32 lib;
 
@@ -303,6 +383,7 @@ int BPF_KRETPROBE(usage_handshake_exit, long ret)
 	__u32 lib, v;
 	__u64 ssl, *count, one = 1;
 
+	forget_return(ctx);
 	count_total(UTOTAL_HITS);
 	cur = bpf_map_lookup_elem(&thread_handshakes, &tid);
 	if (!cur)
@@ -374,6 +455,8 @@ int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight_op *cur, fresh = {};
 
+	note_return(ctx);
+
 	count_total(UTOTAL_HITS);
 	cur = bpf_map_lookup_elem(&inflight_ops, &tid);
 	if (cur && bpf_ktime_get_ns() - cur->start_ns < USAGE_STALE_NS) {
@@ -413,6 +496,7 @@ int BPF_KRETPROBE(usage_op_exit, long ret)
 	__u8 probe;
 	bool query;
 
+	forget_return(ctx);
 	count_total(UTOTAL_HITS);
 	cur = bpf_map_lookup_elem(&inflight_ops, &tid);
 	if (!cur)

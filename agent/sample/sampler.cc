@@ -451,6 +451,8 @@ BpfRunStats Sampler::ReadBpfStats() const {
   return stats;
 }
 
+int Sampler::hijacked_returns_fd() const { return bpf_map__fd(impl_->skel->maps.hijacked_returns); }
+
 Status Sampler::CheckMapAccess() const {
   const uint32_t slot = 0;
   std::vector<uint64_t> values(static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1)));

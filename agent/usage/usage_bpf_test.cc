@@ -292,6 +292,15 @@ TEST(UsageProbes, AttachesUnderLoadWithoutLosingReturns) {
       EVP_PKEY_CTX_free(ctx);
     }
   });
+  // Joined on every way out, a failed assertion included.
+  struct Joiner {
+    std::atomic<bool>& stop;
+    std::thread& thread;
+    ~Joiner() {
+      stop = true;
+      if (thread.joinable()) thread.join();
+    }
+  } joiner{stop, signer};
   while (signs.load() < 100) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto probes = UsageProbes::Start();
   ASSERT_TRUE(probes.ok()) << probes.error().message;

@@ -107,11 +107,17 @@ struct UsageProbes::Impl {
 UsageProbes::UsageProbes(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 UsageProbes::~UsageProbes() = default;
 
-Result<std::unique_ptr<UsageProbes>> UsageProbes::Start() {
+Result<std::unique_ptr<UsageProbes>> UsageProbes::Start(int hijacked_returns_fd) {
   auto impl = std::make_unique<Impl>();
   // Open: parse the object embedded in the skeleton.
   impl->skel.reset(usage__open());
   if (!impl->skel) return MakeError("opening the usage BPF object failed: {}", ErrnoText(errno));
+  // Share the sampler's hijacked_returns map instead of creating one.
+  if (hijacked_returns_fd >= 0) {
+    if (int err = bpf_map__reuse_fd(impl->skel->maps.hijacked_returns, hijacked_returns_fd); err) {
+      return MakeError("sharing the sampler's hijacked_returns map failed: {}", ErrnoText(err));
+    }
+  }
   // Load: create the maps and verify the programs.
   if (int err = usage__load(impl->skel.get()); err) {
     return MakeError("loading the usage BPF programs failed: {} (needs root, or CAP_BPF + CAP_PERFMON)",
