@@ -229,15 +229,10 @@ struct {
 	__type(value, struct ustack_walk);
 } unwind_scratch SEC(".maps");
 
-/* Return addresses taken over by the usage probes' uretprobes (usage.h):
- * filled by bpf/usage.bpf.c, which reuses this map; empty without it.
+/* Return addresses taken over by the usage probes' uretprobes: filled by
+ * bpf/usage.bpf.c, which reuses this map; empty without it.
  */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, USAGE_MAX_HIJACKED_THREADS);
-	__type(key, __u32);
-	__type(value, struct hijacked_returns);
-} hijacked_returns SEC(".maps");
+#include "hijacked_returns.bpf.h"
 
 /* The original return address of a frame whose slot a uretprobe took
  * over, or 0.

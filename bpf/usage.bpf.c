@@ -110,13 +110,8 @@ struct {
 	__type(value, struct open_handshake);
 } open_handshakes SEC(".maps");
 
-/* Shared with profile.bpf.c (see usage.h); user space reuses the sampler's. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, USAGE_MAX_HIJACKED_THREADS);
-	__type(key, __u32);
-	__type(value, struct hijacked_returns);
-} hijacked_returns SEC(".maps");
+/* Shared with profile.bpf.c; user space reuses the sampler's. */
+#include "hijacked_returns.bpf.h"
 
 /* An index into a hijacked_returns array, masked in a way the compiler
  * cannot fold away (the verifier must see the bound).
@@ -127,6 +122,21 @@ static __always_inline __u32 hijack_index(__u32 i)
 	return i;
 }
 _Static_assert(USAGE_MAX_HIJACKED == 8, "hijack_index masks with 7");
+
+/* How many of the thread's entries lie above `slot` on the stack (callers
+ * of it, still running): the entries from there on are at or below it.
+ */
+static __always_inline __u32 entries_above(const struct hijacked_returns *h, __u64 slot)
+{
+	__u32 n = h->n;
+
+	for (int i = 0; i < USAGE_MAX_HIJACKED; i++) {
+		if (n == 0 || n > USAGE_MAX_HIJACKED || h->slot[hijack_index(n - 1)] > slot)
+			break;
+		n--;
+	}
+	return n;
+}
 
 /* At a probed function's entry (before the kernel's uretprobe takes over the
  * return address at [sp]): note the slot and the original return address.
@@ -147,15 +157,10 @@ static __always_inline void note_return(struct pt_regs *ctx)
 		if (!h)
 			return;
 	}
-	n = h->n;
 	/* Entries whose return was never seen (the thread longjmp'ed out)
 	 * sit at or below this slot's stack depth: drop them.
 	 */
-	for (int i = 0; i < USAGE_MAX_HIJACKED; i++) {
-		if (n == 0 || n > USAGE_MAX_HIJACKED || h->slot[hijack_index(n - 1)] > slot)
-			break;
-		n--;
-	}
+	n = entries_above(h, slot);
 	if (n >= USAGE_MAX_HIJACKED) {
 		h->n = n;
 		return;
@@ -177,12 +182,7 @@ static __always_inline void forget_return(struct pt_regs *ctx)
 
 	if (!h)
 		return;
-	n = h->n;
-	for (int i = 0; i < USAGE_MAX_HIJACKED; i++) {
-		if (n == 0 || n > USAGE_MAX_HIJACKED || h->slot[hijack_index(n - 1)] > slot)
-			break;
-		n--;
-	}
+	n = entries_above(h, slot);
 	h->n = n;
 	if (n == 0)
 		bpf_map_delete_elem(&hijacked_returns, &tid);

@@ -34,6 +34,32 @@ class UsageTest(unittest.TestCase):
         self.procs = Processes()
         self.addCleanup(self.procs.close)
 
+    def start_agent(self, name, pids, seconds):
+        """Starts `profile --usage --pid ...` for `seconds` and returns once its
+        probes are on libssl (the window starts after set-up, where the
+        processes present are read and their libraries probed):
+        (process, report path, log path)."""
+        report_path = self.procs.path(f"report-{name}.json")
+        log_path = self.procs.path(f"agent-{name}.log")
+        args = [AGENT, "--log-level", "info", "profile", "--usage", "--format", "json", "-o", report_path,
+                "--duration", str(seconds)]
+        for pid in pids:
+            args += ["--pid", pid]
+        with open(log_path, "wb") as log:
+            agent = subprocess.Popen(args, stderr=log)
+        self.addCleanup(lambda: agent.poll() is None and agent.kill())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with open(log_path, errors="replace") as f:
+                if "libssl.so.3" in f.read():
+                    break
+            self.assertIsNone(agent.poll(), "the agent exited during set-up")
+            time.sleep(0.1)
+        else:
+            self.fail("the agent attached no usage probe to libssl.so.3 in 30 s")
+        time.sleep(1)
+        return agent, report_path, log_path
+
     def s_client(self, port, args):
         # -quiet implies -ign_eof: the client reads until nginx closes after
         # its HTTP/1.0 answer, so it also takes in TLS 1.3 session tickets.
@@ -52,27 +78,7 @@ class UsageTest(unittest.TestCase):
         workers = subprocess.run(["pgrep", "-P", master], capture_output=True, text=True).stdout.split()
         self.assertTrue(workers, "no nginx workers")
 
-        report_path = self.procs.path("report.json")
-        log_path = self.procs.path("agent.log")
-        args = [AGENT, "--log-level", "info", "profile", "--usage", "--format", "json", "-o", report_path,
-                "--duration", str(PROFILE_SECONDS)]
-        for pid in workers:
-            args += ["--pid", pid]
-        with open(log_path, "wb") as log:
-            agent = subprocess.Popen(args, stderr=log)
-        self.addCleanup(lambda: agent.poll() is None and agent.kill())
-        # The window starts once set-up is done: the probes are attached
-        # while the processes present are read, before the window.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with open(log_path, errors="replace") as f:
-                if "libssl.so.3" in f.read():
-                    break
-            self.assertIsNone(agent.poll(), "the agent exited during set-up")
-            time.sleep(0.1)
-        else:
-            self.fail("the agent attached no usage probe to libssl.so.3 in 30 s")
-        time.sleep(1)
+        agent, report_path, log_path = self.start_agent("mix", workers, PROFILE_SECONDS)
 
         started = time.monotonic()
         for count, client_args, _ in MIX:
@@ -146,22 +152,7 @@ class UsageTest(unittest.TestCase):
         server = self.procs.start(["openssl", "s_server", "-accept", str(port), "-cert",
                                    os.path.join(certs, "cert.pem"), "-key", os.path.join(certs, "key.pem"),
                                    "-www", "-quiet"], port=port)
-        report_path = self.procs.path("report.json")
-        log_path = self.procs.path("agent-s_server.log")
-        with open(log_path, "wb") as log:
-            agent = subprocess.Popen([AGENT, "--log-level", "info", "profile", "--usage", "--format", "json", "-o",
-                                      report_path, "--duration", "10", "--pid", str(server.pid)], stderr=log)
-        self.addCleanup(lambda: agent.poll() is None and agent.kill())
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with open(log_path, errors="replace") as f:
-                if "libssl.so.3" in f.read():
-                    break
-            self.assertIsNone(agent.poll(), "the agent exited during set-up")
-            time.sleep(0.1)
-        else:
-            self.fail("the agent attached no usage probe to libssl.so.3 in 30 s")
-        time.sleep(1)
+        agent, report_path, log_path = self.start_agent("s_server", [str(server.pid)], 10)
         connections = 5
         for _ in range(connections):
             out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-quiet", "-tls1_3"],
