@@ -60,6 +60,14 @@ class UsageTest(unittest.TestCase):
         time.sleep(1)
         return agent, report_path, log_path
 
+    def agent_report(self, agent, report_path, log_path, timeout):
+        """Waits for start_agent()'s agent to end its window; its report."""
+        code = agent.wait(timeout=timeout)
+        with open(log_path, errors="replace") as f:
+            self.assertEqual(code, 0, f.read()[-2000:])
+        with open(report_path) as f:
+            return json.load(f)
+
     def s_client(self, port, args):
         # -quiet implies -ign_eof: the client reads until nginx closes after
         # its HTTP/1.0 answer, so it also takes in TLS 1.3 session tickets.
@@ -93,11 +101,7 @@ class UsageTest(unittest.TestCase):
         mix_seconds = time.monotonic() - started
         self.assertLess(mix_seconds, PROFILE_SECONDS - 3, "the client mix outran the profile window")
 
-        code = agent.wait(timeout=PROFILE_SECONDS + 60)
-        with open(log_path, errors="replace") as f:
-            self.assertEqual(code, 0, f.read()[-2000:])
-        with open(report_path) as f:
-            report = json.load(f)
+        report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)
 
         rows = collections.Counter()
         for h in report["handshakes"]:
@@ -158,11 +162,7 @@ class UsageTest(unittest.TestCase):
             out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-quiet", "-tls1_3"],
                                  input=b"GET / HTTP/1.0\r\n\r\n", capture_output=True, timeout=30)
             self.assertIn(b"HTTP/1.0 200", out.stdout, out.stderr.decode(errors="replace")[-500:])
-        code = agent.wait(timeout=70)
-        with open(log_path, errors="replace") as f:
-            self.assertEqual(code, 0, f.read()[-2000:])
-        with open(report_path) as f:
-            report = json.load(f)
+        report = self.agent_report(agent, report_path, log_path, 70)
         rows = collections.Counter()
         for h in report["handshakes"]:
             rows[(h["side"], h["kind"], h["version"], h["group"], h["cert_key_type"])] += h["count"]
