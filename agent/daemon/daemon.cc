@@ -136,7 +136,7 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
   for (;;) {
     SleepUntil(std::min(next_close, Clock::now() + poll), stop);
     if (!stop.load() && Clock::now() < next_close) {
-      profiler.Poll();
+      profiler.Poll(next_close);
       update_ship_metrics();
       continue;
     }
@@ -180,12 +180,14 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     health.dropped_samples = agent.dropped_samples();
     health.unresolved_samples = agent.unresolved_samples();
     health.tracked_processes = registry.processes().size();
+    health.pending_processes = profiler.pending();
     metrics.AddWindow(health);
     // What the agent holds across windows: it must follow the processes
     // alive, not every process ever seen (test_faults_discovery.py).
-    spdlog::info("registry: processes={} images={} cached_images={} images_changed={} processes_replaced={}",
-                 registry.processes().size(), registry.image_count(), registry.cached_image_count(),
-                 registry.stats().images_changed, registry.stats().processes_replaced);
+    spdlog::info(
+        "registry: processes={} images={} cached_images={} images_changed={} processes_replaced={} pending={}",
+        registry.processes().size(), registry.image_count(), registry.cached_image_count(),
+        registry.stats().images_changed, registry.stats().processes_replaced, profiler.pending());
     BoundsHealth bounds;
     bounds.memory_limit_bytes = profiler.memory_budget().limit_bytes();
     bounds.images_skipped = profiler.memory_budget().skipped(MemoryBudget::kImage);

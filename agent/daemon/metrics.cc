@@ -113,6 +113,11 @@ AgentMetrics::AgentMetrics()
                              .Help("Processes the agent holds a snapshot of")
                              .Register(*registry_)
                              .Add({})),
+      pending_processes_(BuildGauge()
+                             .Name("tlsprof_agent_pending_processes")
+                             .Help("Processes found but not read yet at the window's close (discovery is behind)")
+                             .Register(*registry_)
+                             .Add({})),
       spool_batches_(BuildGauge()
                          .Name("tlsprof_agent_spool_batches")
                          .Help("Sealed batches waiting in the spool")
@@ -211,6 +216,7 @@ void AgentMetrics::AddWindow(const WindowHealth& h) {
   dropped_samples_.Increment(static_cast<double>(h.dropped_samples));
   unresolved_samples_.Increment(static_cast<double>(h.unresolved_samples));
   tracked_processes_.Set(static_cast<double>(h.tracked_processes));
+  pending_processes_.Set(static_cast<double>(h.pending_processes));
 }
 
 void AgentMetrics::SetShip(const ShipHealth& s) {

@@ -32,6 +32,7 @@ struct WindowHealth {
   uint64_t dropped_samples = 0;
   uint64_t unresolved_samples = 0;
   uint64_t tracked_processes = 0;
+  uint64_t pending_processes = 0;  // found, not read yet (Profiler::pending)
 };
 
 // The shipper's counters (ship::ShipperStats), mirrored.
@@ -90,6 +91,7 @@ class AgentMetrics {
   prometheus::Counter& dropped_samples_;
   prometheus::Counter& unresolved_samples_;
   prometheus::Gauge& tracked_processes_;
+  prometheus::Gauge& pending_processes_;
   prometheus::Gauge& spool_batches_;
   prometheus::Gauge& spool_bytes_;
   prometheus::Family<prometheus::Counter>& batches_;

@@ -165,12 +165,18 @@ void Profiler::Discover(pid_t pid) {
   if (!registered.ok()) spdlog::debug("process {}: {}", pid, registered.error().message);
 }
 
-void Profiler::Poll() {
-  std::vector<uint32_t> fresh;
+void Profiler::Poll(Clock::time_point deadline) {
   sampler_->ForEachPid([&](uint32_t tgid, const pid_counts&) {
-    if (tgid != 0 && seen_.insert(tgid).second) fresh.push_back(tgid);
+    if (tgid != 0 && seen_.insert(tgid).second) {
+      pending_.push_back(tgid);
+      pending_set_.insert(tgid);
+    }
   });
-  for (uint32_t tgid : fresh) Discover(static_cast<pid_t>(tgid));
+  while (!pending_.empty() && Clock::now() < deadline) {
+    const uint32_t tgid = pending_.front();
+    pending_.pop_front();
+    if (pending_set_.erase(tgid) != 0) Discover(static_cast<pid_t>(tgid));
+  }
 }
 
 void Profiler::RestartWindow() {
@@ -212,6 +218,7 @@ Window Profiler::CloseWindow() {
   for (auto it = seen_.begin(); it != seen_.end();) {
     const auto pid = static_cast<pid_t>(*it);
     if (registry_.Get(pid) == nullptr && !sampled.contains(*it) && Exited(pid)) {
+      pending_set_.erase(*it);
       it = seen_.erase(it);
     } else {
       ++it;
@@ -237,6 +244,7 @@ Window Profiler::CloseWindow() {
     // exited keep their last snapshot.
     for (uint32_t tgid : sampled) {
       seen_.insert(tgid);
+      pending_set_.erase(tgid);
       auto status = registry_.Refresh(static_cast<pid_t>(tgid));
       if (!status.ok()) spdlog::debug("{}", status.error().message);
       // A process read before the dynamic loader mapped its libraries.
@@ -244,8 +252,16 @@ Window Profiler::CloseWindow() {
       if (status.ok() && usage_ && snap != nullptr && snap->has_tls()) AttachUsage(*snap);
     }
   } else {
+    // Sampled processes not read yet, including those Poll left pending:
+    // their samples are attributed with their snapshot.
     for (uint32_t tgid : sampled) {
-      if (seen_.insert(tgid).second) Discover(static_cast<pid_t>(tgid));
+      const bool fresh = seen_.insert(tgid).second;
+      if (pending_set_.erase(tgid) != 0 || fresh) Discover(static_cast<pid_t>(tgid));
+    }
+    // Pending entries already read or forgotten.
+    while (!pending_.empty() && !pending_set_.contains(pending_.front())) pending_.pop_front();
+    if (pending_.size() > 2 * pending_set_.size() + 64) {
+      std::erase_if(pending_, [this](uint32_t tgid) { return !pending_set_.contains(tgid); });
     }
     // A process with user samples outside every mapping it had at its
     // snapshot mapped new code (dlopen), or JIT code: read again, at most

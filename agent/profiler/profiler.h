@@ -16,11 +16,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "agent/aggregate/profile.h"
@@ -88,8 +90,12 @@ class Profiler {
 
   // Snapshots the processes that got their first samples since the last
   // call. Call it often (every 0.5 s): a process is unwound only from its
-  // snapshot on.
-  void Poll();
+  // snapshot on. It stops at `deadline` (the next window's close): under
+  // exec churn on a starved host the processes not read yet wait for the
+  // next call, so windows still close on time (test_faults_discovery).
+  void Poll(std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+  // Processes found but not read yet (Poll ran out of time).
+  size_t pending() const { return pending_set_.size(); }
   // Restarts the current window now, dropping what it counted so far.
   void RestartWindow();
   // Stops sampling; the current window can still be closed.
@@ -119,7 +125,11 @@ class Profiler {
   std::unique_ptr<MemoryBudget> budget_;  // before its users
   discovery::ProcessRegistry registry_;
   std::optional<stacks::UnwindRegistrar> registrar_;
-  std::set<uint32_t> seen_;  // processes snapshotted (or tried)
+  std::set<uint32_t> seen_;  // processes snapshotted (or tried), or pending
+  // Found by Poll, not read yet: in the order found; the set is the truth
+  // (CloseWindow reads the sampled ones itself and takes them out).
+  std::deque<uint32_t> pending_;
+  std::unordered_set<uint32_t> pending_set_;
   std::chrono::steady_clock::time_point window_start_;
   int64_t window_start_unix_ns_ = 0;
 };
