@@ -184,10 +184,9 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     metrics.AddWindow(health);
     // What the agent holds across windows: it must follow the processes
     // alive, not every process ever seen (test_faults_discovery.py).
-    spdlog::info(
-        "registry: processes={} images={} cached_images={} images_changed={} processes_replaced={} pending={}",
-        registry.processes().size(), registry.image_count(), registry.cached_image_count(),
-        registry.stats().images_changed, registry.stats().processes_replaced, profiler.pending());
+    spdlog::info("registry: processes={} images={} cached_images={} images_changed={} processes_replaced={} pending={}",
+                 registry.processes().size(), registry.image_count(), registry.cached_image_count(),
+                 registry.stats().images_changed, registry.stats().processes_replaced, profiler.pending());
     BoundsHealth bounds;
     bounds.memory_limit_bytes = profiler.memory_budget().limit_bytes();
     bounds.images_skipped = profiler.memory_budget().skipped(MemoryBudget::kImage);
