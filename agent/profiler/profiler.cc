@@ -63,7 +63,8 @@ void Profiler::AttachUsage(const discovery::ProcessSnapshot& snap) {
     std::string host_path = m.mapping.deleted
                                 ? fmt::format("/proc/{}/map_files/{:x}-{:x}", snap.pid, m.mapping.start, m.mapping.end)
                                 : fmt::format("/proc/{}/root{}", snap.pid, m.mapping.path);
-    files.push_back({std::move(host_path), m.mapping.path, dev, m.mapping.inode});
+    files.push_back({std::move(host_path), m.mapping.path, dev, m.mapping.inode,
+                     std::string(classify::LibraryKindName(m.image->tls->kind))});
   }
   if (files.empty()) return;
   if (auto st = usage_->AttachProcess(files); !st.ok()) spdlog::debug("process {}: {}", snap.pid, st.error().message);
@@ -183,6 +184,7 @@ void Profiler::RestartWindow() {
   // The samples taken during the set-up are dropped, or they would count
   // without being part of the window's duration.
   sampler_->ClearCounts();
+  if (usage_) usage_mark_ = usage_->Snapshot();
   window_start_ = Clock::now();
   window_start_unix_ns_ = UnixNowNs();
 }
@@ -190,6 +192,11 @@ void Profiler::RestartWindow() {
 Window Profiler::CloseWindow() {
   Window window;
   sample::WindowCounts counts = sampler_->ReadWindow();
+  if (usage_) {
+    usage::UsageSnapshot now = usage_->Snapshot();
+    window.usage = usage::Subtract(now, usage_mark_);
+    usage_mark_ = std::move(now);
+  }
   window.end = Clock::now();
   window.end_unix_ns = UnixNowNs();
   window.start = window_start_;

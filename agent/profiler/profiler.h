@@ -79,6 +79,9 @@ struct Window {
   int64_t start_unix_ns = 0;  // wall clock; a window starts where the previous one ended
   int64_t end_unix_ns = 0;
   uint64_t forgotten_processes = 0;  // processes forgotten at this window's close
+  // What the usage probes counted in the window (Options::usage; empty
+  // otherwise): handshakes, operations, budget; connections at its end.
+  usage::UsageSnapshot usage;
 };
 
 class Profiler {
@@ -130,6 +133,7 @@ class Profiler {
   // (CloseWindow reads the sampled ones itself and takes them out).
   std::deque<uint32_t> pending_;
   std::unordered_set<uint32_t> pending_set_;
+  usage::UsageSnapshot usage_mark_;  // the usage maps at the window's start
   std::chrono::steady_clock::time_point window_start_;
   int64_t window_start_unix_ns_ = 0;
 };

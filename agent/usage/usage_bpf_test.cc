@@ -33,7 +33,7 @@ constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
 FileRef Ref(const char* path) {
   struct stat st {};
   EXPECT_EQ(stat(path, &st), 0) << path;
-  return FileRef{path, path, st.st_dev, st.st_ino};
+  return FileRef{path, path, st.st_dev, st.st_ino, "openssl-3"};
 }
 
 // A self-signed certificate for `key`.

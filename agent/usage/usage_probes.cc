@@ -230,7 +230,7 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       errors += fmt::format("{}: writing its layout failed: {}; ", ref.display_path, ErrnoText(errno));
       continue;
     }
-    AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, {}, layout.fields};
+    AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, ref.library, {}, layout.fields};
     // Return probes first, for every site, then the entry probes: a call
     // whose entry is seen must have its return seen too, or the thread would
     // look inside an operation until the entry goes stale (and every later
@@ -328,7 +328,9 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
     for (const HandshakeCount& s : start.handshakes) {
       if (std::memcmp(&s.key, &h.key, sizeof(h.key)) == 0) before = s.count;
     }
-    if (h.count > before) out.handshakes.push_back({h.key, h.count - before});
+    if (h.count > before) {
+      out.handshakes.push_back({h.key, h.count - before, static_cast<double>(h.count - before)});
+    }
   }
   for (const OperationStats& op : end.operations) {
     OperationStats delta = op;
@@ -341,6 +343,7 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
         delta.slots[i] -= std::min(delta.slots[i], s.slots[i]);
       }
     }
+    delta.estimated = static_cast<double>(delta.count);
     if (delta.count > 0) out.operations.push_back(std::move(delta));
   }
   auto minus = [](uint64_t a, uint64_t b) { return a > b ? a - b : 0; };
@@ -351,6 +354,7 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   out.totals.nested = minus(end.totals.nested, start.totals.nested);
   out.totals.dropped_keys = minus(end.totals.dropped_keys, start.totals.dropped_keys);
   out.totals.read_errors = minus(end.totals.read_errors, start.totals.read_errors);
+  out.connections = end.connections;
   return out;
 }
 

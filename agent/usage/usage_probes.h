@@ -32,6 +32,7 @@ struct FileRef {
   std::string display_path;  // as the process sees it
   uint64_t dev = 0;          // makedev(major, minor) of /proc/PID/maps
   uint64_t inode = 0;
+  std::string library;  // classify::LibraryKindName of its TLS library
 };
 
 struct AttachedFile {
@@ -39,13 +40,18 @@ struct AttachedFile {
   uint64_t dev = 0;
   uint64_t inode = 0;
   uint16_t lib = 0;                           // the probes' cookie
+  std::string library;                        // the family (classify::LibraryKindName): openssl-3, boringssl, go
   std::vector<std::string> functions;         // probed
   std::map<std::string, std::string> fields;  // the layout (probe_plan.h)
 };
 
+// `count` is what the probes saw; `estimated` the count over the whole
+// window, scaled up for the time the probes were off (the duty cycle,
+// UsageBudget): equal while the budget does not bind.
 struct HandshakeCount {
   handshake_key key;
   uint64_t count = 0;
+  double estimated = 0;
 };
 
 struct OperationStats {
@@ -54,6 +60,24 @@ struct OperationStats {
   uint64_t cpu_ns = 0;
   uint64_t wall_ns = 0;
   std::vector<uint64_t> slots;  // USAGE_HIST_SLOTS, on-CPU ns
+  double estimated = 0;         // count scaled for the duty cycle (HandshakeCount)
+};
+
+// Live TLS connections of one process at the snapshot: handshaken and not
+// yet freed (SSL_free) or closed (Go's Conn.Close). A gauge, not a counter.
+struct ConnectionCount {
+  uint32_t tgid = 0;
+  uint16_t lib = 0;
+  double estimated = 0;  // exact (a whole number) while the duty cycle is 1
+};
+
+// The probes' cost and the duty cycle that keeps it inside the budget, over
+// a window (docs/usage.md, "Budget").
+struct UsageBudget {
+  double duty_cycle = 1.0;         // the share of the window the probes were attached
+  double relative_error = 0.0;     // of the scaled counts (95%), 0 at duty cycle 1
+  double probe_cpu_seconds = 0.0;  // the probes' estimated CPU cost in the window
+  double budget_cpu_seconds = 0.0; // what the budget allowed in the window
 };
 
 struct UsageTotals {
@@ -72,8 +96,11 @@ struct UsageSnapshot {
   std::vector<HandshakeCount> handshakes;
   std::vector<OperationStats> operations;
   UsageTotals totals;
+  std::vector<ConnectionCount> connections;  // at the snapshot's moment
+  UsageBudget budget;                        // over the window (Subtract's result)
 };
 // `end` minus `start`, key by key; rows with nothing new are left out.
+// Connections are `end`'s. The estimates equal the counts (duty cycle 1).
 UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start);
 
 // The value at quantile q (0..1) of a histogram of USAGE_HIST_SLOTS slots:
@@ -101,7 +128,7 @@ class UsageProbes {
   std::vector<HandshakeCount> ReadHandshakes() const;
   std::vector<OperationStats> ReadOperations() const;
   UsageTotals ReadTotals() const;
-  UsageSnapshot Snapshot() const { return {ReadHandshakes(), ReadOperations(), ReadTotals()}; }
+  UsageSnapshot Snapshot() const { return {ReadHandshakes(), ReadOperations(), ReadTotals(), {}, {}}; }
   const std::vector<AttachedFile>& files() const { return files_; }
   // The probe pair's own time inside each timed call, by the class of the
   // function's first instruction (enum usage_insn_class), measured at
