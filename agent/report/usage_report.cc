@@ -144,14 +144,17 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                            {"probe_overhead_us",
                             {{"push", probes.probe_overhead_ns()[INSN_EMULATED_PUSH] / 1e3},
                              {"endbr64", probes.probe_overhead_ns()[INSN_ENDBR64] / 1e3},
-                             {"single_stepped", probes.probe_overhead_ns()[INSN_SINGLE_STEPPED] / 1e3}}},
+                             {"single_stepped", probes.probe_overhead_ns()[INSN_SINGLE_STEPPED] / 1e3},
+                             {"go", probes.probe_overhead_ns()[INSN_GO] / 1e3}}},
                            {"probe_hits", window.totals.hits},
                            {"handshake_calls", window.totals.handshake_calls},
                            {"handshakes", window.totals.handshakes},
                            {"operations", window.totals.ops},
                            {"nested_calls", window.totals.nested},
                            {"dropped_keys", window.totals.dropped_keys},
-                           {"read_errors", window.totals.read_errors}};
+                           {"read_errors", window.totals.read_errors},
+                           {"go_unmatched_returns", window.totals.go_unmatched},
+                           {"go_migrated_operations", window.totals.go_migrated}};
 }
 
 }  // namespace tlsprof::report

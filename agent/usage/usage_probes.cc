@@ -22,6 +22,7 @@
 
 #include "agent/common/fd.h"
 #include "agent/usage/elf_functions.h"
+#include "agent/usage/go_plan.h"
 #include "agent/usage/probe_plan.h"
 #include "usage.skel.h"
 
@@ -91,11 +92,24 @@ tlsprof_usage_calibrate_step:
   add $8, %rsp
   ret
   .size tlsprof_usage_calibrate_step, .-tlsprof_usage_calibrate_step
+  .globl tlsprof_usage_calibrate_go
+  .type tlsprof_usage_calibrate_go, @function
+tlsprof_usage_calibrate_go:
+  sub $8, %rsp
+  mov $1, %eax
+  add $8, %rsp
+  .globl tlsprof_usage_calibrate_go_ret
+tlsprof_usage_calibrate_go_ret:
+  ret
+  .size tlsprof_usage_calibrate_go, .-tlsprof_usage_calibrate_go
   .popsection
 )");
 extern "C" int tlsprof_usage_calibrate_push(void* ctx, void* out, size_t* len);
 extern "C" int tlsprof_usage_calibrate_endbr(void* ctx, void* out, size_t* len);
 extern "C" int tlsprof_usage_calibrate_step(void* ctx, void* out, size_t* len);
+// Probed the Go way (INSN_GO): a uprobe at its entry and one at its RET.
+extern "C" int tlsprof_usage_calibrate_go(void* ctx, void* out, size_t* len);
+extern "C" char tlsprof_usage_calibrate_go_ret[];
 
 struct UsageProbes::Impl {
   SkelPtr skel;
@@ -135,21 +149,28 @@ Result<std::unique_ptr<UsageProbes>> UsageProbes::Start(int hijacked_returns_fd)
 void UsageProbes::Calibrate() {
   using Target = int (*)(void*, void*, size_t*);
   const std::array<Target, INSN_NR> targets = {tlsprof_usage_calibrate_push, tlsprof_usage_calibrate_endbr,
-                                               tlsprof_usage_calibrate_step};
-  static_assert(INSN_EMULATED_PUSH == 0 && INSN_ENDBR64 == 1 && INSN_SINGLE_STEPPED == 2);
+                                               tlsprof_usage_calibrate_step, tlsprof_usage_calibrate_go};
+  static_assert(INSN_EMULATED_PUSH == 0 && INSN_ENDBR64 == 1 && INSN_SINGLE_STEPPED == 2 && INSN_GO == 3);
   for (uint32_t insn = 0; insn < INSN_NR; ++insn) {
     auto where = FileOffsetOf(reinterpret_cast<uintptr_t>(targets[insn]));
-    if (!where) {
+    auto ret_where = FileOffsetOf(reinterpret_cast<uintptr_t>(tlsprof_usage_calibrate_go_ret));
+    if (!where || !ret_where) {
       spdlog::warn("usage probes: no calibration function in /proc/self/maps; latencies include the probes' time");
       return;
     }
     std::vector<LinkPtr> links;
+    const bool go = insn == INSN_GO;
     for (bool entry : {false, true}) {
-      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(kCalibrationLib - insn, PROBE_CALIBRATE, insn),
-                  .retprobe = !entry);
-      bpf_link* link =
-          bpf_program__attach_uprobe_opts(entry ? impl_->skel->progs.usage_op_enter : impl_->skel->progs.usage_op_exit,
-                                          getpid(), where->first.c_str(), where->second, &opts);
+      const uint16_t lib = kCalibrationLib - insn;
+      const uint64_t cookie =
+          go ? USAGE_GO_COOKIE(lib, PROBE_GO_CALIBRATE, insn, 0, GO_REG_NONE, entry ? 0 : USAGE_GO_RETURN)
+             : USAGE_COOKIE(lib, PROBE_CALIBRATE, insn);
+      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = !entry && !go);
+      bpf_program* prog = go      ? impl_->skel->progs.usage_go
+                          : entry ? impl_->skel->progs.usage_op_enter
+                                  : impl_->skel->progs.usage_op_exit;
+      bpf_link* link = bpf_program__attach_uprobe_opts(prog, getpid(), where->first.c_str(),
+                                                       go && !entry ? ret_where->second : where->second, &opts);
       if (!link) {
         spdlog::warn("usage probes: calibration probe failed ({}); latencies include the probes' own time",
                      ErrnoText(errno));
@@ -171,8 +192,9 @@ void UsageProbes::Calibrate() {
   }
   spdlog::info(
       "usage probes: the probes' own time in each timed call, by first instruction: push {:.1f} us, "
-      "endbr64 {:.1f} us, single-stepped {:.1f} us (p50 of {} calls each); taken off",
-      probe_overhead_ns_[0] / 1e3, probe_overhead_ns_[1] / 1e3, probe_overhead_ns_[2] / 1e3, kCalibrationCalls);
+      "endbr64 {:.1f} us, single-stepped {:.1f} us, Go (entry + RET) {:.1f} us (p50 of {} calls each); taken off",
+      probe_overhead_ns_[0] / 1e3, probe_overhead_ns_[1] / 1e3, probe_overhead_ns_[2] / 1e3,
+      probe_overhead_ns_[3] / 1e3, kCalibrationCalls);
 }
 
 Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
@@ -192,6 +214,10 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   std::string errors;
   bool any_new = false;
   for (const FileRef& ref : files) {
+    if (ref.library == "go") {
+      if (auto st = AttachGoFile(ref); !st.ok()) errors += st.error().message + "; ";
+      continue;
+    }
     UniqueFd fd(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) {
       errors += fmt::format("{}: {}; ", ref.display_path, ErrnoText(errno));
@@ -264,6 +290,52 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   return OkStatus();
 }
 
+Status UsageProbes::AttachGoFile(const FileRef& ref) {
+  if (!impl_->attached.insert({ref.dev, ref.inode}).second) return OkStatus();  // tried once, whatever the outcome
+  UniqueFd fd(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return MakeError("{}: {}", ref.display_path, ErrnoText(errno));
+  auto plan = PlanGoFile(fd.get(), ref.display_path);
+  if (!plan.ok()) return plan.error();
+  if (impl_->next_lib >= USAGE_MAX_LIBS) {
+    return MakeError("{}: more than {} library files probed, not probed", ref.display_path, USAGE_MAX_LIBS);
+  }
+  const uint16_t lib = impl_->next_lib++;
+  const uint32_t key = lib;
+  if (bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.lib_layouts), &key, &plan->layout, BPF_ANY) != 0) {
+    return MakeError("{}: writing its layout failed: {}", ref.display_path, ErrnoText(errno));
+  }
+  std::map<std::string, std::string> fields = plan->fields;
+  fields["go.version"] = plan->go_version.empty() ? "unknown" : plan->go_version;
+  AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, ref.library, {}, std::move(fields)};
+  // RET sites before entries, as for uretprobes: a call whose entry is seen
+  // must have its returns probed already.
+  std::string errors;
+  std::set<std::string> failed;
+  for (bool entry : {false, true}) {
+    for (const GoProbeSite& site : plan->sites) {
+      if (site.ret == entry || failed.count(site.function)) continue;
+      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = site.cookie_bits | lib);
+      bpf_link* link =
+          bpf_program__attach_uprobe_opts(impl_->skel->progs.usage_go, -1, ref.host_path.c_str(), site.file_offset, &opts);
+      if (!link) {
+        errors += fmt::format("{}: attaching to {}+{:#x} failed: {}; ", ref.display_path, site.function,
+                              site.file_offset, ErrnoText(errno));
+        failed.insert(site.function);
+        continue;
+      }
+      impl_->links.emplace_back(link);
+      if (entry) attached.functions.push_back(site.function);
+    }
+  }
+  spdlog::info("usage probes: {} ({}:{}), Go {}, {} functions at {} sites, version {}, cipher {}, resumed {}",
+               ref.display_path, major(ref.dev), minor(ref.dev), plan->go_version, attached.functions.size(),
+               plan->sites.size(), plan->fields.at("ssl.version"), plan->fields.at("ssl.cipher"),
+               plan->fields.at("ssl.resumed"));
+  files_.push_back(std::move(attached));
+  if (!errors.empty()) return MakeError("usage probes: {}", errors);
+  return OkStatus();
+}
+
 size_t UsageProbes::link_count() const { return impl_->links.size(); }
 
 std::vector<HandshakeCount> UsageProbes::ReadHandshakes() const {
@@ -318,6 +390,8 @@ UsageTotals UsageProbes::ReadTotals() const {
   totals.nested = sum(UTOTAL_NESTED);
   totals.dropped_keys = sum(UTOTAL_DROPPED_KEYS);
   totals.read_errors = sum(UTOTAL_READ_ERRORS);
+  totals.go_unmatched = sum(UTOTAL_GO_UNMATCHED);
+  totals.go_migrated = sum(UTOTAL_GO_MIGRATED);
   return totals;
 }
 
@@ -354,6 +428,8 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   out.totals.nested = minus(end.totals.nested, start.totals.nested);
   out.totals.dropped_keys = minus(end.totals.dropped_keys, start.totals.dropped_keys);
   out.totals.read_errors = minus(end.totals.read_errors, start.totals.read_errors);
+  out.totals.go_unmatched = minus(end.totals.go_unmatched, start.totals.go_unmatched);
+  out.totals.go_migrated = minus(end.totals.go_migrated, start.totals.go_migrated);
   out.connections = end.connections;
   return out;
 }

@@ -88,6 +88,8 @@ struct UsageTotals {
   uint64_t nested = 0;
   uint64_t dropped_keys = 0;
   uint64_t read_errors = 0;
+  uint64_t go_unmatched = 0;  // Go RETs without their entry
+  uint64_t go_migrated = 0;   // Go operations that ended on another thread (on-CPU time: the first's)
 };
 
 // Everything the probes counted up to one moment (the maps are cumulative);
@@ -141,6 +143,8 @@ class UsageProbes {
   struct Impl;
   explicit UsageProbes(std::unique_ptr<Impl> impl);
   void Calibrate();
+  // A Go binary's probes (go_plan.h): entry and RET uprobes, no uretprobe.
+  Status AttachGoFile(const FileRef& ref);
   std::unique_ptr<Impl> impl_;
   std::array<double, INSN_NR> probe_overhead_ns_{};
   std::vector<AttachedFile> files_;
