@@ -385,8 +385,9 @@ static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall
  * its operations showed (`open`, may be NULL). `is_server`: 0 or 1 when the
  * probed function says it, else USAGE_UNKNOWN (read the field).
  */
-static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl, const struct lib_layout *layout,
-					    const struct open_handshake *open, __u32 is_server)
+static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
+                                            const struct lib_layout *layout,
+                                            const struct open_handshake *open, __u32 is_server)
 {
 	struct handshake_key key = {};
 	__u64 *count, one = 1;
@@ -662,15 +663,16 @@ int BPF_KRETPROBE(usage_op_exit, long ret)
  * register is loaded first (the verifier allows only constant offsets into
  * the context, and a switch over loads would be folded into a computed one).
  */
-#define GO_LOAD(field)                                   \
-	({                                               \
-		__u64 __v = ctx->field;                  \
-		asm volatile("" : "+r"(__v));            \
-		__v;                                     \
+#define GO_LOAD(field)                        \
+	({                                    \
+		__u64 __v = ctx->field;       \
+		asm volatile("" : "+r"(__v)); \
+		__v;                          \
 	})
 static __always_inline __u64 go_reg(struct pt_regs *ctx, __u32 reg)
 {
-	__u64 ax = GO_LOAD(ax), bx = GO_LOAD(bx), cx = GO_LOAD(cx), di = GO_LOAD(di), si = GO_LOAD(si);
+	__u64 ax = GO_LOAD(ax), bx = GO_LOAD(bx), cx = GO_LOAD(cx), di = GO_LOAD(di),
+	      si = GO_LOAD(si);
 	__u64 r8 = GO_LOAD(r8), r9 = GO_LOAD(r9), r10 = GO_LOAD(r10), r11 = GO_LOAD(r11);
 
 	switch (reg) {

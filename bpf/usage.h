@@ -130,8 +130,9 @@ enum usage_insn_class {
  * Ed25519 1087), the register that holds a length at the entry (a verify's
  * signature), and flags.
  */
-#define USAGE_GO_COOKIE(lib, probe, insn, key_type, reg, flags) \
-	(USAGE_COOKIE(lib, probe, insn) | ((__u64)(key_type) << 32) | ((__u64)(reg) << 48) | ((__u64)(flags) << 56))
+#define USAGE_GO_COOKIE(lib, probe, insn, key_type, reg, flags)                              \
+	(USAGE_COOKIE(lib, probe, insn) | ((__u64)(key_type) << 32) | ((__u64)(reg) << 48) | \
+	 ((__u64)(flags) << 56))
 #define USAGE_COOKIE_KEY_TYPE(c) ((__u32)(((c) >> 32) & 0xffff))
 #define USAGE_COOKIE_REG(c) ((__u32)(((c) >> 48) & 0xff))
 #define USAGE_COOKIE_FLAGS(c) ((__u32)(((c) >> 56) & 0xff))

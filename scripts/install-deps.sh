@@ -20,7 +20,7 @@ packages=(
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   prometheus-cpp-dev libcivetweb-dev
   # TLS libraries and servers profiled by the tests
-  openssl android-libboringssl-dev golang-go nodejs nginx wrk debuginfod
+  openssl android-libboringssl-dev golang-go nodejs nginx libnginx-mod-stream wrk debuginfod
   # bench/ anchors and tools
   linux-perf python3 procps curl
   # fleet pipeline tests: a real Prometheus server (and promtool), raw gRPC clients for bad input

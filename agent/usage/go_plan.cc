@@ -224,7 +224,8 @@ Result<GoFilePlan> PlanGoFile(int fd, std::string_view display_path) {
   GoFilePlan plan;
   plan.go_version = GoBuildInfoVersion(SectionBytes(fd, ".go.buildinfo")).value_or("");
   for (const symbols::Symbol& sym : (*image)->symbols.all()) {
-    auto probed = std::find_if(kGoProbed.begin(), kGoProbed.end(), [&](const GoProbed& p) { return p.name == sym.name; });
+    auto probed =
+        std::find_if(kGoProbed.begin(), kGoProbed.end(), [&](const GoProbed& p) { return p.name == sym.name; });
     if (probed == kGoProbed.end() || sym.size == 0 || sym.size > (1u << 20)) continue;
     if (std::find(plan.functions.begin(), plan.functions.end(), sym.name) != plan.functions.end()) continue;
     const symbols::LoadSegment* seg = nullptr;
@@ -237,12 +238,11 @@ Result<GoFilePlan> PlanGoFile(int fd, std::string_view display_path) {
     if (!code) continue;
     const std::vector<uint64_t> rets = ReturnInstructions(*code, sym.addr);
     if (rets.empty()) continue;  // never returns: nothing to time or count
-    const uint64_t bits =
-        USAGE_GO_COOKIE(0, probed->probe, INSN_GO, probed->key_type, probed->reg, probed->flags);
+    const uint64_t bits = USAGE_GO_COOKIE(0, probed->probe, INSN_GO, probed->key_type, probed->reg, probed->flags);
     plan.sites.push_back({sym.name, file_offset, bits, false});
     for (uint64_t ret : rets) {
-      plan.sites.push_back({sym.name, ret - seg->vaddr + seg->offset,
-                            bits | (static_cast<uint64_t>(USAGE_GO_RETURN) << 56), true});
+      plan.sites.push_back(
+          {sym.name, ret - seg->vaddr + seg->offset, bits | (static_cast<uint64_t>(USAGE_GO_RETURN) << 56), true});
     }
     plan.functions.push_back(sym.name);
   }

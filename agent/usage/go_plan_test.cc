@@ -191,7 +191,7 @@ TEST(PlanGoFile, StrippedByObjcopyFindsTheSameSites) {
 
 TEST(PlanGoFile, RejectsWhatIsNotGoTls) {
   EXPECT_FALSE(Plan("/usr/lib/x86_64-linux-gnu/libssl.so.3").ok());  // not Go
-  EXPECT_FALSE(Plan("/etc/hostname").ok());                         // not ELF
+  EXPECT_FALSE(Plan("/etc/hostname").ok());                          // not ELF
   EXPECT_FALSE(Plan("/nonexistent").ok());
 }
 

@@ -315,8 +315,8 @@ Status UsageProbes::AttachGoFile(const FileRef& ref) {
     for (const GoProbeSite& site : plan->sites) {
       if (site.ret == entry || failed.count(site.function)) continue;
       LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = site.cookie_bits | lib);
-      bpf_link* link =
-          bpf_program__attach_uprobe_opts(impl_->skel->progs.usage_go, -1, ref.host_path.c_str(), site.file_offset, &opts);
+      bpf_link* link = bpf_program__attach_uprobe_opts(impl_->skel->progs.usage_go, -1, ref.host_path.c_str(),
+                                                       site.file_offset, &opts);
       if (!link) {
         errors += fmt::format("{}: attaching to {}+{:#x} failed: {}; ", ref.display_path, site.function,
                               site.file_offset, ErrnoText(errno));

@@ -74,10 +74,10 @@ struct ConnectionCount {
 // The probes' cost and the duty cycle that keeps it inside the budget, over
 // a window (docs/usage.md, "Budget").
 struct UsageBudget {
-  double duty_cycle = 1.0;         // the share of the window the probes were attached
-  double relative_error = 0.0;     // of the scaled counts (95%), 0 at duty cycle 1
-  double probe_cpu_seconds = 0.0;  // the probes' estimated CPU cost in the window
-  double budget_cpu_seconds = 0.0; // what the budget allowed in the window
+  double duty_cycle = 1.0;          // the share of the window the probes were attached
+  double relative_error = 0.0;      // of the scaled counts (95%), 0 at duty cycle 1
+  double probe_cpu_seconds = 0.0;   // the probes' estimated CPU cost in the window
+  double budget_cpu_seconds = 0.0;  // what the budget allowed in the window
 };
 
 struct UsageTotals {
