@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 
+#include "agent/usage/handshake_cost.h"
 #include "agent/usage/names.h"
 
 namespace tlsprof::report {
@@ -46,27 +47,52 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
     return it == library.end() ? std::string("unknown") : it->second;
   };
 
+  // TLS CPU of the handshake phase (sampled), per process, and the
+  // process's whole sampled CPU.
+  const double period_s = static_cast<double>(period_ns) / 1e9;
+  auto handshake_tls_cpu = [&](uint32_t tgid) {
+    auto it = profile.processes.find(static_cast<pid_t>(tgid));
+    if (it == profile.processes.end()) return 0.0;
+    return static_cast<double>(it->second.crypto.phases[static_cast<size_t>(classify::Phase::kHandshake)]) * period_s;
+  };
+  auto process_cpu = [&](uint32_t tgid) {
+    auto it = profile.processes.find(static_cast<pid_t>(tgid));
+    return it == profile.processes.end() ? 0.0 : static_cast<double>(it->second.samples) * period_s;
+  };
+  const std::vector<usage::HandshakeCost> costs = usage::SplitHandshakeCpu(window, handshake_tls_cpu);
+
   // Handshakes, merged over the raw key's fields that are not labels.
   using HandshakeLabels =
       std::tuple<uint32_t, std::string, std::string, std::string, std::string, std::string, std::string, std::string>;
-  std::map<HandshakeLabels, uint64_t> handshakes;
+  struct Merged {
+    uint64_t count = 0;
+    double estimated = 0;  // scaled for the duty cycle
+    double cpu = 0;        // the modelled TLS CPU of these handshakes
+  };
+  std::map<HandshakeLabels, Merged> handshakes;
   struct PerProcess {
     uint64_t handshakes = 0, full = 0, resumed = 0;
+    double estimated = 0;
   };
   std::map<uint32_t, PerProcess> per_process;
-  for (const usage::HandshakeCount& h : window.handshakes) {
+  for (size_t i = 0; i < window.handshakes.size(); ++i) {
+    const usage::HandshakeCount& h = window.handshakes[i];
     if (excluded(h.key.tgid)) continue;
     const std::string side = h.key.is_server == 1 ? "server" : h.key.is_server == 0 ? "client" : "unknown";
     const std::string kind = h.key.resumed == 1 ? "resumed" : h.key.resumed == 0 ? "full" : "unknown";
-    handshakes[{h.key.tgid, lib_path(h.key.lib), side, kind, usage::VersionName(h.key.version),
-                usage::CipherSuiteName(h.key.cipher), usage::GroupName(h.key.kx_type, h.key.kx_len),
-                usage::CertKeyTypeName(h.key.cert_type)}] += h.count;
+    Merged& m = handshakes[{h.key.tgid, lib_path(h.key.lib), side, kind, usage::VersionName(h.key.version),
+                            usage::CipherSuiteName(h.key.cipher), usage::GroupName(h.key.kx_type, h.key.kx_len),
+                            usage::CertKeyTypeName(h.key.cert_type)}];
+    m.count += h.count;
+    m.estimated += h.estimated;
+    m.cpu += costs[i].cpu_seconds;
     PerProcess& p = per_process[h.key.tgid];
     p.handshakes += h.count;
+    p.estimated += h.estimated;
     (h.key.resumed == 1 ? p.resumed : p.full) += h.count;
   }
   json rows = json::array();
-  for (const auto& [labels, count] : handshakes) {
+  for (const auto& [labels, m] : handshakes) {
     const auto& [tgid, lib, side, kind, version, suite, group, cert] = labels;
     rows.push_back({{"pid", tgid},
                     {"comm", Comm(registry, tgid)},
@@ -77,7 +103,9 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                     {"cipher_suite", suite},
                     {"group", group},
                     {"cert_key_type", cert},
-                    {"count", count}});
+                    {"count", m.count},
+                    {"estimated_count", m.estimated},
+                    {"cpu_seconds_per_handshake", m.estimated > 0 ? m.cpu / m.estimated : 0.0}});
   }
   doc["handshakes"] = std::move(rows);
 
@@ -119,20 +147,22 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
 
   // TLS CPU in the handshake phase (sampled) over the handshakes completed
   // (probed), per process: docs/usage.md, "Cost per handshake".
+  // The process's whole CPU per handshake too: for a server that mostly
+  // handshakes, what the Go study measured (kernel time included).
   rows = json::array();
-  const double period_s = static_cast<double>(period_ns) / 1e9;
   for (const auto& [tgid, p] : per_process) {
-    auto it = profile.processes.find(static_cast<pid_t>(tgid));
-    const uint64_t samples =
-        it == profile.processes.end() ? 0 : it->second.crypto.phases[static_cast<size_t>(classify::Phase::kHandshake)];
-    const double cpu = static_cast<double>(samples) * period_s;
+    const double cpu = handshake_tls_cpu(tgid), all = process_cpu(tgid);
+    const double n = p.estimated;
     rows.push_back({{"pid", tgid},
                     {"comm", Comm(registry, tgid)},
                     {"handshakes", p.handshakes},
+                    {"estimated_handshakes", p.estimated},
                     {"full", p.full},
                     {"resumed", p.resumed},
                     {"handshake_tls_cpu_seconds", cpu},
-                    {"cpu_seconds_per_handshake", p.handshakes ? cpu / static_cast<double>(p.handshakes) : 0.0}});
+                    {"cpu_seconds_per_handshake", n ? cpu / n : 0.0},
+                    {"process_cpu_seconds", all},
+                    {"process_cpu_seconds_per_handshake", n ? all / n : 0.0}});
   }
   doc["handshake_cpu"] = std::move(rows);
 
