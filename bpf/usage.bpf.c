@@ -236,6 +236,16 @@ static __always_inline void count_total(__u32 slot)
 		*v += 1;
 }
 
+_Static_assert(UTOTAL_CALLS_GO - UTOTAL_CALLS_PUSH == INSN_GO && INSN_GO + 1 == INSN_NR,
+               "one slot per class");
+
+/* A probed call's entry: counted by the class of its first instruction. */
+static __always_inline void count_call(__u32 insn)
+{
+	if (insn < INSN_NR)
+		count_total(UTOTAL_CALLS_PUSH + insn);
+}
+
 /* Follows a field_path from `base`; USAGE_UNKNOWN when the path is unknown
  * or a pointer on the way is NULL or unreadable.
  */
@@ -469,6 +479,7 @@ int BPF_KPROBE(usage_handshake_enter, void *ssl)
 
 	count_total(UTOTAL_HITS);
 	count_total(UTOTAL_HANDSHAKE_CALLS);
+	count_call(USAGE_COOKIE_INSN(cookie));
 	cur = bpf_map_lookup_elem(&thread_handshakes, &tid);
 	if (cur && cur->ssl == (__u64)ssl) {
 		/* SSL_accept and SSL_connect tail-call SSL_do_handshake (OpenSSL
@@ -555,6 +566,7 @@ int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
 	note_return(ctx);
 
 	count_total(UTOTAL_HITS);
+	count_call(USAGE_COOKIE_INSN(cookie));
 	cur = bpf_map_lookup_elem(&inflight_ops, &tid);
 	if (cur && bpf_ktime_get_ns() - cur->start_ns < USAGE_STALE_NS) {
 		/* e.g. EVP_DigestSign of a legacy key calling EVP_PKEY_sign: only
@@ -887,6 +899,8 @@ int usage_go(struct pt_regs *ctx)
 	struct go_key gkey = { .tgid = id >> 32, .g = ctx->r14 };
 
 	count_total(UTOTAL_HITS);
+	if (!(USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_RETURN))
+		count_call(INSN_GO);
 	if (USAGE_COOKIE_PROBE(cookie) == PROBE_GO_HANDSHAKE)
 		go_handshake(ctx, cookie, &gkey);
 	else

@@ -113,7 +113,7 @@ enum usage_insn_class {
 	INSN_EMULATED_PUSH = 0, /* push reg */
 	INSN_ENDBR64,           /* endbr64 (CET builds) */
 	INSN_SINGLE_STEPPED,    /* anything else */
-	INSN_GO,                /* Go: a single-stepped entry and a uprobe on RET */
+	INSN_GO, /* Go: entry on the stack check's jump (emulated), a uprobe on RET */
 	INSN_NR,
 };
 
@@ -215,6 +215,13 @@ enum usage_total_slot {
 	UTOTAL_READ_ERRORS,     /* a field's chain could not be read */
 	UTOTAL_GO_UNMATCHED,    /* a Go RET without its entry (attached in between, or evicted) */
 	UTOTAL_GO_MIGRATED,     /* a Go operation that ended on another thread than it began */
+	/* Probed calls (an entry and its return), by enum usage_insn_class, in
+	 * that order: with the calibrated cost of each, what the probes cost.
+	 */
+	UTOTAL_CALLS_PUSH,
+	UTOTAL_CALLS_ENDBR64,
+	UTOTAL_CALLS_SINGLE_STEPPED,
+	UTOTAL_CALLS_GO,
 	UTOTAL_NR_SLOTS,
 };
 

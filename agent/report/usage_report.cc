@@ -121,6 +121,7 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
         {op.key.tgid, lib_path(op.key.lib), OpName(op.key.op), algorithm, op.key.in_handshake != 0}, op);
     if (fresh) continue;
     it->second.count += op.count;
+    it->second.estimated += op.estimated;
     it->second.cpu_ns += op.cpu_ns;
     it->second.wall_ns += op.wall_ns;
     for (size_t i = 0; i < it->second.slots.size() && i < op.slots.size(); ++i) it->second.slots[i] += op.slots[i];
@@ -138,6 +139,7 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                     {"algorithm", algorithm},
                     {"in_handshake", in_handshake},
                     {"count", op.count},
+                    {"estimated_count", op.estimated},
                     {"cpu_seconds", static_cast<double>(op.cpu_ns) / 1e9},
                     {"latency_mean_us", net_us(static_cast<double>(op.cpu_ns) / count)},
                     {"latency_p50_us", net_us(usage::HistogramQuantile(op.slots, 0.50))},
@@ -176,6 +178,18 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                              {"endbr64", probes.probe_overhead_ns()[INSN_ENDBR64] / 1e3},
                              {"single_stepped", probes.probe_overhead_ns()[INSN_SINGLE_STEPPED] / 1e3},
                              {"go", probes.probe_overhead_ns()[INSN_GO] / 1e3}}},
+                           {"call_cost_us",
+                            {{"push", probes.call_cost_ns()[INSN_EMULATED_PUSH] / 1e3},
+                             {"endbr64", probes.call_cost_ns()[INSN_ENDBR64] / 1e3},
+                             {"single_stepped", probes.call_cost_ns()[INSN_SINGLE_STEPPED] / 1e3},
+                             {"go", probes.call_cost_ns()[INSN_GO] / 1e3}}},
+                           {"budget",
+                            {{"cpu_seconds_per_second", probes.budget()},
+                             {"budget_cpu_seconds", window.budget.budget_cpu_seconds},
+                             {"probe_cpu_seconds", window.budget.probe_cpu_seconds},
+                             {"duty_cycle", window.budget.duty_cycle},
+                             {"relative_error", window.budget.relative_error},
+                             {"toggles", window.budget.toggles}}},
                            {"probe_hits", window.totals.hits},
                            {"handshake_calls", window.totals.handshake_calls},
                            {"handshakes", window.totals.handshakes},

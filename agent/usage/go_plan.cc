@@ -126,6 +126,31 @@ std::vector<uint64_t> ReturnInstructions(std::span<const uint8_t> code, uint64_t
   return out;
 }
 
+uint64_t GoEntryProbeAddress(std::span<const uint8_t> code, uint64_t vaddr) {
+  csh handle;
+  if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle) != CS_ERR_OK) return vaddr;
+  cs_insn* insn = cs_malloc(handle);
+  const uint8_t* bytes = code.data();
+  size_t size = code.size();
+  uint64_t address = vaddr;
+  uint64_t found = vaddr;
+  bool checked = false;
+  // Go's prologue: [lea r12, [rsp - N];] cmp rsp|r12, [r14 + 0x10]; jbe morestack.
+  for (int i = 0; i < 3 && size > 0 && cs_disasm_iter(handle, &bytes, &size, &address, insn); ++i) {
+    const std::string_view mnemonic(insn->mnemonic), operands(insn->op_str);
+    if (mnemonic == "lea" && operands.rfind("r12,", 0) == 0) continue;
+    if (mnemonic == "cmp" && operands.find("[r14 + 0x10]") != std::string_view::npos) {
+      checked = true;
+      continue;
+    }
+    if (checked && (mnemonic == "jbe" || mnemonic == "jb")) found = insn->address;
+    break;
+  }
+  cs_free(insn, 1);
+  cs_close(&handle);
+  return found;
+}
+
 std::optional<std::string> GoBuildInfoVersion(std::span<const uint8_t> s) {
   static constexpr std::string_view kMagic = "\xff Go buildinf:";
   if (s.size() < 32 || std::memcmp(s.data(), kMagic.data(), kMagic.size()) != 0) return std::nullopt;
@@ -239,7 +264,8 @@ Result<GoFilePlan> PlanGoFile(int fd, std::string_view display_path) {
     const std::vector<uint64_t> rets = ReturnInstructions(*code, sym.addr);
     if (rets.empty()) continue;  // never returns: nothing to time or count
     const uint64_t bits = USAGE_GO_COOKIE(0, probed->probe, INSN_GO, probed->key_type, probed->reg, probed->flags);
-    plan.sites.push_back({sym.name, file_offset, bits, false});
+    const uint64_t entry = GoEntryProbeAddress(*code, sym.addr);
+    plan.sites.push_back({sym.name, entry - seg->vaddr + seg->offset, bits, false});
     for (uint64_t ret : rets) {
       plan.sites.push_back(
           {sym.name, ret - seg->vaddr + seg->offset, bits | (static_cast<uint64_t>(USAGE_GO_RETURN) << 56), true});

@@ -46,6 +46,22 @@ TEST(ReturnInstructions, DecodesRatherThanScansBytes) {
   EXPECT_TRUE(ReturnInstructions({}, 0).empty());
 }
 
+TEST(GoEntryProbeAddress, OnTheStackChecksJump) {
+  // cmp 0x10(%r14),%rsp; jbe +0x40
+  const std::vector<uint8_t> small = {0x49, 0x3b, 0x66, 0x10, 0x76, 0x40, 0x48, 0x83, 0xec, 0x18};
+  EXPECT_EQ(GoEntryProbeAddress(small, 0x1000), 0x1004u);
+  // lea -0x88(%rsp),%r12; cmp 0x10(%r14),%r12; jbe rel32
+  const std::vector<uint8_t> big = {0x4c, 0x8d, 0xa4, 0x24, 0x78, 0xff, 0xff, 0xff, 0x4d,
+                                    0x3b, 0x66, 0x10, 0x0f, 0x86, 0x10, 0x00, 0x00, 0x00};
+  EXPECT_EQ(GoEntryProbeAddress(big, 0x2000), 0x200cu);
+  // No stack check (a NOSPLIT function, or C): the entry itself.
+  const std::vector<uint8_t> other = {0x55, 0x48, 0x89, 0xe5, 0x76, 0x10};
+  EXPECT_EQ(GoEntryProbeAddress(other, 0x3000), 0x3000u);
+  // A jump without the check before it is no prologue.
+  const std::vector<uint8_t> jump = {0x76, 0x10, 0xc3};
+  EXPECT_EQ(GoEntryProbeAddress(jump, 0x4000), 0x4000u);
+}
+
 TEST(GoBuildInfoVersion, Go118Layout) {
   std::vector<uint8_t> s(32, 0);
   const std::string magic = "\xff Go buildinf:";
@@ -101,6 +117,10 @@ TEST(PlanGoFile, WorkloadServerWithDwarf) {
       ++rets[s.function];
     } else {
       ++entries[s.function];
+      // On the stack check's jbe (rel8 or rel32), which uprobes emulate.
+      const bool jbe =
+          bytes[s.file_offset] == 0x76 || (bytes[s.file_offset] == 0x0f && bytes[s.file_offset + 1] == 0x86);
+      EXPECT_TRUE(jbe) << s.function << " +" << s.file_offset;
     }
   }
   for (const std::string& f : plan->functions) {

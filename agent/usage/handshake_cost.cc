@@ -32,7 +32,8 @@ std::vector<HandshakeCost> SplitHandshakeCpu(const UsageSnapshot& window,
   for (size_t i = 0; i < window.handshakes.size(); ++i) {
     const HandshakeCount& h = window.handshakes[i];
     double per = 0;
-    if (h.key.resumed == 0 && h.key.is_server == 1) per += lookup(h.key.tgid, USAGE_OP_SIGN, h.key.cert_type, h.key.sig_len);
+    if (h.key.resumed == 0 && h.key.is_server == 1)
+      per += lookup(h.key.tgid, USAGE_OP_SIGN, h.key.cert_type, h.key.sig_len);
     if (h.key.resumed == 0 && h.key.is_server == 0 && full_client[h.key.tgid] > 0) {
       per += verify_cpu[h.key.tgid] / full_client[h.key.tgid];
     }

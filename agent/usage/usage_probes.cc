@@ -10,17 +10,23 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "agent/common/fd.h"
+#include "agent/usage/duty_cycle.h"
 #include "agent/usage/elf_functions.h"
 #include "agent/usage/go_plan.h"
 #include "agent/usage/probe_plan.h"
@@ -95,27 +101,146 @@ tlsprof_usage_calibrate_step:
   .globl tlsprof_usage_calibrate_go
   .type tlsprof_usage_calibrate_go, @function
 tlsprof_usage_calibrate_go:
-  sub $8, %rsp
+  cmp $0, %rsp
+  .globl tlsprof_usage_calibrate_go_entry
+tlsprof_usage_calibrate_go_entry:
+  jbe 1f
   mov $1, %eax
-  add $8, %rsp
   .globl tlsprof_usage_calibrate_go_ret
 tlsprof_usage_calibrate_go_ret:
   ret
+1:
+  ud2
   .size tlsprof_usage_calibrate_go, .-tlsprof_usage_calibrate_go
   .popsection
 )");
 extern "C" int tlsprof_usage_calibrate_push(void* ctx, void* out, size_t* len);
 extern "C" int tlsprof_usage_calibrate_endbr(void* ctx, void* out, size_t* len);
 extern "C" int tlsprof_usage_calibrate_step(void* ctx, void* out, size_t* len);
-// Probed the Go way (INSN_GO): a uprobe at its entry and one at its RET.
+// Probed the Go way (INSN_GO): a uprobe on the jump of a Go-like stack
+// check (GoEntryProbeAddress) and one on its RET.
 extern "C" int tlsprof_usage_calibrate_go(void* ctx, void* out, size_t* len);
+extern "C" char tlsprof_usage_calibrate_go_entry[];
 extern "C" char tlsprof_usage_calibrate_go_ret[];
+
+namespace {
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One probe, as it is attached again after a pause of the duty cycle: the
+// file by an fd the agent holds (through /proc/self/fd, so it still
+// resolves when the process the agent first found it in is gone).
+struct Site {
+  bpf_program* prog = nullptr;
+  std::shared_ptr<UniqueFd> file;
+  uint64_t offset = 0;
+  uint64_t cookie = 0;
+  bool retprobe = false;
+  bool entry = true;  // attached after every return probe, detached before them
+  LinkPtr link;
+};
+
+bpf_link* AttachSite(const Site& site) {
+  const std::string path = fmt::format("/proc/self/fd/{}", site.file->get());
+  LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = site.cookie, .retprobe = site.retprobe);
+  // pid -1: every process that maps this file, now or later.
+  return bpf_program__attach_uprobe_opts(site.prog, -1, path.c_str(), site.offset, &opts);
+}
+
+}  // namespace
 
 struct UsageProbes::Impl {
   SkelPtr skel;
-  std::vector<LinkPtr> links;
+  std::vector<LinkPtr> fixed_links;                  // sched_switch
   std::set<std::pair<uint64_t, uint64_t>> attached;  // dev, inode
   uint16_t next_lib = 0;
+
+  // Guards what the duty cycle's thread touches: the sites and their links,
+  // the cycle's state.
+  mutable std::mutex mu;
+  std::vector<Site> sites;
+  bool on = true;
+  std::optional<DutyCycle> duty;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+
+  // The calibrated cost of one probed call (its entry and return hits) by
+  // class of first instruction, in CPU-seconds of the probed thread.
+  std::array<double, INSN_NR> call_cost{};
+
+  ~Impl() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+  }
+  // A new site: attached now unless the duty cycle has the probes off.
+  Status AddSite(Site&& site) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (on) {
+      site.link.reset(AttachSite(site));
+      if (!site.link) return MakeError("{}", ErrnoText(errno));
+    }
+    sites.push_back(std::move(site));
+    return OkStatus();
+  }
+  // What the probes have cost so far: calls by class x their cost.
+  double CostSeconds() const {
+    const int fd = bpf_map__fd(skel->maps.usage_totals);
+    const int ncpus = libbpf_num_possible_cpus();
+    if (ncpus <= 0) return 0;
+    std::vector<uint64_t> values(static_cast<size_t>(ncpus));
+    double cost = 0;
+    for (uint32_t insn = 0; insn < INSN_NR; ++insn) {
+      const uint32_t slot = UTOTAL_CALLS_PUSH + insn;
+      if (bpf_map_lookup_elem(fd, &slot, values.data()) != 0) continue;
+      uint64_t calls = 0;
+      for (uint64_t v : values) calls += v;
+      cost += static_cast<double>(calls) * call_cost[insn];
+    }
+    return cost;
+  }
+  // The duty cycle's thread: ticks every 20 ms.
+  void Run() {
+    while (!stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const double cost = CostSeconds();
+      std::lock_guard<std::mutex> lock(mu);
+      const DutyCycle::Action action = duty->Tick(MonotonicSeconds(), cost);
+      if (action == DutyCycle::Action::kNone) continue;
+      const bool want = action == DutyCycle::Action::kAttach;
+      const double cpu = ThreadCpuSeconds();
+      SetOn(want);
+      duty->Toggled(MonotonicSeconds(), want, ThreadCpuSeconds() - cpu);
+    }
+  }
+  // Attaches (or detaches) every site: return probes first on the way in,
+  // entry probes first on the way out, so no call's entry is seen without
+  // its return. Called with mu held.
+  void SetOn(bool want) {
+    if (want) {
+      for (bool entry : {false, true}) {
+        for (Site& s : sites) {
+          if (s.entry != entry || s.link) continue;
+          s.link.reset(AttachSite(s));
+          if (!s.link) spdlog::debug("usage probes: attaching a probe again failed: {}", ErrnoText(errno));
+        }
+      }
+    } else {
+      for (bool entry : {true, false}) {
+        for (Site& s : sites) {
+          if (s.entry == entry) s.link.reset();
+        }
+      }
+    }
+    on = want;
+  }
 };
 
 UsageProbes::UsageProbes(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -140,7 +265,7 @@ Result<std::unique_ptr<UsageProbes>> UsageProbes::Start(int hijacked_returns_fd)
   // Attach: sched_switch now; the uprobes per file, in AttachProcess().
   bpf_link* link = bpf_program__attach(impl->skel->progs.usage_sched_switch);
   if (!link) return MakeError("attaching the usage sched_switch program failed: {}", ErrnoText(errno));
-  impl->links.emplace_back(link);
+  impl->fixed_links.emplace_back(link);
   std::unique_ptr<UsageProbes> probes(new UsageProbes(std::move(impl)));
   probes->Calibrate();
   return probes;
@@ -152,14 +277,15 @@ void UsageProbes::Calibrate() {
                                                tlsprof_usage_calibrate_step, tlsprof_usage_calibrate_go};
   static_assert(INSN_EMULATED_PUSH == 0 && INSN_ENDBR64 == 1 && INSN_SINGLE_STEPPED == 2 && INSN_GO == 3);
   for (uint32_t insn = 0; insn < INSN_NR; ++insn) {
-    auto where = FileOffsetOf(reinterpret_cast<uintptr_t>(targets[insn]));
+    const bool go = insn == INSN_GO;
+    auto where = FileOffsetOf(go ? reinterpret_cast<uintptr_t>(tlsprof_usage_calibrate_go_entry)
+                                 : reinterpret_cast<uintptr_t>(targets[insn]));
     auto ret_where = FileOffsetOf(reinterpret_cast<uintptr_t>(tlsprof_usage_calibrate_go_ret));
     if (!where || !ret_where) {
       spdlog::warn("usage probes: no calibration function in /proc/self/maps; latencies include the probes' time");
       return;
     }
     std::vector<LinkPtr> links;
-    const bool go = insn == INSN_GO;
     for (bool entry : {false, true}) {
       const uint16_t lib = kCalibrationLib - insn;
       const uint64_t cookie =
@@ -180,7 +306,15 @@ void UsageProbes::Calibrate() {
     }
     size_t len = 0;
     int sink = 0;
+    const double probed_start = ThreadCpuSeconds();
     for (int i = 0; i < kCalibrationCalls; ++i) sink += targets[insn](&len, &sink, &len);
+    const double probed = ThreadCpuSeconds() - probed_start;
+    links.clear();
+    const double bare_start = ThreadCpuSeconds();
+    for (int i = 0; i < kCalibrationCalls; ++i) sink += targets[insn](&len, &sink, &len);
+    const double bare = ThreadCpuSeconds() - bare_start;
+    // What a probed call costs the probed thread: the traps, the programs.
+    impl_->call_cost[insn] = std::max(0.0, probed - bare) / kCalibrationCalls;
   }
   // Measured with no overhead taken off (probe_overhead_ns still 0); set now.
   for (const OperationStats& op : ReadOperations()) {
@@ -195,12 +329,47 @@ void UsageProbes::Calibrate() {
       "endbr64 {:.1f} us, single-stepped {:.1f} us, Go (entry + RET) {:.1f} us (p50 of {} calls each); taken off",
       probe_overhead_ns_[0] / 1e3, probe_overhead_ns_[1] / 1e3, probe_overhead_ns_[2] / 1e3,
       probe_overhead_ns_[3] / 1e3, kCalibrationCalls);
+  for (uint32_t insn = 0; insn < INSN_NR; ++insn) call_cost_ns_[insn] = impl_->call_cost[insn] * 1e9;
+  spdlog::info(
+      "usage probes: a probed call costs the caller push {:.1f} us, endbr64 {:.1f} us, single-stepped {:.1f} us, "
+      "Go {:.1f} us (CPU, entry and return)",
+      call_cost_ns_[0] / 1e3, call_cost_ns_[1] / 1e3, call_cost_ns_[2] / 1e3, call_cost_ns_[3] / 1e3);
+}
+
+void UsageProbes::EnableBudget(double cpu_seconds_per_second) {
+  if (cpu_seconds_per_second <= 0) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->duty) return;
+  DutyCycle::Options options;
+  options.budget = cpu_seconds_per_second;
+  impl_->duty.emplace(options, MonotonicSeconds());
+  budget_ = cpu_seconds_per_second;
+  Impl* impl = impl_.get();
+  impl_->thread = std::thread([impl] { impl->Run(); });
+}
+
+UsageClock UsageProbes::ReadClock() const {
+  UsageClock c;
+  const double cost = impl_->CostSeconds();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  c.at = MonotonicSeconds();
+  if (impl_->duty) {
+    c.on = impl_->duty->on_seconds(c.at);
+    c.cost = impl_->duty->cost_seconds();
+    c.allowed = impl_->duty->allowed_seconds(c.at);
+    c.toggles = impl_->duty->toggles();
+  } else {
+    c.on = c.at;
+    c.cost = cost;
+  }
+  return c;
 }
 
 Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   const std::vector<std::string_view> wanted = WantedFunctions();
   struct Loaded {
     const FileRef* ref;
+    std::shared_ptr<UniqueFd> fd;
     std::map<std::string, FunctionCode, std::less<>> functions;
     std::vector<FoundFunction> state_machine;
   };
@@ -218,19 +387,19 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       if (auto st = AttachGoFile(ref); !st.ok()) errors += st.error().message + "; ";
       continue;
     }
-    UniqueFd fd(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) {
+    auto fd = std::make_shared<UniqueFd>(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd->valid()) {
       errors += fmt::format("{}: {}; ", ref.display_path, ErrnoText(errno));
       continue;
     }
-    auto functions = FindFunctions(fd.get(), wanted);
+    auto functions = FindFunctions(fd->get(), wanted);
     if (!functions) {
       errors += fmt::format("{}: {}; ", ref.display_path, functions.error().message);
       continue;
     }
     if (!impl_->attached.count({ref.dev, ref.inode})) any_new = true;
-    std::vector<FoundFunction> state_machine = FindHandshakeStateMachine(fd.get(), *functions);
-    loaded.push_back({&ref, std::move(*functions), std::move(state_machine)});
+    std::vector<FoundFunction> state_machine = FindHandshakeStateMachine(fd->get(), *functions);
+    loaded.push_back({&ref, std::move(fd), std::move(*functions), std::move(state_machine)});
   }
   if (!any_new) {
     if (!errors.empty()) return MakeError("usage probes: {}", errors);
@@ -266,18 +435,20 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       for (const ProbeSite& site : plan.sites) {
         if (failed.count(site.function)) continue;
         const bool handshake = site.probe == PROBE_HANDSHAKE;
-        bpf_program* prog =
-            entry ? (handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter)
-                  : (handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit);
-        LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(lib, site.probe, site.insn), .retprobe = !entry);
-        // pid -1: every process that maps this file, now or later.
-        bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, ref.host_path.c_str(), site.file_offset, &opts);
-        if (!link) {
-          errors += fmt::format("{}: attaching to {} failed: {}; ", ref.display_path, site.function, ErrnoText(errno));
+        Site s;
+        s.prog = entry ? (handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter)
+                       : (handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit);
+        s.file = l.fd;
+        s.offset = site.file_offset;
+        s.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
+        s.retprobe = !entry;
+        s.entry = entry;
+        if (auto st = impl_->AddSite(std::move(s)); !st.ok()) {
+          errors +=
+              fmt::format("{}: attaching to {} failed: {}; ", ref.display_path, site.function, st.error().message);
           failed.insert(site.function);
           continue;
         }
-        impl_->links.emplace_back(link);
         if (entry) attached.functions.push_back(site.function);
       }
     }
@@ -292,9 +463,9 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
 
 Status UsageProbes::AttachGoFile(const FileRef& ref) {
   if (!impl_->attached.insert({ref.dev, ref.inode}).second) return OkStatus();  // tried once, whatever the outcome
-  UniqueFd fd(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return MakeError("{}: {}", ref.display_path, ErrnoText(errno));
-  auto plan = PlanGoFile(fd.get(), ref.display_path);
+  auto fd = std::make_shared<UniqueFd>(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd->valid()) return MakeError("{}: {}", ref.display_path, ErrnoText(errno));
+  auto plan = PlanGoFile(fd->get(), ref.display_path);
   if (!plan.ok()) return plan.error();
   if (impl_->next_lib >= USAGE_MAX_LIBS) {
     return MakeError("{}: more than {} library files probed, not probed", ref.display_path, USAGE_MAX_LIBS);
@@ -314,16 +485,18 @@ Status UsageProbes::AttachGoFile(const FileRef& ref) {
   for (bool entry : {false, true}) {
     for (const GoProbeSite& site : plan->sites) {
       if (site.ret == entry || failed.count(site.function)) continue;
-      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = site.cookie_bits | lib);
-      bpf_link* link = bpf_program__attach_uprobe_opts(impl_->skel->progs.usage_go, -1, ref.host_path.c_str(),
-                                                       site.file_offset, &opts);
-      if (!link) {
+      Site s;
+      s.prog = impl_->skel->progs.usage_go;
+      s.file = fd;
+      s.offset = site.file_offset;
+      s.cookie = site.cookie_bits | lib;
+      s.entry = entry;
+      if (auto st = impl_->AddSite(std::move(s)); !st.ok()) {
         errors += fmt::format("{}: attaching to {}+{:#x} failed: {}; ", ref.display_path, site.function,
-                              site.file_offset, ErrnoText(errno));
+                              site.file_offset, st.error().message);
         failed.insert(site.function);
         continue;
       }
-      impl_->links.emplace_back(link);
       if (entry) attached.functions.push_back(site.function);
     }
   }
@@ -336,7 +509,12 @@ Status UsageProbes::AttachGoFile(const FileRef& ref) {
   return OkStatus();
 }
 
-size_t UsageProbes::link_count() const { return impl_->links.size(); }
+size_t UsageProbes::link_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  size_t n = impl_->fixed_links.size();
+  for (const Site& s : impl_->sites) n += s.link ? 1 : 0;
+  return n;
+}
 
 std::vector<HandshakeCount> UsageProbes::ReadHandshakes() const {
   std::vector<HandshakeCount> out;
@@ -431,6 +609,23 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   out.totals.go_unmatched = minus(end.totals.go_unmatched, start.totals.go_unmatched);
   out.totals.go_migrated = minus(end.totals.go_migrated, start.totals.go_migrated);
   out.connections = end.connections;
+  // The duty cycle over the window, and the counts scaled by it.
+  const double span = end.clock.at - start.clock.at;
+  UsageBudget& b = out.budget;
+  b.duty_cycle = span > 0 ? std::clamp((end.clock.on - start.clock.on) / span, 0.0, 1.0) : 1.0;
+  b.probe_cpu_seconds = std::max(0.0, end.clock.cost - start.clock.cost);
+  b.budget_cpu_seconds = std::max(0.0, end.clock.allowed - start.clock.allowed);
+  b.toggles = end.clock.toggles - std::min(end.clock.toggles, start.clock.toggles);
+  const double scale = b.duty_cycle > 0 ? 1.0 / b.duty_cycle : 0.0;
+  uint64_t seen = 0;
+  for (HandshakeCount& h : out.handshakes) {
+    h.estimated = static_cast<double>(h.count) * scale;
+    seen += h.count;
+  }
+  for (OperationStats& op : out.operations) op.estimated = static_cast<double>(op.count) * scale;
+  // The scaled counts' 95% error: the count seen in the on-phases as a
+  // Poisson sample (conservative for a steady rate); 0 while always on.
+  b.relative_error = b.duty_cycle >= 1.0 ? 0.0 : 1.96 / std::sqrt(static_cast<double>(std::max<uint64_t>(seen, 1)));
   return out;
 }
 
