@@ -31,7 +31,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, USAGE_MAX_HANDSHAKE_KEYS);
 	__type(key, struct handshake_key);
-	__type(value, __u64);
+	__type(value, struct handshake_count);
 } handshakes_by_params SEC(".maps");
 
 struct {
@@ -225,6 +225,11 @@ __u64 inflight_count = 0;
  */
 __u64 probe_overhead_ns[INSN_NR] = {};
 
+/* What an event counted now stands for, in USAGE_SCALE_ONE units: set by
+ * user space from the duty cycle's share (1 / share).
+ */
+__u64 scale_milli = USAGE_SCALE_ONE;
+
 /* A new op_latency value: too big for the BPF stack. Never written. */
 const volatile struct op_latency zero_latency = {};
 
@@ -384,6 +389,7 @@ static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall
 	}
 	slot = hist_slot(cpu);
 	__sync_fetch_and_add(&lat->count, 1);
+	__sync_fetch_and_add(&lat->weighted, scale_milli);
 	__sync_fetch_and_add(&lat->cpu_ns, cpu);
 	__sync_fetch_and_add(&lat->wall_ns, wall);
 	if (slot < USAGE_HIST_SLOTS)
@@ -400,7 +406,7 @@ static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
                                             const struct open_handshake *open, __u32 is_server)
 {
 	struct handshake_key key = {};
-	__u64 *count, one = 1;
+	struct handshake_count *count, first = { .count = 1, .weighted = scale_milli };
 	__u32 v;
 
 	count_total(UTOTAL_HANDSHAKES);
@@ -433,13 +439,16 @@ static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
 
 	count = bpf_map_lookup_elem(&handshakes_by_params, &key);
 	if (count) {
-		__sync_fetch_and_add(count, 1);
-	} else if (bpf_map_update_elem(&handshakes_by_params, &key, &one, BPF_NOEXIST)) {
+		__sync_fetch_and_add(&count->count, 1);
+		__sync_fetch_and_add(&count->weighted, first.weighted);
+	} else if (bpf_map_update_elem(&handshakes_by_params, &key, &first, BPF_NOEXIST)) {
 		count = bpf_map_lookup_elem(&handshakes_by_params, &key);
-		if (count)
-			__sync_fetch_and_add(count, 1);
-		else
+		if (count) {
+			__sync_fetch_and_add(&count->count, 1);
+			__sync_fetch_and_add(&count->weighted, first.weighted);
+		} else {
 			count_total(UTOTAL_DROPPED_KEYS);
+		}
 	}
 }
 
@@ -466,8 +475,7 @@ int BPF_PROG(usage_sched_switch, bool preempt, struct task_struct *prev, struct 
 	return 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(usage_handshake_enter, void *ssl)
+static __always_inline int handshake_enter(struct pt_regs *ctx, void *ssl)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -510,8 +518,7 @@ int BPF_KPROBE(usage_handshake_enter, void *ssl)
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(usage_handshake_exit, long ret)
+static __always_inline int handshake_exit(struct pt_regs *ctx, long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
@@ -556,8 +563,7 @@ int BPF_KRETPROBE(usage_handshake_exit, long ret)
 	return 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
+static __always_inline int op_enter(struct pt_regs *ctx, void *op_ctx, void *out, __u64 len)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -591,8 +597,7 @@ int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(usage_op_exit, long ret)
+static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, lib, field;
@@ -891,8 +896,7 @@ static __always_inline void go_op(struct pt_regs *ctx, __u64 cookie, struct go_k
 	account_op(&key, cpu, wall, hs ? hs->conn : 0);
 }
 
-SEC("uprobe")
-int usage_go(struct pt_regs *ctx)
+static __always_inline int go_probe(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 id = bpf_get_current_pid_tgid();
@@ -906,4 +910,70 @@ int usage_go(struct pt_regs *ctx)
 	else
 		go_op(ctx, cookie, &gkey, (__u32)id);
 	return 0;
+}
+
+/* The programs. Each comes twice: one attached per probe through a perf
+ * event (any kernel with uprobes), one attached with every probe of a file
+ * in one uprobe_multi link (Linux 6.6+; user space sets its expected attach
+ * type before load), which detaches in one step: the duty cycle's toggles
+ * (usage_probes.cc).
+ */
+SEC("uprobe")
+int BPF_KPROBE(usage_handshake_enter, void *ssl)
+{
+	return handshake_enter(ctx, ssl);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(usage_handshake_enter_multi, void *ssl)
+{
+	return handshake_enter(ctx, ssl);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_handshake_exit, long ret)
+{
+	return handshake_exit(ctx, ret);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_handshake_exit_multi, long ret)
+{
+	return handshake_exit(ctx, ret);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
+{
+	return op_enter(ctx, op_ctx, out, len);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(usage_op_enter_multi, void *op_ctx, void *out, __u64 len)
+{
+	return op_enter(ctx, op_ctx, out, len);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_op_exit, long ret)
+{
+	return op_exit(ctx, ret);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_op_exit_multi, long ret)
+{
+	return op_exit(ctx, ret);
+}
+
+SEC("uprobe")
+int usage_go(struct pt_regs *ctx)
+{
+	return go_probe(ctx);
+}
+
+SEC("uprobe")
+int usage_go_multi(struct pt_regs *ctx)
+{
+	return go_probe(ctx);
 }

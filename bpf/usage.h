@@ -164,8 +164,21 @@ struct op_key {
 	__u32 len;
 };
 
+/* Counts come with a weighted count: each event adds the duty cycle's
+ * scale at that moment (USAGE_SCALE_ONE = 1; 10 * USAGE_SCALE_ONE while the
+ * probes are on a tenth of the time), so weighted / USAGE_SCALE_ONE is the
+ * estimate of all events (agent/usage/duty_cycle.h).
+ */
+#define USAGE_SCALE_ONE 1000
+
+struct handshake_count {
+	__u64 count;
+	__u64 weighted;
+};
+
 struct op_latency {
 	__u64 count;
+	__u64 weighted;
 	__u64 cpu_ns; /* on-CPU time: switched-out time is taken away */
 	__u64 wall_ns;
 	__u64 slots[USAGE_HIST_SLOTS]; /* on-CPU ns */

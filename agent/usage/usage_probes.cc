@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -135,25 +137,95 @@ double MonotonicSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// One probe, as it is attached again after a pause of the duty cycle: the
-// file by an fd the agent holds (through /proc/self/fd, so it still
-// resolves when the process the agent first found it in is gone).
-struct Site {
-  bpf_program* prog = nullptr;
+// The kernel's uprobe_multi link (Linux 6.6+): every probe of one program
+// on one file in one link, attached and detached in one step. Debian 12's
+// libbpf (1.1) predates it, so the link is made with the bpf() syscall;
+// the attribute layout is the kernel's (include/uapi/linux/bpf.h).
+constexpr uint32_t kTraceUprobeMulti = 48;  // enum bpf_attach_type BPF_TRACE_UPROBE_MULTI
+constexpr uint32_t kUprobeMultiReturn = 1;  // BPF_F_UPROBE_MULTI_RETURN
+struct UprobeMultiAttr {
+  uint32_t prog_fd;
+  uint32_t target_fd;
+  uint32_t attach_type;
+  uint32_t flags;
+  uint64_t path;
+  uint64_t offsets;
+  uint64_t ref_ctr_offsets;
+  uint64_t cookies;
+  uint32_t cnt;
+  uint32_t multi_flags;
+  uint32_t pid;
+  uint32_t pad;
+};
+static_assert(sizeof(UprobeMultiAttr) == 64);
+
+// A link fd, or -1 with errno set.
+int UprobeMultiLink(int prog_fd, const std::string& path, const std::vector<uint64_t>& offsets,
+                    const std::vector<uint64_t>& cookies, bool retprobe, int pid) {
+  UprobeMultiAttr attr{};
+  attr.prog_fd = static_cast<uint32_t>(prog_fd);
+  attr.attach_type = kTraceUprobeMulti;
+  attr.path = reinterpret_cast<uint64_t>(path.c_str());
+  attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
+  attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
+  attr.cnt = static_cast<uint32_t>(offsets.size());
+  attr.multi_flags = retprobe ? kUprobeMultiReturn : 0;
+  attr.pid = static_cast<uint32_t>(pid);
+  return static_cast<int>(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+}
+
+// The probes of one program on one file, as they are attached again after
+// a pause of the duty cycle: the file by an fd the agent holds (through
+// /proc/self/fd, so it still resolves when the process the agent first
+// found it in is gone). One uprobe_multi link where the kernel has them,
+// else a perf-event link per probe.
+struct Group {
+  bpf_program* prog = nullptr;        // attached through perf events
+  bpf_program* multi_prog = nullptr;  // attached through uprobe_multi; null: not loaded
   std::shared_ptr<UniqueFd> file;
+  std::vector<uint64_t> offsets, cookies;
+  bool retprobe = false;
+  bool entry = true;  // attached after every return probe, detached before them
+  UniqueFd multi_link;
+  std::vector<LinkPtr> links;
+
+  std::string Path() const { return fmt::format("/proc/self/fd/{}", file->get()); }
+  bool Attached() const { return multi_link.valid() || !links.empty(); }
+  // pid -1 (0 for uprobe_multi): every process that maps the file, now or later.
+  Status Attach() {
+    if (multi_prog) {
+      multi_link = UniqueFd(UprobeMultiLink(bpf_program__fd(multi_prog), Path(), offsets, cookies, retprobe, 0));
+      if (multi_link.valid()) return OkStatus();
+      return MakeError("uprobe_multi: {}", ErrnoText(errno));
+    }
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookies[i], .retprobe = retprobe);
+      bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, Path().c_str(), offsets[i], &opts);
+      if (!link) {
+        const int err = errno;
+        links.clear();
+        return MakeError("offset {:#x}: {}", offsets[i], ErrnoText(err));
+      }
+      links.emplace_back(link);
+    }
+    return OkStatus();
+  }
+  void Detach() {
+    multi_link = UniqueFd();
+    links.clear();
+  }
+};
+
+// One probe a plan asks for.
+struct PlannedProbe {
+  std::string function;
+  bpf_program* prog = nullptr;
+  bpf_program* multi_prog = nullptr;
   uint64_t offset = 0;
   uint64_t cookie = 0;
   bool retprobe = false;
-  bool entry = true;  // attached after every return probe, detached before them
-  LinkPtr link;
+  bool entry = true;
 };
-
-bpf_link* AttachSite(const Site& site) {
-  const std::string path = fmt::format("/proc/self/fd/{}", site.file->get());
-  LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = site.cookie, .retprobe = site.retprobe);
-  // pid -1: every process that maps this file, now or later.
-  return bpf_program__attach_uprobe_opts(site.prog, -1, path.c_str(), site.offset, &opts);
-}
 
 }  // namespace
 
@@ -162,11 +234,12 @@ struct UsageProbes::Impl {
   std::vector<LinkPtr> fixed_links;                  // sched_switch
   std::set<std::pair<uint64_t, uint64_t>> attached;  // dev, inode
   uint16_t next_lib = 0;
+  bool multi = false;  // the uprobe_multi programs loaded
 
-  // Guards what the duty cycle's thread touches: the sites and their links,
-  // the cycle's state.
+  // Guards what the duty cycle's thread touches: the groups and their
+  // links, the cycle's state.
   mutable std::mutex mu;
-  std::vector<Site> sites;
+  std::vector<Group> groups;
   bool on = true;
   std::optional<DutyCycle> duty;
   std::thread thread;
@@ -179,16 +252,71 @@ struct UsageProbes::Impl {
   ~Impl() {
     stop = true;
     if (thread.joinable()) thread.join();
+    for (bool entry : {true, false}) {
+      for (Group& g : groups) {
+        if (g.entry == entry) g.Detach();
+      }
+    }
   }
-  // A new site: attached now unless the duty cycle has the probes off.
-  Status AddSite(Site&& site) {
+  // New probes (one program on one file): attached now unless the duty
+  // cycle has the probes off.
+  Status AddGroup(Group&& group) {
     std::lock_guard<std::mutex> lock(mu);
     if (on) {
-      site.link.reset(AttachSite(site));
-      if (!site.link) return MakeError("{}", ErrnoText(errno));
+      if (auto st = group.Attach(); !st.ok()) return st;
     }
-    sites.push_back(std::move(site));
+    groups.push_back(std::move(group));
     return OkStatus();
+  }
+  // Attaches a file's planned probes, one group per program (return probes
+  // first); a group the kernel refuses is tried probe by probe, and a
+  // function any of whose probes fails is left out whole (its entry and
+  // returns go together). Returns the functions whose entries are attached.
+  std::vector<std::string> AttachPlanned(const std::shared_ptr<UniqueFd>& file, const std::vector<PlannedProbe>& plan,
+                                         std::string* errors) {
+    std::set<std::string> failed;
+    auto group_of = [&](const std::vector<const PlannedProbe*>& probes, bool with_multi) {
+      Group g;
+      g.prog = probes[0]->prog;
+      g.multi_prog = with_multi ? probes[0]->multi_prog : nullptr;
+      g.file = file;
+      g.retprobe = probes[0]->retprobe;
+      g.entry = probes[0]->entry;
+      for (const PlannedProbe* p : probes) {
+        g.offsets.push_back(p->offset);
+        g.cookies.push_back(p->cookie);
+      }
+      return g;
+    };
+    for (bool entry : {false, true}) {
+      std::map<bpf_program*, std::vector<const PlannedProbe*>> by_prog;
+      for (const PlannedProbe& p : plan) {
+        if (p.entry == entry && !failed.count(p.function)) by_prog[p.prog].push_back(&p);
+      }
+      for (const auto& [prog, probes] : by_prog) {
+        if (multi && AddGroup(group_of(probes, true)).ok()) continue;
+        for (const PlannedProbe* p : probes) {
+          if (failed.count(p->function)) continue;
+          if (auto st = AddGroup(group_of({p}, false)); !st.ok()) {
+            *errors += fmt::format("attaching to {} failed: {}; ", p->function, st.error().message);
+            failed.insert(p->function);
+          }
+        }
+      }
+    }
+    std::vector<std::string> attached;
+    for (const PlannedProbe& p : plan) {
+      if (p.entry && !failed.count(p.function) &&
+          std::find(attached.begin(), attached.end(), p.function) == attached.end()) {
+        attached.push_back(p.function);
+      }
+    }
+    return attached;
+  }
+  size_t ProbeCount() const {
+    size_t n = 0;
+    for (const Group& g : groups) n += g.offsets.size();
+    return n;
   }
   // What the probes have cost so far: calls by class x their cost.
   double CostSeconds() const {
@@ -213,33 +341,47 @@ struct UsageProbes::Impl {
       const double cost = CostSeconds();
       std::lock_guard<std::mutex> lock(mu);
       const DutyCycle::Action action = duty->Tick(MonotonicSeconds(), cost);
+      // What an event counted from now stands for (the cycle's 1 / share).
+      skel->data->scale_milli = static_cast<uint64_t>(duty->scale() * USAGE_SCALE_ONE + 0.5);
       if (action == DutyCycle::Action::kNone) continue;
       const bool want = action == DutyCycle::Action::kAttach;
-      const double cpu = ThreadCpuSeconds();
-      SetOn(want);
-      duty->Toggled(MonotonicSeconds(), want, ThreadCpuSeconds() - cpu);
+      const double began = MonotonicSeconds();
+      const Toggle t = SetOn(want);
+      duty->Toggled(t.effective, want, t.cpu);
+      spdlog::debug("usage probes: {} {} probes in {:.1f} ms ({:.1f} ms CPU) at {:.3f} CPU-s/s measured",
+                    want ? "attached" : "detached", ProbeCount(), (MonotonicSeconds() - began) * 1e3, t.cpu * 1e3,
+                    duty->rate());
     }
   }
   // Attaches (or detaches) every site: return probes first on the way in,
   // entry probes first on the way out, so no call's entry is seen without
   // its return. Called with mu held.
-  void SetOn(bool want) {
-    if (want) {
-      for (bool entry : {false, true}) {
-        for (Site& s : sites) {
-          if (s.entry != entry || s.link) continue;
-          s.link.reset(AttachSite(s));
-          if (!s.link) spdlog::debug("usage probes: attaching a probe again failed: {}", ErrnoText(errno));
+  // What a toggle took: the agent's CPU for it, and when it took effect
+  // (the last entry probe attached, or detached).
+  struct Toggle {
+    double cpu = 0;
+    double effective = 0;
+  };
+  // Return probes first on the way in, entry probes first on the way out,
+  // so no call's entry is seen without its return. Called with mu held.
+  Toggle SetOn(bool want) {
+    Toggle t;
+    const double cpu = ThreadCpuSeconds();
+    for (bool entry : want ? std::array{false, true} : std::array{true, false}) {
+      for (Group& g : groups) {
+        if (g.entry != entry) continue;
+        if (!want) {
+          g.Detach();
+        } else if (!g.Attached()) {
+          if (auto st = g.Attach(); !st.ok())
+            spdlog::debug("usage probes: attaching again failed: {}", st.error().message);
         }
       }
-    } else {
-      for (bool entry : {true, false}) {
-        for (Site& s : sites) {
-          if (s.entry == entry) s.link.reset();
-        }
-      }
+      if (entry) t.effective = MonotonicSeconds();
     }
     on = want;
+    t.cpu = ThreadCpuSeconds() - cpu;
+    return t;
   }
 };
 
@@ -248,19 +390,39 @@ UsageProbes::~UsageProbes() = default;
 
 Result<std::unique_ptr<UsageProbes>> UsageProbes::Start(int hijacked_returns_fd) {
   auto impl = std::make_unique<Impl>();
-  // Open: parse the object embedded in the skeleton.
-  impl->skel.reset(usage__open());
-  if (!impl->skel) return MakeError("opening the usage BPF object failed: {}", ErrnoText(errno));
-  // Share the sampler's hijacked_returns map instead of creating one.
-  if (hijacked_returns_fd >= 0) {
-    if (int err = bpf_map__reuse_fd(impl->skel->maps.hijacked_returns, hijacked_returns_fd); err) {
-      return MakeError("sharing the sampler's hijacked_returns map failed: {}", ErrnoText(err));
+  // Open, set up, load; with the uprobe_multi programs first, and without
+  // them on a kernel that refuses them (before 6.6).
+  for (bool multi : {true, false}) {
+    // Open: parse the object embedded in the skeleton.
+    impl->skel.reset(usage__open());
+    if (!impl->skel) return MakeError("opening the usage BPF object failed: {}", ErrnoText(errno));
+    // Share the sampler's hijacked_returns map instead of creating one.
+    if (hijacked_returns_fd >= 0) {
+      if (int err = bpf_map__reuse_fd(impl->skel->maps.hijacked_returns, hijacked_returns_fd); err) {
+        return MakeError("sharing the sampler's hijacked_returns map failed: {}", ErrnoText(err));
+      }
     }
-  }
-  // Load: create the maps and verify the programs.
-  if (int err = usage__load(impl->skel.get()); err) {
-    return MakeError("loading the usage BPF programs failed: {} (needs root, or CAP_BPF + CAP_PERFMON)",
-                     ErrnoText(err));
+    for (bpf_program* prog : {impl->skel->progs.usage_handshake_enter_multi,
+                              impl->skel->progs.usage_handshake_exit_multi, impl->skel->progs.usage_op_enter_multi,
+                              impl->skel->progs.usage_op_exit_multi, impl->skel->progs.usage_go_multi}) {
+      if (multi) {
+        bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(kTraceUprobeMulti));
+      } else {
+        bpf_program__set_autoload(prog, false);
+      }
+    }
+    // Load: create the maps and verify the programs.
+    const int err = usage__load(impl->skel.get());
+    if (err == 0) {
+      impl->multi = multi;
+      break;
+    }
+    if (!multi) {
+      return MakeError("loading the usage BPF programs failed: {} (needs root, or CAP_BPF + CAP_PERFMON)",
+                       ErrnoText(err));
+    }
+    spdlog::info("usage probes: no uprobe_multi links on this kernel ({}); one perf-event link per probe",
+                 ErrnoText(err));
   }
   // Attach: sched_switch now; the uprobes per file, in AttachProcess().
   bpf_link* link = bpf_program__attach(impl->skel->progs.usage_sched_switch);
@@ -426,32 +588,32 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       continue;
     }
     AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, ref.library, {}, layout.fields};
-    // Return probes first, for every site, then the entry probes: a call
-    // whose entry is seen must have its return seen too, or the thread would
-    // look inside an operation until the entry goes stale (and every later
-    // call would count as nested). A return without an entry is ignored.
-    std::set<std::string> failed;
-    for (bool entry : {false, true}) {
-      for (const ProbeSite& site : plan.sites) {
-        if (failed.count(site.function)) continue;
-        const bool handshake = site.probe == PROBE_HANDSHAKE;
-        Site s;
-        s.prog = entry ? (handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter)
+    // Return probes before entry probes (AttachPlanned): a call whose entry
+    // is seen must have its return seen too, or the thread would look inside
+    // an operation until the entry goes stale (and every later call would
+    // count as nested). A return without an entry is ignored.
+    std::vector<PlannedProbe> probes;
+    for (const ProbeSite& site : plan.sites) {
+      const bool handshake = site.probe == PROBE_HANDSHAKE;
+      for (bool entry : {false, true}) {
+        PlannedProbe p;
+        p.function = site.function;
+        p.prog = entry ? (handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter)
                        : (handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit);
-        s.file = l.fd;
-        s.offset = site.file_offset;
-        s.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
-        s.retprobe = !entry;
-        s.entry = entry;
-        if (auto st = impl_->AddSite(std::move(s)); !st.ok()) {
-          errors +=
-              fmt::format("{}: attaching to {} failed: {}; ", ref.display_path, site.function, st.error().message);
-          failed.insert(site.function);
-          continue;
-        }
-        if (entry) attached.functions.push_back(site.function);
+        p.multi_prog =
+            entry
+                ? (handshake ? impl_->skel->progs.usage_handshake_enter_multi : impl_->skel->progs.usage_op_enter_multi)
+                : (handshake ? impl_->skel->progs.usage_handshake_exit_multi : impl_->skel->progs.usage_op_exit_multi);
+        p.offset = site.file_offset;
+        p.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
+        p.retprobe = !entry;
+        p.entry = entry;
+        probes.push_back(std::move(p));
       }
     }
+    std::string file_errors;
+    attached.functions = impl_->AttachPlanned(l.fd, probes, &file_errors);
+    if (!file_errors.empty()) errors += fmt::format("{}: {}", ref.display_path, file_errors);
     spdlog::info("usage probes: {} ({}:{}), {} functions, version {}, cipher {}, key type {}", ref.display_path,
                  major(ref.dev), minor(ref.dev), attached.functions.size(), layout.fields.at("ssl.version"),
                  layout.fields.at("ssl.cipher"), layout.fields.at("ssl.key_type"));
@@ -478,28 +640,21 @@ Status UsageProbes::AttachGoFile(const FileRef& ref) {
   std::map<std::string, std::string> fields = plan->fields;
   fields["go.version"] = plan->go_version.empty() ? "unknown" : plan->go_version;
   AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, ref.library, {}, std::move(fields)};
-  // RET sites before entries, as for uretprobes: a call whose entry is seen
-  // must have its returns probed already.
-  std::string errors;
-  std::set<std::string> failed;
-  for (bool entry : {false, true}) {
-    for (const GoProbeSite& site : plan->sites) {
-      if (site.ret == entry || failed.count(site.function)) continue;
-      Site s;
-      s.prog = impl_->skel->progs.usage_go;
-      s.file = fd;
-      s.offset = site.file_offset;
-      s.cookie = site.cookie_bits | lib;
-      s.entry = entry;
-      if (auto st = impl_->AddSite(std::move(s)); !st.ok()) {
-        errors += fmt::format("{}: attaching to {}+{:#x} failed: {}; ", ref.display_path, site.function,
-                              site.file_offset, st.error().message);
-        failed.insert(site.function);
-        continue;
-      }
-      if (entry) attached.functions.push_back(site.function);
-    }
+  // RET sites before entries (AttachPlanned), as for uretprobes: a call
+  // whose entry is seen must have its returns probed already.
+  std::vector<PlannedProbe> probes;
+  for (const GoProbeSite& site : plan->sites) {
+    PlannedProbe p;
+    p.function = site.function;
+    p.prog = impl_->skel->progs.usage_go;
+    p.multi_prog = impl_->skel->progs.usage_go_multi;
+    p.offset = site.file_offset;
+    p.cookie = site.cookie_bits | lib;
+    p.entry = !site.ret;
+    probes.push_back(std::move(p));
   }
+  std::string errors;
+  attached.functions = impl_->AttachPlanned(fd, probes, &errors);
   spdlog::info("usage probes: {} ({}:{}), Go {}, {} functions at {} sites, version {}, cipher {}, resumed {}",
                ref.display_path, major(ref.dev), minor(ref.dev), plan->go_version, attached.functions.size(),
                plan->sites.size(), plan->fields.at("ssl.version"), plan->fields.at("ssl.cipher"),
@@ -512,7 +667,7 @@ Status UsageProbes::AttachGoFile(const FileRef& ref) {
 size_t UsageProbes::link_count() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   size_t n = impl_->fixed_links.size();
-  for (const Site& s : impl_->sites) n += s.link ? 1 : 0;
+  for (const Group& g : impl_->groups) n += g.multi_link.valid() ? 1 : g.links.size();
   return n;
 }
 
@@ -522,8 +677,10 @@ std::vector<HandshakeCount> UsageProbes::ReadHandshakes() const {
   handshake_key key{}, next{};
   const handshake_key* prev = nullptr;
   while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    uint64_t count = 0;
-    if (bpf_map_lookup_elem(fd, &next, &count) == 0) out.push_back({next, count});
+    handshake_count count{};
+    if (bpf_map_lookup_elem(fd, &next, &count) == 0) {
+      out.push_back({next, count.count, static_cast<double>(count.weighted) / USAGE_SCALE_ONE});
+    }
     key = next;
     prev = &key;
   }
@@ -538,8 +695,12 @@ std::vector<OperationStats> UsageProbes::ReadOperations() const {
   auto value = std::make_unique<op_latency>();
   while (bpf_map_get_next_key(fd, prev, &next) == 0) {
     if (bpf_map_lookup_elem(fd, &next, value.get()) == 0) {
-      OperationStats stats{next, value->count, value->cpu_ns, value->wall_ns,
-                           std::vector<uint64_t>(value->slots, value->slots + USAGE_HIST_SLOTS)};
+      OperationStats stats{next,
+                           value->count,
+                           value->cpu_ns,
+                           value->wall_ns,
+                           std::vector<uint64_t>(value->slots, value->slots + USAGE_HIST_SLOTS),
+                           static_cast<double>(value->weighted) / USAGE_SCALE_ONE};
       out.push_back(std::move(stats));
     }
     key = next;
@@ -580,22 +741,24 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
     for (const HandshakeCount& s : start.handshakes) {
       if (std::memcmp(&s.key, &h.key, sizeof(h.key)) == 0) before = s.count;
     }
-    if (h.count > before) {
-      out.handshakes.push_back({h.key, h.count - before, static_cast<double>(h.count - before)});
+    double weighted_before = 0;
+    for (const HandshakeCount& s : start.handshakes) {
+      if (std::memcmp(&s.key, &h.key, sizeof(h.key)) == 0) weighted_before = s.estimated;
     }
+    if (h.count > before) out.handshakes.push_back({h.key, h.count - before, h.estimated - weighted_before});
   }
   for (const OperationStats& op : end.operations) {
     OperationStats delta = op;
     for (const OperationStats& s : start.operations) {
       if (std::memcmp(&s.key, &op.key, sizeof(op.key)) != 0) continue;
       delta.count -= std::min(delta.count, s.count);
+      delta.estimated -= std::min(delta.estimated, s.estimated);
       delta.cpu_ns -= std::min(delta.cpu_ns, s.cpu_ns);
       delta.wall_ns -= std::min(delta.wall_ns, s.wall_ns);
       for (size_t i = 0; i < delta.slots.size() && i < s.slots.size(); ++i) {
         delta.slots[i] -= std::min(delta.slots[i], s.slots[i]);
       }
     }
-    delta.estimated = static_cast<double>(delta.count);
     if (delta.count > 0) out.operations.push_back(std::move(delta));
   }
   auto minus = [](uint64_t a, uint64_t b) { return a > b ? a - b : 0; };
@@ -616,16 +779,22 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   b.probe_cpu_seconds = std::max(0.0, end.clock.cost - start.clock.cost);
   b.budget_cpu_seconds = std::max(0.0, end.clock.allowed - start.clock.allowed);
   b.toggles = end.clock.toggles - std::min(end.clock.toggles, start.clock.toggles);
-  const double scale = b.duty_cycle > 0 ? 1.0 / b.duty_cycle : 0.0;
+  // The estimate's 95% error, as if each event had been kept with
+  // probability 1/w (w: the window's mean weight): the variance of the
+  // estimate N is N(w - 1); 0 while always on. Conservative for a steady
+  // rate, whose on-phase counts vary less than a Bernoulli sample's.
   uint64_t seen = 0;
-  for (HandshakeCount& h : out.handshakes) {
-    h.estimated = static_cast<double>(h.count) * scale;
+  double estimated = 0;
+  for (const HandshakeCount& h : out.handshakes) {
     seen += h.count;
+    estimated += h.estimated;
   }
-  for (OperationStats& op : out.operations) op.estimated = static_cast<double>(op.count) * scale;
-  // The scaled counts' 95% error: the count seen in the on-phases as a
-  // Poisson sample (conservative for a steady rate); 0 while always on.
-  b.relative_error = b.duty_cycle >= 1.0 ? 0.0 : 1.96 / std::sqrt(static_cast<double>(std::max<uint64_t>(seen, 1)));
+  const double w = seen ? estimated / static_cast<double>(seen) : 1.0;
+  if (seen == 0 && b.duty_cycle < 1.0) {
+    b.relative_error = std::numeric_limits<double>::quiet_NaN();  // probes off all window: unknown (null)
+  } else {
+    b.relative_error = w <= 1.0001 || estimated <= 0 ? 0.0 : 1.96 * std::sqrt((w - 1) / estimated);
+  }
   return out;
 }
 
