@@ -136,6 +136,21 @@ struct {
 	__type(value, struct go_handshake);
 } go_handshakes SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, USAGE_MAX_LIVE_CONNECTIONS);
+	__type(key, struct live_key);
+	__type(value, struct live_connection);
+} live_connections SEC(".maps");
+
+/* The sum of live_connections' weights by process and library. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, USAGE_MAX_LIVE_PROCESSES);
+	__type(key, struct live_process_key);
+	__type(value, __s64);
+} live_by_process SEC(".maps");
+
 /* Shared with profile.bpf.c; user space reuses the sampler's. */
 #include "hijacked_returns.bpf.h"
 
@@ -401,6 +416,35 @@ static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall
  * its operations showed (`open`, may be NULL). `is_server`: 0 or 1 when the
  * probed function says it, else USAGE_UNKNOWN (read the field).
  */
+/* A connection whose handshake completed is live until its end probe. */
+static __always_inline void connection_begins(__u32 tgid, __u32 lib, __u64 conn)
+{
+	struct live_key key = { .tgid = tgid, .conn = conn };
+	struct live_connection value = { .weighted = scale_milli, .lib = lib };
+	struct live_process_key pkey = { .tgid = tgid, .lib = lib };
+	__s64 *sum, first;
+
+	/* An object that handshakes again (a TLS 1.2 renegotiation, a reused
+	 * SSL) is one connection.
+	 */
+	if (bpf_map_update_elem(&live_connections, &key, &value, BPF_NOEXIST)) {
+		if (!bpf_map_lookup_elem(&live_connections, &key))
+			count_total(UTOTAL_LIVE_FULL);
+		return;
+	}
+	sum = bpf_map_lookup_elem(&live_by_process, &pkey);
+	if (sum) {
+		__sync_fetch_and_add(sum, (__s64)value.weighted);
+		return;
+	}
+	first = (__s64)value.weighted;
+	if (bpf_map_update_elem(&live_by_process, &pkey, &first, BPF_NOEXIST)) {
+		sum = bpf_map_lookup_elem(&live_by_process, &pkey);
+		if (sum)
+			__sync_fetch_and_add(sum, (__s64)value.weighted);
+	}
+}
+
 static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
                                             const struct lib_layout *layout,
                                             const struct open_handshake *open, __u32 is_server)
@@ -410,6 +454,7 @@ static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
 	__u32 v;
 
 	count_total(UTOTAL_HANDSHAKES);
+	connection_begins(tgid, lib, ssl);
 	key.tgid = tgid;
 	key.lib = lib;
 	v = read_field(layout, FIELD_SSL_VERSION, ssl);
@@ -976,4 +1021,45 @@ SEC("uprobe")
 int usage_go_multi(struct pt_regs *ctx)
 {
 	return go_probe(ctx);
+}
+
+/* The end of a connection: SSL_free(SSL *) (RDI) or Go's (*Conn).Close (c in
+ * AX). Called more than once for one object (Close twice, SSL_free of a
+ * shared reference) it ends it once; one whose handshake was never seen
+ * is not in the map.
+ */
+static __always_inline int close_probe(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct live_key key = { .tgid = bpf_get_current_pid_tgid() >> 32 };
+	struct live_process_key pkey = { .tgid = key.tgid };
+	struct live_connection *live;
+	__s64 *sum, weighted;
+
+	count_total(UTOTAL_HITS);
+	count_total(UTOTAL_CLOSE_CALLS);
+	key.conn = USAGE_COOKIE_PROBE(cookie) == PROBE_GO_CLOSE ? GO_LOAD(ax) : GO_LOAD(di);
+	live = bpf_map_lookup_elem(&live_connections, &key);
+	if (!live)
+		return 0;
+	weighted = (__s64)live->weighted;
+	pkey.lib = live->lib;
+	if (bpf_map_delete_elem(&live_connections, &key))
+		return 0; /* another thread ended it first */
+	sum = bpf_map_lookup_elem(&live_by_process, &pkey);
+	if (sum)
+		__sync_fetch_and_add(sum, -weighted);
+	return 0;
+}
+
+SEC("uprobe")
+int usage_close(struct pt_regs *ctx)
+{
+	return close_probe(ctx);
+}
+
+SEC("uprobe")
+int usage_close_multi(struct pt_regs *ctx)
+{
+	return close_probe(ctx);
 }

@@ -17,6 +17,8 @@
 #define USAGE_MAX_OP_KEYS 1024        /* op_latency */
 #define USAGE_MAX_INFLIGHT 16384      /* threads inside a probed function */
 #define USAGE_MAX_OPEN_HANDSHAKES 16384
+#define USAGE_MAX_LIVE_CONNECTIONS 262144 /* live_connections */
+#define USAGE_MAX_LIVE_PROCESSES 16384    /* live_by_process */
 /* An operation still in flight after this long is taken as abandoned. */
 #define USAGE_STALE_NS (10ull * 1000 * 1000 * 1000)
 
@@ -83,6 +85,12 @@ enum usage_probe {
 	PROBE_GO_VERIFY,    /* ecdsa.VerifyASN1, rsa.VerifyPKCS1v15 / VerifyPSS, ed25519.Verify */
 	PROBE_GO_DERIVE,    /* (*x25519Parameters / *nistParameters).SharedKey(peer) []byte */
 	PROBE_GO_CALIBRATE, /* the agent's own function, probed the Go way */
+	/* The end of a connection, entry only (usage_close): SSL_free(SSL *),
+	 * Go's (*Conn).Close (c *Conn). Not duty-cycled (docs/usage.md, "Live
+	 * connections").
+	 */
+	PROBE_CLOSE,
+	PROBE_GO_CLOSE,
 	PROBE_NR,
 };
 
@@ -198,6 +206,30 @@ struct handshake_key {
 	__u32 sig_len;   /* the handshake's signature length, 0: none */
 };
 
+/* Live TLS connections: one entry per connection whose handshake the
+ * probes saw complete, until its SSL_free / Close. `weighted` is the duty
+ * cycle's weight when it was counted (USAGE_SCALE_ONE units), so that
+ * live_by_process, the sum of its process's, estimates all live
+ * connections.
+ */
+struct live_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 conn; /* SSL * or Go *Conn */
+};
+
+struct live_connection {
+	__u64 weighted;
+	__u16 lib;
+	__u16 pad[3];
+};
+
+struct live_process_key {
+	__u32 tgid;
+	__u16 lib;
+	__u16 pad;
+};
+
 /* Return addresses the kernel's uretprobes took over, per thread (by tid).
  * A uretprobe replaces the probed call's return address on the user stack
  * with its trampoline (in the [uprobes] page), so a stack unwound while the
@@ -235,6 +267,8 @@ enum usage_total_slot {
 	UTOTAL_CALLS_ENDBR64,
 	UTOTAL_CALLS_SINGLE_STEPPED,
 	UTOTAL_CALLS_GO,
+	UTOTAL_CLOSE_CALLS, /* connection-end probes (entry only: about half a call's cost) */
+	UTOTAL_LIVE_FULL,   /* a handshaken connection live_connections had no room for */
 	UTOTAL_NR_SLOTS,
 };
 

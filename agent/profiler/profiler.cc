@@ -222,6 +222,7 @@ Window Profiler::CloseWindow() {
   }
   for (pid_t pid : gone) {
     registry_.Forget(pid);
+    if (usage_) usage_->ForgetProcess(static_cast<uint32_t>(pid));
     if (registrar_) registrar_->Unregister(pid);
     seen_.erase(static_cast<uint32_t>(pid));
   }

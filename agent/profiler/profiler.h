@@ -117,6 +117,7 @@ class Profiler {
   const MemoryBudget& memory_budget() const { return *budget_; }
   // Null unless Options::usage.
   const usage::UsageProbes* usage() const { return usage_.get(); }
+  usage::UsageProbes* usage() { return usage_.get(); }
 
  private:
   Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler);

@@ -1,6 +1,9 @@
 #include "agent/report/usage_report.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
@@ -16,6 +19,14 @@ using nlohmann::json;
 std::string Comm(const discovery::ProcessRegistry& registry, uint32_t tgid) {
   const discovery::ProcessSnapshot* snap = registry.Get(static_cast<pid_t>(tgid));
   return snap ? snap->comm : "";
+}
+
+// A process's resident memory now (/proc/PID/statm); 0 if it is gone.
+uint64_t ResidentBytes(uint32_t tgid) {
+  std::ifstream statm(fmt::format("/proc/{}/statm", tgid));
+  uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 std::string OpName(uint8_t op) {
@@ -168,6 +179,21 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
   }
   doc["handshake_cpu"] = std::move(rows);
 
+  // Live TLS connections beside the process's resident memory: an SRE
+  // reads off memory per connection (docs/usage.md, "Live connections").
+  rows = json::array();
+  for (const usage::ConnectionCount& c : window.connections) {
+    if (excluded(c.tgid)) continue;
+    const uint64_t rss = ResidentBytes(c.tgid);
+    rows.push_back({{"pid", c.tgid},
+                    {"comm", Comm(registry, c.tgid)},
+                    {"library", lib_path(c.lib)},
+                    {"live_connections", c.estimated},
+                    {"rss_bytes", rss},
+                    {"rss_bytes_per_connection", c.estimated >= 1 ? static_cast<double>(rss) / c.estimated : 0.0}});
+  }
+  doc["connections"] = std::move(rows);
+
   json attached = json::array();
   for (const usage::AttachedFile& f : files) {
     attached.push_back({{"path", f.path}, {"functions", f.functions}, {"fields", f.fields}});
@@ -198,7 +224,9 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                            {"dropped_keys", window.totals.dropped_keys},
                            {"read_errors", window.totals.read_errors},
                            {"go_unmatched_returns", window.totals.go_unmatched},
-                           {"go_migrated_operations", window.totals.go_migrated}};
+                           {"go_migrated_operations", window.totals.go_migrated},
+                           {"connection_ends", window.totals.closes},
+                           {"connections_not_tracked", window.totals.live_full}};
 }
 
 }  // namespace tlsprof::report

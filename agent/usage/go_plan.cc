@@ -49,6 +49,8 @@ constexpr std::array kGoProbed = {
     GoProbed{"crypto/ed25519.Verify", PROBE_GO_VERIFY, kEd25519, GO_REG_R10, 0},
     GoProbed{"crypto/tls.(*x25519Parameters).SharedKey", PROBE_GO_DERIVE, kX25519, GO_REG_NONE, 0},
     GoProbed{"crypto/tls.(*nistParameters).SharedKey", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
+    // The end of a connection: entry only (no RET sites).
+    GoProbed{"crypto/tls.(*Conn).Close", PROBE_GO_CLOSE, 0, GO_REG_NONE, 0},
 };
 
 // tls.Conn's layout by Go version, for binaries without DWARF. Each row is
@@ -266,6 +268,10 @@ Result<GoFilePlan> PlanGoFile(int fd, std::string_view display_path) {
     const uint64_t bits = USAGE_GO_COOKIE(0, probed->probe, INSN_GO, probed->key_type, probed->reg, probed->flags);
     const uint64_t entry = GoEntryProbeAddress(*code, sym.addr);
     plan.sites.push_back({sym.name, entry - seg->vaddr + seg->offset, bits, false});
+    if (probed->probe == PROBE_GO_CLOSE) {
+      plan.functions.push_back(sym.name);
+      continue;
+    }
     for (uint64_t ret : rets) {
       plan.sites.push_back(
           {sym.name, ret - seg->vaddr + seg->offset, bits | (static_cast<uint64_t>(USAGE_GO_RETURN) << 56), true});

@@ -14,9 +14,13 @@ struct ProbedFunction {
 };
 
 constexpr std::array kProbed = {
-    ProbedFunction{"SSL_do_handshake", PROBE_HANDSHAKE},  ProbedFunction{"EVP_DigestSign", PROBE_DIGEST_SIGN},
-    ProbedFunction{"EVP_PKEY_sign", PROBE_PKEY_SIGN},     ProbedFunction{"EVP_DigestVerify", PROBE_DIGEST_VERIFY},
-    ProbedFunction{"EVP_PKEY_verify", PROBE_PKEY_VERIFY}, ProbedFunction{"EVP_PKEY_derive", PROBE_DERIVE},
+    ProbedFunction{"SSL_do_handshake", PROBE_HANDSHAKE},
+    ProbedFunction{"EVP_DigestSign", PROBE_DIGEST_SIGN},
+    ProbedFunction{"EVP_PKEY_sign", PROBE_PKEY_SIGN},
+    ProbedFunction{"EVP_DigestVerify", PROBE_DIGEST_VERIFY},
+    ProbedFunction{"EVP_PKEY_verify", PROBE_PKEY_VERIFY},
+    ProbedFunction{"EVP_PKEY_derive", PROBE_DERIVE},
+    ProbedFunction{"SSL_free", PROBE_CLOSE},
 };
 
 // Each field is one accessor, or accessors composed (the first returns the

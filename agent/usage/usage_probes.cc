@@ -185,7 +185,8 @@ struct Group {
   std::shared_ptr<UniqueFd> file;
   std::vector<uint64_t> offsets, cookies;
   bool retprobe = false;
-  bool entry = true;  // attached after every return probe, detached before them
+  bool entry = true;       // attached after every return probe, detached before them
+  bool always_on = false;  // connection ends: never duty-cycled
   UniqueFd multi_link;
   std::vector<LinkPtr> links;
 
@@ -225,6 +226,7 @@ struct PlannedProbe {
   uint64_t cookie = 0;
   bool retprobe = false;
   bool entry = true;
+  bool always_on = false;
 };
 
 }  // namespace
@@ -262,7 +264,7 @@ struct UsageProbes::Impl {
   // cycle has the probes off.
   Status AddGroup(Group&& group) {
     std::lock_guard<std::mutex> lock(mu);
-    if (on) {
+    if (on || group.always_on) {
       if (auto st = group.Attach(); !st.ok()) return st;
     }
     groups.push_back(std::move(group));
@@ -282,6 +284,7 @@ struct UsageProbes::Impl {
       g.file = file;
       g.retprobe = probes[0]->retprobe;
       g.entry = probes[0]->entry;
+      g.always_on = probes[0]->always_on;
       for (const PlannedProbe* p : probes) {
         g.offsets.push_back(p->offset);
         g.cookies.push_back(p->cookie);
@@ -332,6 +335,14 @@ struct UsageProbes::Impl {
       for (uint64_t v : values) calls += v;
       cost += static_cast<double>(calls) * call_cost[insn];
     }
+    // Connection ends: an entry probe alone, about half a single-stepped
+    // call's pair (SSL_free starts with endbr64 in Debian's build).
+    const uint32_t slot = UTOTAL_CLOSE_CALLS;
+    if (bpf_map_lookup_elem(fd, &slot, values.data()) == 0) {
+      uint64_t calls = 0;
+      for (uint64_t v : values) calls += v;
+      cost += static_cast<double>(calls) * call_cost[INSN_SINGLE_STEPPED] / 2;
+    }
     return cost;
   }
   // The duty cycle's thread: ticks every 20 ms.
@@ -369,7 +380,7 @@ struct UsageProbes::Impl {
     const double cpu = ThreadCpuSeconds();
     for (bool entry : want ? std::array{false, true} : std::array{true, false}) {
       for (Group& g : groups) {
-        if (g.entry != entry) continue;
+        if (g.entry != entry || g.always_on) continue;
         if (!want) {
           g.Detach();
         } else if (!g.Attached()) {
@@ -402,9 +413,10 @@ Result<std::unique_ptr<UsageProbes>> UsageProbes::Start(int hijacked_returns_fd)
         return MakeError("sharing the sampler's hijacked_returns map failed: {}", ErrnoText(err));
       }
     }
-    for (bpf_program* prog : {impl->skel->progs.usage_handshake_enter_multi,
-                              impl->skel->progs.usage_handshake_exit_multi, impl->skel->progs.usage_op_enter_multi,
-                              impl->skel->progs.usage_op_exit_multi, impl->skel->progs.usage_go_multi}) {
+    for (bpf_program* prog :
+         {impl->skel->progs.usage_handshake_enter_multi, impl->skel->progs.usage_handshake_exit_multi,
+          impl->skel->progs.usage_op_enter_multi, impl->skel->progs.usage_op_exit_multi,
+          impl->skel->progs.usage_go_multi, impl->skel->progs.usage_close_multi}) {
       if (multi) {
         bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(kTraceUprobeMulti));
       } else {
@@ -595,6 +607,17 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
     std::vector<PlannedProbe> probes;
     for (const ProbeSite& site : plan.sites) {
       const bool handshake = site.probe == PROBE_HANDSHAKE;
+      if (site.probe == PROBE_CLOSE) {
+        PlannedProbe p;
+        p.function = site.function;
+        p.prog = impl_->skel->progs.usage_close;
+        p.multi_prog = impl_->skel->progs.usage_close_multi;
+        p.offset = site.file_offset;
+        p.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
+        p.always_on = true;
+        probes.push_back(std::move(p));
+        continue;
+      }
       for (bool entry : {false, true}) {
         PlannedProbe p;
         p.function = site.function;
@@ -646,8 +669,10 @@ Status UsageProbes::AttachGoFile(const FileRef& ref) {
   for (const GoProbeSite& site : plan->sites) {
     PlannedProbe p;
     p.function = site.function;
-    p.prog = impl_->skel->progs.usage_go;
-    p.multi_prog = impl_->skel->progs.usage_go_multi;
+    const bool close = USAGE_COOKIE_PROBE(site.cookie_bits) == PROBE_GO_CLOSE;
+    p.prog = close ? impl_->skel->progs.usage_close : impl_->skel->progs.usage_go;
+    p.multi_prog = close ? impl_->skel->progs.usage_close_multi : impl_->skel->progs.usage_go_multi;
+    p.always_on = close;
     p.offset = site.file_offset;
     p.cookie = site.cookie_bits | lib;
     p.entry = !site.ret;
@@ -709,6 +734,44 @@ std::vector<OperationStats> UsageProbes::ReadOperations() const {
   return out;
 }
 
+std::vector<ConnectionCount> UsageProbes::ReadConnections() const {
+  std::vector<ConnectionCount> out;
+  const int fd = bpf_map__fd(impl_->skel->maps.live_by_process);
+  live_process_key key{}, next{};
+  const live_process_key* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    int64_t weighted = 0;
+    if (bpf_map_lookup_elem(fd, &next, &weighted) == 0 && weighted > 0) {
+      out.push_back({next.tgid, next.lib, static_cast<double>(weighted) / USAGE_SCALE_ONE});
+    }
+    key = next;
+    prev = &key;
+  }
+  return out;
+}
+
+void UsageProbes::ForgetProcess(uint32_t tgid) {
+  // Its connections' entries, then its sums: a process that exited ends
+  // its connections without SSL_free.
+  const int live = bpf_map__fd(impl_->skel->maps.live_connections);
+  std::vector<live_key> gone;
+  live_key key{}, next{};
+  const live_key* prev = nullptr;
+  while (bpf_map_get_next_key(live, prev, &next) == 0) {
+    if (next.tgid == tgid) gone.push_back(next);
+    key = next;
+    prev = &key;
+  }
+  for (const live_key& k : gone) bpf_map_delete_elem(live, &k);
+  const int sums = bpf_map__fd(impl_->skel->maps.live_by_process);
+  for (const AttachedFile& f : files_) {
+    live_process_key pkey{};
+    pkey.tgid = tgid;
+    pkey.lib = f.lib;
+    bpf_map_delete_elem(sums, &pkey);
+  }
+}
+
 UsageTotals UsageProbes::ReadTotals() const {
   const int fd = bpf_map__fd(impl_->skel->maps.usage_totals);
   const int ncpus = libbpf_num_possible_cpus();
@@ -731,6 +794,8 @@ UsageTotals UsageProbes::ReadTotals() const {
   totals.read_errors = sum(UTOTAL_READ_ERRORS);
   totals.go_unmatched = sum(UTOTAL_GO_UNMATCHED);
   totals.go_migrated = sum(UTOTAL_GO_MIGRATED);
+  totals.closes = sum(UTOTAL_CLOSE_CALLS);
+  totals.live_full = sum(UTOTAL_LIVE_FULL);
   return totals;
 }
 
@@ -771,6 +836,8 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   out.totals.read_errors = minus(end.totals.read_errors, start.totals.read_errors);
   out.totals.go_unmatched = minus(end.totals.go_unmatched, start.totals.go_unmatched);
   out.totals.go_migrated = minus(end.totals.go_migrated, start.totals.go_migrated);
+  out.totals.closes = minus(end.totals.closes, start.totals.closes);
+  out.totals.live_full = minus(end.totals.live_full, start.totals.live_full);
   out.connections = end.connections;
   // The duty cycle over the window, and the counts scaled by it.
   const double span = end.clock.at - start.clock.at;

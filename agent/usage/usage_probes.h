@@ -102,6 +102,8 @@ struct UsageTotals {
   uint64_t read_errors = 0;
   uint64_t go_unmatched = 0;  // Go RETs without their entry
   uint64_t go_migrated = 0;   // Go operations that ended on another thread (on-CPU time: the first's)
+  uint64_t closes = 0;        // connection-end probe hits
+  uint64_t live_full = 0;     // handshaken connections live_connections had no room for
 };
 
 // Everything the probes counted up to one moment (the maps are cumulative);
@@ -145,7 +147,14 @@ class UsageProbes {
   std::vector<OperationStats> ReadOperations() const;
   UsageTotals ReadTotals() const;
   UsageClock ReadClock() const;
-  UsageSnapshot Snapshot() const { return {ReadHandshakes(), ReadOperations(), ReadTotals(), {}, {}, ReadClock()}; }
+  // Live connections by process (ConnectionCount).
+  std::vector<ConnectionCount> ReadConnections() const;
+  UsageSnapshot Snapshot() const {
+    return {ReadHandshakes(), ReadOperations(), ReadTotals(), ReadConnections(), {}, ReadClock()};
+  }
+  // Drops what the probes hold for a process that exited: its live
+  // connections (it never freed them) and their sums.
+  void ForgetProcess(uint32_t tgid);
   // Keeps the probes' cost under `cpu_seconds_per_second` (of the host's
   // CPUs: 0.5% of 2 CPUs is 0.01) by attaching them only part of the time
   // (duty_cycle.h), from a thread of its own; <= 0: always on. Call it after

@@ -7,6 +7,8 @@ exchanges, each timed on-CPU."""
 import collections
 import json
 import os
+import socket
+import ssl
 import subprocess
 import time
 import unittest
@@ -29,6 +31,7 @@ MIX = [
      ("full", "TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "X25519", "RSA")),
 ]
 RESUMED = 3  # resumptions of one TLS 1.3 AES-256-GCM session (plus its full handshake)
+HELD_OPEN = 3  # connections still open when the Go test's report is written
 
 
 class UsageTest(unittest.TestCase):
@@ -177,7 +180,7 @@ class UsageTest(unittest.TestCase):
         print("s_server handshakes:", dict(rows))
         self.assertEqual(rows, collections.Counter({("server", "full", "TLSv1.3", "X25519", "ECDSA"): connections}))
         probed = [f["functions"] for f in report["agent"]["usage"]["files"] if f["path"].endswith("libssl.so.3")]
-        self.assertEqual(probed, [["state_machine"]])
+        self.assertEqual(probed, [["state_machine", "SSL_free"]])
 
     def test_go_servers_mix_is_counted_exactly(self):
         """Go crypto/tls: probes at function entries and RET instructions
@@ -216,8 +219,24 @@ class UsageTest(unittest.TestCase):
         self.s_client(servers["ecdsa"][1], resume + ["-sess_out", session], request=b"x", answer=None)
         for _ in range(RESUMED):
             self.s_client(servers["ecdsa"][1], resume + ["-sess_in", session], request=b"x", answer=None)
+        # Connections held open through the report: live. (The server
+        # waits for their byte; everything above was closed.)
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        held = []
+        for _ in range(HELD_OPEN):
+            sock = context.wrap_socket(socket.create_connection(("127.0.0.1", servers["rsa"][1])))
+            self.addCleanup(sock.close)
+            held.append(sock)
         self.assertLess(time.monotonic() - started, PROFILE_SECONDS - 3, "the client mix outran the profile window")
         report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)
+
+        live = {c["pid"]: c for c in report["connections"]}
+        print("go live connections:", report["connections"])
+        self.assertEqual(set(live), {servers["rsa"][0].pid}, report["connections"])
+        self.assertEqual(live[servers["rsa"][0].pid]["live_connections"], HELD_OPEN)
+        self.assertGreater(live[servers["rsa"][0].pid]["rss_bytes"], 0)
 
         pid_cert = {p.pid: cert for cert, (p, _) in servers.items()}
         rows = collections.Counter()
@@ -233,6 +252,9 @@ class UsageTest(unittest.TestCase):
         suite = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"
         want[("ecdsa", "full", "TLSv1.2", suite, "X25519", "ECDSA")] += 1
         want[("ecdsa", "resumed", "TLSv1.2", suite, "none", "none")] += RESUMED
+        # Python's ssl module: TLS 1.3, Go's suite choice, X25519.
+        held_row = ("rsa", "full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519", "RSA")
+        want[held_row] += HELD_OPEN
         self.assertEqual(rows, want)
 
         ops = collections.Counter()
@@ -243,8 +265,8 @@ class UsageTest(unittest.TestCase):
         print("go operations:", dict(ops))
         self.assertEqual(ops, collections.Counter({
             ("sign", "ECDSA-P256"): 5 + 3 + 1,
-            ("sign", "RSA-2048"): 4 + 2,
-            ("key_exchange", "X25519"): 5 + 4 + 2 + 1,
+            ("sign", "RSA-2048"): 4 + 2 + HELD_OPEN,
+            ("key_exchange", "X25519"): 5 + 4 + 2 + 1 + HELD_OPEN,
             ("key_exchange", "ECDHE-P256"): 3,
         }))
         usage = report["agent"]["usage"]
