@@ -245,6 +245,21 @@ __u64 probe_overhead_ns[INSN_NR] = {};
  */
 __u64 scale_milli = USAGE_SCALE_ONE;
 
+/* The duty cycle's counting window (bpf_ktime_get_ns): events complete
+ * outside it are not counted, even when the probes are still attached (a
+ * detach late because the agent's thread waited for a CPU), so each cycle
+ * counts exactly the time its weight is for. Always open without a budget.
+ */
+__u64 gate_open_ns = 0;
+__u64 gate_close_ns = ~0ull;
+
+static __always_inline bool gate_open(void)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	return now >= gate_open_ns && now < gate_close_ns;
+}
+
 /* A new op_latency value: too big for the BPF stack. Never written. */
 const volatile struct op_latency zero_latency = {};
 
@@ -369,6 +384,10 @@ static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall
 	struct op_latency *lat;
 	__u32 slot;
 
+	if (!gate_open()) {
+		count_total(UTOTAL_OUTSIDE_GATE);
+		return;
+	}
 	if (handshake) {
 		struct open_handshake_key okey = { .tgid = key->tgid, .ssl = handshake };
 		struct open_handshake *open, fresh = {};
@@ -453,6 +472,10 @@ static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
 	struct handshake_count *count, first = { .count = 1, .weighted = scale_milli };
 	__u32 v;
 
+	if (!gate_open()) {
+		count_total(UTOTAL_OUTSIDE_GATE);
+		return;
+	}
 	count_total(UTOTAL_HANDSHAKES);
 	connection_begins(tgid, lib, ssl);
 	key.tgid = tgid;

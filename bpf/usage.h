@@ -267,8 +267,9 @@ enum usage_total_slot {
 	UTOTAL_CALLS_ENDBR64,
 	UTOTAL_CALLS_SINGLE_STEPPED,
 	UTOTAL_CALLS_GO,
-	UTOTAL_CLOSE_CALLS, /* connection-end probes (entry only: about half a call's cost) */
-	UTOTAL_LIVE_FULL,   /* a handshaken connection live_connections had no room for */
+	UTOTAL_CLOSE_CALLS,  /* connection-end probes (entry only: about half a call's cost) */
+	UTOTAL_LIVE_FULL,    /* a handshaken connection live_connections had no room for */
+	UTOTAL_OUTSIDE_GATE, /* completed outside the duty cycle's counting window: not counted */
 	UTOTAL_NR_SLOTS,
 };
 

@@ -192,7 +192,9 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                     {"rss_bytes", rss},
                     {"rss_bytes_per_connection", c.estimated >= 1 ? static_cast<double>(rss) / c.estimated : 0.0}});
   }
-  doc["connections"] = std::move(rows);
+  // Unknown (null) when the probes paused in the window: connections that
+  // began or ended meanwhile were not seen.
+  doc["connections"] = window.connections_known ? std::move(rows) : json(nullptr);
 
   json attached = json::array();
   for (const usage::AttachedFile& f : files) {

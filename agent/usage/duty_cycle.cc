@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace tlsprof::usage {
 
@@ -79,6 +80,33 @@ void DutyCycle::Toggled(double now, bool on, double toggle_cost) {
     on_total_ += std::max(0.0, now - on_since_);
   }
   on_ = on;
+}
+
+DutyCycle::Gate DutyCycle::gate(double now) const {
+  Gate g;
+  if (options_.budget <= 0 || share_ >= 1.0) {
+    g.open = 0;
+    g.close = std::numeric_limits<double>::infinity();
+    return g;
+  }
+  // The planned part of the on-phase that holds `now`.
+  double begin = 0, end = 0;
+  if (now >= on_begin_ && now < on_end_) {
+    begin = on_begin_;
+    end = on_end_;
+  } else if (now >= cycle_start_ && now < wrap_end_) {
+    begin = cycle_start_;
+    end = wrap_end_;
+  } else {
+    return g;  // closed
+  }
+  if (!on_) return g;  // not attached yet
+  const double open = std::max(begin, on_since_);
+  if (end - open <= 1e-3) return g;
+  g.open = open;
+  g.close = end;
+  g.weight = (1.0 / share_) * (end - begin) / (end - open);
+  return g;
 }
 
 double DutyCycle::on_seconds(double now) const { return on_total_ + (on_ ? std::max(0.0, now - on_since_) : 0.0); }

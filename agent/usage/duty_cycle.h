@@ -49,7 +49,18 @@ class DutyCycle {
 
   bool on() const { return on_; }
   double share() const { return share_; }  // this cycle's planned d
-  double scale() const { return 1.0 / share_; }
+
+  // Where events may be counted now, and what each stands for: the planned
+  // on-phase part that holds `now`, from when the probes were actually on
+  // (an attach made late by a busy host shortens it, and the weight makes
+  // up for it). Events completing outside it are not counted (the BPF
+  // side's gate), so a detach made late counts nothing extra. Without a
+  // budget, or at a share of 1: always open, weight 1.
+  struct Gate {
+    double open = 0, close = 0;  // seconds on the caller's clock; open == close: closed
+    double weight = 1;
+  };
+  Gate gate(double now) const;
   // Cumulative: time the probes were on, what they and their toggles cost,
   // what the budget allowed, and the toggles.
   double on_seconds(double now) const;

@@ -247,6 +247,19 @@ struct UsageProbes::Impl {
   std::thread thread;
   std::atomic<bool> stop{false};
 
+  // When the live connections were last started over (the probes came back
+  // after an off-phase); 0: since the start.
+  double connections_since = 0;
+  void ClearLive() {
+    for (bpf_map* map : {skel->maps.live_connections, skel->maps.live_by_process}) {
+      const int fd = bpf_map__fd(map);
+      std::vector<uint8_t> key(bpf_map__key_size(map));
+      while (bpf_map_get_next_key(fd, nullptr, key.data()) == 0) {
+        if (bpf_map_delete_elem(fd, key.data()) != 0) break;
+      }
+    }
+  }
+
   // The calibrated cost of one probed call (its entry and return hits) by
   // class of first instruction, in CPU-seconds of the probed thread.
   std::array<double, INSN_NR> call_cost{};
@@ -352,21 +365,33 @@ struct UsageProbes::Impl {
       const double cost = CostSeconds();
       std::lock_guard<std::mutex> lock(mu);
       const DutyCycle::Action action = duty->Tick(MonotonicSeconds(), cost);
-      // What an event counted from now stands for (the cycle's 1 / share).
-      skel->data->scale_milli = static_cast<uint64_t>(duty->scale() * USAGE_SCALE_ONE + 0.5);
-      if (action == DutyCycle::Action::kNone) continue;
-      const bool want = action == DutyCycle::Action::kAttach;
-      const double began = MonotonicSeconds();
-      const Toggle t = SetOn(want);
-      duty->Toggled(t.effective, want, t.cpu);
-      spdlog::debug("usage probes: {} {} probes in {:.1f} ms ({:.1f} ms CPU) at {:.3f} CPU-s/s measured",
-                    want ? "attached" : "detached", ProbeCount(), (MonotonicSeconds() - began) * 1e3, t.cpu * 1e3,
-                    duty->rate());
+      if (action != DutyCycle::Action::kNone) {
+        const bool want = action == DutyCycle::Action::kAttach;
+        const double began = MonotonicSeconds();
+        const Toggle t = SetOn(want);
+        duty->Toggled(t.effective, want, t.cpu);
+        spdlog::debug("usage probes: {} {} probes in {:.1f} ms ({:.1f} ms CPU) at {:.3f} CPU-s/s measured",
+                      want ? "attached" : "detached", ProbeCount(), (MonotonicSeconds() - began) * 1e3, t.cpu * 1e3,
+                      duty->rate());
+        // Connections that began or ended while the probes were off were
+        // not seen: the live set starts over (docs/usage.md, "Live connections").
+        if (want) {
+          ClearLive();
+          connections_since = t.effective;
+        }
+      }
+      SetGate(duty->gate(MonotonicSeconds()));
     }
   }
-  // Attaches (or detaches) every site: return probes first on the way in,
-  // entry probes first on the way out, so no call's entry is seen without
-  // its return. Called with mu held.
+  // The BPF side's counting window and weight (DutyCycle::Gate).
+  void SetGate(const DutyCycle::Gate& g) {
+    auto ns = [](double seconds) {
+      return seconds >= 1.8e10 ? ~0ull : static_cast<uint64_t>(std::max(0.0, seconds) * 1e9);
+    };
+    skel->data->scale_milli = static_cast<uint64_t>(g.weight * USAGE_SCALE_ONE + 0.5);
+    skel->bss->gate_open_ns = ns(g.open);
+    skel->data->gate_close_ns = ns(g.close);
+  }
   // What a toggle took: the agent's CPU for it, and when it took effect
   // (the last entry probe attached, or detached).
   struct Toggle {
@@ -527,6 +552,7 @@ UsageClock UsageProbes::ReadClock() const {
   const double cost = impl_->CostSeconds();
   std::lock_guard<std::mutex> lock(impl_->mu);
   c.at = MonotonicSeconds();
+  c.connections_since = impl_->connections_since;
   if (impl_->duty) {
     c.on = impl_->duty->on_seconds(c.at);
     c.cost = impl_->duty->cost_seconds();
@@ -614,7 +640,6 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
         p.multi_prog = impl_->skel->progs.usage_close_multi;
         p.offset = site.file_offset;
         p.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
-        p.always_on = true;
         probes.push_back(std::move(p));
         continue;
       }
@@ -672,7 +697,6 @@ Status UsageProbes::AttachGoFile(const FileRef& ref) {
     const bool close = USAGE_COOKIE_PROBE(site.cookie_bits) == PROBE_GO_CLOSE;
     p.prog = close ? impl_->skel->progs.usage_close : impl_->skel->progs.usage_go;
     p.multi_prog = close ? impl_->skel->progs.usage_close_multi : impl_->skel->progs.usage_go_multi;
-    p.always_on = close;
     p.offset = site.file_offset;
     p.cookie = site.cookie_bits | lib;
     p.entry = !site.ret;
@@ -799,6 +823,12 @@ UsageTotals UsageProbes::ReadTotals() const {
   return totals;
 }
 
+namespace {
+uint64_t b_toggles(const UsageSnapshot& end, const UsageSnapshot& start) {
+  return end.clock.toggles - std::min(end.clock.toggles, start.clock.toggles);
+}
+}  // namespace
+
 UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   UsageSnapshot out;
   for (const HandshakeCount& h : end.handshakes) {
@@ -838,7 +868,10 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   out.totals.go_migrated = minus(end.totals.go_migrated, start.totals.go_migrated);
   out.totals.closes = minus(end.totals.closes, start.totals.closes);
   out.totals.live_full = minus(end.totals.live_full, start.totals.live_full);
-  out.connections = end.connections;
+  // Live connections are exact only if the probes never paused since the
+  // window began (a pause starts the live set over): else unknown.
+  out.connections_known = end.clock.connections_since <= start.clock.at && b_toggles(end, start) == 0;
+  out.connections = out.connections_known ? end.connections : std::vector<ConnectionCount>{};
   // The duty cycle over the window, and the counts scaled by it.
   const double span = end.clock.at - start.clock.at;
   UsageBudget& b = out.budget;

@@ -90,6 +90,7 @@ struct UsageClock {
   double cost = 0;
   double allowed = 0;
   uint64_t toggles = 0;
+  double connections_since = 0;  // the live set started over then (0: at start)
 };
 
 struct UsageTotals {
@@ -115,6 +116,7 @@ struct UsageSnapshot {
   std::vector<ConnectionCount> connections;  // at the snapshot's moment
   UsageBudget budget;                        // over the window (Subtract's result)
   UsageClock clock;                          // cumulative, at the snapshot
+  bool connections_known = true;             // Subtract: false if the probes paused in the window
 };
 // `end` minus `start`, key by key; rows with nothing new are left out.
 // Connections are `end`'s. The budget is the clocks' difference, and the
@@ -150,7 +152,7 @@ class UsageProbes {
   // Live connections by process (ConnectionCount).
   std::vector<ConnectionCount> ReadConnections() const;
   UsageSnapshot Snapshot() const {
-    return {ReadHandshakes(), ReadOperations(), ReadTotals(), ReadConnections(), {}, ReadClock()};
+    return {ReadHandshakes(), ReadOperations(), ReadTotals(), ReadConnections(), {}, ReadClock(), true};
   }
   // Drops what the probes hold for a process that exited: its live
   // connections (it never freed them) and their sums.
