@@ -172,6 +172,7 @@ void Profiler::Discover(pid_t pid) {
 }
 
 void Profiler::Poll(Clock::time_point deadline) {
+  if (usage_) usage_->CheckFiles();
   sampler_->ForEachPid([&](uint32_t tgid, const pid_counts&) {
     if (tgid != 0 && seen_.insert(tgid).second) {
       pending_.push_back(tgid);

@@ -183,6 +183,7 @@ struct Group {
   bpf_program* prog = nullptr;        // attached through perf events
   bpf_program* multi_prog = nullptr;  // attached through uprobe_multi; null: not loaded
   std::shared_ptr<UniqueFd> file;
+  std::pair<uint64_t, uint64_t> file_key;  // dev, inode
   std::vector<uint64_t> offsets, cookies;
   bool retprobe = false;
   bool entry = true;       // attached after every return probe, detached before them
@@ -287,14 +288,16 @@ struct UsageProbes::Impl {
   // first); a group the kernel refuses is tried probe by probe, and a
   // function any of whose probes fails is left out whole (its entry and
   // returns go together). Returns the functions whose entries are attached.
-  std::vector<std::string> AttachPlanned(const std::shared_ptr<UniqueFd>& file, const std::vector<PlannedProbe>& plan,
-                                         std::string* errors) {
+  std::vector<std::string> AttachPlanned(const std::shared_ptr<UniqueFd>& file, std::pair<uint64_t, uint64_t> file_key,
+                                         const std::vector<PlannedProbe>& plan, std::string* errors) {
+    Watch(file, file_key);
     std::set<std::string> failed;
     auto group_of = [&](const std::vector<const PlannedProbe*>& probes, bool with_multi) {
       Group g;
       g.prog = probes[0]->prog;
       g.multi_prog = with_multi ? probes[0]->multi_prog : nullptr;
       g.file = file;
+      g.file_key = file_key;
       g.retprobe = probes[0]->retprobe;
       g.entry = probes[0]->entry;
       g.always_on = probes[0]->always_on;
@@ -328,6 +331,18 @@ struct UsageProbes::Impl {
       }
     }
     return attached;
+  }
+  // The probed files as they were when planned: one rewritten in place
+  // (same inode, new bytes) must lose its probes at once, since the kernel
+  // would put them at the old offsets into the new code.
+  struct Watched {
+    std::shared_ptr<UniqueFd> fd;
+    struct stat st {};
+  };
+  std::map<std::pair<uint64_t, uint64_t>, Watched> watched;
+  void Watch(const std::shared_ptr<UniqueFd>& file, std::pair<uint64_t, uint64_t> key) {
+    Watched w{file, {}};
+    if (fstat(file->get(), &w.st) == 0) watched.emplace(key, std::move(w));
   }
   size_t ProbeCount() const {
     size_t n = 0;
@@ -660,7 +675,7 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       }
     }
     std::string file_errors;
-    attached.functions = impl_->AttachPlanned(l.fd, probes, &file_errors);
+    attached.functions = impl_->AttachPlanned(l.fd, {ref.dev, ref.inode}, probes, &file_errors);
     if (!file_errors.empty()) errors += fmt::format("{}: {}", ref.display_path, file_errors);
     spdlog::info("usage probes: {} ({}:{}), {} functions, version {}, cipher {}, key type {}", ref.display_path,
                  major(ref.dev), minor(ref.dev), attached.functions.size(), layout.fields.at("ssl.version"),
@@ -703,7 +718,7 @@ Status UsageProbes::AttachGoFile(const FileRef& ref) {
     probes.push_back(std::move(p));
   }
   std::string errors;
-  attached.functions = impl_->AttachPlanned(fd, probes, &errors);
+  attached.functions = impl_->AttachPlanned(fd, {ref.dev, ref.inode}, probes, &errors);
   spdlog::info("usage probes: {} ({}:{}), Go {}, {} functions at {} sites, version {}, cipher {}, resumed {}",
                ref.display_path, major(ref.dev), minor(ref.dev), plan->go_version, attached.functions.size(),
                plan->sites.size(), plan->fields.at("ssl.version"), plan->fields.at("ssl.cipher"),
@@ -711,6 +726,41 @@ Status UsageProbes::AttachGoFile(const FileRef& ref) {
   files_.push_back(std::move(attached));
   if (!errors.empty()) return MakeError("usage probes: {}", errors);
   return OkStatus();
+}
+
+size_t UsageProbes::CheckFiles() {
+  auto same = [](const struct stat& a, const struct stat& b) {
+    return a.st_size == b.st_size && a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
+           a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
+  };
+  size_t dropped = 0;
+  for (auto it = impl_->watched.begin(); it != impl_->watched.end();) {
+    struct stat now {};
+    if (fstat(it->second.fd->get(), &now) == 0 && same(now, it->second.st)) {
+      ++it;
+      continue;
+    }
+    const auto key = it->first;
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      // Entry probes first, as in a pause.
+      for (bool entry : {true, false}) {
+        for (Group& g : impl_->groups) {
+          if (g.file_key == key && g.entry == entry) g.Detach();
+        }
+      }
+      std::erase_if(impl_->groups, [&](const Group& g) { return g.file_key == key; });
+    }
+    impl_->attached.erase(key);  // planned again when a process maps it
+    for (AttachedFile& f : files_) {
+      if (f.dev == key.first && f.inode == key.second) f.functions.clear();
+    }
+    spdlog::warn("usage probes: {}:{} inode {} changed in place; its probes are off until a process maps it again",
+                 major(key.first), minor(key.first), key.second);
+    it = impl_->watched.erase(it);
+    ++dropped;
+  }
+  return dropped;
 }
 
 size_t UsageProbes::link_count() const {

@@ -154,6 +154,11 @@ class UsageProbes {
   UsageSnapshot Snapshot() const {
     return {ReadHandshakes(), ReadOperations(), ReadTotals(), ReadConnections(), {}, ReadClock(), true};
   }
+  // Takes the probes off files rewritten in place since they were planned
+  // (same inode, other size or times): the kernel would keep them at the
+  // old offsets in the new code. Such a file is planned again when a
+  // process is found mapping it. Returns how many. Call it often (Poll).
+  size_t CheckFiles();
   // Drops what the probes hold for a process that exited: its live
   // connections (it never freed them) and their sums.
   void ForgetProcess(uint32_t tgid);
