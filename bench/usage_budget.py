@@ -30,31 +30,13 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(path, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            return
-        time.sleep(0.1)
-    raise SystemExit(f"{path} did not appear in {timeout} s")
-
+from usage_servers import REPO, Server
 
 def bpf_usage_runtime():
     """Run time (ns) and runs of the loaded usage programs (BPF stats)."""
@@ -129,24 +111,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tlsprof-budget-") as tmp:
         client = os.path.join(tmp, "handshake-client")
         shutil.copy(os.path.join(args.bin, "tlsprof-go-tls"), client)
-        port = free_port()
-        root = os.path.join(tmp, "nginx")
-        env = {**os.environ, "NGINX_SESSION_TICKETS": "on", "NGINX_WORKERS": "2", "NGINX_HANDSHAKE_PORT": str(port)}
-        nginx = subprocess.Popen(["sh", os.path.join(REPO, "workloads/nginx/run-nginx.sh"), root, str(free_port()),
-                                  "ecdsa"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 start_new_session=True)
+        server = Server("nginx", "ecdsa", "on", args.bin, os.path.join(tmp, "nginx"), workers=2)
         try:
-            wait_for(os.path.join(root, "ready"))
-            with open(os.path.join(root, "nginx.pid")) as f:
-                master = f.read().strip()
-            workers = [int(p) for p in subprocess.run(["pgrep", "-P", master], capture_output=True,
-                                                      text=True).stdout.split()]
             for n in range(args.rounds):
                 for mode in ("none", "sampler", "usage"):
-                    rows.append(run_once(args, mode, f"127.0.0.1:{port}", workers, client, tmp, n))
+                    rows.append(run_once(args, mode, server.addr, server.pids, client, tmp, n))
         finally:
-            os.killpg(nginx.pid, signal.SIGTERM)
-            nginx.wait(timeout=10)
+            server.close()
             subprocess.run(["sysctl", "-q", "-w", f"kernel.bpf_stats_enabled={stats or 0}"])
     cpus = os.cpu_count()
     print(f"{'run':<4} {'client':>8} {'hs/s':>7} {'estimate':>9} {'diff':>7} {'stated':>7} {'duty':>6} "

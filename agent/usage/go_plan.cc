@@ -103,53 +103,57 @@ std::string Describe(int32_t offset, uint8_t width, std::string_view source) {
   return fmt::format("+{:#x} ({} bytes) [{}]", offset, width, source);
 }
 
-}  // namespace
-
-std::vector<uint64_t> ReturnInstructions(std::span<const uint8_t> code, uint64_t vaddr) {
-  std::vector<uint64_t> out;
+// Decodes x86-64 code linearly with capstone, calling visit(insn) for each
+// instruction until it returns false; an undecodable byte (padding) is
+// stepped over.
+template <typename Visit>
+void ForEachInstruction(std::span<const uint8_t> code, uint64_t vaddr, Visit visit) {
   csh handle;
-  if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle) != CS_ERR_OK) return out;
+  if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle) != CS_ERR_OK) return;
   cs_insn* insn = cs_malloc(handle);
   const uint8_t* bytes = code.data();
   size_t size = code.size();
   uint64_t address = vaddr;
   while (size > 0) {
     if (!cs_disasm_iter(handle, &bytes, &size, &address, insn)) {
-      // Undecodable bytes (padding, or data): step over one and go on.
       ++bytes;
       --size;
       ++address;
       continue;
     }
-    if (insn->id == X86_INS_RET) out.push_back(insn->address);
+    if (!visit(*insn)) break;
   }
   cs_free(insn, 1);
   cs_close(&handle);
+}
+
+}  // namespace
+
+std::vector<uint64_t> ReturnInstructions(std::span<const uint8_t> code, uint64_t vaddr) {
+  std::vector<uint64_t> out;
+  ForEachInstruction(code, vaddr, [&](const cs_insn& insn) {
+    if (insn.id == X86_INS_RET) out.push_back(insn.address);
+    return true;
+  });
   return out;
 }
 
 uint64_t GoEntryProbeAddress(std::span<const uint8_t> code, uint64_t vaddr) {
-  csh handle;
-  if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle) != CS_ERR_OK) return vaddr;
-  cs_insn* insn = cs_malloc(handle);
-  const uint8_t* bytes = code.data();
-  size_t size = code.size();
-  uint64_t address = vaddr;
   uint64_t found = vaddr;
   bool checked = false;
+  int seen = 0;
   // Go's prologue: [lea r12, [rsp - N];] cmp rsp|r12, [r14 + 0x10]; jbe morestack.
-  for (int i = 0; i < 3 && size > 0 && cs_disasm_iter(handle, &bytes, &size, &address, insn); ++i) {
-    const std::string_view mnemonic(insn->mnemonic), operands(insn->op_str);
-    if (mnemonic == "lea" && operands.rfind("r12,", 0) == 0) continue;
+  ForEachInstruction(code, vaddr, [&](const cs_insn& insn) {
+    const std::string_view mnemonic(insn.mnemonic), operands(insn.op_str);
+    if (++seen > 3) return false;
+    if (mnemonic == "lea" && operands.rfind("r12,", 0) == 0) return true;
     if (mnemonic == "cmp" && operands.find("[r14 + 0x10]") != std::string_view::npos) {
       checked = true;
-      continue;
+      return true;
     }
-    if (checked && (mnemonic == "jbe" || mnemonic == "jb")) found = insn->address;
-    break;
-  }
-  cs_free(insn, 1);
-  cs_close(&handle);
+    if (checked && (mnemonic == "jbe" || mnemonic == "jb")) found = insn.address;
+    return false;
+  });
   return found;
 }
 

@@ -127,6 +127,19 @@ extern "C" char tlsprof_usage_calibrate_go_ret[];
 
 namespace {
 
+// Calls visit(key) for every key of a BPF hash map (keys may come and go
+// meanwhile: the walk is best effort, as any read of a live map).
+template <typename Key, typename Visit>
+void ForEachKey(int fd, Visit visit) {
+  Key key{}, next{};
+  const Key* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    visit(next);
+    key = next;
+    prev = &key;
+  }
+}
+
 double ThreadCpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -773,28 +786,22 @@ size_t UsageProbes::link_count() const {
 std::vector<HandshakeCount> UsageProbes::ReadHandshakes() const {
   std::vector<HandshakeCount> out;
   const int fd = bpf_map__fd(impl_->skel->maps.handshakes_by_params);
-  handshake_key key{}, next{};
-  const handshake_key* prev = nullptr;
-  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+  ForEachKey<handshake_key>(fd, [&](const handshake_key& key) {
     handshake_count count{};
-    if (bpf_map_lookup_elem(fd, &next, &count) == 0) {
-      out.push_back({next, count.count, static_cast<double>(count.weighted) / USAGE_SCALE_ONE});
+    if (bpf_map_lookup_elem(fd, &key, &count) == 0) {
+      out.push_back({key, count.count, static_cast<double>(count.weighted) / USAGE_SCALE_ONE});
     }
-    key = next;
-    prev = &key;
-  }
+  });
   return out;
 }
 
 std::vector<OperationStats> UsageProbes::ReadOperations() const {
   std::vector<OperationStats> out;
   const int fd = bpf_map__fd(impl_->skel->maps.op_latency);
-  op_key key{}, next{};
-  const op_key* prev = nullptr;
   auto value = std::make_unique<op_latency>();
-  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    if (bpf_map_lookup_elem(fd, &next, value.get()) == 0) {
-      OperationStats stats{next,
+  ForEachKey<op_key>(fd, [&](const op_key& key) {
+    if (bpf_map_lookup_elem(fd, &key, value.get()) == 0) {
+      OperationStats stats{key,
                            value->count,
                            value->cpu_ns,
                            value->wall_ns,
@@ -802,25 +809,19 @@ std::vector<OperationStats> UsageProbes::ReadOperations() const {
                            static_cast<double>(value->weighted) / USAGE_SCALE_ONE};
       out.push_back(std::move(stats));
     }
-    key = next;
-    prev = &key;
-  }
+  });
   return out;
 }
 
 std::vector<ConnectionCount> UsageProbes::ReadConnections() const {
   std::vector<ConnectionCount> out;
   const int fd = bpf_map__fd(impl_->skel->maps.live_by_process);
-  live_process_key key{}, next{};
-  const live_process_key* prev = nullptr;
-  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+  ForEachKey<live_process_key>(fd, [&](const live_process_key& key) {
     int64_t weighted = 0;
-    if (bpf_map_lookup_elem(fd, &next, &weighted) == 0 && weighted > 0) {
-      out.push_back({next.tgid, next.lib, static_cast<double>(weighted) / USAGE_SCALE_ONE});
+    if (bpf_map_lookup_elem(fd, &key, &weighted) == 0 && weighted > 0) {
+      out.push_back({key.tgid, key.lib, static_cast<double>(weighted) / USAGE_SCALE_ONE});
     }
-    key = next;
-    prev = &key;
-  }
+  });
   return out;
 }
 
@@ -829,13 +830,9 @@ void UsageProbes::ForgetProcess(uint32_t tgid) {
   // its connections without SSL_free.
   const int live = bpf_map__fd(impl_->skel->maps.live_connections);
   std::vector<live_key> gone;
-  live_key key{}, next{};
-  const live_key* prev = nullptr;
-  while (bpf_map_get_next_key(live, prev, &next) == 0) {
-    if (next.tgid == tgid) gone.push_back(next);
-    key = next;
-    prev = &key;
-  }
+  ForEachKey<live_key>(live, [&](const live_key& key) {
+    if (key.tgid == tgid) gone.push_back(key);
+  });
   for (const live_key& k : gone) bpf_map_delete_elem(live, &k);
   const int sums = bpf_map__fd(impl_->skel->maps.live_by_process);
   for (const AttachedFile& f : files_) {
