@@ -33,7 +33,7 @@ import prometheus_harness
 from prometheus_harness import Prometheus, check_metrics
 import test_usage
 from test_usage import MIX, RESUMED
-from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, metric_sum, require_root
+from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, metric_sum, require_root, start_nginx
 
 sys.path.insert(0, os.path.join(SRC, "tests", "dashboards"))
 import test_dashboard_json as dashboards  # noqa: E402
@@ -69,8 +69,7 @@ EXPECTED_OPS = {
 class UsageFleetTest(unittest.TestCase):
     def setUp(self):
         require_root(self)
-        for binary in (AGENT, COLLECTOR):
-            self.assertTrue(os.path.exists(binary), f"{binary} is not built")
+        self.assertEqual([b for b in (AGENT, COLLECTOR) if not os.path.exists(b)], [], "not built")
         self.procs = Processes()
         self.addCleanup(self.procs.close)
 
@@ -147,15 +146,7 @@ class UsageFleetTest(unittest.TestCase):
 
     def test_mix_through_collector_and_prometheus(self):
         t0 = time.monotonic()
-        port = free_port()
-        root = self.procs.path("nginx")
-        os.makedirs(root)
-        self.procs.start(["bash", os.path.join(SRC, "workloads/nginx/run-nginx.sh"), root, str(port), "dual"],
-                         ready_file=os.path.join(root, "ready"), env={**os.environ, "NGINX_SESSION_TICKETS": "on"})
-        with open(os.path.join(root, "nginx.pid")) as f:
-            master = f.read().strip()
-        workers = os.popen(f"pgrep -P {master}").read().split()
-        self.assertTrue(workers, "no nginx workers")
+        port, workers = start_nginx(self.procs)
 
         grpc_port, collector_port, agent_port = free_port(), free_port(), free_port()
         collector_http, agent_http = f"127.0.0.1:{collector_port}", f"127.0.0.1:{agent_port}"
