@@ -47,11 +47,13 @@ std::string ReadComm(uint32_t pid) {
 }
 
 // The service of a process the registry holds no snapshot of (it did TLS
-// handshakes but had no sample yet, or exited): from /proc while it lives,
-// else "unknown".
+// handshakes but had no sample yet): from /proc while it lives, else
+// "(exited)" (a short-lived client, e.g. curl, gone before the window closed).
 ServiceKey ServiceKeyFromProc(uint32_t pid, bool container_labels) {
+  const std::string comm = ReadComm(pid);
+  if (comm.empty()) return ServiceKey{std::string(kExitedService)};
   const std::string cgroup = discovery::ReadCgroupFile(static_cast<pid_t>(pid));
-  return ServiceKeyOf(discovery::CgroupV2Path(cgroup), ReadComm(pid), discovery::IdentityFromCgroupFile(cgroup),
+  return ServiceKeyOf(discovery::CgroupV2Path(cgroup), comm, discovery::IdentityFromCgroupFile(cgroup),
                       container_labels);
 }
 
