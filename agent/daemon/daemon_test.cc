@@ -2,7 +2,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -11,6 +13,7 @@
 #include "agent/daemon/encode.h"
 #include "agent/daemon/metrics.h"
 #include "agent/daemon/services.h"
+#include "collector/ingest/validate.h"
 
 namespace tlsprof::daemon {
 namespace {
@@ -484,6 +487,46 @@ TEST(Usage, ReportCarriesTheRowsAndTheUsageBlock) {
   const v1::AgentReport plain = EncodeReport(services, profile.scope_samples, window, {}, {});
   EXPECT_FALSE(plain.has_usage());
   for (const v1::Service& s : plain.services()) EXPECT_EQ(s.handshakes_size() + s.operations_size(), 0);
+}
+
+// The report a window gives, for the collector's validation.
+v1::AgentReport UsageReport(const usage::UsageSnapshot& u) {
+  const aggregate::Profile profile = SampleProfile();
+  auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
+  AddUsage(services, u, UsageServiceOf, LibraryOf);
+  v1::Host host;
+  host.set_hostname("h1");
+  host.set_cpus(2);
+  const WindowInfo window{1'000'000'000, 11'000'000'000, 99, 1'000'000'000 / 99};
+  v1::AgentReport r = EncodeReport(services, profile.scope_samples, window, host, {}, UsageStatsOf(u));
+  r.set_agent_instance(std::string(16, 'i'));
+  r.set_sequence(1);
+  return r;
+}
+
+TEST(Usage, EveryReportPassesTheCollectorsValidation) {
+  EXPECT_EQ(collector::ValidateReport(UsageReport(SampleUsage()), 0), std::nullopt);
+  // Whatever the usage side computes, the report stays acceptable: a
+  // rejected one would lose the window's CPU rows too.
+  usage::UsageSnapshot odd = SampleUsage();
+  odd.handshakes[0].estimated = std::nan("");
+  odd.handshakes[1].estimated = 1;  // below its 4 observed
+  odd.operations[0].estimated = -std::numeric_limits<double>::infinity();
+  odd.connections[0].estimated = std::nan("");
+  odd.budget.duty_cycle = 1.5;
+  odd.budget.relative_error = std::nan("");
+  odd.budget.probe_cpu_seconds = -1;
+  const v1::AgentReport r = UsageReport(odd);
+  EXPECT_EQ(collector::ValidateReport(r, 0), std::nullopt);
+  EXPECT_DOUBLE_EQ(r.usage().duty_cycle(), 1);
+  EXPECT_DOUBLE_EQ(r.usage().relative_error(), 0);
+  for (const v1::Service& s : r.services()) {
+    for (const v1::Handshakes& h : s.handshakes()) EXPECT_GE(h.estimated(), static_cast<double>(h.observed()));
+  }
+  odd.budget.duty_cycle = std::nan("");
+  EXPECT_DOUBLE_EQ(UsageReport(odd).usage().duty_cycle(), 1);
+  odd.budget.duty_cycle = 0;  // probes off all window
+  EXPECT_EQ(collector::ValidateReport(UsageReport(odd), 0), std::nullopt);
 }
 
 TEST(Usage, NewServicesPastTheCapGoToOverflow) {

@@ -1,6 +1,7 @@
 #include "agent/daemon/encode.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -165,10 +166,13 @@ size_t AddUsage(ServiceMap& services, const usage::UsageSnapshot& usage,
 }
 
 v1::UsageStats UsageStatsOf(const usage::UsageSnapshot& usage) {
+  // Within what the collector accepts (a bad value would get the whole
+  // report rejected): a duty cycle in [0, 1], the rest finite and >= 0.
+  auto non_negative = [](double v) { return std::isfinite(v) && v > 0 ? v : 0.0; };
   v1::UsageStats out;
-  out.set_duty_cycle(usage.budget.duty_cycle);
-  out.set_relative_error(usage.budget.relative_error);
-  out.set_probe_cpu_seconds(usage.budget.probe_cpu_seconds);
+  out.set_duty_cycle(std::isfinite(usage.budget.duty_cycle) ? std::clamp(usage.budget.duty_cycle, 0.0, 1.0) : 1.0);
+  out.set_relative_error(non_negative(usage.budget.relative_error));
+  out.set_probe_cpu_seconds(non_negative(usage.budget.probe_cpu_seconds));
   out.set_probe_hits(usage.totals.hits);
   return out;
 }
@@ -203,6 +207,16 @@ v1::Phase PhaseToProto(classify::Phase phase) {
 
 namespace {
 
+// What the collector accepts of an estimate (docs/fleet.md, "Usage
+// telemetry"): finite, at least the observed count, 0 when nothing was
+// observed. A value outside would get the whole report rejected, its CPU
+// rows included, so it falls back to the observed count.
+double Estimate(uint64_t observed, double estimated) {
+  if (observed == 0) return 0;
+  const double floor = static_cast<double>(observed);
+  return std::isfinite(estimated) && estimated >= floor ? estimated : floor;
+}
+
 void EncodeUsage(const ServiceUsage& usage, v1::Service& out) {
   for (const auto& [key, count] : usage.handshakes) {
     const auto& [side, kind, version, suite, group, cert, library] = key;
@@ -215,7 +229,7 @@ void EncodeUsage(const ServiceUsage& usage, v1::Service& out) {
     h->set_cert_key_type(cert);
     h->set_library(library);
     h->set_observed(count.observed);
-    h->set_estimated(count.estimated);
+    h->set_estimated(Estimate(count.observed, count.estimated));
   }
   for (const auto& [key, op] : usage.operations) {
     const auto& [operation, algorithm, library, in_handshake] = key;
@@ -225,7 +239,7 @@ void EncodeUsage(const ServiceUsage& usage, v1::Service& out) {
     o->set_library(library);
     o->set_in_handshake(in_handshake);
     o->set_observed(op.observed);
-    o->set_estimated(op.estimated);
+    o->set_estimated(Estimate(op.observed, op.estimated));
     o->set_cpu_seconds(static_cast<double>(op.cpu_ns) / 1e9);
     // The histogram adds up to `observed` (the collector checks): the BPF
     // map's count and slots are updated together.
@@ -234,7 +248,7 @@ void EncodeUsage(const ServiceUsage& usage, v1::Service& out) {
   for (const auto& [library, estimated] : usage.connections) {
     v1::Connections* c = out.add_connections();
     c->set_library(library);
-    c->set_estimated(estimated);
+    c->set_estimated(std::isfinite(estimated) && estimated > 0 ? estimated : 0);
   }
 }
 

@@ -207,8 +207,9 @@ std::optional<std::string> ValidateReport(const v1::AgentReport& r, int64_t /*no
   const double window_cpu_seconds = static_cast<double>(r.host().cpus()) * (static_cast<double>(length_ns) / 1e9);
   if (r.has_usage()) {
     const v1::UsageStats& u = r.usage();
-    if (!std::isfinite(u.duty_cycle()) || u.duty_cycle() <= 0 || u.duty_cycle() > 1) {
-      return fmt::format("usage.duty_cycle: must be in (0, 1], got {}", u.duty_cycle());
+    // 0: the probes were off for the whole window (then nothing is observed).
+    if (!std::isfinite(u.duty_cycle()) || u.duty_cycle() < 0 || u.duty_cycle() > 1) {
+      return fmt::format("usage.duty_cycle: must be in [0, 1], got {}", u.duty_cycle());
     }
     if (auto e = CheckAmount(u.relative_error(), 1e6, "usage.relative_error")) return e;
     if (auto e = CheckAmount(u.probe_cpu_seconds(), kSampleSlack * window_cpu_seconds, "usage.probe_cpu_seconds")) {

@@ -115,10 +115,12 @@ const Rejection kRejections[] = {
        r.clear_usage();
      },
      "services[0]: usage rows (handshakes, operations, connections) need the report's usage block"},
-    {"usage_duty_cycle_zero", [](auto& r) { WithUsage(r).mutable_usage()->set_duty_cycle(0); },
-     "usage.duty_cycle: must be in (0, 1], got 0"},
+    {"usage_duty_cycle_negative", [](auto& r) { WithUsage(r).mutable_usage()->set_duty_cycle(-0.5); },
+     "usage.duty_cycle: must be in [0, 1], got -0.5"},
+    {"usage_duty_cycle_above_one", [](auto& r) { WithUsage(r).mutable_usage()->set_duty_cycle(1.5); },
+     "usage.duty_cycle: must be in [0, 1], got 1.5"},
     {"usage_duty_cycle_nan", [](auto& r) { WithUsage(r).mutable_usage()->set_duty_cycle(std::nan("")); },
-     "usage.duty_cycle: must be in (0, 1], got nan"},
+     "usage.duty_cycle: must be in [0, 1], got nan"},
     {"usage_relative_error_negative", [](auto& r) { WithUsage(r).mutable_usage()->set_relative_error(-0.1); },
      "usage.relative_error: must be a finite number >= 0, got -0.1"},
     // 2 CPUs x 10 s x 1.5 = 30 CPU-seconds.

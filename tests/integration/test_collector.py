@@ -323,7 +323,7 @@ class CollectorTlsTest(unittest.TestCase):
             (lambda r: setattr(r.services[0].connections[0], "estimated", -1),
              "services[0].connections[0].estimated: must be a finite number >= 0"),
             (lambda r: r.ClearField("usage"), "services[0]: usage rows (handshakes, operations, connections) need"),
-            (lambda r: setattr(r.usage, "duty_cycle", 2), "usage.duty_cycle: must be in (0, 1]"),
+            (lambda r: setattr(r.usage, "duty_cycle", 2), "usage.duty_cycle: must be in [0, 1]"),
         ]
         before = self.collector.metrics()
         for mutate, message in bad:
