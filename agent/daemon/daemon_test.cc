@@ -411,14 +411,16 @@ TEST(Usage, LatencyBucketsHoldEverySlotWhole) {
     }
   }
   EXPECT_EQ(v1::LatencyBucketBoundNs(0), 1024u);
+  EXPECT_EQ(v1::LatencyBucketBoundNs(1), 1536u);
+  EXPECT_EQ(v1::LatencyBucketBoundNs(2), 2048u);
   EXPECT_EQ(v1::LatencyBucketBoundNs(v1::kLatencyFiniteBuckets - 1), uint64_t{1} << 34);
   std::vector<uint64_t> slots(USAGE_HIST_SLOTS, 0);
   slots[0] = 1;                     // [0, 1) ns
-  slots[100] = 2;                   // octave 12: [2^14, 2^15) ns
+  slots[100] = 2;                   // octave 12, sub-bucket 4: [24576, 26624) ns
   slots[USAGE_HIST_SLOTS - 1] = 3;  // the last: up to 2^34 ns
   const auto buckets = LatencyBuckets(slots);
   EXPECT_EQ(buckets[0], 1u);
-  EXPECT_EQ(buckets[5], 2u);  // le 2^15 ns
+  EXPECT_EQ(buckets[10], 2u);  // le 2^15 ns, above 1.5 x 2^14
   EXPECT_EQ(buckets[v1::kLatencyFiniteBuckets - 1], 3u);
   EXPECT_EQ(buckets[v1::kLatencyFiniteBuckets], 0u);
 }
@@ -444,7 +446,8 @@ TEST(Usage, RowsGoToTheServicesWithTheReportsNames) {
   const auto& sign = nginx.operations.at({v1::OPERATION_SIGN, "ECDSA-P256", "openssl-3", true});
   EXPECT_EQ(sign.observed, 10u);
   EXPECT_EQ(sign.cpu_ns, 6u * 20'000 + 4u * 30'000);
-  EXPECT_EQ(sign.buckets[5], 10u);  // 20 and 30 us: both in [2^14, 2^15) ns
+  EXPECT_EQ(sign.buckets[9], 6u);   // 20 us: [16384, 24576) ns
+  EXPECT_EQ(sign.buckets[10], 4u);  // 30 us: [24576, 32768) ns
   EXPECT_EQ(nginx.operations.at({v1::OPERATION_KEY_EXCHANGE, "X25519", "openssl-3", true}).observed, 13u);
   EXPECT_DOUBLE_EQ(nginx.connections.at("openssl-3"), 5);
   EXPECT_DOUBLE_EQ(services.at({"curl"}).usage.connections.at("go"), 1);

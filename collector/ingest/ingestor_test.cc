@@ -634,19 +634,22 @@ TEST(Ingestor, UsageCountsEstimatesAndAddsHistograms) {
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_crypto_operations_total", kTestNowNs, kSigns), 40);
   // CPU scaled like the count: 0.00025 + 2 x 0.00025 + 0.00025.
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_crypto_operation_cpu_seconds_total", kTestNowNs, kSigns), 0.001);
-  // The histogram is of the 30 observed signatures: 24 in [2^14, 2^15) ns, 6 in [2^15, 2^16).
+  // The histogram is of the 30 observed signatures: 24 in [24.576, 32.768) us, 6 in [49.152, 65.536).
   auto h = Histogram(ingestor, kSigns);
   ASSERT_TRUE(h.has_value());
   EXPECT_EQ(h->sample_count, 30u);
   EXPECT_DOUBLE_EQ(h->sample_sum, 0.00075);
-  ASSERT_EQ(h->bucket.size(), 26u);
+  ASSERT_EQ(h->bucket.size(), 50u);
   EXPECT_DOUBLE_EQ(h->bucket[0].upper_bound, 1.024e-6);
-  EXPECT_DOUBLE_EQ(h->bucket[5].upper_bound, 32.768e-6);
-  EXPECT_EQ(h->bucket[4].cumulative_count, 0u);
-  EXPECT_EQ(h->bucket[5].cumulative_count, 24u);
-  EXPECT_EQ(h->bucket[6].cumulative_count, 30u);
-  EXPECT_EQ(h->bucket[25].cumulative_count, 30u);
-  EXPECT_TRUE(std::isinf(h->bucket[25].upper_bound));
+  EXPECT_DOUBLE_EQ(h->bucket[1].upper_bound, 1.536e-6);
+  EXPECT_DOUBLE_EQ(h->bucket[10].upper_bound, 32.768e-6);
+  EXPECT_DOUBLE_EQ(h->bucket[48].upper_bound, 17.179869184);
+  EXPECT_EQ(h->bucket[9].cumulative_count, 0u);
+  EXPECT_EQ(h->bucket[10].cumulative_count, 24u);
+  EXPECT_EQ(h->bucket[11].cumulative_count, 24u);
+  EXPECT_EQ(h->bucket[12].cumulative_count, 30u);
+  EXPECT_EQ(h->bucket[49].cumulative_count, 30u);
+  EXPECT_TRUE(std::isinf(h->bucket[49].upper_bound));
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_cpu_seconds_total"), 0.006);
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_hits_total"), 300);
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_min_duty_cycle"), 0.5);

@@ -38,8 +38,8 @@ inline v1::AgentReport MakeReport(uint64_t sequence, std::string instance = std:
 
 // Adds usage telemetry to MakeReport's report: nginx's 10 full TLS 1.3
 // ECDSA and 5 resumed handshakes, 10 ECDSA-P256 signatures (8 in the
-// 16-32 us bucket, 2 in 32-64 us; 0.00025 on-CPU seconds), 7 live
-// connections, and the usage block (duty cycle 1).
+// 24.576-32.768 us bucket, 2 in 49.152-65.536 us; 0.00025 on-CPU seconds), 7
+// live connections, and the usage block (duty cycle 1).
 inline v1::AgentReport& WithUsage(v1::AgentReport& r) {
   v1::Service* s = r.mutable_services(0);
   auto handshake = [s](v1::HandshakeKind kind, uint64_t n) {
@@ -64,7 +64,7 @@ inline v1::AgentReport& WithUsage(v1::AgentReport& r) {
   o->set_observed(10);
   o->set_estimated(10);
   o->set_cpu_seconds(0.00025);
-  for (int i = 0; i < 26; ++i) o->add_latency_buckets(i == 5 ? 8 : i == 6 ? 2 : 0);
+  for (int i = 0; i < 50; ++i) o->add_latency_buckets(i == 10 ? 8 : i == 12 ? 2 : 0);
   v1::Connections* c = s->add_connections();
   c->set_library("openssl-3");
   c->set_estimated(7);

@@ -177,7 +177,7 @@ const Rejection kRejections[] = {
      "services[0].operations[0].cpu_seconds: must be a finite number >= 0, got -1"},
     {"operation_buckets_short",
      [](auto& r) { WithUsage(r).mutable_services(0)->mutable_operations(0)->mutable_latency_buckets()->RemoveLast(); },
-     "services[0].operations[0].latency_buckets: must be empty or hold exactly 26 buckets, got 25"},
+     "services[0].operations[0].latency_buckets: must be empty or hold exactly 50 buckets, got 49"},
     {"operation_buckets_dont_add_up",
      [](auto& r) { WithUsage(r).mutable_services(0)->mutable_operations(0)->set_latency_buckets(0, 1); },
      "services[0].operations[0].latency_buckets: must add up to observed 10"},

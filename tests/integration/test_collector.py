@@ -301,7 +301,7 @@ class CollectorTlsTest(unittest.TestCase):
                              library="openssl-3", observed=10, estimated=10)
             s.operations.add(operation=pb.OPERATION_SIGN, algorithm="ECDSA-P256", library="openssl-3",
                              in_handshake=True, observed=10, estimated=10, cpu_seconds=0.0002,
-                             latency_buckets=[10 if i == 5 else 0 for i in range(26)])
+                             latency_buckets=[10 if i == 10 else 0 for i in range(50)])
             s.connections.add(library="openssl-3", estimated=3)
             r.usage.duty_cycle, r.usage.probe_hits = 1, 60
             if mutate:
@@ -317,7 +317,7 @@ class CollectorTlsTest(unittest.TestCase):
             (field("estimated", float("nan")), "services[0].handshakes[0].estimated: must be a finite number >= 0"),
             (field("side", pb.SIDE_UNSPECIFIED), "services[0].handshakes[0].side: must be a specified"),
             (lambda r: r.services[0].operations[0].latency_buckets.append(1),
-             "services[0].operations[0].latency_buckets: must be empty or hold exactly 26 buckets"),
+             "services[0].operations[0].latency_buckets: must be empty or hold exactly 50 buckets"),
             (lambda r: r.services[0].operations[0].latency_buckets.__setitem__(6, 1),
              "services[0].operations[0].latency_buckets: must add up to observed 10"),
             (lambda r: setattr(r.services[0].connections[0], "estimated", -1),
