@@ -163,6 +163,11 @@ int main(int argc, char** argv) {
     cmd->add_flag("--usage", options.usage,
                   "Also count handshakes by negotiated parameters and time public-key operations, with uprobes on "
                   "the TLS library files (docs/usage.md)");
+    cmd->add_option_function<double>(
+           "--usage-budget", [&](double percent) { options.usage_budget_share = percent / 100; },
+           "With --usage: the probes' CPU budget in percent of the host's CPUs (default 0.5); above it they are "
+           "attached part of the time and the counts scaled (docs/usage.md, \"Budget\"); 0: always attached")
+        ->check(CLI::Range(0.0, 100.0));
     cmd->add_option("--debug-dir", options.debug_dirs,
                     "Also look for separate debug files here (DIR/.build-id/xx/yyyy.debug), before /usr/lib/debug; "
                     "repeatable. debuginfod is queried when DEBUGINFOD_URLS is set")

@@ -31,7 +31,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, USAGE_MAX_HANDSHAKE_KEYS);
 	__type(key, struct handshake_key);
-	__type(value, __u64);
+	__type(value, struct handshake_count);
 } handshakes_by_params SEC(".maps");
 
 struct {
@@ -56,6 +56,7 @@ struct inflight_op {
 	__u64 ctx;             /* the MD_CTX / PKEY_CTX argument */
 	__u64 out;             /* output buffer (NULL: a size query) */
 	__u64 len;             /* the size_t * (sign, derive) or the length */
+	__u64 g;               /* Go: the goroutine (R14); its operation is in go_ops */
 	__u32 depth;           /* nested probed calls inside this one */
 	__u16 lib;
 	__u8 probe;
@@ -100,7 +101,7 @@ struct open_handshake {
 	__u32 peer_type; /* the key a verify in the handshake used */
 	__u32 sig_len;   /* of the handshake's sign (server) or verify (client) */
 	__u32 started;   /* a step of it began in the state before any handshake */
-	__u32 pad;
+	__u32 sign_type; /* the key a sign in the handshake used (Go: the server's own) */
 };
 
 struct {
@@ -109,6 +110,31 @@ struct {
 	__type(key, struct open_handshake_key);
 	__type(value, struct open_handshake);
 } open_handshakes SEC(".maps");
+
+/* Go handshakes under way, by goroutine: which Conn. A goroutine parks and
+ * moves between threads during its handshake (network reads), so the g
+ * pointer (R14) is the key, not the thread. LRU: a goroutine that panicked
+ * out of a handshake never reaches a RET.
+ */
+struct go_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 g;
+};
+
+struct go_handshake {
+	__u64 conn;
+	__u16 lib;
+	__u8 is_server;
+	__u8 pad[5];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, USAGE_MAX_OPEN_HANDSHAKES);
+	__type(key, struct go_key);
+	__type(value, struct go_handshake);
+} go_handshakes SEC(".maps");
 
 /* Shared with profile.bpf.c; user space reuses the sampler's. */
 #include "hijacked_returns.bpf.h"
@@ -199,6 +225,11 @@ __u64 inflight_count = 0;
  */
 __u64 probe_overhead_ns[INSN_NR] = {};
 
+/* What an event counted now stands for, in USAGE_SCALE_ONE units: set by
+ * user space from the duty cycle's share (1 / share).
+ */
+__u64 scale_milli = USAGE_SCALE_ONE;
+
 /* A new op_latency value: too big for the BPF stack. Never written. */
 const volatile struct op_latency zero_latency = {};
 
@@ -208,6 +239,16 @@ static __always_inline void count_total(__u32 slot)
 
 	if (v)
 		*v += 1;
+}
+
+_Static_assert(UTOTAL_CALLS_GO - UTOTAL_CALLS_PUSH == INSN_GO && INSN_GO + 1 == INSN_NR,
+               "one slot per class");
+
+/* A probed call's entry: counted by the class of its first instruction. */
+static __always_inline void count_call(__u32 insn)
+{
+	if (insn < INSN_NR)
+		count_total(UTOTAL_CALLS_PUSH + insn);
 }
 
 /* Follows a field_path from `base`; USAGE_UNKNOWN when the path is unknown
@@ -304,6 +345,113 @@ static __always_inline __u32 hist_slot(__u64 ns)
 	return slot;
 }
 
+/* Counts one completed operation in op_latency, and in the handshake it
+ * belongs to (`handshake`: its SSL * or Go Conn, 0 for none): a derive gives
+ * the handshake's group, a sign the key it signed with, a verify the peer's.
+ */
+static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall, __u64 handshake)
+{
+	struct op_latency *lat;
+	__u32 slot;
+
+	if (handshake) {
+		struct open_handshake_key okey = { .tgid = key->tgid, .ssl = handshake };
+		struct open_handshake *open, fresh = {};
+
+		key->in_handshake = 1;
+		open = bpf_map_lookup_elem(&open_handshakes, &okey);
+		if (!open) {
+			bpf_map_update_elem(&open_handshakes, &okey, &fresh, BPF_NOEXIST);
+			open = bpf_map_lookup_elem(&open_handshakes, &okey);
+		}
+		if (open) {
+			if (key->op == USAGE_OP_DERIVE) {
+				open->kx_type = key->key_type;
+				open->kx_len = key->len;
+			} else if (key->op == USAGE_OP_SIGN) {
+				open->sign_type = key->key_type;
+				open->sig_len = key->len;
+			} else {
+				open->peer_type = key->key_type;
+				open->sig_len = key->len;
+			}
+		}
+	}
+
+	lat = bpf_map_lookup_elem(&op_latency, key);
+	if (!lat) {
+		bpf_map_update_elem(&op_latency, key, (const void *)&zero_latency, BPF_NOEXIST);
+		lat = bpf_map_lookup_elem(&op_latency, key);
+		if (!lat) {
+			count_total(UTOTAL_DROPPED_KEYS);
+			return;
+		}
+	}
+	slot = hist_slot(cpu);
+	__sync_fetch_and_add(&lat->count, 1);
+	__sync_fetch_and_add(&lat->weighted, scale_milli);
+	__sync_fetch_and_add(&lat->cpu_ns, cpu);
+	__sync_fetch_and_add(&lat->wall_ns, wall);
+	if (slot < USAGE_HIST_SLOTS)
+		__sync_fetch_and_add(&lat->slots[slot], 1);
+}
+
+/* Counts a completed handshake of `ssl` (an SSL * or a Go Conn) by its
+ * negotiated parameters: the fields the layout says where to read, and what
+ * its operations showed (`open`, may be NULL). `is_server`: 0 or 1 when the
+ * probed function says it, else USAGE_UNKNOWN (read the field).
+ */
+static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
+                                            const struct lib_layout *layout,
+                                            const struct open_handshake *open, __u32 is_server)
+{
+	struct handshake_key key = {};
+	struct handshake_count *count, first = { .count = 1, .weighted = scale_milli };
+	__u32 v;
+
+	count_total(UTOTAL_HANDSHAKES);
+	key.tgid = tgid;
+	key.lib = lib;
+	v = read_field(layout, FIELD_SSL_VERSION, ssl);
+	key.version = v == USAGE_UNKNOWN ? 0xffff : (__u16)v;
+	v = read_field(layout, FIELD_SSL_CIPHER, ssl);
+	key.cipher = v == USAGE_UNKNOWN ? 0xffff : (__u16)v;
+	v = is_server == USAGE_UNKNOWN ? read_field(layout, FIELD_SSL_IS_SERVER, ssl) : is_server;
+	key.is_server = v == USAGE_UNKNOWN ? 0xff : (v != 0);
+	v = read_field(layout, FIELD_SSL_RESUMED, ssl);
+	key.resumed = v == USAGE_UNKNOWN ? 0xff : (v != 0);
+	if (open) {
+		key.kx_type = open->kx_type;
+		key.kx_len = open->kx_len;
+		key.sig_len = open->sig_len;
+	}
+	if (key.is_server == 1) {
+		/* The library's own key where the layout reaches it (OpenSSL);
+		 * else the key the handshake signed with (Go; none if resumed).
+		 */
+		if (layout && layout->field[FIELD_SSL_KEY_TYPE].n)
+			key.cert_type = read_field(layout, FIELD_SSL_KEY_TYPE, ssl);
+		else if (open)
+			key.cert_type = open->sign_type;
+	} else if (open && open->peer_type) {
+		key.cert_type = open->peer_type;
+	}
+
+	count = bpf_map_lookup_elem(&handshakes_by_params, &key);
+	if (count) {
+		__sync_fetch_and_add(&count->count, 1);
+		__sync_fetch_and_add(&count->weighted, first.weighted);
+	} else if (bpf_map_update_elem(&handshakes_by_params, &key, &first, BPF_NOEXIST)) {
+		count = bpf_map_lookup_elem(&handshakes_by_params, &key);
+		if (count) {
+			__sync_fetch_and_add(&count->count, 1);
+			__sync_fetch_and_add(&count->weighted, first.weighted);
+		} else {
+			count_total(UTOTAL_DROPPED_KEYS);
+		}
+	}
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(usage_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -327,8 +475,7 @@ int BPF_PROG(usage_sched_switch, bool preempt, struct task_struct *prev, struct 
 	return 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(usage_handshake_enter, void *ssl)
+static __always_inline int handshake_enter(struct pt_regs *ctx, void *ssl)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -340,6 +487,7 @@ int BPF_KPROBE(usage_handshake_enter, void *ssl)
 
 	count_total(UTOTAL_HITS);
 	count_total(UTOTAL_HANDSHAKE_CALLS);
+	count_call(USAGE_COOKIE_INSN(cookie));
 	cur = bpf_map_lookup_elem(&thread_handshakes, &tid);
 	if (cur && cur->ssl == (__u64)ssl) {
 		/* SSL_accept and SSL_connect tail-call SSL_do_handshake (OpenSSL
@@ -370,18 +518,16 @@ int BPF_KPROBE(usage_handshake_enter, void *ssl)
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(usage_handshake_exit, long ret)
+static __always_inline int handshake_exit(struct pt_regs *ctx, long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	struct open_handshake_key okey = {};
 	struct open_handshake *open;
 	struct thread_handshake *cur;
-	struct handshake_key key = {};
 	const struct lib_layout *layout;
-	__u32 lib, v;
-	__u64 ssl, *count, one = 1;
+	__u32 lib;
+	__u64 ssl;
 
 	forget_return(ctx);
 	count_total(UTOTAL_HITS);
@@ -411,45 +557,13 @@ int BPF_KRETPROBE(usage_handshake_exit, long ret)
 			bpf_map_delete_elem(&open_handshakes, &okey);
 		return 0;
 	}
-	count_total(UTOTAL_HANDSHAKES);
-	key.tgid = id >> 32;
-	key.lib = lib;
-	v = read_field(layout, FIELD_SSL_VERSION, ssl);
-	key.version = v == USAGE_UNKNOWN ? 0xffff : (__u16)v;
-	v = read_field(layout, FIELD_SSL_CIPHER, ssl);
-	key.cipher = v == USAGE_UNKNOWN ? 0xffff : (__u16)v;
-	v = read_field(layout, FIELD_SSL_IS_SERVER, ssl);
-	key.is_server = v == USAGE_UNKNOWN ? 0xff : (v != 0);
-	v = read_field(layout, FIELD_SSL_RESUMED, ssl);
-	key.resumed = v == USAGE_UNKNOWN ? 0xff : (v != 0);
-	if (open) {
-		key.kx_type = open->kx_type;
-		key.kx_len = open->kx_len;
-		key.sig_len = open->sig_len;
-	}
-	if (key.is_server == 1) {
-		key.cert_type = read_field(layout, FIELD_SSL_KEY_TYPE, ssl);
-	} else if (open && open->peer_type) {
-		key.cert_type = open->peer_type;
-	}
+	count_handshake(id >> 32, lib, ssl, layout, open, USAGE_UNKNOWN);
 	if (open)
 		bpf_map_delete_elem(&open_handshakes, &okey);
-
-	count = bpf_map_lookup_elem(&handshakes_by_params, &key);
-	if (count) {
-		__sync_fetch_and_add(count, 1);
-	} else if (bpf_map_update_elem(&handshakes_by_params, &key, &one, BPF_NOEXIST)) {
-		count = bpf_map_lookup_elem(&handshakes_by_params, &key);
-		if (count)
-			__sync_fetch_and_add(count, 1);
-		else
-			count_total(UTOTAL_DROPPED_KEYS);
-	}
 	return 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
+static __always_inline int op_enter(struct pt_regs *ctx, void *op_ctx, void *out, __u64 len)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -458,6 +572,7 @@ int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
 	note_return(ctx);
 
 	count_total(UTOTAL_HITS);
+	count_call(USAGE_COOKIE_INSN(cookie));
 	cur = bpf_map_lookup_elem(&inflight_ops, &tid);
 	if (cur && bpf_ktime_get_ns() - cur->start_ns < USAGE_STALE_NS) {
 		/* e.g. EVP_DigestSign of a legacy key calling EVP_PKEY_sign: only
@@ -482,14 +597,12 @@ int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(usage_op_exit, long ret)
+static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id, lib, field, slot;
+	__u32 tid = (__u32)id, lib, field;
 	struct inflight_op *cur;
 	struct op_key key = {};
-	struct op_latency *lat;
 	struct thread_handshake *hs;
 	const struct lib_layout *layout;
 	__u64 now = bpf_ktime_get_ns(), wall, cpu, length = 0;
@@ -559,43 +672,308 @@ int BPF_KRETPROBE(usage_op_exit, long ret)
 	key.len = length > 0xffffffff ? 0xffffffff : (__u32)length;
 
 	hs = bpf_map_lookup_elem(&thread_handshakes, &tid);
-	if (hs) {
-		struct open_handshake_key okey = { .tgid = id >> 32, .ssl = hs->ssl };
-		struct open_handshake *open, fresh = {};
-
-		key.in_handshake = 1;
-		open = bpf_map_lookup_elem(&open_handshakes, &okey);
-		if (!open) {
-			bpf_map_update_elem(&open_handshakes, &okey, &fresh, BPF_NOEXIST);
-			open = bpf_map_lookup_elem(&open_handshakes, &okey);
-		}
-		if (open) {
-			if (key.op == USAGE_OP_DERIVE) {
-				open->kx_type = key.key_type;
-				open->kx_len = key.len;
-			} else if (key.op == USAGE_OP_SIGN) {
-				open->sig_len = key.len;
-			} else {
-				open->peer_type = key.key_type;
-				open->sig_len = key.len;
-			}
-		}
-	}
-
-	lat = bpf_map_lookup_elem(&op_latency, &key);
-	if (!lat) {
-		bpf_map_update_elem(&op_latency, &key, (const void *)&zero_latency, BPF_NOEXIST);
-		lat = bpf_map_lookup_elem(&op_latency, &key);
-		if (!lat) {
-			count_total(UTOTAL_DROPPED_KEYS);
-			return 0;
-		}
-	}
-	slot = hist_slot(cpu);
-	__sync_fetch_and_add(&lat->count, 1);
-	__sync_fetch_and_add(&lat->cpu_ns, cpu);
-	__sync_fetch_and_add(&lat->wall_ns, wall);
-	if (slot < USAGE_HIST_SLOTS)
-		__sync_fetch_and_add(&lat->slots[slot], 1);
+	account_op(&key, cpu, wall, hs ? hs->ssl : 0);
 	return 0;
+}
+
+/* The value of a Go ABIInternal register (enum usage_go_reg). Every
+ * register is loaded first (the verifier allows only constant offsets into
+ * the context, and a switch over loads would be folded into a computed one).
+ */
+#define GO_LOAD(field)                        \
+	({                                    \
+		__u64 __v = ctx->field;       \
+		asm volatile("" : "+r"(__v)); \
+		__v;                          \
+	})
+static __always_inline __u64 go_reg(struct pt_regs *ctx, __u32 reg)
+{
+	__u64 ax = GO_LOAD(ax), bx = GO_LOAD(bx), cx = GO_LOAD(cx), di = GO_LOAD(di),
+	      si = GO_LOAD(si);
+	__u64 r8 = GO_LOAD(r8), r9 = GO_LOAD(r9), r10 = GO_LOAD(r10), r11 = GO_LOAD(r11);
+
+	switch (reg) {
+	case GO_REG_AX:
+		return ax;
+	case GO_REG_BX:
+		return bx;
+	case GO_REG_CX:
+		return cx;
+	case GO_REG_DI:
+		return di;
+	case GO_REG_SI:
+		return si;
+	case GO_REG_R8:
+		return r8;
+	case GO_REG_R9:
+		return r9;
+	case GO_REG_R10:
+		return r10;
+	case GO_REG_R11:
+		return r11;
+	}
+	return 0;
+}
+
+/* Go's handshake: at the entry (c *Conn in AX) the goroutine's handshake
+ * begins; at a RET, AX is the returned error's type word: 0 means nil, a
+ * completed handshake, whose fields are read from the Conn then.
+ */
+static __always_inline void go_handshake(struct pt_regs *ctx, __u64 cookie, struct go_key *gkey)
+{
+	struct open_handshake_key okey = { .tgid = gkey->tgid };
+	struct open_handshake begun = { .started = 1 }, *open;
+	const struct lib_layout *layout;
+	struct go_handshake *hs, fresh = {};
+	__u32 lib;
+
+	if (!(USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_RETURN)) {
+		hs = bpf_map_lookup_elem(&go_handshakes, gkey);
+		if (hs && hs->conn == ctx->ax)
+			return; /* restarted after its stack grew (go_op) */
+		count_total(UTOTAL_HANDSHAKE_CALLS);
+		fresh.conn = ctx->ax;
+		fresh.lib = USAGE_COOKIE_LIB(cookie);
+		fresh.is_server = (USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_SERVER) != 0;
+		bpf_map_update_elem(&go_handshakes, gkey, &fresh, BPF_ANY);
+		okey.ssl = fresh.conn;
+		bpf_map_update_elem(&open_handshakes, &okey, &begun, BPF_ANY);
+		return;
+	}
+	hs = bpf_map_lookup_elem(&go_handshakes, gkey);
+	if (!hs)
+		return;
+	okey.ssl = hs->conn;
+	lib = hs->lib;
+	if (ctx->ax == 0) {
+		layout = bpf_map_lookup_elem(&lib_layouts, &lib);
+		open = bpf_map_lookup_elem(&open_handshakes, &okey);
+		count_handshake(gkey->tgid, lib, hs->conn, layout, open, hs->is_server);
+	}
+	bpf_map_delete_elem(&open_handshakes, &okey);
+	bpf_map_delete_elem(&go_handshakes, gkey);
+}
+
+/* Go operations in flight, by goroutine. A goroutine can be preempted and
+ * resumed on another thread inside a sign, and its g is reused once it has
+ * ended, so calls are matched by g, never by thread. For the on-CPU time the
+ * thread it started on also has it in inflight_ops (sched_switch's map), as
+ * long as no other goroutine's operation took that thread's entry.
+ */
+struct go_op {
+	__u64 start_ns;
+	__u64 len;      /* a verify's signature length (the cookie's register) */
+	__u32 tid;      /* the thread it started on */
+	__u32 key_type; /* from the cookie */
+	__u32 depth;    /* nested probed calls inside this one */
+	__u16 lib;
+	__u8 probe;
+	__u8 insn;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, USAGE_MAX_INFLIGHT);
+	__type(key, struct go_key);
+	__type(value, struct go_op);
+} go_ops SEC(".maps");
+
+/* Takes `tid`'s inflight_ops entry if it is this goroutine's: its off-CPU
+ * time so far, or 0.
+ */
+static __always_inline __u64 take_thread_entry(__u32 tid, __u64 g, __u64 now)
+{
+	struct inflight_op *t = bpf_map_lookup_elem(&inflight_ops, &tid);
+	__u64 off;
+
+	if (!t || t->g != g)
+		return 0;
+	off = t->off_cpu_ns;
+	if (t->switched_out_ns)
+		off += now - t->switched_out_ns;
+	if (bpf_map_delete_elem(&inflight_ops, &tid) == 0)
+		__sync_fetch_and_add(&inflight_count, -1);
+	return off;
+}
+
+/* A Go operation, from its entry to a RET of the same goroutine. The
+ * length: a sign's or derive's result slice (BX at the RET), a verify's
+ * signature (the cookie's register at the entry).
+ */
+static __always_inline void go_op(struct pt_regs *ctx, __u64 cookie, struct go_key *gkey, __u32 tid)
+{
+	struct inflight_op thread_entry = {};
+	struct go_op *cur, fresh = {};
+	struct go_handshake *hs;
+	struct op_key key = {};
+	__u64 now = bpf_ktime_get_ns(), wall, cpu, off;
+	__u32 probe = USAGE_COOKIE_PROBE(cookie);
+	bool had;
+
+	cur = bpf_map_lookup_elem(&go_ops, gkey);
+	if (!(USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_RETURN)) {
+		if (cur && now - cur->start_ns < USAGE_STALE_NS) {
+			/* The same function's entry again: the goroutine's stack grew
+			 * (runtime.morestack copies it and restarts the function from
+			 * its entry). Another probed function: a nested call.
+			 */
+			if (cur->probe != probe) {
+				cur->depth++;
+				count_total(UTOTAL_NESTED);
+			}
+			return;
+		}
+		fresh.start_ns = now;
+		fresh.tid = tid;
+		fresh.lib = USAGE_COOKIE_LIB(cookie);
+		fresh.probe = probe;
+		fresh.insn = USAGE_COOKIE_INSN(cookie);
+		fresh.key_type = USAGE_COOKIE_KEY_TYPE(cookie);
+		fresh.len = go_reg(ctx, USAGE_COOKIE_REG(cookie));
+		bpf_map_update_elem(&go_ops, gkey, &fresh, BPF_ANY);
+		/* The thread's entry for sched_switch; another goroutine's entry
+		 * there (it moved away) is replaced, keeping its place in
+		 * inflight_count.
+		 */
+		thread_entry.start_ns = now;
+		thread_entry.g = gkey->g;
+		had = bpf_map_lookup_elem(&inflight_ops, &tid) != NULL;
+		if (bpf_map_update_elem(&inflight_ops, &tid, &thread_entry, BPF_ANY) == 0 && !had)
+			__sync_fetch_and_add(&inflight_count, 1);
+		return;
+	}
+	if (!cur || cur->probe != probe) {
+		count_total(UTOTAL_GO_UNMATCHED);
+		return;
+	}
+	if (cur->depth) {
+		cur->depth--;
+		return;
+	}
+	wall = now - cur->start_ns;
+	off = take_thread_entry(tid, gkey->g, now);
+	if (cur->tid != tid) {
+		/* Resumed on another thread: the first thread's share only. */
+		off = take_thread_entry(cur->tid, gkey->g, now);
+		count_total(UTOTAL_GO_MIGRATED);
+	}
+	cpu = wall > off ? wall - off : 0;
+	if (cur->insn < INSN_NR) {
+		__u64 own = probe_overhead_ns[cur->insn];
+
+		cpu = cpu > own ? cpu - own : 0;
+		wall = wall > own ? wall - own : 0;
+	}
+	key.tgid = gkey->tgid;
+	key.lib = cur->lib;
+	key.key_type = cur->key_type;
+	switch (probe) {
+	case PROBE_GO_SIGN:
+		key.op = USAGE_OP_SIGN;
+		key.len = ctx->bx;
+		break;
+	case PROBE_GO_VERIFY:
+		key.op = USAGE_OP_VERIFY;
+		key.len = cur->len > 0xffffffff ? 0xffffffff : (__u32)cur->len;
+		break;
+	case PROBE_GO_DERIVE:
+		key.op = USAGE_OP_DERIVE;
+		key.len = ctx->bx;
+		break;
+	default:
+		key.op = USAGE_OP_CALIBRATE;
+		break;
+	}
+	bpf_map_delete_elem(&go_ops, gkey);
+	/* What did the work: a sign whose error (DI) is nil, a derive that
+	 * returned a secret, any verify (valid or not).
+	 */
+	if ((probe == PROBE_GO_SIGN && ctx->di != 0) || (probe == PROBE_GO_DERIVE && ctx->bx == 0))
+		return;
+	if (key.op != USAGE_OP_CALIBRATE)
+		count_total(UTOTAL_OPS);
+	hs = bpf_map_lookup_elem(&go_handshakes, gkey);
+	account_op(&key, cpu, wall, hs ? hs->conn : 0);
+}
+
+static __always_inline int go_probe(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 id = bpf_get_current_pid_tgid();
+	struct go_key gkey = { .tgid = id >> 32, .g = ctx->r14 };
+
+	count_total(UTOTAL_HITS);
+	if (!(USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_RETURN))
+		count_call(INSN_GO);
+	if (USAGE_COOKIE_PROBE(cookie) == PROBE_GO_HANDSHAKE)
+		go_handshake(ctx, cookie, &gkey);
+	else
+		go_op(ctx, cookie, &gkey, (__u32)id);
+	return 0;
+}
+
+/* The programs. Each comes twice: one attached per probe through a perf
+ * event (any kernel with uprobes), one attached with every probe of a file
+ * in one uprobe_multi link (Linux 6.6+; user space sets its expected attach
+ * type before load), which detaches in one step: the duty cycle's toggles
+ * (usage_probes.cc).
+ */
+SEC("uprobe")
+int BPF_KPROBE(usage_handshake_enter, void *ssl)
+{
+	return handshake_enter(ctx, ssl);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(usage_handshake_enter_multi, void *ssl)
+{
+	return handshake_enter(ctx, ssl);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_handshake_exit, long ret)
+{
+	return handshake_exit(ctx, ret);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_handshake_exit_multi, long ret)
+{
+	return handshake_exit(ctx, ret);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
+{
+	return op_enter(ctx, op_ctx, out, len);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(usage_op_enter_multi, void *op_ctx, void *out, __u64 len)
+{
+	return op_enter(ctx, op_ctx, out, len);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_op_exit, long ret)
+{
+	return op_exit(ctx, ret);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(usage_op_exit_multi, long ret)
+{
+	return op_exit(ctx, ret);
+}
+
+SEC("uprobe")
+int usage_go(struct pt_regs *ctx)
+{
+	return go_probe(ctx);
+}
+
+SEC("uprobe")
+int usage_go_multi(struct pt_regs *ctx)
+{
+	return go_probe(ctx);
 }

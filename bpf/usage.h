@@ -73,7 +73,34 @@ enum usage_probe {
 	PROBE_PKEY_VERIFY,   /* EVP_PKEY_verify(PKEY_CTX *, sig, size_t siglen, ..) */
 	PROBE_DERIVE,        /* EVP_PKEY_derive(PKEY_CTX *, key, size_t *keylen) */
 	PROBE_CALIBRATE,     /* the agent's own empty function: the probes' cost */
+	/* Go crypto/tls (usage_go): a uprobe at the entry and one at every RET
+	 * instruction, never a uretprobe (Go moves goroutine stacks, and a
+	 * uretprobe's hijacked return address would be copied with them). Calls
+	 * are matched by goroutine (the g in R14, ABIInternal) and process.
+	 */
+	PROBE_GO_HANDSHAKE, /* (*Conn).serverHandshake / clientHandshake (c *Conn) error */
+	PROBE_GO_SIGN,      /* a crypto.Signer's Sign(...) ([]byte, error) */
+	PROBE_GO_VERIFY,    /* ecdsa.VerifyASN1, rsa.VerifyPKCS1v15 / VerifyPSS, ed25519.Verify */
+	PROBE_GO_DERIVE,    /* (*x25519Parameters / *nistParameters).SharedKey(peer) []byte */
+	PROBE_GO_CALIBRATE, /* the agent's own function, probed the Go way */
 	PROBE_NR,
+};
+
+/* Go's ABIInternal (amd64) integer argument and result registers, in order;
+ * a cookie names one of them (USAGE_COOKIE_REG) where a length is read.
+ */
+enum usage_go_reg {
+	GO_REG_NONE = 0,
+	GO_REG_AX,
+	GO_REG_BX,
+	GO_REG_CX,
+	GO_REG_DI,
+	GO_REG_SI,
+	GO_REG_R8,
+	GO_REG_R9,
+	GO_REG_R10,
+	GO_REG_R11,
+	GO_REG_NR,
 };
 
 /* How the kernel runs a probed function's first instruction, which sets the
@@ -86,6 +113,7 @@ enum usage_insn_class {
 	INSN_EMULATED_PUSH = 0, /* push reg */
 	INSN_ENDBR64,           /* endbr64 (CET builds) */
 	INSN_SINGLE_STEPPED,    /* anything else */
+	INSN_GO, /* Go: entry on the stack check's jump (emulated), a uprobe on RET */
 	INSN_NR,
 };
 
@@ -97,6 +125,19 @@ enum usage_insn_class {
 #define USAGE_COOKIE_LIB(c) ((__u32)((c)&0xffff))
 #define USAGE_COOKIE_PROBE(c) ((__u32)(((c) >> 16) & 0xff))
 #define USAGE_COOKIE_INSN(c) ((__u32)(((c) >> 24) & 0xff))
+/* Go probes carry more in the upper half: the key type the function serves
+ * (an EVP_PKEY id, as OpenSSL names them: RSA 6, EC 408, X25519 1034,
+ * Ed25519 1087), the register that holds a length at the entry (a verify's
+ * signature), and flags.
+ */
+#define USAGE_GO_COOKIE(lib, probe, insn, key_type, reg, flags)                              \
+	(USAGE_COOKIE(lib, probe, insn) | ((__u64)(key_type) << 32) | ((__u64)(reg) << 48) | \
+	 ((__u64)(flags) << 56))
+#define USAGE_COOKIE_KEY_TYPE(c) ((__u32)(((c) >> 32) & 0xffff))
+#define USAGE_COOKIE_REG(c) ((__u32)(((c) >> 48) & 0xff))
+#define USAGE_COOKIE_FLAGS(c) ((__u32)(((c) >> 56) & 0xff))
+#define USAGE_GO_RETURN 1 /* this probe is on one of the function's RET instructions */
+#define USAGE_GO_SERVER 2 /* the handshake function is the server's */
 
 /* What an operation is, as counted in op_latency and in handshakes. */
 enum usage_op {
@@ -123,8 +164,21 @@ struct op_key {
 	__u32 len;
 };
 
+/* Counts come with a weighted count: each event adds the duty cycle's
+ * scale at that moment (USAGE_SCALE_ONE = 1; 10 * USAGE_SCALE_ONE while the
+ * probes are on a tenth of the time), so weighted / USAGE_SCALE_ONE is the
+ * estimate of all events (agent/usage/duty_cycle.h).
+ */
+#define USAGE_SCALE_ONE 1000
+
+struct handshake_count {
+	__u64 count;
+	__u64 weighted;
+};
+
 struct op_latency {
 	__u64 count;
+	__u64 weighted;
 	__u64 cpu_ns; /* on-CPU time: switched-out time is taken away */
 	__u64 wall_ns;
 	__u64 slots[USAGE_HIST_SLOTS]; /* on-CPU ns */
@@ -172,6 +226,15 @@ enum usage_total_slot {
 	UTOTAL_NESTED,          /* probed calls inside a timed one (not timed) */
 	UTOTAL_DROPPED_KEYS,    /* a full map refused a new key */
 	UTOTAL_READ_ERRORS,     /* a field's chain could not be read */
+	UTOTAL_GO_UNMATCHED,    /* a Go RET without its entry (attached in between, or evicted) */
+	UTOTAL_GO_MIGRATED,     /* a Go operation that ended on another thread than it began */
+	/* Probed calls (an entry and its return), by enum usage_insn_class, in
+	 * that order: with the calibrated cost of each, what the probes cost.
+	 */
+	UTOTAL_CALLS_PUSH,
+	UTOTAL_CALLS_ENDBR64,
+	UTOTAL_CALLS_SINGLE_STEPPED,
+	UTOTAL_CALLS_GO,
 	UTOTAL_NR_SLOTS,
 };
 

@@ -13,12 +13,14 @@ packages=(
   # build
   build-essential cmake ninja-build pkg-config clang llvm
   libbpf-dev bpftool libelf-dev zlib1g-dev libdw-dev libdebuginfod-dev binutils elfutils
+  # x86-64 disassembly: the RET instructions of Go functions (usage probes, never uretprobes on Go)
+  libcapstone-dev
   libssl-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   prometheus-cpp-dev libcivetweb-dev
   # TLS libraries and servers profiled by the tests
-  openssl android-libboringssl-dev golang-go nodejs nginx wrk debuginfod
+  openssl android-libboringssl-dev golang-go nodejs nginx libnginx-mod-stream wrk debuginfod
   # bench/ anchors and tools
   linux-perf python3 procps curl
   # fleet pipeline tests: a real Prometheus server (and promtool), raw gRPC clients for bad input

@@ -42,6 +42,7 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   profiler_options.max_sample_keys = options.max_sample_keys;
   profiler_options.max_stack_keys = options.max_stack_keys;
   profiler_options.usage = options.usage;
+  profiler_options.usage_budget_share = options.usage_budget_share;
   auto started = profiler::Profiler::Start(profiler_options);
   if (!started.ok()) return started.error();
   profiler::Profiler& profiler = **started;

@@ -33,6 +33,8 @@ struct Options {
   std::vector<std::string> debug_dirs;
   // Usage telemetry (docs/usage.md): handshakes, operations, handshake_cpu.
   bool usage = false;
+  // Their CPU budget, a share of the host's CPUs (profiler::Options).
+  double usage_budget_share = 0.005;
   // Exports of the TLS stacks; empty: not written.
   std::string folded_path;
   std::string pprof_path;

@@ -122,6 +122,11 @@ Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
   if (options.drop_capabilities) {
     if (auto st = DropToSteadyState(**sampler, options.usage); !st.ok()) return st.error();
   }
+  // The duty cycle's thread, after the drop: it keeps the steady state's
+  // capabilities (attaching uprobes needs CAP_SYS_ADMIN here, docs/usage.md).
+  if (usage_probes && options.usage_budget_share > 0) {
+    usage_probes->EnableBudget(options.usage_budget_share * static_cast<double>((*sampler)->cpu_count()));
+  }
   if (options.after_setup) {
     if (auto st = options.after_setup(); !st.ok()) return st.error();
   }

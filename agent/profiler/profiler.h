@@ -64,6 +64,10 @@ struct Options {
   // public-key operations. The steady state then keeps CAP_BPF and
   // CAP_PERFMON, to attach to libraries found later.
   bool usage = false;
+  // The usage probes' CPU budget, as a share of the host's CPUs (0.005:
+  // 0.5%); the probes are duty-cycled to stay inside it (usage/duty_cycle.h).
+  // <= 0: always on.
+  double usage_budget_share = 0.005;
   // Runs after the sampler is started (and capabilities dropped), before the
   // first processes are read: the daemon starts its threads here (metrics
   // server, shipper), after the drop, since threads keep their creator's

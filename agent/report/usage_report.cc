@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 
+#include "agent/usage/handshake_cost.h"
 #include "agent/usage/names.h"
 
 namespace tlsprof::report {
@@ -46,27 +47,52 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
     return it == library.end() ? std::string("unknown") : it->second;
   };
 
+  // TLS CPU of the handshake phase (sampled), per process, and the
+  // process's whole sampled CPU.
+  const double period_s = static_cast<double>(period_ns) / 1e9;
+  auto handshake_tls_cpu = [&](uint32_t tgid) {
+    auto it = profile.processes.find(static_cast<pid_t>(tgid));
+    if (it == profile.processes.end()) return 0.0;
+    return static_cast<double>(it->second.crypto.phases[static_cast<size_t>(classify::Phase::kHandshake)]) * period_s;
+  };
+  auto process_cpu = [&](uint32_t tgid) {
+    auto it = profile.processes.find(static_cast<pid_t>(tgid));
+    return it == profile.processes.end() ? 0.0 : static_cast<double>(it->second.samples) * period_s;
+  };
+  const std::vector<usage::HandshakeCost> costs = usage::SplitHandshakeCpu(window, handshake_tls_cpu);
+
   // Handshakes, merged over the raw key's fields that are not labels.
   using HandshakeLabels =
       std::tuple<uint32_t, std::string, std::string, std::string, std::string, std::string, std::string, std::string>;
-  std::map<HandshakeLabels, uint64_t> handshakes;
+  struct Merged {
+    uint64_t count = 0;
+    double estimated = 0;  // scaled for the duty cycle
+    double cpu = 0;        // the modelled TLS CPU of these handshakes
+  };
+  std::map<HandshakeLabels, Merged> handshakes;
   struct PerProcess {
     uint64_t handshakes = 0, full = 0, resumed = 0;
+    double estimated = 0;
   };
   std::map<uint32_t, PerProcess> per_process;
-  for (const usage::HandshakeCount& h : window.handshakes) {
+  for (size_t i = 0; i < window.handshakes.size(); ++i) {
+    const usage::HandshakeCount& h = window.handshakes[i];
     if (excluded(h.key.tgid)) continue;
     const std::string side = h.key.is_server == 1 ? "server" : h.key.is_server == 0 ? "client" : "unknown";
     const std::string kind = h.key.resumed == 1 ? "resumed" : h.key.resumed == 0 ? "full" : "unknown";
-    handshakes[{h.key.tgid, lib_path(h.key.lib), side, kind, usage::VersionName(h.key.version),
-                usage::CipherSuiteName(h.key.cipher), usage::GroupName(h.key.kx_type, h.key.kx_len),
-                usage::CertKeyTypeName(h.key.cert_type)}] += h.count;
+    Merged& m = handshakes[{h.key.tgid, lib_path(h.key.lib), side, kind, usage::VersionName(h.key.version),
+                            usage::CipherSuiteName(h.key.cipher), usage::GroupName(h.key.kx_type, h.key.kx_len),
+                            usage::CertKeyTypeName(h.key.cert_type)}];
+    m.count += h.count;
+    m.estimated += h.estimated;
+    m.cpu += costs[i].cpu_seconds;
     PerProcess& p = per_process[h.key.tgid];
     p.handshakes += h.count;
+    p.estimated += h.estimated;
     (h.key.resumed == 1 ? p.resumed : p.full) += h.count;
   }
   json rows = json::array();
-  for (const auto& [labels, count] : handshakes) {
+  for (const auto& [labels, m] : handshakes) {
     const auto& [tgid, lib, side, kind, version, suite, group, cert] = labels;
     rows.push_back({{"pid", tgid},
                     {"comm", Comm(registry, tgid)},
@@ -77,7 +103,9 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                     {"cipher_suite", suite},
                     {"group", group},
                     {"cert_key_type", cert},
-                    {"count", count}});
+                    {"count", m.count},
+                    {"estimated_count", m.estimated},
+                    {"cpu_seconds_per_handshake", m.estimated > 0 ? m.cpu / m.estimated : 0.0}});
   }
   doc["handshakes"] = std::move(rows);
 
@@ -93,6 +121,7 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
         {op.key.tgid, lib_path(op.key.lib), OpName(op.key.op), algorithm, op.key.in_handshake != 0}, op);
     if (fresh) continue;
     it->second.count += op.count;
+    it->second.estimated += op.estimated;
     it->second.cpu_ns += op.cpu_ns;
     it->second.wall_ns += op.wall_ns;
     for (size_t i = 0; i < it->second.slots.size() && i < op.slots.size(); ++i) it->second.slots[i] += op.slots[i];
@@ -110,6 +139,7 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                     {"algorithm", algorithm},
                     {"in_handshake", in_handshake},
                     {"count", op.count},
+                    {"estimated_count", op.estimated},
                     {"cpu_seconds", static_cast<double>(op.cpu_ns) / 1e9},
                     {"latency_mean_us", net_us(static_cast<double>(op.cpu_ns) / count)},
                     {"latency_p50_us", net_us(usage::HistogramQuantile(op.slots, 0.50))},
@@ -119,20 +149,22 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
 
   // TLS CPU in the handshake phase (sampled) over the handshakes completed
   // (probed), per process: docs/usage.md, "Cost per handshake".
+  // The process's whole CPU per handshake too: for a server that mostly
+  // handshakes, what the Go study measured (kernel time included).
   rows = json::array();
-  const double period_s = static_cast<double>(period_ns) / 1e9;
   for (const auto& [tgid, p] : per_process) {
-    auto it = profile.processes.find(static_cast<pid_t>(tgid));
-    const uint64_t samples =
-        it == profile.processes.end() ? 0 : it->second.crypto.phases[static_cast<size_t>(classify::Phase::kHandshake)];
-    const double cpu = static_cast<double>(samples) * period_s;
+    const double cpu = handshake_tls_cpu(tgid), all = process_cpu(tgid);
+    const double n = p.estimated;
     rows.push_back({{"pid", tgid},
                     {"comm", Comm(registry, tgid)},
                     {"handshakes", p.handshakes},
+                    {"estimated_handshakes", p.estimated},
                     {"full", p.full},
                     {"resumed", p.resumed},
                     {"handshake_tls_cpu_seconds", cpu},
-                    {"cpu_seconds_per_handshake", p.handshakes ? cpu / static_cast<double>(p.handshakes) : 0.0}});
+                    {"cpu_seconds_per_handshake", n ? cpu / n : 0.0},
+                    {"process_cpu_seconds", all},
+                    {"process_cpu_seconds_per_handshake", n ? all / n : 0.0}});
   }
   doc["handshake_cpu"] = std::move(rows);
 
@@ -144,14 +176,29 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                            {"probe_overhead_us",
                             {{"push", probes.probe_overhead_ns()[INSN_EMULATED_PUSH] / 1e3},
                              {"endbr64", probes.probe_overhead_ns()[INSN_ENDBR64] / 1e3},
-                             {"single_stepped", probes.probe_overhead_ns()[INSN_SINGLE_STEPPED] / 1e3}}},
+                             {"single_stepped", probes.probe_overhead_ns()[INSN_SINGLE_STEPPED] / 1e3},
+                             {"go", probes.probe_overhead_ns()[INSN_GO] / 1e3}}},
+                           {"call_cost_us",
+                            {{"push", probes.call_cost_ns()[INSN_EMULATED_PUSH] / 1e3},
+                             {"endbr64", probes.call_cost_ns()[INSN_ENDBR64] / 1e3},
+                             {"single_stepped", probes.call_cost_ns()[INSN_SINGLE_STEPPED] / 1e3},
+                             {"go", probes.call_cost_ns()[INSN_GO] / 1e3}}},
+                           {"budget",
+                            {{"cpu_seconds_per_second", probes.budget()},
+                             {"budget_cpu_seconds", window.budget.budget_cpu_seconds},
+                             {"probe_cpu_seconds", window.budget.probe_cpu_seconds},
+                             {"duty_cycle", window.budget.duty_cycle},
+                             {"relative_error", window.budget.relative_error},
+                             {"toggles", window.budget.toggles}}},
                            {"probe_hits", window.totals.hits},
                            {"handshake_calls", window.totals.handshake_calls},
                            {"handshakes", window.totals.handshakes},
                            {"operations", window.totals.ops},
                            {"nested_calls", window.totals.nested},
                            {"dropped_keys", window.totals.dropped_keys},
-                           {"read_errors", window.totals.read_errors}};
+                           {"read_errors", window.totals.read_errors},
+                           {"go_unmatched_returns", window.totals.go_unmatched},
+                           {"go_migrated_operations", window.totals.go_migrated}};
 }
 
 }  // namespace tlsprof::report

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -10,18 +11,26 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <limits>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "agent/common/fd.h"
+#include "agent/usage/duty_cycle.h"
 #include "agent/usage/elf_functions.h"
+#include "agent/usage/go_plan.h"
 #include "agent/usage/probe_plan.h"
 #include "usage.skel.h"
 
@@ -91,17 +100,289 @@ tlsprof_usage_calibrate_step:
   add $8, %rsp
   ret
   .size tlsprof_usage_calibrate_step, .-tlsprof_usage_calibrate_step
+  .globl tlsprof_usage_calibrate_go
+  .type tlsprof_usage_calibrate_go, @function
+tlsprof_usage_calibrate_go:
+  cmp $0, %rsp
+  .globl tlsprof_usage_calibrate_go_entry
+tlsprof_usage_calibrate_go_entry:
+  jbe 1f
+  mov $1, %eax
+  .globl tlsprof_usage_calibrate_go_ret
+tlsprof_usage_calibrate_go_ret:
+  ret
+1:
+  ud2
+  .size tlsprof_usage_calibrate_go, .-tlsprof_usage_calibrate_go
   .popsection
 )");
 extern "C" int tlsprof_usage_calibrate_push(void* ctx, void* out, size_t* len);
 extern "C" int tlsprof_usage_calibrate_endbr(void* ctx, void* out, size_t* len);
 extern "C" int tlsprof_usage_calibrate_step(void* ctx, void* out, size_t* len);
+// Probed the Go way (INSN_GO): a uprobe on the jump of a Go-like stack
+// check (GoEntryProbeAddress) and one on its RET.
+extern "C" int tlsprof_usage_calibrate_go(void* ctx, void* out, size_t* len);
+extern "C" char tlsprof_usage_calibrate_go_entry[];
+extern "C" char tlsprof_usage_calibrate_go_ret[];
+
+namespace {
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The kernel's uprobe_multi link (Linux 6.6+): every probe of one program
+// on one file in one link, attached and detached in one step. Debian 12's
+// libbpf (1.1) predates it, so the link is made with the bpf() syscall;
+// the attribute layout is the kernel's (include/uapi/linux/bpf.h).
+constexpr uint32_t kTraceUprobeMulti = 48;  // enum bpf_attach_type BPF_TRACE_UPROBE_MULTI
+constexpr uint32_t kUprobeMultiReturn = 1;  // BPF_F_UPROBE_MULTI_RETURN
+struct UprobeMultiAttr {
+  uint32_t prog_fd;
+  uint32_t target_fd;
+  uint32_t attach_type;
+  uint32_t flags;
+  uint64_t path;
+  uint64_t offsets;
+  uint64_t ref_ctr_offsets;
+  uint64_t cookies;
+  uint32_t cnt;
+  uint32_t multi_flags;
+  uint32_t pid;
+  uint32_t pad;
+};
+static_assert(sizeof(UprobeMultiAttr) == 64);
+
+// A link fd, or -1 with errno set.
+int UprobeMultiLink(int prog_fd, const std::string& path, const std::vector<uint64_t>& offsets,
+                    const std::vector<uint64_t>& cookies, bool retprobe, int pid) {
+  UprobeMultiAttr attr{};
+  attr.prog_fd = static_cast<uint32_t>(prog_fd);
+  attr.attach_type = kTraceUprobeMulti;
+  attr.path = reinterpret_cast<uint64_t>(path.c_str());
+  attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
+  attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
+  attr.cnt = static_cast<uint32_t>(offsets.size());
+  attr.multi_flags = retprobe ? kUprobeMultiReturn : 0;
+  attr.pid = static_cast<uint32_t>(pid);
+  return static_cast<int>(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+}
+
+// The probes of one program on one file, as they are attached again after
+// a pause of the duty cycle: the file by an fd the agent holds (through
+// /proc/self/fd, so it still resolves when the process the agent first
+// found it in is gone). One uprobe_multi link where the kernel has them,
+// else a perf-event link per probe.
+struct Group {
+  bpf_program* prog = nullptr;        // attached through perf events
+  bpf_program* multi_prog = nullptr;  // attached through uprobe_multi; null: not loaded
+  std::shared_ptr<UniqueFd> file;
+  std::vector<uint64_t> offsets, cookies;
+  bool retprobe = false;
+  bool entry = true;  // attached after every return probe, detached before them
+  UniqueFd multi_link;
+  std::vector<LinkPtr> links;
+
+  std::string Path() const { return fmt::format("/proc/self/fd/{}", file->get()); }
+  bool Attached() const { return multi_link.valid() || !links.empty(); }
+  // pid -1 (0 for uprobe_multi): every process that maps the file, now or later.
+  Status Attach() {
+    if (multi_prog) {
+      multi_link = UniqueFd(UprobeMultiLink(bpf_program__fd(multi_prog), Path(), offsets, cookies, retprobe, 0));
+      if (multi_link.valid()) return OkStatus();
+      return MakeError("uprobe_multi: {}", ErrnoText(errno));
+    }
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookies[i], .retprobe = retprobe);
+      bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, Path().c_str(), offsets[i], &opts);
+      if (!link) {
+        const int err = errno;
+        links.clear();
+        return MakeError("offset {:#x}: {}", offsets[i], ErrnoText(err));
+      }
+      links.emplace_back(link);
+    }
+    return OkStatus();
+  }
+  void Detach() {
+    multi_link = UniqueFd();
+    links.clear();
+  }
+};
+
+// One probe a plan asks for.
+struct PlannedProbe {
+  std::string function;
+  bpf_program* prog = nullptr;
+  bpf_program* multi_prog = nullptr;
+  uint64_t offset = 0;
+  uint64_t cookie = 0;
+  bool retprobe = false;
+  bool entry = true;
+};
+
+}  // namespace
 
 struct UsageProbes::Impl {
   SkelPtr skel;
-  std::vector<LinkPtr> links;
+  std::vector<LinkPtr> fixed_links;                  // sched_switch
   std::set<std::pair<uint64_t, uint64_t>> attached;  // dev, inode
   uint16_t next_lib = 0;
+  bool multi = false;  // the uprobe_multi programs loaded
+
+  // Guards what the duty cycle's thread touches: the groups and their
+  // links, the cycle's state.
+  mutable std::mutex mu;
+  std::vector<Group> groups;
+  bool on = true;
+  std::optional<DutyCycle> duty;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+
+  // The calibrated cost of one probed call (its entry and return hits) by
+  // class of first instruction, in CPU-seconds of the probed thread.
+  std::array<double, INSN_NR> call_cost{};
+
+  ~Impl() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+    for (bool entry : {true, false}) {
+      for (Group& g : groups) {
+        if (g.entry == entry) g.Detach();
+      }
+    }
+  }
+  // New probes (one program on one file): attached now unless the duty
+  // cycle has the probes off.
+  Status AddGroup(Group&& group) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (on) {
+      if (auto st = group.Attach(); !st.ok()) return st;
+    }
+    groups.push_back(std::move(group));
+    return OkStatus();
+  }
+  // Attaches a file's planned probes, one group per program (return probes
+  // first); a group the kernel refuses is tried probe by probe, and a
+  // function any of whose probes fails is left out whole (its entry and
+  // returns go together). Returns the functions whose entries are attached.
+  std::vector<std::string> AttachPlanned(const std::shared_ptr<UniqueFd>& file, const std::vector<PlannedProbe>& plan,
+                                         std::string* errors) {
+    std::set<std::string> failed;
+    auto group_of = [&](const std::vector<const PlannedProbe*>& probes, bool with_multi) {
+      Group g;
+      g.prog = probes[0]->prog;
+      g.multi_prog = with_multi ? probes[0]->multi_prog : nullptr;
+      g.file = file;
+      g.retprobe = probes[0]->retprobe;
+      g.entry = probes[0]->entry;
+      for (const PlannedProbe* p : probes) {
+        g.offsets.push_back(p->offset);
+        g.cookies.push_back(p->cookie);
+      }
+      return g;
+    };
+    for (bool entry : {false, true}) {
+      std::map<bpf_program*, std::vector<const PlannedProbe*>> by_prog;
+      for (const PlannedProbe& p : plan) {
+        if (p.entry == entry && !failed.count(p.function)) by_prog[p.prog].push_back(&p);
+      }
+      for (const auto& [prog, probes] : by_prog) {
+        if (multi && AddGroup(group_of(probes, true)).ok()) continue;
+        for (const PlannedProbe* p : probes) {
+          if (failed.count(p->function)) continue;
+          if (auto st = AddGroup(group_of({p}, false)); !st.ok()) {
+            *errors += fmt::format("attaching to {} failed: {}; ", p->function, st.error().message);
+            failed.insert(p->function);
+          }
+        }
+      }
+    }
+    std::vector<std::string> attached;
+    for (const PlannedProbe& p : plan) {
+      if (p.entry && !failed.count(p.function) &&
+          std::find(attached.begin(), attached.end(), p.function) == attached.end()) {
+        attached.push_back(p.function);
+      }
+    }
+    return attached;
+  }
+  size_t ProbeCount() const {
+    size_t n = 0;
+    for (const Group& g : groups) n += g.offsets.size();
+    return n;
+  }
+  // What the probes have cost so far: calls by class x their cost.
+  double CostSeconds() const {
+    const int fd = bpf_map__fd(skel->maps.usage_totals);
+    const int ncpus = libbpf_num_possible_cpus();
+    if (ncpus <= 0) return 0;
+    std::vector<uint64_t> values(static_cast<size_t>(ncpus));
+    double cost = 0;
+    for (uint32_t insn = 0; insn < INSN_NR; ++insn) {
+      const uint32_t slot = UTOTAL_CALLS_PUSH + insn;
+      if (bpf_map_lookup_elem(fd, &slot, values.data()) != 0) continue;
+      uint64_t calls = 0;
+      for (uint64_t v : values) calls += v;
+      cost += static_cast<double>(calls) * call_cost[insn];
+    }
+    return cost;
+  }
+  // The duty cycle's thread: ticks every 20 ms.
+  void Run() {
+    while (!stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const double cost = CostSeconds();
+      std::lock_guard<std::mutex> lock(mu);
+      const DutyCycle::Action action = duty->Tick(MonotonicSeconds(), cost);
+      // What an event counted from now stands for (the cycle's 1 / share).
+      skel->data->scale_milli = static_cast<uint64_t>(duty->scale() * USAGE_SCALE_ONE + 0.5);
+      if (action == DutyCycle::Action::kNone) continue;
+      const bool want = action == DutyCycle::Action::kAttach;
+      const double began = MonotonicSeconds();
+      const Toggle t = SetOn(want);
+      duty->Toggled(t.effective, want, t.cpu);
+      spdlog::debug("usage probes: {} {} probes in {:.1f} ms ({:.1f} ms CPU) at {:.3f} CPU-s/s measured",
+                    want ? "attached" : "detached", ProbeCount(), (MonotonicSeconds() - began) * 1e3, t.cpu * 1e3,
+                    duty->rate());
+    }
+  }
+  // Attaches (or detaches) every site: return probes first on the way in,
+  // entry probes first on the way out, so no call's entry is seen without
+  // its return. Called with mu held.
+  // What a toggle took: the agent's CPU for it, and when it took effect
+  // (the last entry probe attached, or detached).
+  struct Toggle {
+    double cpu = 0;
+    double effective = 0;
+  };
+  // Return probes first on the way in, entry probes first on the way out,
+  // so no call's entry is seen without its return. Called with mu held.
+  Toggle SetOn(bool want) {
+    Toggle t;
+    const double cpu = ThreadCpuSeconds();
+    for (bool entry : want ? std::array{false, true} : std::array{true, false}) {
+      for (Group& g : groups) {
+        if (g.entry != entry) continue;
+        if (!want) {
+          g.Detach();
+        } else if (!g.Attached()) {
+          if (auto st = g.Attach(); !st.ok())
+            spdlog::debug("usage probes: attaching again failed: {}", st.error().message);
+        }
+      }
+      if (entry) t.effective = MonotonicSeconds();
+    }
+    on = want;
+    t.cpu = ThreadCpuSeconds() - cpu;
+    return t;
+  }
 };
 
 UsageProbes::UsageProbes(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -109,24 +390,44 @@ UsageProbes::~UsageProbes() = default;
 
 Result<std::unique_ptr<UsageProbes>> UsageProbes::Start(int hijacked_returns_fd) {
   auto impl = std::make_unique<Impl>();
-  // Open: parse the object embedded in the skeleton.
-  impl->skel.reset(usage__open());
-  if (!impl->skel) return MakeError("opening the usage BPF object failed: {}", ErrnoText(errno));
-  // Share the sampler's hijacked_returns map instead of creating one.
-  if (hijacked_returns_fd >= 0) {
-    if (int err = bpf_map__reuse_fd(impl->skel->maps.hijacked_returns, hijacked_returns_fd); err) {
-      return MakeError("sharing the sampler's hijacked_returns map failed: {}", ErrnoText(err));
+  // Open, set up, load; with the uprobe_multi programs first, and without
+  // them on a kernel that refuses them (before 6.6).
+  for (bool multi : {true, false}) {
+    // Open: parse the object embedded in the skeleton.
+    impl->skel.reset(usage__open());
+    if (!impl->skel) return MakeError("opening the usage BPF object failed: {}", ErrnoText(errno));
+    // Share the sampler's hijacked_returns map instead of creating one.
+    if (hijacked_returns_fd >= 0) {
+      if (int err = bpf_map__reuse_fd(impl->skel->maps.hijacked_returns, hijacked_returns_fd); err) {
+        return MakeError("sharing the sampler's hijacked_returns map failed: {}", ErrnoText(err));
+      }
     }
-  }
-  // Load: create the maps and verify the programs.
-  if (int err = usage__load(impl->skel.get()); err) {
-    return MakeError("loading the usage BPF programs failed: {} (needs root, or CAP_BPF + CAP_PERFMON)",
-                     ErrnoText(err));
+    for (bpf_program* prog : {impl->skel->progs.usage_handshake_enter_multi,
+                              impl->skel->progs.usage_handshake_exit_multi, impl->skel->progs.usage_op_enter_multi,
+                              impl->skel->progs.usage_op_exit_multi, impl->skel->progs.usage_go_multi}) {
+      if (multi) {
+        bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(kTraceUprobeMulti));
+      } else {
+        bpf_program__set_autoload(prog, false);
+      }
+    }
+    // Load: create the maps and verify the programs.
+    const int err = usage__load(impl->skel.get());
+    if (err == 0) {
+      impl->multi = multi;
+      break;
+    }
+    if (!multi) {
+      return MakeError("loading the usage BPF programs failed: {} (needs root, or CAP_BPF + CAP_PERFMON)",
+                       ErrnoText(err));
+    }
+    spdlog::info("usage probes: no uprobe_multi links on this kernel ({}); one perf-event link per probe",
+                 ErrnoText(err));
   }
   // Attach: sched_switch now; the uprobes per file, in AttachProcess().
   bpf_link* link = bpf_program__attach(impl->skel->progs.usage_sched_switch);
   if (!link) return MakeError("attaching the usage sched_switch program failed: {}", ErrnoText(errno));
-  impl->links.emplace_back(link);
+  impl->fixed_links.emplace_back(link);
   std::unique_ptr<UsageProbes> probes(new UsageProbes(std::move(impl)));
   probes->Calibrate();
   return probes;
@@ -135,21 +436,29 @@ Result<std::unique_ptr<UsageProbes>> UsageProbes::Start(int hijacked_returns_fd)
 void UsageProbes::Calibrate() {
   using Target = int (*)(void*, void*, size_t*);
   const std::array<Target, INSN_NR> targets = {tlsprof_usage_calibrate_push, tlsprof_usage_calibrate_endbr,
-                                               tlsprof_usage_calibrate_step};
-  static_assert(INSN_EMULATED_PUSH == 0 && INSN_ENDBR64 == 1 && INSN_SINGLE_STEPPED == 2);
+                                               tlsprof_usage_calibrate_step, tlsprof_usage_calibrate_go};
+  static_assert(INSN_EMULATED_PUSH == 0 && INSN_ENDBR64 == 1 && INSN_SINGLE_STEPPED == 2 && INSN_GO == 3);
   for (uint32_t insn = 0; insn < INSN_NR; ++insn) {
-    auto where = FileOffsetOf(reinterpret_cast<uintptr_t>(targets[insn]));
-    if (!where) {
+    const bool go = insn == INSN_GO;
+    auto where = FileOffsetOf(go ? reinterpret_cast<uintptr_t>(tlsprof_usage_calibrate_go_entry)
+                                 : reinterpret_cast<uintptr_t>(targets[insn]));
+    auto ret_where = FileOffsetOf(reinterpret_cast<uintptr_t>(tlsprof_usage_calibrate_go_ret));
+    if (!where || !ret_where) {
       spdlog::warn("usage probes: no calibration function in /proc/self/maps; latencies include the probes' time");
       return;
     }
     std::vector<LinkPtr> links;
     for (bool entry : {false, true}) {
-      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(kCalibrationLib - insn, PROBE_CALIBRATE, insn),
-                  .retprobe = !entry);
-      bpf_link* link =
-          bpf_program__attach_uprobe_opts(entry ? impl_->skel->progs.usage_op_enter : impl_->skel->progs.usage_op_exit,
-                                          getpid(), where->first.c_str(), where->second, &opts);
+      const uint16_t lib = kCalibrationLib - insn;
+      const uint64_t cookie =
+          go ? USAGE_GO_COOKIE(lib, PROBE_GO_CALIBRATE, insn, 0, GO_REG_NONE, entry ? 0 : USAGE_GO_RETURN)
+             : USAGE_COOKIE(lib, PROBE_CALIBRATE, insn);
+      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = !entry && !go);
+      bpf_program* prog = go      ? impl_->skel->progs.usage_go
+                          : entry ? impl_->skel->progs.usage_op_enter
+                                  : impl_->skel->progs.usage_op_exit;
+      bpf_link* link = bpf_program__attach_uprobe_opts(prog, getpid(), where->first.c_str(),
+                                                       go && !entry ? ret_where->second : where->second, &opts);
       if (!link) {
         spdlog::warn("usage probes: calibration probe failed ({}); latencies include the probes' own time",
                      ErrnoText(errno));
@@ -159,7 +468,15 @@ void UsageProbes::Calibrate() {
     }
     size_t len = 0;
     int sink = 0;
+    const double probed_start = ThreadCpuSeconds();
     for (int i = 0; i < kCalibrationCalls; ++i) sink += targets[insn](&len, &sink, &len);
+    const double probed = ThreadCpuSeconds() - probed_start;
+    links.clear();
+    const double bare_start = ThreadCpuSeconds();
+    for (int i = 0; i < kCalibrationCalls; ++i) sink += targets[insn](&len, &sink, &len);
+    const double bare = ThreadCpuSeconds() - bare_start;
+    // What a probed call costs the probed thread: the traps, the programs.
+    impl_->call_cost[insn] = std::max(0.0, probed - bare) / kCalibrationCalls;
   }
   // Measured with no overhead taken off (probe_overhead_ns still 0); set now.
   for (const OperationStats& op : ReadOperations()) {
@@ -171,14 +488,50 @@ void UsageProbes::Calibrate() {
   }
   spdlog::info(
       "usage probes: the probes' own time in each timed call, by first instruction: push {:.1f} us, "
-      "endbr64 {:.1f} us, single-stepped {:.1f} us (p50 of {} calls each); taken off",
-      probe_overhead_ns_[0] / 1e3, probe_overhead_ns_[1] / 1e3, probe_overhead_ns_[2] / 1e3, kCalibrationCalls);
+      "endbr64 {:.1f} us, single-stepped {:.1f} us, Go (entry + RET) {:.1f} us (p50 of {} calls each); taken off",
+      probe_overhead_ns_[0] / 1e3, probe_overhead_ns_[1] / 1e3, probe_overhead_ns_[2] / 1e3,
+      probe_overhead_ns_[3] / 1e3, kCalibrationCalls);
+  for (uint32_t insn = 0; insn < INSN_NR; ++insn) call_cost_ns_[insn] = impl_->call_cost[insn] * 1e9;
+  spdlog::info(
+      "usage probes: a probed call costs the caller push {:.1f} us, endbr64 {:.1f} us, single-stepped {:.1f} us, "
+      "Go {:.1f} us (CPU, entry and return)",
+      call_cost_ns_[0] / 1e3, call_cost_ns_[1] / 1e3, call_cost_ns_[2] / 1e3, call_cost_ns_[3] / 1e3);
+}
+
+void UsageProbes::EnableBudget(double cpu_seconds_per_second) {
+  if (cpu_seconds_per_second <= 0) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->duty) return;
+  DutyCycle::Options options;
+  options.budget = cpu_seconds_per_second;
+  impl_->duty.emplace(options, MonotonicSeconds());
+  budget_ = cpu_seconds_per_second;
+  Impl* impl = impl_.get();
+  impl_->thread = std::thread([impl] { impl->Run(); });
+}
+
+UsageClock UsageProbes::ReadClock() const {
+  UsageClock c;
+  const double cost = impl_->CostSeconds();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  c.at = MonotonicSeconds();
+  if (impl_->duty) {
+    c.on = impl_->duty->on_seconds(c.at);
+    c.cost = impl_->duty->cost_seconds();
+    c.allowed = impl_->duty->allowed_seconds(c.at);
+    c.toggles = impl_->duty->toggles();
+  } else {
+    c.on = c.at;
+    c.cost = cost;
+  }
+  return c;
 }
 
 Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   const std::vector<std::string_view> wanted = WantedFunctions();
   struct Loaded {
     const FileRef* ref;
+    std::shared_ptr<UniqueFd> fd;
     std::map<std::string, FunctionCode, std::less<>> functions;
     std::vector<FoundFunction> state_machine;
   };
@@ -192,19 +545,23 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   std::string errors;
   bool any_new = false;
   for (const FileRef& ref : files) {
-    UniqueFd fd(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) {
+    if (ref.library == "go") {
+      if (auto st = AttachGoFile(ref); !st.ok()) errors += st.error().message + "; ";
+      continue;
+    }
+    auto fd = std::make_shared<UniqueFd>(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd->valid()) {
       errors += fmt::format("{}: {}; ", ref.display_path, ErrnoText(errno));
       continue;
     }
-    auto functions = FindFunctions(fd.get(), wanted);
+    auto functions = FindFunctions(fd->get(), wanted);
     if (!functions) {
       errors += fmt::format("{}: {}; ", ref.display_path, functions.error().message);
       continue;
     }
     if (!impl_->attached.count({ref.dev, ref.inode})) any_new = true;
-    std::vector<FoundFunction> state_machine = FindHandshakeStateMachine(fd.get(), *functions);
-    loaded.push_back({&ref, std::move(*functions), std::move(state_machine)});
+    std::vector<FoundFunction> state_machine = FindHandshakeStateMachine(fd->get(), *functions);
+    loaded.push_back({&ref, std::move(fd), std::move(*functions), std::move(state_machine)});
   }
   if (!any_new) {
     if (!errors.empty()) return MakeError("usage probes: {}", errors);
@@ -231,30 +588,32 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       continue;
     }
     AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, ref.library, {}, layout.fields};
-    // Return probes first, for every site, then the entry probes: a call
-    // whose entry is seen must have its return seen too, or the thread would
-    // look inside an operation until the entry goes stale (and every later
-    // call would count as nested). A return without an entry is ignored.
-    std::set<std::string> failed;
-    for (bool entry : {false, true}) {
-      for (const ProbeSite& site : plan.sites) {
-        if (failed.count(site.function)) continue;
-        const bool handshake = site.probe == PROBE_HANDSHAKE;
-        bpf_program* prog =
-            entry ? (handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter)
-                  : (handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit);
-        LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = USAGE_COOKIE(lib, site.probe, site.insn), .retprobe = !entry);
-        // pid -1: every process that maps this file, now or later.
-        bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, ref.host_path.c_str(), site.file_offset, &opts);
-        if (!link) {
-          errors += fmt::format("{}: attaching to {} failed: {}; ", ref.display_path, site.function, ErrnoText(errno));
-          failed.insert(site.function);
-          continue;
-        }
-        impl_->links.emplace_back(link);
-        if (entry) attached.functions.push_back(site.function);
+    // Return probes before entry probes (AttachPlanned): a call whose entry
+    // is seen must have its return seen too, or the thread would look inside
+    // an operation until the entry goes stale (and every later call would
+    // count as nested). A return without an entry is ignored.
+    std::vector<PlannedProbe> probes;
+    for (const ProbeSite& site : plan.sites) {
+      const bool handshake = site.probe == PROBE_HANDSHAKE;
+      for (bool entry : {false, true}) {
+        PlannedProbe p;
+        p.function = site.function;
+        p.prog = entry ? (handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter)
+                       : (handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit);
+        p.multi_prog =
+            entry
+                ? (handshake ? impl_->skel->progs.usage_handshake_enter_multi : impl_->skel->progs.usage_op_enter_multi)
+                : (handshake ? impl_->skel->progs.usage_handshake_exit_multi : impl_->skel->progs.usage_op_exit_multi);
+        p.offset = site.file_offset;
+        p.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
+        p.retprobe = !entry;
+        p.entry = entry;
+        probes.push_back(std::move(p));
       }
     }
+    std::string file_errors;
+    attached.functions = impl_->AttachPlanned(l.fd, probes, &file_errors);
+    if (!file_errors.empty()) errors += fmt::format("{}: {}", ref.display_path, file_errors);
     spdlog::info("usage probes: {} ({}:{}), {} functions, version {}, cipher {}, key type {}", ref.display_path,
                  major(ref.dev), minor(ref.dev), attached.functions.size(), layout.fields.at("ssl.version"),
                  layout.fields.at("ssl.cipher"), layout.fields.at("ssl.key_type"));
@@ -264,7 +623,53 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   return OkStatus();
 }
 
-size_t UsageProbes::link_count() const { return impl_->links.size(); }
+Status UsageProbes::AttachGoFile(const FileRef& ref) {
+  if (!impl_->attached.insert({ref.dev, ref.inode}).second) return OkStatus();  // tried once, whatever the outcome
+  auto fd = std::make_shared<UniqueFd>(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd->valid()) return MakeError("{}: {}", ref.display_path, ErrnoText(errno));
+  auto plan = PlanGoFile(fd->get(), ref.display_path);
+  if (!plan.ok()) return plan.error();
+  if (impl_->next_lib >= USAGE_MAX_LIBS) {
+    return MakeError("{}: more than {} library files probed, not probed", ref.display_path, USAGE_MAX_LIBS);
+  }
+  const uint16_t lib = impl_->next_lib++;
+  const uint32_t key = lib;
+  if (bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.lib_layouts), &key, &plan->layout, BPF_ANY) != 0) {
+    return MakeError("{}: writing its layout failed: {}", ref.display_path, ErrnoText(errno));
+  }
+  std::map<std::string, std::string> fields = plan->fields;
+  fields["go.version"] = plan->go_version.empty() ? "unknown" : plan->go_version;
+  AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, ref.library, {}, std::move(fields)};
+  // RET sites before entries (AttachPlanned), as for uretprobes: a call
+  // whose entry is seen must have its returns probed already.
+  std::vector<PlannedProbe> probes;
+  for (const GoProbeSite& site : plan->sites) {
+    PlannedProbe p;
+    p.function = site.function;
+    p.prog = impl_->skel->progs.usage_go;
+    p.multi_prog = impl_->skel->progs.usage_go_multi;
+    p.offset = site.file_offset;
+    p.cookie = site.cookie_bits | lib;
+    p.entry = !site.ret;
+    probes.push_back(std::move(p));
+  }
+  std::string errors;
+  attached.functions = impl_->AttachPlanned(fd, probes, &errors);
+  spdlog::info("usage probes: {} ({}:{}), Go {}, {} functions at {} sites, version {}, cipher {}, resumed {}",
+               ref.display_path, major(ref.dev), minor(ref.dev), plan->go_version, attached.functions.size(),
+               plan->sites.size(), plan->fields.at("ssl.version"), plan->fields.at("ssl.cipher"),
+               plan->fields.at("ssl.resumed"));
+  files_.push_back(std::move(attached));
+  if (!errors.empty()) return MakeError("usage probes: {}", errors);
+  return OkStatus();
+}
+
+size_t UsageProbes::link_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  size_t n = impl_->fixed_links.size();
+  for (const Group& g : impl_->groups) n += g.multi_link.valid() ? 1 : g.links.size();
+  return n;
+}
 
 std::vector<HandshakeCount> UsageProbes::ReadHandshakes() const {
   std::vector<HandshakeCount> out;
@@ -272,8 +677,10 @@ std::vector<HandshakeCount> UsageProbes::ReadHandshakes() const {
   handshake_key key{}, next{};
   const handshake_key* prev = nullptr;
   while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    uint64_t count = 0;
-    if (bpf_map_lookup_elem(fd, &next, &count) == 0) out.push_back({next, count});
+    handshake_count count{};
+    if (bpf_map_lookup_elem(fd, &next, &count) == 0) {
+      out.push_back({next, count.count, static_cast<double>(count.weighted) / USAGE_SCALE_ONE});
+    }
     key = next;
     prev = &key;
   }
@@ -288,8 +695,12 @@ std::vector<OperationStats> UsageProbes::ReadOperations() const {
   auto value = std::make_unique<op_latency>();
   while (bpf_map_get_next_key(fd, prev, &next) == 0) {
     if (bpf_map_lookup_elem(fd, &next, value.get()) == 0) {
-      OperationStats stats{next, value->count, value->cpu_ns, value->wall_ns,
-                           std::vector<uint64_t>(value->slots, value->slots + USAGE_HIST_SLOTS)};
+      OperationStats stats{next,
+                           value->count,
+                           value->cpu_ns,
+                           value->wall_ns,
+                           std::vector<uint64_t>(value->slots, value->slots + USAGE_HIST_SLOTS),
+                           static_cast<double>(value->weighted) / USAGE_SCALE_ONE};
       out.push_back(std::move(stats));
     }
     key = next;
@@ -318,6 +729,8 @@ UsageTotals UsageProbes::ReadTotals() const {
   totals.nested = sum(UTOTAL_NESTED);
   totals.dropped_keys = sum(UTOTAL_DROPPED_KEYS);
   totals.read_errors = sum(UTOTAL_READ_ERRORS);
+  totals.go_unmatched = sum(UTOTAL_GO_UNMATCHED);
+  totals.go_migrated = sum(UTOTAL_GO_MIGRATED);
   return totals;
 }
 
@@ -328,22 +741,24 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
     for (const HandshakeCount& s : start.handshakes) {
       if (std::memcmp(&s.key, &h.key, sizeof(h.key)) == 0) before = s.count;
     }
-    if (h.count > before) {
-      out.handshakes.push_back({h.key, h.count - before, static_cast<double>(h.count - before)});
+    double weighted_before = 0;
+    for (const HandshakeCount& s : start.handshakes) {
+      if (std::memcmp(&s.key, &h.key, sizeof(h.key)) == 0) weighted_before = s.estimated;
     }
+    if (h.count > before) out.handshakes.push_back({h.key, h.count - before, h.estimated - weighted_before});
   }
   for (const OperationStats& op : end.operations) {
     OperationStats delta = op;
     for (const OperationStats& s : start.operations) {
       if (std::memcmp(&s.key, &op.key, sizeof(op.key)) != 0) continue;
       delta.count -= std::min(delta.count, s.count);
+      delta.estimated -= std::min(delta.estimated, s.estimated);
       delta.cpu_ns -= std::min(delta.cpu_ns, s.cpu_ns);
       delta.wall_ns -= std::min(delta.wall_ns, s.wall_ns);
       for (size_t i = 0; i < delta.slots.size() && i < s.slots.size(); ++i) {
         delta.slots[i] -= std::min(delta.slots[i], s.slots[i]);
       }
     }
-    delta.estimated = static_cast<double>(delta.count);
     if (delta.count > 0) out.operations.push_back(std::move(delta));
   }
   auto minus = [](uint64_t a, uint64_t b) { return a > b ? a - b : 0; };
@@ -354,7 +769,32 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   out.totals.nested = minus(end.totals.nested, start.totals.nested);
   out.totals.dropped_keys = minus(end.totals.dropped_keys, start.totals.dropped_keys);
   out.totals.read_errors = minus(end.totals.read_errors, start.totals.read_errors);
+  out.totals.go_unmatched = minus(end.totals.go_unmatched, start.totals.go_unmatched);
+  out.totals.go_migrated = minus(end.totals.go_migrated, start.totals.go_migrated);
   out.connections = end.connections;
+  // The duty cycle over the window, and the counts scaled by it.
+  const double span = end.clock.at - start.clock.at;
+  UsageBudget& b = out.budget;
+  b.duty_cycle = span > 0 ? std::clamp((end.clock.on - start.clock.on) / span, 0.0, 1.0) : 1.0;
+  b.probe_cpu_seconds = std::max(0.0, end.clock.cost - start.clock.cost);
+  b.budget_cpu_seconds = std::max(0.0, end.clock.allowed - start.clock.allowed);
+  b.toggles = end.clock.toggles - std::min(end.clock.toggles, start.clock.toggles);
+  // The estimate's 95% error, as if each event had been kept with
+  // probability 1/w (w: the window's mean weight): the variance of the
+  // estimate N is N(w - 1); 0 while always on. Conservative for a steady
+  // rate, whose on-phase counts vary less than a Bernoulli sample's.
+  uint64_t seen = 0;
+  double estimated = 0;
+  for (const HandshakeCount& h : out.handshakes) {
+    seen += h.count;
+    estimated += h.estimated;
+  }
+  const double w = seen ? estimated / static_cast<double>(seen) : 1.0;
+  if (seen == 0 && b.duty_cycle < 1.0) {
+    b.relative_error = std::numeric_limits<double>::quiet_NaN();  // probes off all window: unknown (null)
+  } else {
+    b.relative_error = w <= 1.0001 || estimated <= 0 ? 0.0 : 1.96 * std::sqrt((w - 1) / estimated);
+  }
   return out;
 }
 

@@ -74,10 +74,22 @@ struct ConnectionCount {
 // The probes' cost and the duty cycle that keeps it inside the budget, over
 // a window (docs/usage.md, "Budget").
 struct UsageBudget {
-  double duty_cycle = 1.0;         // the share of the window the probes were attached
-  double relative_error = 0.0;     // of the scaled counts (95%), 0 at duty cycle 1
-  double probe_cpu_seconds = 0.0;  // the probes' estimated CPU cost in the window
-  double budget_cpu_seconds = 0.0; // what the budget allowed in the window
+  double duty_cycle = 1.0;          // the share of the window the probes were attached
+  double relative_error = 0.0;      // of the scaled counts (95%), 0 at duty cycle 1
+  double probe_cpu_seconds = 0.0;   // the probes' estimated CPU cost in the window
+  double budget_cpu_seconds = 0.0;  // what the budget allowed in the window (0: no budget)
+  uint64_t toggles = 0;             // attaches and detaches in the window
+};
+
+// The duty cycle's cumulative clock at a snapshot (UsageProbes::ReadClock):
+// seconds on the monotonic clock, of them with the probes on, what the
+// probes cost and what the budget allowed.
+struct UsageClock {
+  double at = 0;
+  double on = 0;
+  double cost = 0;
+  double allowed = 0;
+  uint64_t toggles = 0;
 };
 
 struct UsageTotals {
@@ -88,6 +100,8 @@ struct UsageTotals {
   uint64_t nested = 0;
   uint64_t dropped_keys = 0;
   uint64_t read_errors = 0;
+  uint64_t go_unmatched = 0;  // Go RETs without their entry
+  uint64_t go_migrated = 0;   // Go operations that ended on another thread (on-CPU time: the first's)
 };
 
 // Everything the probes counted up to one moment (the maps are cumulative);
@@ -98,9 +112,11 @@ struct UsageSnapshot {
   UsageTotals totals;
   std::vector<ConnectionCount> connections;  // at the snapshot's moment
   UsageBudget budget;                        // over the window (Subtract's result)
+  UsageClock clock;                          // cumulative, at the snapshot
 };
 // `end` minus `start`, key by key; rows with nothing new are left out.
-// Connections are `end`'s. The estimates equal the counts (duty cycle 1).
+// Connections are `end`'s. The budget is the clocks' difference, and the
+// estimates are the counts over its duty cycle.
 UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start);
 
 // The value at quantile q (0..1) of a histogram of USAGE_HIST_SLOTS slots:
@@ -128,7 +144,16 @@ class UsageProbes {
   std::vector<HandshakeCount> ReadHandshakes() const;
   std::vector<OperationStats> ReadOperations() const;
   UsageTotals ReadTotals() const;
-  UsageSnapshot Snapshot() const { return {ReadHandshakes(), ReadOperations(), ReadTotals(), {}, {}}; }
+  UsageClock ReadClock() const;
+  UsageSnapshot Snapshot() const { return {ReadHandshakes(), ReadOperations(), ReadTotals(), {}, {}, ReadClock()}; }
+  // Keeps the probes' cost under `cpu_seconds_per_second` (of the host's
+  // CPUs: 0.5% of 2 CPUs is 0.01) by attaching them only part of the time
+  // (duty_cycle.h), from a thread of its own; <= 0: always on. Call it after
+  // the capability drop (a thread keeps its creator's capabilities).
+  void EnableBudget(double cpu_seconds_per_second);
+  double budget() const { return budget_; }  // 0: none
+  // What a probed call costs the probed thread, by class (ns), calibrated.
+  const std::array<double, INSN_NR>& call_cost_ns() const { return call_cost_ns_; }
   const std::vector<AttachedFile>& files() const { return files_; }
   // The probe pair's own time inside each timed call, by the class of the
   // function's first instruction (enum usage_insn_class), measured at
@@ -141,8 +166,12 @@ class UsageProbes {
   struct Impl;
   explicit UsageProbes(std::unique_ptr<Impl> impl);
   void Calibrate();
+  // A Go binary's probes (go_plan.h): entry and RET uprobes, no uretprobe.
+  Status AttachGoFile(const FileRef& ref);
   std::unique_ptr<Impl> impl_;
   std::array<double, INSN_NR> probe_overhead_ns_{};
+  std::array<double, INSN_NR> call_cost_ns_{};
+  double budget_ = 0;
   std::vector<AttachedFile> files_;
 };
 

@@ -13,6 +13,7 @@
 
 #include "agent/usage/accessors.h"
 #include "agent/usage/elf_functions.h"
+#include "agent/usage/handshake_cost.h"
 #include "agent/usage/names.h"
 #include "agent/usage/probe_plan.h"
 #include "agent/usage/usage_probes.h"
@@ -240,6 +241,69 @@ TEST(Histogram, SlotsAndQuantiles) {
   slots[slot] = 10;
   EXPECT_NEAR(HistogramQuantile(slots, 0.5), 1000, 60);
   EXPECT_EQ(HistogramQuantile(std::vector<uint64_t>(USAGE_HIST_SLOTS, 0), 0.5), 0);
+}
+
+}  // namespace
+}  // namespace tlsprof::usage
+
+namespace tlsprof::usage {
+namespace {
+
+HandshakeCount Row(uint32_t tgid, bool server, bool resumed, uint32_t cert, uint32_t sig_len, uint32_t kx,
+                   uint32_t kx_len, uint64_t n) {
+  HandshakeCount h{};
+  h.key.tgid = tgid;
+  h.key.is_server = server;
+  h.key.resumed = resumed;
+  h.key.cert_type = cert;
+  h.key.sig_len = sig_len;
+  h.key.kx_type = kx;
+  h.key.kx_len = kx_len;
+  h.count = n;
+  h.estimated = static_cast<double>(n);
+  return h;
+}
+
+OperationStats Op(uint32_t tgid, uint8_t op, uint32_t type, uint32_t len, uint64_t n, double seconds) {
+  OperationStats o{};
+  o.key.tgid = tgid;
+  o.key.op = op;
+  o.key.key_type = type;
+  o.key.len = len;
+  o.key.in_handshake = 1;
+  o.count = n;
+  o.estimated = static_cast<double>(n);
+  o.cpu_ns = static_cast<uint64_t>(seconds * 1e9);
+  return o;
+}
+
+// 100 full RSA handshakes (1 ms sign each), 100 full ECDSA (0.1 ms) and 200
+// resumed ones, all with a 50 us X25519 derive: 0.3 s sampled. Own costs
+// 0.105 + 0.015 + 0.01 s; the remaining 0.17 s shared by 400 handshakes.
+TEST(SplitHandshakeCpu, OwnOperationsPlusAnEqualShare) {
+  UsageSnapshot w;
+  w.handshakes = {Row(7, true, false, 6, 256, 1034, 32, 100), Row(7, true, false, 408, 71, 1034, 32, 100),
+                  Row(7, true, true, 408, 0, 1034, 32, 200)};
+  w.operations = {Op(7, USAGE_OP_SIGN, 6, 256, 100, 0.1), Op(7, USAGE_OP_SIGN, 408, 71, 100, 0.01),
+                  Op(7, USAGE_OP_DERIVE, 1034, 32, 400, 0.02)};
+  auto cost = SplitHandshakeCpu(w, [](uint32_t tgid) { return tgid == 7 ? 0.3 : 0.0; });
+  ASSERT_EQ(cost.size(), 3u);
+  const double share = (0.3 - 0.1 - 0.01 - 0.02) / 400;
+  EXPECT_NEAR(cost[0].cpu_seconds / 100, 1e-3 + 50e-6 + share, 1e-9);
+  EXPECT_NEAR(cost[1].cpu_seconds / 100, 100e-6 + 50e-6 + share, 1e-9);
+  EXPECT_NEAR(cost[2].cpu_seconds / 200, 50e-6 + share, 1e-9);
+  EXPECT_NEAR(cost[0].cpu_seconds + cost[1].cpu_seconds + cost[2].cpu_seconds, 0.3, 1e-9);
+}
+
+// Operations that add up to more than was sampled are scaled down to it;
+// a process with one kind of handshake gets exactly its CPU per handshake.
+TEST(SplitHandshakeCpu, NeverMoreThanSampled) {
+  UsageSnapshot w;
+  w.handshakes = {Row(1, true, false, 6, 256, 0, 0, 10), Row(2, false, false, 408, 71, 1034, 32, 4)};
+  w.operations = {Op(1, USAGE_OP_SIGN, 6, 256, 10, 0.02), Op(2, USAGE_OP_VERIFY, 408, 71, 8, 0.001)};
+  auto cost = SplitHandshakeCpu(w, [](uint32_t tgid) { return tgid == 1 ? 0.01 : 0.004; });
+  EXPECT_NEAR(cost[0].cpu_seconds, 0.01, 1e-12);
+  EXPECT_NEAR(cost[1].cpu_seconds, 0.004, 1e-12);
 }
 
 }  // namespace

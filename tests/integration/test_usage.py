@@ -11,7 +11,10 @@ import subprocess
 import time
 import unittest
 
-from tlsprof_testlib import AGENT, SRC, Processes, free_port, require_root
+from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, require_root
+
+GO_TLS = os.path.join(BIN, "tlsprof-go-tls")
+GO_TLS_STRIPPED = os.path.join(BIN, "tlsprof-go-tls-stripped")
 
 PROFILE_SECONDS = 20
 
@@ -34,10 +37,10 @@ class UsageTest(unittest.TestCase):
         self.procs = Processes()
         self.addCleanup(self.procs.close)
 
-    def start_agent(self, name, pids, seconds):
+    def start_agent(self, name, pids, seconds, probed="libssl.so.3"):
         """Starts `profile --usage --pid ...` for `seconds` and returns once its
-        probes are on libssl (the window starts after set-up, where the
-        processes present are read and their libraries probed):
+        probes are on the file named `probed` (the window starts after set-up,
+        where the processes present are read and their libraries probed):
         (process, report path, log path)."""
         report_path = self.procs.path(f"report-{name}.json")
         log_path = self.procs.path(f"agent-{name}.log")
@@ -51,12 +54,12 @@ class UsageTest(unittest.TestCase):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with open(log_path, errors="replace") as f:
-                if "libssl.so.3" in f.read():
+                if any("usage probes: " in line and probed in line for line in f):
                     break
             self.assertIsNone(agent.poll(), "the agent exited during set-up")
             time.sleep(0.1)
         else:
-            self.fail("the agent attached no usage probe to libssl.so.3 in 30 s")
+            self.fail(f"the agent attached no usage probe to {probed} in 30 s")
         time.sleep(1)
         return agent, report_path, log_path
 
@@ -68,12 +71,17 @@ class UsageTest(unittest.TestCase):
         with open(report_path) as f:
             return json.load(f)
 
-    def s_client(self, port, args):
-        # -quiet implies -ign_eof: the client reads until nginx closes after
-        # its HTTP/1.0 answer, so it also takes in TLS 1.3 session tickets.
+    def s_client(self, port, args, request=b"GET / HTTP/1.0\r\n\r\n", answer=b"HTTP/1.1 200"):
+        # -quiet implies -ign_eof: the client reads until the server closes
+        # (nginx after its HTTP/1.0 answer), so it also takes in TLS 1.3
+        # session tickets.
         out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-quiet", *args],
-                             input=b"GET / HTTP/1.0\r\n\r\n", capture_output=True, timeout=30)
-        self.assertIn(b"HTTP/1.1 200", out.stdout, out.stderr.decode(errors="replace")[-500:])
+                             input=request, capture_output=True, timeout=30)
+        err = out.stderr.decode(errors="replace")[-500:]
+        if answer:
+            self.assertIn(answer, out.stdout, err)
+        else:
+            self.assertEqual(out.returncode, 0, err)
 
     def test_scripted_mix_is_counted_exactly(self):
         port = free_port()
@@ -170,6 +178,82 @@ class UsageTest(unittest.TestCase):
         self.assertEqual(rows, collections.Counter({("server", "full", "TLSv1.3", "X25519", "ECDSA"): connections}))
         probed = [f["functions"] for f in report["agent"]["usage"]["files"] if f["path"].endswith("libssl.so.3")]
         self.assertEqual(probed, [["state_machine"]])
+
+    def test_go_servers_mix_is_counted_exactly(self):
+        """Go crypto/tls: probes at function entries and RET instructions
+        (never uretprobes), matched by goroutine. An ECDSA server with
+        symbols and DWARF, and an RSA server linked with -s -w (functions from
+        .gopclntab, tls.Conn's layout from the table), each in the Go study's
+        handshake-only mode, under a scripted `openssl s_client` mix."""
+        servers = {}
+        for cert, binary in (("ecdsa", GO_TLS), ("rsa", GO_TLS_STRIPPED)):
+            ready = self.procs.path(f"go-{cert}.ready")
+            proc = self.procs.start([binary, "server", "--cert", cert, "--handshake-only", "--ready-file", ready],
+                                    ready_file=ready, env={**os.environ, "GOMAXPROCS": "1"})
+            with open(ready) as f:
+                servers[cert] = (proc, int(f.read().strip().rsplit(":", 1)[1]))
+        agent, report_path, log_path = self.start_agent("go", [str(p.pid) for p, _ in servers.values()],
+                                                        PROFILE_SECONDS, probed="tlsprof-go-tls-stripped")
+        # (server, count, s_client arguments, the row it must give)
+        mix = [
+            ("ecdsa", 5, ["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256", "-groups", "X25519"],
+             ("full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519", "ECDSA")),
+            ("ecdsa", 3, ["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256", "-groups", "P-256"],
+             ("full", "TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256", "P-256", "ECDSA")),
+            ("rsa", 4, ["-tls1_2", "-cipher", "ECDHE-RSA-AES128-SHA", "-groups", "X25519"],
+             ("full", "TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "X25519", "RSA")),
+            ("rsa", 2, ["-tls1_3", "-ciphersuites", "TLS_AES_256_GCM_SHA384", "-groups", "X25519"],
+             ("full", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519", "RSA")),
+        ]
+        started = time.monotonic()
+        for cert, count, args, _ in mix:
+            for _ in range(count):
+                self.s_client(servers[cert][1], args, request=b"x", answer=None)
+        # Resumed with the session ticket of a TLS 1.2 handshake: no key
+        # exchange, no signature (Go's server signs nothing when resuming).
+        session = self.procs.path("go-session.pem")
+        resume = ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"]
+        self.s_client(servers["ecdsa"][1], resume + ["-sess_out", session], request=b"x", answer=None)
+        for _ in range(RESUMED):
+            self.s_client(servers["ecdsa"][1], resume + ["-sess_in", session], request=b"x", answer=None)
+        self.assertLess(time.monotonic() - started, PROFILE_SECONDS - 3, "the client mix outran the profile window")
+        report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)
+
+        pid_cert = {p.pid: cert for cert, (p, _) in servers.items()}
+        rows = collections.Counter()
+        for h in report["handshakes"]:
+            self.assertIn(h["pid"], pid_cert, h)
+            self.assertEqual(h["side"], "server")
+            rows[(pid_cert[h["pid"]],) + (h["kind"], h["version"], h["cipher_suite"], h["group"],
+                                          h["cert_key_type"])] += h["count"]
+        print("go handshakes:", dict(rows))
+        want = collections.Counter()
+        for cert, count, _, row in mix:
+            want[(cert,) + row] += count
+        suite = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"
+        want[("ecdsa", "full", "TLSv1.2", suite, "X25519", "ECDSA")] += 1
+        want[("ecdsa", "resumed", "TLSv1.2", suite, "none", "none")] += RESUMED
+        self.assertEqual(rows, want)
+
+        ops = collections.Counter()
+        for o in report["operations"]:
+            self.assertTrue(o["in_handshake"], o)
+            self.assertGreater(o["latency_p50_us"], 1, o)
+            ops[(o["operation"], o["algorithm"])] += o["count"]
+        print("go operations:", dict(ops))
+        self.assertEqual(ops, collections.Counter({
+            ("sign", "ECDSA-P256"): 5 + 3 + 1,
+            ("sign", "RSA-2048"): 4 + 2,
+            ("key_exchange", "X25519"): 5 + 4 + 2 + 1,
+            ("key_exchange", "ECDHE-P256"): 3,
+        }))
+        usage = report["agent"]["usage"]
+        files = {os.path.basename(f["path"]): f for f in usage["files"]}
+        self.assertEqual(files["tlsprof-go-tls"]["fields"]["ssl.version"].split()[-1], "[dwarf]")
+        self.assertTrue(files["tlsprof-go-tls-stripped"]["fields"]["ssl.version"].endswith("[table go1.19]"),
+                        files["tlsprof-go-tls-stripped"]["fields"])
+        self.assertEqual(usage["go_unmatched_returns"], 0)
+        self.assertEqual(usage["budget"]["duty_cycle"], 1.0)
 
 
 if __name__ == "__main__":

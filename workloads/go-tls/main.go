@@ -2,7 +2,16 @@
 // Go's TLS stack (full symbols, frame pointers).
 //
 //	tlsprof-go-tls server --addr 127.0.0.1:0 --cert rsa|ecdsa --ready-file F [--duration S]
+//	                      [--handshake-only] [--tickets=false]
 //	tlsprof-go-tls client --addr HOST:PORT [--duration S] [--handshake-rate N] [--bulk-conns N] [--bulk-mibps N]
+//	tlsprof-go-tls handshakes --addr HOST:PORT [--duration S] [--rate N] [--concurrency N] [--resume] [--output F]
+//
+// `server --handshake-only` with `handshakes` is the handshake-only load of
+// the Go crypto/tls study tlsprof's usage telemetry is checked against
+// (bench/usage_handshake_cost.py): each client connection handshakes, sends
+// one byte and waits for the server to close; the server reads the byte and
+// closes. `handshakes` keeps its own count (full and resumed, from the
+// connection state) and writes it as JSON.
 //
 // The client makes full handshakes (no session resumption) at a steady
 // rate, and keeps bulk connections busy: half TLS 1.3 (AES-GCM, Go's choice
@@ -22,6 +31,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,6 +60,8 @@ func main() {
 		err = runServer(os.Args[2:])
 	case "client":
 		err = runClient(os.Args[2:])
+	case "handshakes":
+		err = runHandshakes(os.Args[2:])
 	default:
 		usage()
 	}
@@ -60,7 +72,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: tlsprof-go-tls server|client [flags]; -h after the mode lists the flags")
+	fmt.Fprintln(os.Stderr, "usage: tlsprof-go-tls server|client|handshakes [flags]; -h after the mode lists the flags")
 	os.Exit(2)
 }
 
@@ -150,6 +162,8 @@ func runServer(args []string) error {
 	certKind := fs.String("cert", "rsa", "certificate key: rsa (RSA-2048) or ecdsa (P-256)")
 	ready := fs.String("ready-file", "", "written (content: host:port) once listening")
 	duration := fs.Duration("duration", 0, "stop after this long (0 = until SIGTERM/SIGINT); e.g. 30s")
+	handshakeOnly := fs.Bool("handshake-only", false, "after each handshake read one byte, then close")
+	tickets := fs.Bool("tickets", true, "issue session tickets (resumption); false: every handshake is full")
 	fs.Parse(args)
 
 	cert, err := makeCert(*certKind)
@@ -160,7 +174,8 @@ func runServer(args []string) error {
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS12,
 		// X25519 first, as Go's default; listed so the key exchange is fixed.
-		CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256},
+		CurvePreferences:       []tls.CurveID{tls.X25519, tls.CurveP256},
+		SessionTicketsDisabled: !*tickets,
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -197,7 +212,7 @@ func runServer(args []string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			serveConn(tls.Server(c, cfg), st)
+			serveConn(tls.Server(c, cfg), st, *handshakeOnly)
 			connsMu.Lock()
 			delete(conns, c)
 			connsMu.Unlock()
@@ -220,7 +235,7 @@ func runServer(args []string) error {
 	return nil
 }
 
-func serveConn(c *tls.Conn, st *serverStats) {
+func serveConn(c *tls.Conn, st *serverStats, handshakeOnly bool) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	if err := c.Handshake(); err != nil {
@@ -234,6 +249,11 @@ func serveConn(c *tls.Conn, st *serverStats) {
 	st.hs++
 	st.suites[name]++
 	st.mu.Unlock()
+	if handshakeOnly {
+		var one [1]byte
+		io.ReadFull(c, one[:])
+		return // the deferred Close
+	}
 	buf := make([]byte, recordSize)
 	var req [8]byte
 	for {
@@ -435,4 +455,111 @@ func bulk(addr string, chacha bool, mibps float64, stop <-chan struct{}, st *cli
 			}
 		}
 	}
+}
+
+// ---- handshakes: the handshake-only client ------------------------------------
+
+type handshakeCounts struct {
+	Handshakes int64   `json:"handshakes"`
+	Full       int64   `json:"full"`
+	Resumed    int64   `json:"resumed"`
+	Errors     int64   `json:"errors"`
+	Seconds    float64 `json:"seconds"`
+	// By negotiated version and suite, as the client saw them.
+	Suites map[string]int64 `json:"suites"`
+}
+
+func runHandshakes(args []string) error {
+	fs := flag.NewFlagSet("handshakes", flag.ExitOnError)
+	addr := fs.String("addr", "", "server address host:port (required)")
+	duration := fs.Duration("duration", 10*time.Second, "how long to run")
+	rate := fs.Float64("rate", 0, "connections per second over all workers (0 = as fast as they go)")
+	conc := fs.Int("concurrency", 4, "connections in flight")
+	resume := fs.Bool("resume", false, "keep a session cache: resume with the server's tickets")
+	tls12 := fs.Bool("tls12", false, "TLS 1.2 only (default: TLS 1.3)")
+	output := fs.String("output", "", "write the counts as JSON here (default: stdout only)")
+	fs.Parse(args)
+	if *addr == "" {
+		return errors.New("--addr is required")
+	}
+	if *conc < 1 {
+		return errors.New("--concurrency must be at least 1")
+	}
+	cfg := &tls.Config{InsecureSkipVerify: true}
+	if *resume {
+		cfg.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+	}
+	if *tls12 {
+		cfg.MaxVersion = tls.VersionTLS12
+	}
+	var tick <-chan time.Time
+	if *rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / *rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	counts := handshakeCounts{Suites: map[string]int64{}}
+	var mu sync.Mutex
+	deadline := time.Now().Add(*duration)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < *conc; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if tick != nil {
+					<-tick
+				}
+				cs, err := handshakeOnce(*addr, cfg)
+				mu.Lock()
+				if err != nil {
+					counts.Errors++
+					if counts.Errors <= 10 {
+						fmt.Fprintf(os.Stderr, "tlsprof-go-tls handshakes: %v\n", err)
+					}
+				} else {
+					counts.Handshakes++
+					if cs.DidResume {
+						counts.Resumed++
+					} else {
+						counts.Full++
+					}
+					counts.Suites[versionName(cs.Version)+"/"+tls.CipherSuiteName(cs.CipherSuite)]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	counts.Seconds = time.Since(start).Seconds()
+	out, _ := json.Marshal(counts)
+	fmt.Println(string(out))
+	if *output != "" {
+		if err := writeFileAtomically(*output, string(out)+"\n"); err != nil {
+			return err
+		}
+	}
+	if counts.Handshakes == 0 {
+		return errors.New("no handshake completed; is the server at --addr up?")
+	}
+	return nil
+}
+
+// handshakeOnce connects, handshakes, sends one byte and reads until the
+// server closes (taking in TLS 1.3 session tickets on the way).
+func handshakeOnce(addr string, cfg *tls.Config) (tls.ConnectionState, error) {
+	c, err := dial(addr, cfg)
+	if err != nil {
+		return tls.ConnectionState{}, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write([]byte{1}); err != nil {
+		return tls.ConnectionState{}, err
+	}
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		return tls.ConnectionState{}, err
+	}
+	return c.ConnectionState(), nil
 }

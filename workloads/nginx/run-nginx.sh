@@ -7,6 +7,10 @@
 # no session cache or tickets (every new connection is a full handshake).
 # `dual` serves an RSA and an ECDSA certificate (the client's signature
 # algorithms pick one). NGINX_SESSION_TICKETS=on turns session tickets on.
+# NGINX_WORKERS sets worker_processes (default 2). NGINX_HANDSHAKE_PORT=P
+# adds a handshake-only TLS server on 127.0.0.1:P (the stream module,
+# libnginx-mod-stream): it answers each connection's handshake with one
+# byte ("x") and closes, for handshake-only load (bench/usage_handshake_cost.py).
 #
 # The script execs nginx (daemon off), so its PID is the nginx master's:
 # `kill -TERM PID` stops master and workers. DIR/ready (content: PORT) is
@@ -32,6 +36,28 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 rm -f "$dir/ready" "$dir/ready.tmp"
 tickets=${NGINX_SESSION_TICKETS:-off}
+workers=${NGINX_WORKERS:-2}
+case $workers in '' | *[!0-9]* | 0) echo "$0: NGINX_WORKERS must be a positive number" >&2; exit 2 ;; esac
+stream_module=""
+stream_block=""
+if [ -n "${NGINX_HANDSHAKE_PORT:-}" ]; then
+  case $NGINX_HANDSHAKE_PORT in
+    *[!0-9]* | 0) echo "$0: NGINX_HANDSHAKE_PORT must be a port number" >&2; exit 2 ;;
+  esac
+  module=/usr/lib/nginx/modules/ngx_stream_module.so
+  [ -f "$module" ] || { echo "$0: $module not found (apt-get install libnginx-mod-stream)" >&2; exit 1; }
+  stream_module="load_module $module;"
+  stream_block="stream {
+  server {
+    listen 127.0.0.1:$NGINX_HANDSHAKE_PORT ssl;
+    CERTS
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache off;
+    ssl_session_tickets $tickets;
+    return x;
+  }
+}"
+fi
 case $tickets in on | off) ;; *) echo "$0: NGINX_SESSION_TICKETS must be on or off" >&2; exit 2 ;; esac
 if [ "$kind" = dual ]; then
   "$here/../node/make-cert.sh" "$dir/rsa" rsa >/dev/null
@@ -53,12 +79,16 @@ head -c 16384 /dev/zero | tr '\0' 'x' >"$dir/www/index.html"
 user_line=""
 [ "$(id -u)" -eq 0 ] && user_line="user root root;"
 
+stream_block=$(printf '%s\n' "$stream_block" | while IFS= read -r line; do
+  case $line in *CERTS*) printf '    %s\n' "$certs" ;; *) printf '%s\n' "$line" ;; esac
+done)
 cat >"$dir/nginx.conf" <<CONF
 # Written by workloads/nginx/run-nginx.sh; all paths inside $dir.
+$stream_module
 $user_line
 daemon off;
 master_process on;
-worker_processes 2;
+worker_processes $workers;
 pid $dir/nginx.pid;
 lock_file $dir/nginx.lock;
 error_log $dir/error.log warn;
@@ -83,6 +113,7 @@ http {
     location / { index index.html; }
   }
 }
+$stream_block
 CONF
 
 # Readiness: a background poller writes DIR/ready once an HTTPS request

@@ -1,0 +1,299 @@
+#include "agent/usage/go_plan.h"
+
+#include <capstone/capstone.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
+
+#include "agent/symbols/binary_image.h"
+#include "agent/usage/probe_plan.h"
+
+namespace tlsprof::usage {
+namespace {
+
+// EVP_PKEY ids, OpenSSL's names for key types, so Go's rows read like
+// OpenSSL's (names.h).
+constexpr uint32_t kRsa = 6, kEc = 408, kX25519 = 1034, kEd25519 = 1087;
+
+// The probed functions of Go 1.19's crypto/tls and the crypto packages its
+// handshakes call, one line each. `reg`: where a verify's signature length
+// is at the entry (the sig []byte's len word in ABIInternal's order RAX,
+// RBX, RCX, RDI, RSI, R8, R9, R10, R11; a slice takes three, a pointer or
+// crypto.Hash one).
+struct GoProbed {
+  std::string_view name;
+  uint32_t probe;
+  uint32_t key_type;
+  uint32_t reg;
+  uint32_t flags;
+};
+constexpr std::array kGoProbed = {
+    GoProbed{"crypto/tls.(*Conn).serverHandshake", PROBE_GO_HANDSHAKE, 0, GO_REG_NONE, USAGE_GO_SERVER},
+    GoProbed{"crypto/tls.(*Conn).clientHandshake", PROBE_GO_HANDSHAKE, 0, GO_REG_NONE, 0},
+    GoProbed{"crypto/ecdsa.(*PrivateKey).Sign", PROBE_GO_SIGN, kEc, GO_REG_NONE, 0},
+    GoProbed{"crypto/rsa.(*PrivateKey).Sign", PROBE_GO_SIGN, kRsa, GO_REG_NONE, 0},
+    GoProbed{"crypto/ed25519.PrivateKey.Sign", PROBE_GO_SIGN, kEd25519, GO_REG_NONE, 0},
+    // VerifyASN1(pub *PublicKey, hash, sig []byte): pub AX, hash BX CX DI, sig SI R8 R9.
+    GoProbed{"crypto/ecdsa.VerifyASN1", PROBE_GO_VERIFY, kEc, GO_REG_R8, 0},
+    // VerifyPKCS1v15 / VerifyPSS(pub, hash crypto.Hash, hashed []byte, sig []byte, ...): sig R8 R9 R10.
+    GoProbed{"crypto/rsa.VerifyPKCS1v15", PROBE_GO_VERIFY, kRsa, GO_REG_R9, 0},
+    GoProbed{"crypto/rsa.VerifyPSS", PROBE_GO_VERIFY, kRsa, GO_REG_R9, 0},
+    // ed25519.Verify(publicKey PublicKey, message, sig []byte): sig R9 R10 R11.
+    GoProbed{"crypto/ed25519.Verify", PROBE_GO_VERIFY, kEd25519, GO_REG_R10, 0},
+    GoProbed{"crypto/tls.(*x25519Parameters).SharedKey", PROBE_GO_DERIVE, kX25519, GO_REG_NONE, 0},
+    GoProbed{"crypto/tls.(*nistParameters).SharedKey", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
+};
+
+// tls.Conn's layout by Go version, for binaries without DWARF. Each row is
+// what the DWARF of a binary built by that toolchain says (usage_test
+// checks the row of the toolchain on the machine against it).
+struct GoConnRow {
+  std::string_view version;  // a release: "go1.19" matches go1.19.x
+  int32_t vers, cipher_suite, did_resume;
+};
+constexpr std::array kGoConnTable = {
+    GoConnRow{"go1.19", 64, 90, 88},
+};
+
+struct ElfDeleter {
+  void operator()(Elf* elf) const { elf_end(elf); }
+};
+struct DwarfDeleter {
+  void operator()(Dwarf* dw) const { dwarf_end(dw); }
+};
+
+std::optional<std::vector<uint8_t>> ReadAt(int fd, uint64_t offset, uint64_t size) {
+  std::vector<uint8_t> out(size);
+  if (size == 0) return out;
+  const ssize_t n = pread(fd, out.data(), size, static_cast<off_t>(offset));
+  if (n < 0 || static_cast<uint64_t>(n) != size) return std::nullopt;
+  return out;
+}
+
+// The contents of the section called `name`; empty if none.
+std::vector<uint8_t> SectionBytes(int fd, std::string_view name) {
+  elf_version(EV_CURRENT);
+  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return {};
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) return {};
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS) continue;
+    const char* n = elf_strptr(elf.get(), shstrndx, sh.sh_name);
+    if (!n || name != n) continue;
+    // A bound on what is read: buildinfo is 32 bytes plus a short string.
+    return ReadAt(fd, sh.sh_offset, std::min<uint64_t>(sh.sh_size, 4096)).value_or(std::vector<uint8_t>{});
+  }
+  return {};
+}
+
+std::string Describe(int32_t offset, uint8_t width, std::string_view source) {
+  if (offset < 0) return "unknown";
+  return fmt::format("+{:#x} ({} bytes) [{}]", offset, width, source);
+}
+
+}  // namespace
+
+std::vector<uint64_t> ReturnInstructions(std::span<const uint8_t> code, uint64_t vaddr) {
+  std::vector<uint64_t> out;
+  csh handle;
+  if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle) != CS_ERR_OK) return out;
+  cs_insn* insn = cs_malloc(handle);
+  const uint8_t* bytes = code.data();
+  size_t size = code.size();
+  uint64_t address = vaddr;
+  while (size > 0) {
+    if (!cs_disasm_iter(handle, &bytes, &size, &address, insn)) {
+      // Undecodable bytes (padding, or data): step over one and go on.
+      ++bytes;
+      --size;
+      ++address;
+      continue;
+    }
+    if (insn->id == X86_INS_RET) out.push_back(insn->address);
+  }
+  cs_free(insn, 1);
+  cs_close(&handle);
+  return out;
+}
+
+uint64_t GoEntryProbeAddress(std::span<const uint8_t> code, uint64_t vaddr) {
+  csh handle;
+  if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle) != CS_ERR_OK) return vaddr;
+  cs_insn* insn = cs_malloc(handle);
+  const uint8_t* bytes = code.data();
+  size_t size = code.size();
+  uint64_t address = vaddr;
+  uint64_t found = vaddr;
+  bool checked = false;
+  // Go's prologue: [lea r12, [rsp - N];] cmp rsp|r12, [r14 + 0x10]; jbe morestack.
+  for (int i = 0; i < 3 && size > 0 && cs_disasm_iter(handle, &bytes, &size, &address, insn); ++i) {
+    const std::string_view mnemonic(insn->mnemonic), operands(insn->op_str);
+    if (mnemonic == "lea" && operands.rfind("r12,", 0) == 0) continue;
+    if (mnemonic == "cmp" && operands.find("[r14 + 0x10]") != std::string_view::npos) {
+      checked = true;
+      continue;
+    }
+    if (checked && (mnemonic == "jbe" || mnemonic == "jb")) found = insn->address;
+    break;
+  }
+  cs_free(insn, 1);
+  cs_close(&handle);
+  return found;
+}
+
+std::optional<std::string> GoBuildInfoVersion(std::span<const uint8_t> s) {
+  static constexpr std::string_view kMagic = "\xff Go buildinf:";
+  if (s.size() < 32 || std::memcmp(s.data(), kMagic.data(), kMagic.size()) != 0) return std::nullopt;
+  const uint8_t flags = s[15];
+  if ((flags & 2) == 0) return std::nullopt;  // before 1.18: pointers to strings
+  // A uvarint length, then the bytes.
+  uint64_t len = 0;
+  size_t at = 32;
+  for (int shift = 0; at < s.size() && shift < 35; shift += 7) {
+    const uint8_t b = s[at++];
+    len |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) {
+      if (len == 0 || len > 64 || at + len > s.size()) return std::nullopt;
+      std::string v(reinterpret_cast<const char*>(s.data() + at), len);
+      if (v.rfind("go", 0) != 0 && v.rfind("devel", 0) != 0) return std::nullopt;
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<GoConnLayout> GoConnLayoutFromDwarf(int fd) {
+  std::unique_ptr<Dwarf, DwarfDeleter> dw(dwarf_begin(fd, DWARF_C_READ));
+  if (!dw) return std::nullopt;
+  Dwarf_Off off = 0, next = 0;
+  size_t header = 0;
+  while (dwarf_nextcu(dw.get(), off, &next, &header, nullptr, nullptr, nullptr) == 0) {
+    Dwarf_Die cu, die;
+    const Dwarf_Off cu_die = off + header;
+    off = next;
+    if (!dwarf_offdie(dw.get(), cu_die, &cu) || dwarf_child(&cu, &die) != 0) continue;
+    do {
+      if (dwarf_tag(&die) != DW_TAG_structure_type) continue;
+      const char* name = dwarf_diename(&die);
+      if (!name || std::string_view(name) != "crypto/tls.Conn") continue;
+      GoConnLayout layout;
+      layout.source = "dwarf";
+      Dwarf_Die member;
+      if (dwarf_child(&die, &member) != 0) return layout;
+      do {
+        if (dwarf_tag(&member) != DW_TAG_member) continue;
+        const char* m = dwarf_diename(&member);
+        Dwarf_Attribute attr, type_attr;
+        Dwarf_Word at = 0;
+        if (!m || !dwarf_attr(&member, DW_AT_data_member_location, &attr) || dwarf_formudata(&attr, &at) != 0) {
+          continue;
+        }
+        Dwarf_Die type;
+        int width = -1;
+        if (dwarf_attr(&member, DW_AT_type, &type_attr) && dwarf_formref_die(&type_attr, &type)) {
+          width = dwarf_bytesize(&type);
+        }
+        if (at > INT32_MAX) continue;
+        const std::string_view field(m);
+        if (field == "vers" && width == 2) {
+          layout.vers = static_cast<int32_t>(at);
+        } else if (field == "cipherSuite" && width == 2) {
+          layout.cipher_suite = static_cast<int32_t>(at);
+        } else if (field == "didResume" && width == 1) {
+          layout.did_resume = static_cast<int32_t>(at);
+        }
+      } while (dwarf_siblingof(&member, &member) == 0);
+      return layout;
+    } while (dwarf_siblingof(&die, &die) == 0);
+  }
+  return std::nullopt;
+}
+
+std::optional<GoConnLayout> GoConnLayoutFromTable(std::string_view go_version) {
+  for (const GoConnRow& row : kGoConnTable) {
+    // "go1.19" matches "go1.19" and "go1.19.8", not "go1.190".
+    if (go_version.rfind(row.version, 0) != 0) continue;
+    const std::string_view rest = go_version.substr(row.version.size());
+    if (!rest.empty() && rest[0] != '.') continue;
+    GoConnLayout layout;
+    layout.vers = row.vers;
+    layout.cipher_suite = row.cipher_suite;
+    layout.did_resume = row.did_resume;
+    layout.source = fmt::format("table {}", row.version);
+    return layout;
+  }
+  return std::nullopt;
+}
+
+Result<GoFilePlan> PlanGoFile(int fd, std::string_view display_path) {
+  symbols::LoadOptions options;
+  options.keep = [](std::string_view name) {
+    return std::any_of(kGoProbed.begin(), kGoProbed.end(), [&](const GoProbed& p) { return p.name == name; });
+  };
+  options.debug.debug_roots.clear();
+  options.debug.use_debuginfod = false;
+  auto image = symbols::LoadBinaryImage(fd, display_path, options);
+  if (!image.ok()) return image.error();
+  if (!(*image)->is_go) return MakeError("{}: not a Go binary", display_path);
+
+  GoFilePlan plan;
+  plan.go_version = GoBuildInfoVersion(SectionBytes(fd, ".go.buildinfo")).value_or("");
+  for (const symbols::Symbol& sym : (*image)->symbols.all()) {
+    auto probed =
+        std::find_if(kGoProbed.begin(), kGoProbed.end(), [&](const GoProbed& p) { return p.name == sym.name; });
+    if (probed == kGoProbed.end() || sym.size == 0 || sym.size > (1u << 20)) continue;
+    if (std::find(plan.functions.begin(), plan.functions.end(), sym.name) != plan.functions.end()) continue;
+    const symbols::LoadSegment* seg = nullptr;
+    for (const auto& s : (*image)->segments) {
+      if (s.executable && sym.addr >= s.vaddr && sym.addr + sym.size <= s.vaddr + s.filesz) seg = &s;
+    }
+    if (!seg) continue;
+    const uint64_t file_offset = sym.addr - seg->vaddr + seg->offset;
+    auto code = ReadAt(fd, file_offset, sym.size);
+    if (!code) continue;
+    const std::vector<uint64_t> rets = ReturnInstructions(*code, sym.addr);
+    if (rets.empty()) continue;  // never returns: nothing to time or count
+    const uint64_t bits = USAGE_GO_COOKIE(0, probed->probe, INSN_GO, probed->key_type, probed->reg, probed->flags);
+    const uint64_t entry = GoEntryProbeAddress(*code, sym.addr);
+    plan.sites.push_back({sym.name, entry - seg->vaddr + seg->offset, bits, false});
+    for (uint64_t ret : rets) {
+      plan.sites.push_back(
+          {sym.name, ret - seg->vaddr + seg->offset, bits | (static_cast<uint64_t>(USAGE_GO_RETURN) << 56), true});
+    }
+    plan.functions.push_back(sym.name);
+  }
+  if (plan.functions.empty()) return MakeError("{}: no crypto/tls function to probe", display_path);
+
+  if (auto from_dwarf = GoConnLayoutFromDwarf(fd)) {
+    plan.conn = *from_dwarf;
+  } else if (auto from_table = GoConnLayoutFromTable(plan.go_version)) {
+    plan.conn = *from_table;
+  } else {
+    plan.conn.source = "unknown";
+  }
+  auto set = [&](uint32_t field, int32_t offset, uint8_t width) {
+    field_path& path = plan.layout.field[field];
+    if (offset >= 0) {
+      path.n = 1;
+      path.off[0] = offset;
+      path.width = width;
+    }
+    plan.fields[std::string(FieldName(field))] = Describe(offset, width, plan.conn.source);
+  };
+  set(FIELD_SSL_VERSION, plan.conn.vers, plan.conn.vers_width);
+  set(FIELD_SSL_CIPHER, plan.conn.cipher_suite, plan.conn.cipher_suite_width);
+  set(FIELD_SSL_RESUMED, plan.conn.did_resume, plan.conn.did_resume_width);
+  return plan;
+}
+
+}  // namespace tlsprof::usage
