@@ -229,6 +229,11 @@ int main(int argc, char** argv) {
                 "Also count handshakes by negotiated parameters, time public-key operations and count live "
                 "connections per service, with uprobes on the TLS library files (docs/usage.md); keeps "
                 "CAP_SYS_ADMIN to probe libraries found later");
+  run->add_option_function<double>(
+         "--usage-budget", [&](double percent) { run_options.usage_budget_share = percent / 100; },
+         "With --usage: the probes' CPU budget in percent of the host's CPUs (default 0.5); above it they are "
+         "attached part of the time and the counts scaled (docs/usage.md, \"Budget\"); 0: always attached")
+      ->check(CLI::Range(0.0, 100.0));
   run->add_option("--debug-dir", run_options.debug_dirs, "Also look for separate debug files here (repeatable)")
       ->check(CLI::ExistingDirectory);
   // docs/fleet.md, "Memory".

@@ -113,6 +113,7 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
   po.max_sample_keys = options.max_sample_keys;
   po.max_stack_keys = options.max_stack_keys;
   po.usage = options.usage;
+  po.usage_budget_share = options.usage_budget_share;
   po.after_setup = [&]() -> Status {
     if (auto st = metrics.Serve(options.metrics_listen); !st.ok()) return st;
     if (options.collector.empty()) return OkStatus();
@@ -191,7 +192,8 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
       agent.set_spool_dropped_batches(st.spool_dropped);
     }
     std::optional<v1::UsageStats> usage_stats;
-    if (const usage::UsageProbes* probes = profiler.usage()) {
+    const usage::UsageProbes* probes = profiler.usage();
+    if (probes) {
       std::map<uint16_t, std::string> library;
       for (const usage::AttachedFile& f : probes->files()) library[f.lib] = f.library;
       const uint32_t self = static_cast<uint32_t>(getpid());
@@ -233,6 +235,9 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
       health.probe_duty_cycle = usage_stats->duty_cycle();
       health.probe_cpu_seconds = usage_stats->probe_cpu_seconds();
       health.probe_hits = usage_stats->probe_hits();
+      health.probe_budget_cpu_seconds = usage_stats->budget_cpu_seconds();
+      health.probe_toggles = window.usage.budget.toggles;
+      health.probe_budget_share = probes->budget() > 0 ? options.usage_budget_share : 0;
     }
     metrics.AddWindow(health);
     // What the agent holds across windows: it must follow the processes

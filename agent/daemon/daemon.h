@@ -48,6 +48,9 @@ struct Options {
   // handshakes, public-key operations and live connections per service,
   // from uprobes on the TLS libraries (profiler::Options::usage).
   bool usage = false;
+  // Their CPU budget, a share of the host's CPUs (profiler::Options); <= 0:
+  // always attached.
+  double usage_budget_share = 0.005;
 };
 
 // Checks the options' consistency (no I/O): an error says which flag is wrong

@@ -565,7 +565,13 @@ TEST(Usage, MetricsOfTheAgentsHost) {
   const WindowInfo window{0, 10'000'000'000, 99, 1'000'000'000 / 99};
   metrics.AddReport(EncodeReport(services, profile.scope_samples, window, {}, {}, UsageStatsOf(u)));
   metrics.AddReport(EncodeReport(services, profile.scope_samples, window, {}, {}, UsageStatsOf(u)));
-  metrics.AddWindow({.usage = true, .probe_duty_cycle = 0.5, .probe_cpu_seconds = 0.25, .probe_hits = 100});
+  metrics.AddWindow({.usage = true,
+                     .probe_duty_cycle = 0.5,
+                     .probe_cpu_seconds = 0.25,
+                     .probe_hits = 100,
+                     .probe_budget_cpu_seconds = 0.1,
+                     .probe_toggles = 4,
+                     .probe_budget_share = 0.005});
   std::string text = metrics.Text();
   EXPECT_THAT(text, HasSubstr("tlsprof_handshakes_total{cert_key_type=\"ECDSA\",cipher_suite=\"TLS_AES_128_GCM_"
                               "SHA256\",group=\"X25519\",kind=\"full\",library=\"openssl-3\",service=\"nginx\","
@@ -584,6 +590,9 @@ TEST(Usage, MetricsOfTheAgentsHost) {
   EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_duty_cycle 0.5"));
   EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_cpu_seconds_total 0.25"));
   EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_hits_total 100"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_budget_cpu_seconds_total 0.1"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_toggles_total 4"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_budget_ratio 0.005"));
   // The gauge is the last window's: connections of processes gone go away.
   usage::UsageSnapshot later = u;
   later.connections = {{101, 1, 1}};

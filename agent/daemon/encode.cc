@@ -174,6 +174,7 @@ v1::UsageStats UsageStatsOf(const usage::UsageSnapshot& usage) {
   out.set_relative_error(non_negative(usage.budget.relative_error));
   out.set_probe_cpu_seconds(non_negative(usage.budget.probe_cpu_seconds));
   out.set_probe_hits(usage.totals.hits);
+  out.set_budget_cpu_seconds(non_negative(usage.budget.budget_cpu_seconds));
   return out;
 }
 

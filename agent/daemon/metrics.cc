@@ -196,7 +196,19 @@ AgentMetrics::AgentMetrics()
       probe_hits_(BuildCounter()
                       .Name("tlsprof_agent_usage_probe_hits_total")
                       .Help("Usage probe and return-probe runs")
-                      .Register(*registry_)) {
+                      .Register(*registry_)),
+      probe_budget_cpu_(BuildCounter()
+                            .Name("tlsprof_agent_usage_probe_budget_cpu_seconds_total")
+                            .Help("CPU-seconds the usage probes' budget allowed (--usage-budget; 0 without one)")
+                            .Register(*registry_)),
+      probe_toggles_(BuildCounter()
+                         .Name("tlsprof_agent_usage_probe_toggles_total")
+                         .Help("Attaches and detaches of the usage probes by their duty cycle")
+                         .Register(*registry_)),
+      probe_budget_ratio_(BuildGauge()
+                              .Name("tlsprof_agent_usage_probe_budget_ratio")
+                              .Help("The usage probes' budget as a share of the host's CPUs (--usage-budget; 0: none)")
+                              .Register(*registry_)) {
   for (const char* what : {"symbols", "unwind_table"}) memory_limited_.Add({{"what", what}});
   // Present from the first scrape, at 0.
   for (const char* result : {"sealed", "accepted", "duplicate", "rejected", "dropped"})
@@ -311,6 +323,9 @@ void AgentMetrics::AddWindow(const WindowHealth& h) {
     probe_duty_cycle_.Add({}).Set(h.probe_duty_cycle);
     probe_cpu_.Add({}).Increment(h.probe_cpu_seconds);
     probe_hits_.Add({}).Increment(static_cast<double>(h.probe_hits));
+    probe_budget_cpu_.Add({}).Increment(h.probe_budget_cpu_seconds);
+    probe_toggles_.Add({}).Increment(static_cast<double>(h.probe_toggles));
+    probe_budget_ratio_.Add({}).Set(h.probe_budget_share);
   }
 }
 

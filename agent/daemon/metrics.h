@@ -40,6 +40,9 @@ struct WindowHealth {
   double probe_duty_cycle = 1;
   double probe_cpu_seconds = 0;
   uint64_t probe_hits = 0;
+  double probe_budget_cpu_seconds = 0;  // what the budget allowed in the window (0: no budget)
+  uint64_t probe_toggles = 0;           // attaches and detaches of the duty cycle
+  double probe_budget_share = 0;        // --usage-budget as a share of the host's CPUs (0: none)
 };
 
 // The shipper's counters (ship::ShipperStats), mirrored.
@@ -116,6 +119,9 @@ class AgentMetrics {
   prometheus::Family<prometheus::Gauge>& probe_duty_cycle_;
   prometheus::Family<prometheus::Counter>& probe_cpu_;
   prometheus::Family<prometheus::Counter>& probe_hits_;
+  prometheus::Family<prometheus::Counter>& probe_budget_cpu_;
+  prometheus::Family<prometheus::Counter>& probe_toggles_;
+  prometheus::Family<prometheus::Gauge>& probe_budget_ratio_;
   // The connection gauges of the last report: a series the next report
   // lacks is removed (its processes are gone).
   std::map<std::map<std::string, std::string>, prometheus::Gauge*> connection_gauges_;

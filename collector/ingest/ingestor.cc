@@ -265,6 +265,7 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
   if (report.has_usage()) {
     const v1::UsageStats& u = report.usage();
     probe_cpu_seconds_ += u.probe_cpu_seconds();
+    probe_budget_cpu_seconds_ += u.budget_cpu_seconds();
     probe_hits_ += u.probe_hits();
     // The gauge is the latest report's: a late batch (a lower sequence of
     // the same instance) does not replace it. Another instance (the agent
@@ -391,6 +392,7 @@ void Ingestor::Checkpoint(state::State& into, const std::function<void()>& fn) c
     copy.handshakes_ = handshakes_;
     copy.operations_ = operations_;
     copy.probe_cpu_seconds_ = probe_cpu_seconds_;
+    copy.probe_budget_cpu_seconds_ = probe_budget_cpu_seconds_;
     copy.probe_hits_ = probe_hits_;
     fn();
   }
@@ -450,6 +452,7 @@ void Ingestor::SnapshotLocked(state::State& s) const {
     u->mutable_latency_buckets()->Add(t.buckets.begin(), t.buckets.end());
   }
   s.set_probe_cpu_seconds(probe_cpu_seconds_);
+  s.set_probe_budget_cpu_seconds(probe_budget_cpu_seconds_);
   s.set_probe_hits(probe_hits_);
   for (const auto& [key, agent] : agents_) {
     state::Agent* a = s.add_agents();
@@ -512,6 +515,7 @@ Status Ingestor::Restore(const state::State& s) {
   operations_.clear();
   connection_series_ = 0;
   probe_cpu_seconds_ = s.probe_cpu_seconds();
+  probe_budget_cpu_seconds_ = s.probe_budget_cpu_seconds();
   probe_hits_ = s.probe_hits();
   // The label count of every usage series must be its kind's: a snapshot is
   // the collector's own, so a mismatch is corruption, not an older format.
@@ -622,7 +626,7 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData(int64_t now_ns) cons
   std::vector<std::pair<const std::array<std::string, kHandshakeLabelNames.size()>*, double>> handshakes;
   std::vector<std::pair<const std::array<std::string, kOperationLabelNames.size()>*, OperationTotals>> operations;
   std::map<std::array<std::string, kConnectionLabelNames.size()>, double> connections;
-  double probe_cpu = 0, min_duty = 1, max_error = 0;
+  double probe_cpu = 0, probe_budget = 0, min_duty = 1, max_error = 0;
   uint64_t probe_hits = 0;
   size_t usage_agents = 0;
   {
@@ -644,6 +648,7 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData(int64_t now_ns) cons
     operations.reserve(operations_.size());
     for (const auto& [hash, entry] : operations_) operations.emplace_back(&entry.labels, entry.value);
     probe_cpu = probe_cpu_seconds_;
+    probe_budget = probe_budget_cpu_seconds_;
     probe_hits = probe_hits_;
     for (const auto& [key, agent] : agents_) {
       if (!UsageCurrent(agent, now_ns)) continue;
@@ -746,6 +751,10 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData(int64_t now_ns) cons
                         "CPU-seconds the agents' usage probes cost (their estimate)",
                         prometheus::MetricType::Counter,
                         {CounterMetric({}, probe_cpu)}});
+    families.push_back({"tlsprof_usage_probe_budget_cpu_seconds_total",
+                        "CPU-seconds the agents' usage probe budgets allowed (agents without a budget add 0)",
+                        prometheus::MetricType::Counter,
+                        {CounterMetric({}, probe_budget)}});
     families.push_back({"tlsprof_usage_probe_hits_total",
                         "Usage probe and return-probe runs on the agents",
                         prometheus::MetricType::Counter,

@@ -245,6 +245,7 @@ class Ingestor {
   SeriesTable<kOperationLabelNames.size(), OperationTotals> operations_;
   size_t connection_series_ = 0;  // Agent::connections over all agents
   double probe_cpu_seconds_ = 0;
+  double probe_budget_cpu_seconds_ = 0;
   uint64_t probe_hits_ = 0;
   // Bounds and skew (this process's counts; not persisted).
   uint64_t agents_evicted_ = 0;

@@ -652,6 +652,7 @@ TEST(Ingestor, UsageCountsEstimatesAndAddsHistograms) {
   EXPECT_TRUE(std::isinf(h->bucket[49].upper_bound));
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_cpu_seconds_total"), 0.006);
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_hits_total"), 300);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_budget_cpu_seconds_total"), 0.3);
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_min_duty_cycle"), 0.5);
   // Connections are a gauge: each agent's latest value, summed over agents.
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_tls_connections", kTestNowNs, kConnections), 14);
@@ -740,12 +741,13 @@ TEST(Ingestor, UsageSurvivesSnapshotAndJournalReplay) {
   for (const char* family :
        {"tlsprof_handshakes_total", "tlsprof_crypto_operations_total", "tlsprof_crypto_operation_cpu_seconds_total",
         "tlsprof_tls_connections", "tlsprof_usage_probe_cpu_seconds_total", "tlsprof_usage_probe_hits_total",
-        "tlsprof_usage_probe_min_duty_cycle"}) {
+        "tlsprof_usage_probe_budget_cpu_seconds_total", "tlsprof_usage_probe_min_duty_cycle"}) {
     EXPECT_EQ(SeriesCount(b, family), SeriesCount(a, family)) << family;
   }
   EXPECT_DOUBLE_EQ(Scalar(b, "tlsprof_handshakes_total", kTestNowNs, kFullHandshakes), 30);
   EXPECT_DOUBLE_EQ(Scalar(b, "tlsprof_tls_connections", kTestNowNs, kConnections), 7);
   EXPECT_DOUBLE_EQ(Scalar(b, "tlsprof_usage_probe_hits_total"), 300);
+  EXPECT_DOUBLE_EQ(Scalar(b, "tlsprof_usage_probe_budget_cpu_seconds_total"), 0.3);
   auto ha = Histogram(a, kSigns), hb = Histogram(b, kSigns);
   ASSERT_TRUE(ha && hb);
   EXPECT_EQ(hb->sample_count, 30u);

@@ -71,6 +71,7 @@ inline v1::AgentReport& WithUsage(v1::AgentReport& r) {
   r.mutable_usage()->set_duty_cycle(1);
   r.mutable_usage()->set_probe_cpu_seconds(0.002);
   r.mutable_usage()->set_probe_hits(100);
+  r.mutable_usage()->set_budget_cpu_seconds(0.1);
   return r;
 }
 

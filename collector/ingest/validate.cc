@@ -215,6 +215,9 @@ std::optional<std::string> ValidateReport(const v1::AgentReport& r, int64_t /*no
     if (auto e = CheckAmount(u.probe_cpu_seconds(), kSampleSlack * window_cpu_seconds, "usage.probe_cpu_seconds")) {
       return e;
     }
+    if (auto e = CheckAmount(u.budget_cpu_seconds(), kSampleSlack * window_cpu_seconds, "usage.budget_cpu_seconds")) {
+      return e;
+    }
   }
   const double max_events = kMaxUsageEventsPerCpuSecond * window_cpu_seconds;
   size_t handshake_rows = 0, operation_rows = 0, connection_rows = 0;

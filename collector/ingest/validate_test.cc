@@ -126,6 +126,9 @@ const Rejection kRejections[] = {
     // 2 CPUs x 10 s x 1.5 = 30 CPU-seconds.
     {"usage_probe_cpu_too_much", [](auto& r) { WithUsage(r).mutable_usage()->set_probe_cpu_seconds(31); },
      "usage.probe_cpu_seconds: 31 exceeds 30"},
+    {"usage_budget_cpu_infinite",
+     [](auto& r) { WithUsage(r).mutable_usage()->set_budget_cpu_seconds(std::numeric_limits<double>::infinity()); },
+     "usage.budget_cpu_seconds: must be a finite number >= 0, got inf"},
     {"handshake_side_unspecified",
      [](auto& r) { WithUsage(r).mutable_services(0)->mutable_handshakes(0)->set_side(v1::SIDE_UNSPECIFIED); },
      "services[0].handshakes[0].side: must be a specified tlsprof.v1.Side, got 0"},

@@ -459,7 +459,7 @@ def main():
             'observed: 10 estimated: 20 cpu_seconds: 0.00025 ' +
             " ".join(f"latency_buckets: {8 if i == 10 else 2 if i == 12 else 0}" for i in range(50)) + ' } '
             'connections { library: "openssl-3" estimated: 7 } } '
-            'usage { duty_cycle: 0.5 relative_error: 0.1 probe_cpu_seconds: 0.002 probe_hits: 100 } ')
+            'usage { duty_cycle: 0.5 relative_error: 0.1 probe_cpu_seconds: 0.002 probe_hits: 100 budget_cpu_seconds: 0.1 } ')
         for name, text in [("report", base + svc + " }"), ("report-pod-stats", base + svc + pod + stats + " }"),
                            ("report-usage", base + usage_svc + " }"),
                            ("report-empty", base.replace("busy_samples: 1000", "busy_samples: 0") + " }")]:
