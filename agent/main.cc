@@ -225,6 +225,15 @@ int main(int argc, char** argv) {
   run->add_flag("!--no-container-labels", run_options.container_labels,
                 "Do not tell containers apart: no container_id and pod_uid labels, one series per service "
                 "(bounds cardinality on hosts with many short-lived containers)");
+  run->add_flag("--usage", run_options.usage,
+                "Also count handshakes by negotiated parameters, time public-key operations and count live "
+                "connections per service, with uprobes on the TLS library files (docs/usage.md); keeps "
+                "CAP_SYS_ADMIN to probe libraries found later");
+  run->add_option_function<double>(
+         "--usage-budget", [&](double percent) { run_options.usage_budget_share = percent / 100; },
+         "With --usage: the probes' CPU budget in percent of the host's CPUs (default 0.5); above it they are "
+         "attached part of the time and the counts scaled (docs/usage.md, \"Budget\"); 0: always attached")
+      ->check(CLI::Range(0.0, 100.0));
   run->add_option("--debug-dir", run_options.debug_dirs, "Also look for separate debug files here (repeatable)")
       ->check(CLI::ExistingDirectory);
   // docs/fleet.md, "Memory".

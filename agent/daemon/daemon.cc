@@ -6,9 +6,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "agent/daemon/encode.h"
@@ -35,6 +38,24 @@ std::string MachineId() {
   std::string id;
   std::getline(in, id);
   return id;
+}
+
+std::string ReadComm(uint32_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/comm", pid));
+  std::string comm;
+  std::getline(in, comm);
+  return comm;
+}
+
+// The service of a process the registry holds no snapshot of (it did TLS
+// handshakes but had no sample yet): from /proc while it lives, else
+// "(exited)" (a short-lived client, e.g. curl, gone before the window closed).
+ServiceKey ServiceKeyFromProc(uint32_t pid, bool container_labels) {
+  const std::string comm = ReadComm(pid);
+  if (comm.empty()) return ServiceKey{std::string(kExitedService)};
+  const std::string cgroup = discovery::ReadCgroupFile(static_cast<pid_t>(pid));
+  return ServiceKeyOf(discovery::CgroupV2Path(cgroup), comm, discovery::IdentityFromCgroupFile(cgroup),
+                      container_labels);
 }
 
 // Sleeps until `until` or a stop request, in short steps.
@@ -92,6 +113,8 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
   po.memory_limit_bytes = options.memory_limit_bytes;
   po.max_sample_keys = options.max_sample_keys;
   po.max_stack_keys = options.max_stack_keys;
+  po.usage = options.usage;
+  po.usage_budget_share = options.usage_budget_share;
   po.after_setup = [&]() -> Status {
     if (auto st = metrics.Serve(options.metrics_listen); !st.ok()) return st;
     if (options.collector.empty()) return OkStatus();
@@ -169,7 +192,34 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
       agent.set_spooled_batches(st.spooled_batches);
       agent.set_spool_dropped_batches(st.spool_dropped);
     }
-    v1::AgentReport report = EncodeReport(services, scope, info, host, agent);
+    std::optional<v1::UsageStats> usage_stats;
+    const usage::UsageProbes* probes = profiler.usage();
+    if (probes) {
+      std::map<uint16_t, std::string> library;
+      for (const usage::AttachedFile& f : probes->files()) library[f.lib] = f.library;
+      const uint32_t self = static_cast<uint32_t>(getpid());
+      auto service_of = [&](uint32_t tgid) -> std::optional<ServiceKey> {
+        // The agent's own calibration and processes outside --pid are not reported (as in usage_report.cc).
+        if (tgid == self) return std::nullopt;
+        if (!options.pids.empty() &&
+            std::find(options.pids.begin(), options.pids.end(), static_cast<pid_t>(tgid)) == options.pids.end()) {
+          return std::nullopt;
+        }
+        if (const auto* snap = registry.Get(static_cast<pid_t>(tgid))) {
+          return ServiceKeyOf(snap->cgroup, snap->comm, snap->container, options.container_labels);
+        }
+        return ServiceKeyFromProc(tgid, options.container_labels);
+      };
+      auto library_of = [&library](uint16_t lib) {
+        auto it = library.find(lib);
+        return it == library.end() || it->second.empty() ? std::string("unknown") : it->second;
+      };
+      if (const size_t dropped = AddUsage(services, window.usage, service_of, library_of); dropped > 0) {
+        spdlog::warn("usage: {} rows past the per-report caps left out of this window", dropped);
+      }
+      usage_stats = UsageStatsOf(window.usage);
+    }
+    v1::AgentReport report = EncodeReport(services, scope, info, host, agent, usage_stats);
     uint64_t tls_samples = 0;
     for (const auto& s : report.services()) tls_samples += s.tls_samples();
     metrics.AddReport(report);
@@ -181,6 +231,15 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     health.unresolved_samples = agent.unresolved_samples();
     health.tracked_processes = registry.processes().size();
     health.pending_processes = profiler.pending();
+    if (usage_stats) {
+      health.usage = true;
+      health.probe_duty_cycle = usage_stats->duty_cycle();
+      health.probe_cpu_seconds = usage_stats->probe_cpu_seconds();
+      health.probe_hits = usage_stats->probe_hits();
+      health.probe_budget_cpu_seconds = usage_stats->budget_cpu_seconds();
+      health.probe_toggles = window.usage.budget.toggles;
+      health.probe_budget_share = probes->budget() > 0 ? options.usage_budget_share : 0;
+    }
     metrics.AddWindow(health);
     // What the agent holds across windows: it must follow the processes
     // alive, not every process ever seen (test_faults_discovery.py).

@@ -44,6 +44,13 @@ struct Options {
   uint64_t memory_limit_bytes = kDefaultMemoryLimitBytes;
   uint32_t max_sample_keys = 0;
   uint32_t max_stack_keys = 0;
+  // Usage telemetry (docs/usage.md, docs/fleet.md "Usage telemetry"):
+  // handshakes, public-key operations and live connections per service,
+  // from uprobes on the TLS libraries (profiler::Options::usage).
+  bool usage = false;
+  // Their CPU budget, a share of the host's CPUs (profiler::Options); <= 0:
+  // always attached.
+  double usage_budget_share = 0.005;
 };
 
 // Checks the options' consistency (no I/O): an error says which flag is wrong

@@ -2,7 +2,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -10,6 +13,7 @@
 #include "agent/daemon/encode.h"
 #include "agent/daemon/metrics.h"
 #include "agent/daemon/services.h"
+#include "collector/ingest/validate.h"
 
 namespace tlsprof::daemon {
 namespace {
@@ -323,6 +327,281 @@ TEST(Metrics, SeriesCapOverflowDropsTheContainer) {
   const std::string text = metrics.Text();
   EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{service=\"(overflow)\"} 10\n"));
   EXPECT_THAT(text, HasSubstr("tlsprof_busy_cpu_seconds_total{container_id=\"000000000000\",service=\"svc\"} 1\n"));
+}
+
+// --- Usage telemetry (run --usage): the window's probe counts per service.
+
+constexpr uint32_t kEvpRsa = 6, kEvpEc = 408, kEvpX25519 = 1034;
+
+usage::HandshakeCount Handshake(uint32_t tgid, uint8_t resumed, uint16_t cipher, uint32_t cert, uint64_t n) {
+  usage::HandshakeCount h;
+  h.key.tgid = tgid;
+  h.key.lib = 1;
+  h.key.version = 0x0304;
+  h.key.cipher = cipher;
+  h.key.is_server = 1;
+  h.key.resumed = resumed;
+  h.key.kx_type = kEvpX25519;
+  h.key.kx_len = 32;
+  h.key.cert_type = cert;
+  h.count = n;
+  h.estimated = static_cast<double>(n);
+  return h;
+}
+
+// `n` operations of `ns` on-CPU nanoseconds each, in the slot that holds `ns`.
+usage::OperationStats Operation(uint32_t tgid, uint8_t op, uint32_t key_type, uint32_t len, uint64_t n, uint64_t ns) {
+  usage::OperationStats o;
+  o.key.tgid = tgid;
+  o.key.lib = 1;
+  o.key.op = op;
+  o.key.in_handshake = 1;
+  o.key.key_type = key_type;
+  o.key.len = len;
+  o.count = n;
+  o.cpu_ns = n * ns;
+  o.wall_ns = n * ns;
+  o.slots.assign(USAGE_HIST_SLOTS, 0);
+  for (uint32_t i = 0; i < USAGE_HIST_SLOTS; ++i) {
+    auto [lo, hi] = usage::SlotBounds(i);
+    if (ns >= lo && ns < hi) o.slots[i] = n;
+  }
+  o.estimated = static_cast<double>(n);
+  return o;
+}
+
+// nginx (two workers, 101 and 102), a process the samples did not see (900),
+// and the agent itself (pid 7, left out), with the calibration row.
+usage::UsageSnapshot SampleUsage() {
+  usage::UsageSnapshot u;
+  u.handshakes = {Handshake(101, 0, 0x1301, kEvpEc, 6), Handshake(102, 0, 0x1301, kEvpEc, 4),
+                  Handshake(101, 1, 0x1302, kEvpRsa, 3), Handshake(900, 0, 0x1301, kEvpRsa, 2),
+                  Handshake(7, 0, 0x1301, kEvpRsa, 99)};
+  u.operations = {Operation(101, USAGE_OP_SIGN, kEvpEc, 72, 6, 20'000),
+                  Operation(102, USAGE_OP_SIGN, kEvpEc, 71, 4, 30'000),
+                  Operation(101, USAGE_OP_DERIVE, kEvpX25519, 32, 13, 40'000),
+                  Operation(900, USAGE_OP_SIGN, kEvpRsa, 256, 2, 250'000),
+                  Operation(101, USAGE_OP_CALIBRATE, 0, 0, 1000, 2'000),
+                  Operation(7, USAGE_OP_SIGN, kEvpRsa, 256, 5, 1)};
+  u.connections = {{101, 1, 3}, {102, 1, 2}, {900, 2, 1}};
+  u.totals.hits = 1234;
+  u.budget.duty_cycle = 1;
+  u.budget.probe_cpu_seconds = 0.0115;
+  return u;
+}
+
+std::optional<ServiceKey> UsageServiceOf(uint32_t tgid) {
+  if (tgid == 7) return std::nullopt;  // the agent
+  if (tgid == 900) return ServiceKey{"curl"};
+  return ServiceKey{"nginx"};
+}
+
+std::string LibraryOf(uint16_t lib) { return lib == 1 ? "openssl-3" : "go"; }
+
+TEST(Usage, LatencyBucketsHoldEverySlotWhole) {
+  // Each BPF slot lies inside one fixed bucket: no count is split or moved
+  // across a bound, so the fixed histogram is exact at its bounds.
+  for (uint32_t i = 0; i < USAGE_HIST_SLOTS; ++i) {
+    auto [lo, hi] = usage::SlotBounds(i);
+    const size_t b = v1::LatencyBucketOf(hi);
+    ASSERT_LT(b, v1::kLatencyFiniteBuckets) << "slot " << i;
+    EXPECT_LE(hi, v1::LatencyBucketBoundNs(b)) << "slot " << i;
+    if (b > 0) {
+      EXPECT_GE(lo, v1::LatencyBucketBoundNs(b - 1)) << "slot " << i;
+    }
+  }
+  EXPECT_EQ(v1::LatencyBucketBoundNs(0), 1024u);
+  EXPECT_EQ(v1::LatencyBucketBoundNs(1), 1536u);
+  EXPECT_EQ(v1::LatencyBucketBoundNs(2), 2048u);
+  EXPECT_EQ(v1::LatencyBucketBoundNs(v1::kLatencyFiniteBuckets - 1), uint64_t{1} << 34);
+  std::vector<uint64_t> slots(USAGE_HIST_SLOTS, 0);
+  slots[0] = 1;                     // [0, 1) ns
+  slots[100] = 2;                   // octave 12, sub-bucket 4: [24576, 26624) ns
+  slots[USAGE_HIST_SLOTS - 1] = 3;  // the last: up to 2^34 ns
+  const auto buckets = LatencyBuckets(slots);
+  EXPECT_EQ(buckets[0], 1u);
+  EXPECT_EQ(buckets[10], 2u);  // le 2^15 ns, above 1.5 x 2^14
+  EXPECT_EQ(buckets[v1::kLatencyFiniteBuckets - 1], 3u);
+  EXPECT_EQ(buckets[v1::kLatencyFiniteBuckets], 0u);
+}
+
+TEST(Usage, RowsGoToTheServicesWithTheReportsNames) {
+  const aggregate::Profile profile = SampleProfile();
+  auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
+  EXPECT_EQ(AddUsage(services, SampleUsage(), UsageServiceOf, LibraryOf), 0u);
+  ASSERT_TRUE(services.contains({"curl"}));  // 300's, and 900's usage
+  const ServiceUsage& nginx = services.at({"nginx"}).usage;
+  ASSERT_EQ(nginx.handshakes.size(), 2u);
+  const ServiceUsage::Count& full = nginx.handshakes.at(
+      {v1::SIDE_SERVER, v1::HANDSHAKE_KIND_FULL, "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519", "ECDSA", "openssl-3"});
+  EXPECT_EQ(full.observed, 10u);  // both workers
+  EXPECT_DOUBLE_EQ(full.estimated, 10);
+  EXPECT_EQ(nginx.handshakes
+                .at({v1::SIDE_SERVER, v1::HANDSHAKE_KIND_RESUMED, "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519", "RSA",
+                     "openssl-3"})
+                .observed,
+            3u);
+  // The calibration row and the agent's own operations are left out.
+  ASSERT_EQ(nginx.operations.size(), 2u);
+  const auto& sign = nginx.operations.at({v1::OPERATION_SIGN, "ECDSA-P256", "openssl-3", true});
+  EXPECT_EQ(sign.observed, 10u);
+  EXPECT_EQ(sign.cpu_ns, 6u * 20'000 + 4u * 30'000);
+  EXPECT_EQ(sign.buckets[9], 6u);   // 20 us: [16384, 24576) ns
+  EXPECT_EQ(sign.buckets[10], 4u);  // 30 us: [24576, 32768) ns
+  EXPECT_EQ(nginx.operations.at({v1::OPERATION_KEY_EXCHANGE, "X25519", "openssl-3", true}).observed, 13u);
+  EXPECT_DOUBLE_EQ(nginx.connections.at("openssl-3"), 5);
+  EXPECT_DOUBLE_EQ(services.at({"curl"}).usage.connections.at("go"), 1);
+}
+
+TEST(Usage, ReportCarriesTheRowsAndTheUsageBlock) {
+  const aggregate::Profile profile = SampleProfile();
+  auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
+  const usage::UsageSnapshot u = SampleUsage();
+  AddUsage(services, u, UsageServiceOf, LibraryOf);
+  const WindowInfo window{0, 10'000'000'000, 99, 1'000'000'000 / 99};
+  const v1::AgentReport r = EncodeReport(services, profile.scope_samples, window, {}, {}, UsageStatsOf(u));
+  ASSERT_TRUE(r.has_usage());
+  EXPECT_DOUBLE_EQ(r.usage().duty_cycle(), 1);
+  EXPECT_DOUBLE_EQ(r.usage().probe_cpu_seconds(), 0.0115);
+  EXPECT_EQ(r.usage().probe_hits(), 1234u);
+  uint64_t handshakes = 0, signs = 0;
+  for (const v1::Service& s : r.services()) {
+    for (const v1::Handshakes& h : s.handshakes()) {
+      handshakes += h.observed();
+      EXPECT_DOUBLE_EQ(h.estimated(), static_cast<double>(h.observed()));
+      for (const std::string& l : {h.version(), h.cipher_suite(), h.group(), h.cert_key_type(), h.library()})
+        EXPECT_TRUE(IsValidLabel(l)) << l;
+    }
+    for (const v1::CryptoOperations& o : s.operations()) {
+      ASSERT_EQ(o.latency_buckets_size(), static_cast<int>(v1::kLatencyBuckets));
+      uint64_t in_buckets = 0;
+      for (uint64_t n : o.latency_buckets()) in_buckets += n;
+      EXPECT_EQ(in_buckets, o.observed()) << o.algorithm();
+      if (o.operation() == v1::OPERATION_SIGN) signs += o.observed();
+      if (s.name() == "curl") {
+        EXPECT_EQ(o.algorithm(), "RSA-2048");
+        EXPECT_DOUBLE_EQ(o.cpu_seconds(), 2 * 250e-6);
+      }
+    }
+  }
+  EXPECT_EQ(handshakes, 6u + 4 + 3 + 2);
+  EXPECT_EQ(signs, 6u + 4 + 2);
+  // Without --usage nothing of it is encoded, and a usage-only service is left out.
+  const v1::AgentReport plain = EncodeReport(services, profile.scope_samples, window, {}, {});
+  EXPECT_FALSE(plain.has_usage());
+  for (const v1::Service& s : plain.services()) EXPECT_EQ(s.handshakes_size() + s.operations_size(), 0);
+}
+
+// The report a window gives, for the collector's validation.
+v1::AgentReport UsageReport(const usage::UsageSnapshot& u) {
+  const aggregate::Profile profile = SampleProfile();
+  auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
+  AddUsage(services, u, UsageServiceOf, LibraryOf);
+  v1::Host host;
+  host.set_hostname("h1");
+  host.set_cpus(2);
+  const WindowInfo window{1'000'000'000, 11'000'000'000, 99, 1'000'000'000 / 99};
+  v1::AgentReport r = EncodeReport(services, profile.scope_samples, window, host, {}, UsageStatsOf(u));
+  r.set_agent_instance(std::string(16, 'i'));
+  r.set_sequence(1);
+  return r;
+}
+
+TEST(Usage, EveryReportPassesTheCollectorsValidation) {
+  EXPECT_EQ(collector::ValidateReport(UsageReport(SampleUsage()), 0), std::nullopt);
+  // Whatever the usage side computes, the report stays acceptable: a
+  // rejected one would lose the window's CPU rows too.
+  usage::UsageSnapshot odd = SampleUsage();
+  odd.handshakes[0].estimated = std::nan("");
+  odd.handshakes[1].estimated = 1;  // below its 4 observed
+  odd.operations[0].estimated = -std::numeric_limits<double>::infinity();
+  odd.connections[0].estimated = std::nan("");
+  odd.budget.duty_cycle = 1.5;
+  odd.budget.relative_error = std::nan("");
+  odd.budget.probe_cpu_seconds = -1;
+  const v1::AgentReport r = UsageReport(odd);
+  EXPECT_EQ(collector::ValidateReport(r, 0), std::nullopt);
+  EXPECT_DOUBLE_EQ(r.usage().duty_cycle(), 1);
+  EXPECT_DOUBLE_EQ(r.usage().relative_error(), 0);
+  for (const v1::Service& s : r.services()) {
+    for (const v1::Handshakes& h : s.handshakes()) EXPECT_GE(h.estimated(), static_cast<double>(h.observed()));
+  }
+  odd.budget.duty_cycle = std::nan("");
+  EXPECT_DOUBLE_EQ(UsageReport(odd).usage().duty_cycle(), 1);
+  odd.budget.duty_cycle = 0;  // probes off all window
+  EXPECT_EQ(collector::ValidateReport(UsageReport(odd), 0), std::nullopt);
+}
+
+TEST(Usage, NewServicesPastTheCapGoToOverflow) {
+  ServiceMap services;
+  for (size_t i = 0; i < kMaxServices; ++i) services[{"svc" + std::to_string(i)}].busy_samples = 1;
+  usage::UsageSnapshot u;
+  u.handshakes = {Handshake(5, 0, 0x1301, kEvpEc, 1), Handshake(6, 0, 0x1301, kEvpEc, 2)};
+  AddUsage(
+      services, u, [](uint32_t tgid) -> std::optional<ServiceKey> { return ServiceKey{tgid == 5 ? "svc3" : "late"}; },
+      LibraryOf);
+  EXPECT_EQ(services.size(), kMaxServices + 1);
+  EXPECT_EQ(services.at({"svc3"}).usage.handshakes.begin()->second.observed, 1u);
+  EXPECT_EQ(services.at({"(overflow)"}).usage.handshakes.begin()->second.observed, 2u);
+  EXPECT_FALSE(services.contains({"late"}));
+}
+
+TEST(Usage, RowsPastThePerReportCapAreDropped) {
+  ServiceMap services;
+  usage::UsageSnapshot u;
+  for (uint32_t len = 1; len <= v1::kMaxOperationRows + 10; ++len) {
+    u.operations.push_back(Operation(101, USAGE_OP_DERIVE, 28, len, 1, 1000));  // DH: FFDHE-<len*8>
+  }
+  EXPECT_EQ(AddUsage(services, u, UsageServiceOf, LibraryOf), 10u);
+  EXPECT_EQ(services.at({"nginx"}).usage.operations.size(), v1::kMaxOperationRows);
+}
+
+TEST(Usage, MetricsOfTheAgentsHost) {
+  AgentMetrics metrics;
+  const aggregate::Profile profile = SampleProfile();
+  auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
+  const usage::UsageSnapshot u = SampleUsage();
+  AddUsage(services, u, UsageServiceOf, LibraryOf);
+  const WindowInfo window{0, 10'000'000'000, 99, 1'000'000'000 / 99};
+  metrics.AddReport(EncodeReport(services, profile.scope_samples, window, {}, {}, UsageStatsOf(u)));
+  metrics.AddReport(EncodeReport(services, profile.scope_samples, window, {}, {}, UsageStatsOf(u)));
+  metrics.AddWindow({.usage = true,
+                     .probe_duty_cycle = 0.5,
+                     .probe_cpu_seconds = 0.25,
+                     .probe_hits = 100,
+                     .probe_budget_cpu_seconds = 0.1,
+                     .probe_toggles = 4,
+                     .probe_budget_share = 0.005});
+  std::string text = metrics.Text();
+  EXPECT_THAT(text, HasSubstr("tlsprof_handshakes_total{cert_key_type=\"ECDSA\",cipher_suite=\"TLS_AES_128_GCM_"
+                              "SHA256\",group=\"X25519\",kind=\"full\",library=\"openssl-3\",service=\"nginx\","
+                              "side=\"server\",version=\"TLSv1.3\"} 20"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_crypto_operations_total{algorithm=\"ECDSA-P256\",in_handshake=\"true\","
+                              "library=\"openssl-3\",operation=\"sign\",service=\"nginx\"} 20"));
+  // 2 x (6 x 20 us + 4 x 30 us) = 0.00048 s
+  EXPECT_THAT(text, HasSubstr("tlsprof_crypto_operation_cpu_seconds_total{algorithm=\"ECDSA-P256\",in_handshake="
+                              "\"true\",library=\"openssl-3\",operation=\"sign\",service=\"nginx\"} 0.00048"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_crypto_operation_latency_seconds_count{algorithm=\"ECDSA-P256\",in_handshake="
+                              "\"true\",library=\"openssl-3\",operation=\"sign\",service=\"nginx\"} 20"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_crypto_operation_latency_seconds_bucket{algorithm=\"ECDSA-P256\",in_"
+                              "handshake=\"true\",library=\"openssl-3\",operation=\"sign\",service=\"nginx\",le=\"3."
+                              "2768e-05\"} 20"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_tls_connections{library=\"openssl-3\",service=\"nginx\"} 5"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_duty_cycle 0.5"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_cpu_seconds_total 0.25"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_hits_total 100"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_budget_cpu_seconds_total 0.1"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_toggles_total 4"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_agent_usage_probe_budget_ratio 0.005"));
+  // The gauge is the last window's: connections of processes gone go away.
+  usage::UsageSnapshot later = u;
+  later.connections = {{101, 1, 1}};
+  services = GroupServices(profile, profile.scope_samples, ServiceOf);
+  AddUsage(services, later, UsageServiceOf, LibraryOf);
+  metrics.AddReport(EncodeReport(services, profile.scope_samples, window, {}, {}, UsageStatsOf(later)));
+  text = metrics.Text();
+  EXPECT_THAT(text, HasSubstr("tlsprof_tls_connections{library=\"openssl-3\",service=\"nginx\"} 1"));
+  EXPECT_THAT(text, Not(HasSubstr("tlsprof_tls_connections{library=\"go\"")));
 }
 
 TEST(Metrics, ListenAddress) {

@@ -1,9 +1,13 @@
 #include "agent/daemon/encode.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "agent/daemon/services.h"
+#include "agent/usage/names.h"
 
 namespace tlsprof::daemon {
 
@@ -49,6 +53,131 @@ ServiceMap GroupServices(const aggregate::Profile& profile, uint64_t scope_busy_
   return services;
 }
 
+std::array<uint64_t, v1::kLatencyBuckets> LatencyBuckets(const std::vector<uint64_t>& slots) {
+  std::array<uint64_t, v1::kLatencyBuckets> out{};
+  for (uint32_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] == 0) continue;
+    out[v1::LatencyBucketOf(usage::SlotBounds(i).second)] += slots[i];
+  }
+  return out;
+}
+
+namespace {
+
+v1::Side SideOf(uint8_t is_server) {
+  return is_server == 1 ? v1::SIDE_SERVER : is_server == 0 ? v1::SIDE_CLIENT : v1::SIDE_UNKNOWN;
+}
+
+v1::HandshakeKind KindOf(uint8_t resumed) {
+  return resumed == 1   ? v1::HANDSHAKE_KIND_RESUMED
+         : resumed == 0 ? v1::HANDSHAKE_KIND_FULL
+                        : v1::HANDSHAKE_KIND_UNKNOWN;
+}
+
+std::optional<v1::Operation> OperationOf(uint8_t op) {
+  switch (op) {
+    case USAGE_OP_SIGN:
+      return v1::OPERATION_SIGN;
+    case USAGE_OP_VERIFY:
+      return v1::OPERATION_VERIFY;
+    case USAGE_OP_DERIVE:
+      return v1::OPERATION_KEY_EXCHANGE;
+  }
+  return std::nullopt;  // USAGE_OP_CALIBRATE: the agent's own probe timing
+}
+
+}  // namespace
+
+size_t AddUsage(ServiceMap& services, const usage::UsageSnapshot& usage,
+                const std::function<std::optional<ServiceKey>(uint32_t tgid)>& service_of,
+                const std::function<std::string(uint16_t lib)>& library_of) {
+  // A process's usage goes to its service as the samples keyed it; one the
+  // window's samples did not give (no sample at 99 Hz) is added, within
+  // kMaxServices.
+  std::map<uint32_t, ServiceTotals*> by_tgid;
+  auto service = [&](uint32_t tgid) -> ServiceTotals* {
+    auto [it, fresh] = by_tgid.try_emplace(tgid, nullptr);
+    if (!fresh) return it->second;
+    std::optional<ServiceKey> key = service_of(tgid);
+    if (!key) return nullptr;
+    key->name = SanitizeLabel(key->name);
+    if (!services.contains(*key) && services.size() >= kMaxServices) key = ServiceKey{std::string(kOverflowService)};
+    return it->second = &services[*key];
+  };
+  size_t handshake_rows = 0, operation_rows = 0, connection_rows = 0, dropped = 0;
+  for (const auto& [key, s] : services) {
+    handshake_rows += s.usage.handshakes.size();
+    operation_rows += s.usage.operations.size();
+    connection_rows += s.usage.connections.size();
+  }
+  // The row of `key` in `rows`, or nullptr past `cap` rows over all services.
+  auto row = [&dropped](auto& rows, auto&& key, size_t& count, size_t cap) -> decltype(&rows.begin()->second) {
+    auto it = rows.find(key);
+    if (it != rows.end()) return &it->second;
+    if (count >= cap) {
+      ++dropped;
+      return nullptr;
+    }
+    ++count;
+    return &rows[std::forward<decltype(key)>(key)];
+  };
+  for (const usage::HandshakeCount& h : usage.handshakes) {
+    ServiceTotals* s = service(h.key.tgid);
+    if (s == nullptr) continue;
+    ServiceUsage::HandshakeKey key{SideOf(h.key.is_server),
+                                   KindOf(h.key.resumed),
+                                   SanitizeLabel(usage::VersionName(h.key.version)),
+                                   SanitizeLabel(usage::CipherSuiteName(h.key.cipher)),
+                                   SanitizeLabel(usage::GroupName(h.key.kx_type, h.key.kx_len)),
+                                   SanitizeLabel(usage::CertKeyTypeName(h.key.cert_type)),
+                                   SanitizeLabel(library_of(h.key.lib))};
+    if (auto* c = row(s->usage.handshakes, std::move(key), handshake_rows, v1::kMaxHandshakeRows)) {
+      c->observed += h.count;
+      c->estimated += h.estimated;
+    }
+  }
+  for (const usage::OperationStats& op : usage.operations) {
+    const std::optional<v1::Operation> operation = OperationOf(op.key.op);
+    if (!operation) continue;
+    ServiceTotals* s = service(op.key.tgid);
+    if (s == nullptr) continue;
+    const std::string algorithm = op.key.op == USAGE_OP_DERIVE
+                                      ? usage::KeyExchangeAlgorithm(op.key.key_type, op.key.len)
+                                      : usage::SignatureAlgorithm(op.key.key_type, op.key.len);
+    ServiceUsage::OperationKey key{*operation, SanitizeLabel(algorithm), SanitizeLabel(library_of(op.key.lib)),
+                                   op.key.in_handshake != 0};
+    if (auto* o = row(s->usage.operations, std::move(key), operation_rows, v1::kMaxOperationRows)) {
+      o->observed += op.count;
+      o->estimated += op.estimated;
+      o->cpu_ns += op.cpu_ns;
+      const auto buckets = LatencyBuckets(op.slots);
+      for (size_t i = 0; i < buckets.size(); ++i) o->buckets[i] += buckets[i];
+    }
+  }
+  for (const usage::ConnectionCount& c : usage.connections) {
+    ServiceTotals* s = service(c.tgid);
+    if (s == nullptr) continue;
+    if (auto* n =
+            row(s->usage.connections, SanitizeLabel(library_of(c.lib)), connection_rows, v1::kMaxConnectionRows)) {
+      *n += c.estimated;
+    }
+  }
+  return dropped;
+}
+
+v1::UsageStats UsageStatsOf(const usage::UsageSnapshot& usage) {
+  // Within what the collector accepts (a bad value would get the whole
+  // report rejected): a duty cycle in [0, 1], the rest finite and >= 0.
+  auto non_negative = [](double v) { return std::isfinite(v) && v > 0 ? v : 0.0; };
+  v1::UsageStats out;
+  out.set_duty_cycle(std::isfinite(usage.budget.duty_cycle) ? std::clamp(usage.budget.duty_cycle, 0.0, 1.0) : 1.0);
+  out.set_relative_error(non_negative(usage.budget.relative_error));
+  out.set_probe_cpu_seconds(non_negative(usage.budget.probe_cpu_seconds));
+  out.set_probe_hits(usage.totals.hits);
+  out.set_budget_cpu_seconds(non_negative(usage.budget.budget_cpu_seconds));
+  return out;
+}
+
 v1::Bucket BucketToProto(classify::Bucket bucket) {
   switch (bucket) {
     case classify::Bucket::kCipher:
@@ -77,8 +206,58 @@ v1::Phase PhaseToProto(classify::Phase phase) {
   return v1::PHASE_OTHER;
 }
 
+namespace {
+
+// What the collector accepts of an estimate (docs/fleet.md, "Usage
+// telemetry"): finite, at least the observed count, 0 when nothing was
+// observed. A value outside would get the whole report rejected, its CPU
+// rows included, so it falls back to the observed count.
+double Estimate(uint64_t observed, double estimated) {
+  if (observed == 0) return 0;
+  const double floor = static_cast<double>(observed);
+  return std::isfinite(estimated) && estimated >= floor ? estimated : floor;
+}
+
+void EncodeUsage(const ServiceUsage& usage, v1::Service& out) {
+  for (const auto& [key, count] : usage.handshakes) {
+    const auto& [side, kind, version, suite, group, cert, library] = key;
+    v1::Handshakes* h = out.add_handshakes();
+    h->set_side(side);
+    h->set_kind(kind);
+    h->set_version(version);
+    h->set_cipher_suite(suite);
+    h->set_group(group);
+    h->set_cert_key_type(cert);
+    h->set_library(library);
+    h->set_observed(count.observed);
+    h->set_estimated(Estimate(count.observed, count.estimated));
+  }
+  for (const auto& [key, op] : usage.operations) {
+    const auto& [operation, algorithm, library, in_handshake] = key;
+    v1::CryptoOperations* o = out.add_operations();
+    o->set_operation(operation);
+    o->set_algorithm(algorithm);
+    o->set_library(library);
+    o->set_in_handshake(in_handshake);
+    o->set_observed(op.observed);
+    o->set_estimated(Estimate(op.observed, op.estimated));
+    o->set_cpu_seconds(static_cast<double>(op.cpu_ns) / 1e9);
+    // The histogram adds up to `observed` (the collector checks): the BPF
+    // map's count and slots are updated together.
+    o->mutable_latency_buckets()->Add(op.buckets.begin(), op.buckets.end());
+  }
+  for (const auto& [library, estimated] : usage.connections) {
+    v1::Connections* c = out.add_connections();
+    c->set_library(library);
+    c->set_estimated(std::isfinite(estimated) && estimated > 0 ? estimated : 0);
+  }
+}
+
+}  // namespace
+
 v1::AgentReport EncodeReport(const ServiceMap& services, uint64_t busy_samples, const WindowInfo& window,
-                             const v1::Host& host, const v1::AgentStats& agent) {
+                             const v1::Host& host, const v1::AgentStats& agent,
+                             const std::optional<v1::UsageStats>& usage) {
   v1::AgentReport report;
   *report.mutable_host() = host;
   v1::Window* w = report.mutable_window();
@@ -88,7 +267,7 @@ v1::AgentReport EncodeReport(const ServiceMap& services, uint64_t busy_samples, 
   w->set_period_ns(window.period_ns);
   uint64_t services_busy = 0;
   for (const auto& [key, s] : services) {
-    if (s.busy_samples == 0 && s.tls_samples == 0) continue;
+    if (s.busy_samples == 0 && s.tls_samples == 0 && (!usage || s.usage.empty())) continue;
     v1::Service* out = report.add_services();
     out->set_name(SanitizeLabel(key.name));
     out->set_container_id(key.container_id);
@@ -107,10 +286,12 @@ v1::AgentReport EncodeReport(const ServiceMap& services, uint64_t busy_samples, 
     out->set_tls_samples(tls);
     out->set_busy_samples(std::max(s.busy_samples, tls));
     out->set_processes(s.processes);
+    if (usage) EncodeUsage(s.usage, *out);
     services_busy += out->busy_samples();
   }
   report.set_busy_samples(std::max(busy_samples, services_busy));
   *report.mutable_agent() = agent;
+  if (usage) *report.mutable_usage() = *usage;
   return report;
 }
 

@@ -6,22 +6,54 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
+#include <tuple>
 
 #include "agent/aggregate/profile.h"
 #include "agent/daemon/services.h"
+#include "agent/usage/usage_probes.h"
+#include "proto/tlsprof/v1/usage_wire.h"
 #include "tlsprof/v1/report.pb.h"
 
 namespace tlsprof::daemon {
+
+// A service's usage telemetry in one window (usage::UsageSnapshot's rows of
+// its processes, merged by their labels: names from agent/usage/names.h,
+// the library's family).
+struct ServiceUsage {
+  // side, kind, version, cipher_suite, group, cert_key_type, library
+  using HandshakeKey =
+      std::tuple<v1::Side, v1::HandshakeKind, std::string, std::string, std::string, std::string, std::string>;
+  struct Count {
+    uint64_t observed = 0;
+    double estimated = 0;
+  };
+  // operation, algorithm, library, in_handshake
+  using OperationKey = std::tuple<v1::Operation, std::string, std::string, bool>;
+  struct Operation {
+    uint64_t observed = 0;
+    double estimated = 0;
+    uint64_t cpu_ns = 0;
+    std::array<uint64_t, v1::kLatencyBuckets> buckets{};  // v1's fixed bounds
+  };
+  std::map<HandshakeKey, Count> handshakes;
+  std::map<OperationKey, Operation> operations;
+  std::map<std::string, double> connections;  // by library
+
+  bool empty() const { return handshakes.empty() && operations.empty() && connections.empty(); }
+};
 
 struct ServiceTotals {
   uint64_t busy_samples = 0;
   uint64_t tls_samples = 0;
   uint32_t processes = 0;
   std::map<aggregate::LibraryAlgorithmKey, uint64_t> tls;
+  ServiceUsage usage;
 };
 
 using ServiceMap = std::map<ServiceKey, ServiceTotals>;
@@ -36,6 +68,25 @@ using ServiceMap = std::map<ServiceKey, ServiceTotals>;
 ServiceMap GroupServices(const aggregate::Profile& profile, uint64_t scope_busy_samples,
                          const std::function<ServiceKey(const aggregate::ProcessProfile&)>& service_of);
 
+// The usage probes' histogram (usage::OperationStats::slots, USAGE_HIST_SLOTS
+// exp2 slots with sub-buckets) in v1's fixed buckets: every slot lies inside
+// one of them (usage::SlotBounds).
+std::array<uint64_t, v1::kLatencyBuckets> LatencyBuckets(const std::vector<uint64_t>& slots);
+
+// Adds the window's usage rows to `services`. `service_of` keys a process
+// (nullopt: leave it out: the agent itself, processes outside --pid);
+// `library_of` names a probe cookie's library family ("openssl-3", "go").
+// A service the samples did not give is added, unless kMaxServices are
+// there: then its rows go to "(overflow)". Rows of the calibration
+// operation are left out. Past v1's per-report row caps (usage_wire.h) new
+// rows are dropped: returns how many.
+size_t AddUsage(ServiceMap& services, const usage::UsageSnapshot& usage,
+                const std::function<std::optional<ServiceKey>(uint32_t tgid)>& service_of,
+                const std::function<std::string(uint16_t lib)>& library_of);
+
+// The report's usage block from the window's budget and totals.
+v1::UsageStats UsageStatsOf(const usage::UsageSnapshot& usage);
+
 struct WindowInfo {
   int64_t start_unix_ns = 0;
   int64_t end_unix_ns = 0;
@@ -49,8 +100,10 @@ v1::Phase PhaseToProto(classify::Phase phase);
 // The report of one window. Per service, busy_samples is at least
 // tls_samples: the kernel maps are read one after another, so a process's
 // TLS samples may run a few samples ahead of its busy samples at a window's
-// edge; the report keeps the collector's invariant (tls <= busy).
+// edge; the report keeps the collector's invariant (tls <= busy). `usage`:
+// the report's usage block (`run --usage`), with the services' usage rows.
 v1::AgentReport EncodeReport(const ServiceMap& services, uint64_t busy_samples, const WindowInfo& window,
-                             const v1::Host& host, const v1::AgentStats& agent);
+                             const v1::Host& host, const v1::AgentStats& agent,
+                             const std::optional<v1::UsageStats>& usage = std::nullopt);
 
 }  // namespace tlsprof::daemon

@@ -7,12 +7,19 @@
 
 #include "agent/classify/classify.h"
 #include "agent/daemon/services.h"
+#include "proto/tlsprof/v1/usage_wire.h"
 
 namespace tlsprof::daemon {
 namespace {
 
 using prometheus::BuildCounter;
 using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+prometheus::Histogram::BucketBoundaries LatencyBounds() {
+  const auto bounds = v1::LatencyBucketBoundsSeconds();
+  return {bounds.begin(), bounds.end()};
+}
 
 std::string_view BucketLabel(v1::Bucket b) {
   switch (b) {
@@ -156,7 +163,52 @@ AgentMetrics::AgentMetrics()
                                .Name("tlsprof_agent_unwind_unregistered_processes_total")
                                .Help("TLS processes the unwind_procs map had no room for (leaf-only attribution)")
                                .Register(*registry_)
-                               .Add({})) {
+                               .Add({})),
+      handshakes_(BuildCounter()
+                      .Name("tlsprof_handshakes_total")
+                      .Help("Completed TLS handshakes by negotiated parameters (estimated for the usage probes' duty "
+                            "cycle), by service and TLS library")
+                      .Register(*registry_)),
+      operations_(BuildCounter()
+                      .Name("tlsprof_crypto_operations_total")
+                      .Help("Public-key operations (sign, verify, key_exchange) by algorithm (estimated)")
+                      .Register(*registry_)),
+      operation_cpu_(BuildCounter()
+                         .Name("tlsprof_crypto_operation_cpu_seconds_total")
+                         .Help("On-CPU seconds of the public-key operations (estimated)")
+                         .Register(*registry_)),
+      operation_latency_(BuildHistogram()
+                             .Name("tlsprof_crypto_operation_latency_seconds")
+                             .Help("On-CPU latency of the observed public-key operations")
+                             .Register(*registry_)),
+      connections_(BuildGauge()
+                       .Name("tlsprof_tls_connections")
+                       .Help("Live TLS connections (handshaken, not yet freed) at the last window's end")
+                       .Register(*registry_)),
+      probe_duty_cycle_(BuildGauge()
+                            .Name("tlsprof_agent_usage_probe_duty_cycle")
+                            .Help("Share of the last window the usage probes were attached (1 = always)")
+                            .Register(*registry_)),
+      probe_cpu_(BuildCounter()
+                     .Name("tlsprof_agent_usage_probe_cpu_seconds_total")
+                     .Help("CPU-seconds the usage probes cost (estimated from their hits)")
+                     .Register(*registry_)),
+      probe_hits_(BuildCounter()
+                      .Name("tlsprof_agent_usage_probe_hits_total")
+                      .Help("Usage probe and return-probe runs")
+                      .Register(*registry_)),
+      probe_budget_cpu_(BuildCounter()
+                            .Name("tlsprof_agent_usage_probe_budget_cpu_seconds_total")
+                            .Help("CPU-seconds the usage probes' budget allowed (--usage-budget; 0 without one)")
+                            .Register(*registry_)),
+      probe_toggles_(BuildCounter()
+                         .Name("tlsprof_agent_usage_probe_toggles_total")
+                         .Help("Attaches and detaches of the usage probes by their duty cycle")
+                         .Register(*registry_)),
+      probe_budget_ratio_(BuildGauge()
+                              .Name("tlsprof_agent_usage_probe_budget_ratio")
+                              .Help("The usage probes' budget as a share of the host's CPUs (--usage-budget; 0: none)")
+                              .Register(*registry_)) {
   for (const char* what : {"symbols", "unwind_table"}) memory_limited_.Add({{"what", what}});
   // Present from the first scrape, at 0.
   for (const char* result : {"sealed", "accepted", "duplicate", "rejected", "dropped"})
@@ -204,6 +256,56 @@ void AgentMetrics::AddReport(const v1::AgentReport& report) {
       labels.insert({{"bucket", bucket}, {"algorithm", row.algorithm()}, {"phase", phase}, {"library", row.library()}});
       cpu_seconds_.Add(labels).Increment(static_cast<double>(row.samples()) * sec_per_sample);
     }
+    for (const v1::Handshakes& h : s.handshakes()) {
+      const std::string side(v1::SideLabel(h.side())), kind(v1::HandshakeKindLabel(h.kind()));
+      auto labels = labels_for(
+          {"handshakes", h.library(), side, kind, h.version(), h.cipher_suite(), h.group(), h.cert_key_type()}, s);
+      labels.insert({{"library", h.library()},
+                     {"side", side},
+                     {"kind", kind},
+                     {"version", h.version()},
+                     {"cipher_suite", h.cipher_suite()},
+                     {"group", h.group()},
+                     {"cert_key_type", h.cert_key_type()}});
+      handshakes_.Add(labels).Increment(h.estimated());
+    }
+    for (const v1::CryptoOperations& o : s.operations()) {
+      const std::string operation(v1::OperationLabel(o.operation())), in_handshake(o.in_handshake() ? "true" : "false");
+      auto labels = labels_for({"operations", o.library(), operation, o.algorithm(), in_handshake}, s);
+      labels.insert({{"library", o.library()},
+                     {"operation", operation},
+                     {"algorithm", o.algorithm()},
+                     {"in_handshake", in_handshake}});
+      operations_.Add(labels).Increment(o.estimated());
+      // Estimated CPU: the observed operations' CPU scaled as their count.
+      if (o.observed() > 0) {
+        operation_cpu_.Add(labels).Increment(o.cpu_seconds() * o.estimated() / static_cast<double>(o.observed()));
+      }
+      if (o.latency_buckets_size() == static_cast<int>(v1::kLatencyBuckets)) {
+        std::vector<double> increments(o.latency_buckets().begin(), o.latency_buckets().end());
+        operation_latency_.Add(labels, LatencyBounds()).ObserveMultiple(increments, o.cpu_seconds());
+      }
+    }
+  }
+  if (report.has_usage()) {
+    // A gauge: this report's values; series of processes gone are removed.
+    std::map<std::map<std::string, std::string>, prometheus::Gauge*> now;
+    for (const v1::Service& s : report.services()) {
+      for (const v1::Connections& c : s.connections()) {
+        auto labels = labels_for({"connections", c.library()}, s);
+        labels.insert({"library", c.library()});
+        auto [it, fresh] = now.try_emplace(labels, nullptr);
+        if (fresh) {
+          it->second = &connections_.Add(labels);
+          it->second->Set(0);
+        }
+        it->second->Increment(c.estimated());
+      }
+    }
+    for (const auto& [labels, gauge] : connection_gauges_) {
+      if (!now.contains(labels)) connections_.Remove(gauge);
+    }
+    connection_gauges_ = std::move(now);
   }
   reports_.Increment();
 }
@@ -217,6 +319,14 @@ void AgentMetrics::AddWindow(const WindowHealth& h) {
   unresolved_samples_.Increment(static_cast<double>(h.unresolved_samples));
   tracked_processes_.Set(static_cast<double>(h.tracked_processes));
   pending_processes_.Set(static_cast<double>(h.pending_processes));
+  if (h.usage) {
+    probe_duty_cycle_.Add({}).Set(h.probe_duty_cycle);
+    probe_cpu_.Add({}).Increment(h.probe_cpu_seconds);
+    probe_hits_.Add({}).Increment(static_cast<double>(h.probe_hits));
+    probe_budget_cpu_.Add({}).Increment(h.probe_budget_cpu_seconds);
+    probe_toggles_.Add({}).Increment(static_cast<double>(h.probe_toggles));
+    probe_budget_ratio_.Add({}).Set(h.probe_budget_share);
+  }
 }
 
 void AgentMetrics::SetShip(const ShipHealth& s) {

@@ -17,6 +17,7 @@
 #include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include "agent/common/result.h"
@@ -33,6 +34,15 @@ struct WindowHealth {
   uint64_t unresolved_samples = 0;
   uint64_t tracked_processes = 0;
   uint64_t pending_processes = 0;  // found, not read yet (Profiler::pending)
+  // Usage probes (run --usage): their duty cycle over the window, their
+  // estimated CPU cost and hits in it.
+  bool usage = false;
+  double probe_duty_cycle = 1;
+  double probe_cpu_seconds = 0;
+  uint64_t probe_hits = 0;
+  double probe_budget_cpu_seconds = 0;  // what the budget allowed in the window (0: no budget)
+  uint64_t probe_toggles = 0;           // attaches and detaches of the duty cycle
+  double probe_budget_share = 0;        // --usage-budget as a share of the host's CPUs (0: none)
 };
 
 // The shipper's counters (ship::ShipperStats), mirrored.
@@ -100,6 +110,21 @@ class AgentMetrics {
   prometheus::Gauge& memory_limit_;
   prometheus::Family<prometheus::Counter>& memory_limited_;
   prometheus::Counter& unwind_unregistered_;
+  // Usage telemetry (docs/fleet.md, "Usage telemetry").
+  prometheus::Family<prometheus::Counter>& handshakes_;
+  prometheus::Family<prometheus::Counter>& operations_;
+  prometheus::Family<prometheus::Counter>& operation_cpu_;
+  prometheus::Family<prometheus::Histogram>& operation_latency_;
+  prometheus::Family<prometheus::Gauge>& connections_;
+  prometheus::Family<prometheus::Gauge>& probe_duty_cycle_;
+  prometheus::Family<prometheus::Counter>& probe_cpu_;
+  prometheus::Family<prometheus::Counter>& probe_hits_;
+  prometheus::Family<prometheus::Counter>& probe_budget_cpu_;
+  prometheus::Family<prometheus::Counter>& probe_toggles_;
+  prometheus::Family<prometheus::Gauge>& probe_budget_ratio_;
+  // The connection gauges of the last report: a series the next report
+  // lacks is removed (its processes are gone).
+  std::map<std::map<std::string, std::string>, prometheus::Gauge*> connection_gauges_;
   BoundsHealth last_bounds_;
   std::mutex mu_;
   ShipHealth last_ship_;  // counters are advanced by the difference

@@ -20,6 +20,9 @@ inline constexpr std::string_view kNonTlsService = "(non-tls)";
 // Services beyond the per-report cap (kMaxServices) are summed here.
 inline constexpr std::string_view kOverflowService = "(overflow)";
 inline constexpr size_t kMaxServices = 64;
+// Usage telemetry of processes that exited before the window closed, with no
+// snapshot to name them (short-lived clients): their service is unknowable.
+inline constexpr std::string_view kExitedService = "(exited)";
 
 // The collector's label values: 1-64 characters of [A-Za-z0-9._:/()+ -].
 // Other characters become '_', longer names are cut, an empty one is "unknown".

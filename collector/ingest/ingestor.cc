@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 #include "collector/ingest/validate.h"
 
@@ -39,6 +40,28 @@ uint64_t SeriesHash(const std::array<std::string_view, 7>& l) {
 uint64_t ServiceHash(std::string_view name, std::string_view container_id, std::string_view pod_uid) {
   if (container_id.empty() && pod_uid.empty()) return Fnv1a({name});
   return Fnv1a({name, container_id, pod_uid});
+}
+
+// The hash of a usage series: its kind, then every label (container labels
+// included, empty or not: these series have no older hashes to match).
+template <size_t N>
+uint64_t UsageHash(std::string_view kind, const std::array<std::string_view, N>& labels) {
+  uint64_t h = Fnv1a({kind});
+  for (std::string_view l : labels) {
+    for (unsigned char c : l) {
+      h ^= c;
+      h *= 1099511628211ULL;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+// Rows of a service besides its busy series and TLS rows: what is dropped
+// with it at a cap.
+uint32_t UsageRows(const v1::Service& s) {
+  return static_cast<uint32_t>(s.handshakes_size() + s.operations_size() + s.connections_size());
 }
 
 double Seconds(uint64_t samples, uint64_t period_ns) {
@@ -124,18 +147,10 @@ bool Ingestor::MakeRoomForAgentLocked(int64_t now_ns) {
   spdlog::warn("forgetting agent {} (silent since {}): the collector holds --max-agents {} agents", oldest->first,
                oldest->second.last_seen_ns, options_.max_agents);
   buckets_.erase(oldest->first);
+  connection_series_ -= oldest->second.connections.size();
   agents_.erase(oldest);
   ++agents_evicted_;
   return true;
-}
-
-Ingestor::CpuSeries* Ingestor::FindCpuSeriesLocked(uint64_t hash, const std::array<std::string_view, 7>& labels) {
-  for (;; ++hash) {
-    auto it = cpu_.find(hash);
-    if (it == cpu_.end()) return nullptr;
-    const CpuKey& l = it->second.labels;
-    if (std::equal(l.begin(), l.end(), labels.begin())) return &it->second;
-  }
 }
 
 ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
@@ -192,13 +207,15 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
   minute.agents.insert(Fnv1a({agent_key}));
   ++reports_;
 
+  std::map<std::array<std::string, 4>, double> connections;  // the report's (with usage)
   for (const v1::Service& service : report.services()) {
     // (name, container, pod) is the service: a container multiplies them,
     // and each counts toward max_services_per_agent.
     const uint64_t service_hash = ServiceHash(service.name(), service.container_id(), service.pod_uid());
     if (!agent.services.count(service_hash)) {
       if (agent.services.size() >= options_.max_services_per_agent) {
-        result.dropped_series += 1 + service.tls_size();  // its busy series and every TLS series
+        // Its busy series, every TLS series and every usage row.
+        result.dropped_series += 1 + service.tls_size() + UsageRows(service);
         continue;
       }
       agent.services.insert(service_hash);
@@ -208,8 +225,8 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
     auto busy_it = busy_.find(busy_key);
     if (busy_it == busy_.end()) {
       if (SeriesLocked() >= options_.max_series) {
-        result.dropped_series += 1 + service.tls_size();
-        series_refused_ += 1 + service.tls_size();
+        result.dropped_series += 1 + service.tls_size() + UsageRows(service);
+        series_refused_ += 1 + service.tls_size() + UsageRows(service);
         continue;
       }
       busy_it = busy_.try_emplace(BusyKey{service.name(), service.container_id(), service.pod_uid()}).first;
@@ -222,23 +239,11 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
       const std::array<std::string_view, 7> labels = {
           bucket, row.algorithm(), phase, row.library(), service.name(), service.container_id(), service.pod_uid()};
       const uint64_t series_hash = SeriesHash(labels);
-      const bool known = agent.series.count(series_hash);
-      if (!known && agent.series.size() >= options_.max_series_per_agent) {
-        ++result.dropped_series;
-        continue;
-      }
-      CpuSeries* series = FindCpuSeriesLocked(series_hash, labels);
-      if (series == nullptr) {
-        if (SeriesLocked() >= options_.max_series) {
-          ++result.dropped_series;
-          ++series_refused_;
-          continue;
-        }
-        series = &CpuSeriesLocked(series_hash, labels);
-      }
-      if (!known) agent.series.insert(series_hash);
+      auto* series = cpu_.Find(series_hash, labels);
+      if (!AdmitSeriesLocked(agent, series_hash, series != nullptr, result)) continue;
+      if (series == nullptr) series = &cpu_.FindOrInsert(series_hash, labels);
       const double seconds = Seconds(row.samples(), period);
-      series->seconds += seconds;
+      series->value += seconds;
       minute.tls_seconds += seconds;
       minute.bucket_seconds[row.bucket()] += seconds;
       auto alg =
@@ -254,24 +259,109 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
       alg->second += seconds;
       if (options_.host_labels) host_cpu_[{HostLabel(report.host().hostname()), std::string(bucket)}] += seconds;
     }
+    if (report.has_usage()) ApplyUsageLocked(agent, service, connections, result);
   }
   if (options_.host_labels) host_busy_[HostLabel(report.host().hostname())] += Seconds(report.busy_samples(), period);
+  if (report.has_usage()) {
+    const v1::UsageStats& u = report.usage();
+    probe_cpu_seconds_ += u.probe_cpu_seconds();
+    probe_budget_cpu_seconds_ += u.budget_cpu_seconds();
+    probe_hits_ += u.probe_hits();
+    // The gauge is the latest report's: a late batch (a lower sequence of
+    // the same instance) does not replace it. Another instance (the agent
+    // restarted with a new state directory) always does.
+    if (!agent.usage_known || agent.usage_instance != report.agent_instance() ||
+        report.sequence() > agent.usage_sequence) {
+      agent.usage_known = true;
+      agent.usage_instance = report.agent_instance();
+      agent.usage_sequence = report.sequence();
+      agent.usage_received_ns = received_ns;
+      agent.usage_window_ns = report.window().end_unix_ns() - report.window().start_unix_ns();
+      agent.duty_cycle = u.duty_cycle();
+      agent.relative_error = u.relative_error();
+      connection_series_ -= agent.connections.size();
+      agent.connections = std::move(connections);
+      connection_series_ += agent.connections.size();
+    }
+  }
 
   PruneMinutes(FloorDiv(received_ns, kNsPerMinute));
   if (commit) commit();
   return result;
 }
 
-Ingestor::CpuSeries& Ingestor::CpuSeriesLocked(uint64_t hash, const std::array<std::string_view, 7>& labels) {
-  for (;; ++hash) {
-    auto [it, inserted] = cpu_.try_emplace(hash);
-    CpuKey& l = it->second.labels;
-    if (inserted) {
-      std::copy(labels.begin(), labels.end(), l.begin());
-      return it->second;
-    }
-    if (std::equal(l.begin(), l.end(), labels.begin())) return it->second;
+bool Ingestor::AdmitSeriesLocked(Agent& agent, uint64_t hash, bool exists, ApplyResult& result) {
+  const bool known = agent.series.count(hash);
+  if (!known && agent.series.size() >= options_.max_series_per_agent) {
+    ++result.dropped_series;
+    return false;
   }
+  if (!exists && SeriesLocked() >= options_.max_series) {
+    ++result.dropped_series;
+    ++series_refused_;
+    return false;
+  }
+  if (!known) agent.series.insert(hash);
+  return true;
+}
+
+void Ingestor::ApplyUsageLocked(Agent& agent, const v1::Service& service,
+                                std::map<std::array<std::string, 4>, double>& connections, ApplyResult& result) {
+  const std::string_view name = service.name(), container = service.container_id(), pod = service.pod_uid();
+  for (const v1::Handshakes& h : service.handshakes()) {
+    const std::array<std::string_view, kHandshakeLabelNames.size()> labels = {name,
+                                                                              container,
+                                                                              pod,
+                                                                              h.library(),
+                                                                              v1::SideLabel(h.side()),
+                                                                              v1::HandshakeKindLabel(h.kind()),
+                                                                              h.version(),
+                                                                              h.cipher_suite(),
+                                                                              h.group(),
+                                                                              h.cert_key_type()};
+    const uint64_t hash = UsageHash("handshakes", labels);
+    auto* entry = handshakes_.Find(hash, labels);
+    if (!AdmitSeriesLocked(agent, hash, entry != nullptr, result)) continue;
+    if (entry == nullptr) entry = &handshakes_.FindOrInsert(hash, labels);
+    entry->value += h.estimated();
+  }
+  for (const v1::CryptoOperations& o : service.operations()) {
+    const std::array<std::string_view, kOperationLabelNames.size()> labels = {name,
+                                                                              container,
+                                                                              pod,
+                                                                              o.library(),
+                                                                              v1::OperationLabel(o.operation()),
+                                                                              o.algorithm(),
+                                                                              o.in_handshake() ? "true" : "false"};
+    const uint64_t hash = UsageHash("operations", labels);
+    auto* entry = operations_.Find(hash, labels);
+    if (!AdmitSeriesLocked(agent, hash, entry != nullptr, result)) continue;
+    if (entry == nullptr) entry = &operations_.FindOrInsert(hash, labels);
+    OperationTotals& t = entry->value;
+    t.estimated += o.estimated();
+    // Validation: estimated is 0 when observed is.
+    if (o.observed() > 0) t.cpu_seconds += o.cpu_seconds() * (o.estimated() / static_cast<double>(o.observed()));
+    // The histogram is of the observed operations, and only of rows that
+    // carry one, so that its count, sum and buckets agree.
+    if (o.latency_buckets_size() == static_cast<int>(v1::kLatencyBuckets)) {
+      t.observed += o.observed();
+      t.observed_cpu_seconds += o.cpu_seconds();
+      for (size_t i = 0; i < v1::kLatencyBuckets; ++i) t.buckets[i] += o.latency_buckets(static_cast<int>(i));
+    }
+  }
+  for (const v1::Connections& c : service.connections()) {
+    const std::array<std::string_view, kConnectionLabelNames.size()> labels = {name, container, pod, c.library()};
+    std::array<std::string, 4> key = {std::string(name), std::string(container), std::string(pod), c.library()};
+    const bool exists = agent.connections.count(key) || connections.count(key);
+    if (!AdmitSeriesLocked(agent, UsageHash("connections", labels), exists, result)) continue;
+    connections[std::move(key)] += c.estimated();
+  }
+}
+
+bool Ingestor::UsageCurrent(const Agent& agent, int64_t now_ns) {
+  if (!agent.usage_known) return false;
+  const int64_t horizon = std::max(kUsageHorizonMinNs, kUsageHorizonWindows * agent.usage_window_ns);
+  return now_ns - agent.usage_received_ns <= horizon;
 }
 
 void Ingestor::PruneMinutes(int64_t now_minute) {
@@ -299,6 +389,11 @@ void Ingestor::Checkpoint(state::State& into, const std::function<void()>& fn) c
     copy.host_busy_ = host_busy_;
     copy.agents_ = agents_;
     copy.minutes_ = minutes_;
+    copy.handshakes_ = handshakes_;
+    copy.operations_ = operations_;
+    copy.probe_cpu_seconds_ = probe_cpu_seconds_;
+    copy.probe_budget_cpu_seconds_ = probe_budget_cpu_seconds_;
+    copy.probe_hits_ = probe_hits_;
     fn();
   }
   const auto copied = std::chrono::steady_clock::now();
@@ -312,7 +407,7 @@ void Ingestor::SnapshotLocked(state::State& s) const {
   s.set_reports(reports_);
   for (const auto& [hash, series] : cpu_) {
     const CpuKey& key = series.labels;
-    const double seconds = series.seconds;
+    const double seconds = series.value;
     state::CpuSeries* c = s.add_cpu();
     c->set_bucket(key[0]);
     c->set_algorithm(key[1]);
@@ -341,6 +436,24 @@ void Ingestor::SnapshotLocked(state::State& s) const {
     b->set_name(name);
     b->set_seconds(seconds);
   }
+  for (const auto& [hash, entry] : handshakes_) {
+    state::UsageSeries* u = s.add_handshakes();
+    u->mutable_labels()->Add(entry.labels.begin(), entry.labels.end());
+    u->set_value(entry.value);
+  }
+  for (const auto& [hash, entry] : operations_) {
+    state::UsageSeries* u = s.add_operations();
+    u->mutable_labels()->Add(entry.labels.begin(), entry.labels.end());
+    const OperationTotals& t = entry.value;
+    u->set_value(t.estimated);
+    u->set_cpu_seconds(t.cpu_seconds);
+    u->set_observed(t.observed);
+    u->set_observed_cpu_seconds(t.observed_cpu_seconds);
+    u->mutable_latency_buckets()->Add(t.buckets.begin(), t.buckets.end());
+  }
+  s.set_probe_cpu_seconds(probe_cpu_seconds_);
+  s.set_probe_budget_cpu_seconds(probe_budget_cpu_seconds_);
+  s.set_probe_hits(probe_hits_);
   for (const auto& [key, agent] : agents_) {
     state::Agent* a = s.add_agents();
     a->set_key(key);
@@ -348,6 +461,19 @@ void Ingestor::SnapshotLocked(state::State& s) const {
     a->set_reports(agent.reports);
     a->set_hostname(agent.hostname);
     if (agent.skew_known) a->set_clock_skew_ns(agent.skew_ns);
+    if (agent.usage_known) {
+      a->set_usage_instance(agent.usage_instance);
+      a->set_usage_sequence(agent.usage_sequence);
+      a->set_usage_received_unix_ns(agent.usage_received_ns);
+      a->set_usage_window_ns(agent.usage_window_ns);
+      a->set_duty_cycle(agent.duty_cycle);
+      a->set_relative_error(agent.relative_error);
+      for (const auto& [labels, value] : agent.connections) {
+        state::UsageSeries* u = a->add_connections();
+        u->mutable_labels()->Add(labels.begin(), labels.end());
+        u->set_value(value);
+      }
+    }
     for (const auto& [id, instance] : agent.instances) {
       state::Instance* i = a->add_instances();
       i->set_instance(id);
@@ -385,11 +511,46 @@ Status Ingestor::Restore(const state::State& s) {
   hosts_.clear();
   agents_.clear();
   minutes_.clear();
+  handshakes_.clear();
+  operations_.clear();
+  connection_series_ = 0;
+  probe_cpu_seconds_ = s.probe_cpu_seconds();
+  probe_budget_cpu_seconds_ = s.probe_budget_cpu_seconds();
+  probe_hits_ = s.probe_hits();
+  // The label count of every usage series must be its kind's: a snapshot is
+  // the collector's own, so a mismatch is corruption, not an older format.
+  auto check_labels = [](const state::UsageSeries& u, size_t n, std::string_view what) -> Status {
+    if (u.labels_size() != static_cast<int>(n)) {
+      return MakeError("snapshot: a {} series has {} labels, expected {}", what, u.labels_size(), n);
+    }
+    return OkStatus();
+  };
+  for (const state::UsageSeries& u : s.handshakes()) {
+    if (auto st = check_labels(u, kHandshakeLabelNames.size(), "handshake"); !st.ok()) return st;
+    std::array<std::string_view, kHandshakeLabelNames.size()> labels;
+    std::copy(u.labels().begin(), u.labels().end(), labels.begin());
+    handshakes_.FindOrInsert(UsageHash("handshakes", labels), labels).value = u.value();
+  }
+  for (const state::UsageSeries& u : s.operations()) {
+    if (auto st = check_labels(u, kOperationLabelNames.size(), "operation"); !st.ok()) return st;
+    if (u.latency_buckets_size() != static_cast<int>(v1::kLatencyBuckets)) {
+      return MakeError("snapshot: an operation series has {} latency buckets, expected {}", u.latency_buckets_size(),
+                       v1::kLatencyBuckets);
+    }
+    std::array<std::string_view, kOperationLabelNames.size()> labels;
+    std::copy(u.labels().begin(), u.labels().end(), labels.begin());
+    OperationTotals& t = operations_.FindOrInsert(UsageHash("operations", labels), labels).value;
+    t.estimated = u.value();
+    t.cpu_seconds = u.cpu_seconds();
+    t.observed = u.observed();
+    t.observed_cpu_seconds = u.observed_cpu_seconds();
+    std::copy(u.latency_buckets().begin(), u.latency_buckets().end(), t.buckets.begin());
+  }
   // A snapshot from before the container fields restores with them "".
   for (const state::CpuSeries& c : s.cpu()) {
     const std::array<std::string_view, 7> labels = {c.bucket(),  c.algorithm(),    c.phase(),  c.library(),
                                                     c.service(), c.container_id(), c.pod_uid()};
-    CpuSeriesLocked(SeriesHash(labels), labels).seconds = c.seconds();
+    cpu_.FindOrInsert(SeriesHash(labels), labels).value = c.seconds();
   }
   for (const state::NamedSeconds& b : s.busy()) busy_[{b.name(), b.container_id(), b.pod_uid()}] = b.seconds();
   for (const state::HostCpu& h : s.host_cpu()) host_cpu_[{h.host(), h.bucket()}] = h.seconds();
@@ -407,6 +568,18 @@ Status Ingestor::Restore(const state::State& s) {
     agent.hostname = a.hostname();
     agent.skew_known = a.has_clock_skew_ns();
     agent.skew_ns = a.clock_skew_ns();
+    agent.usage_known = a.has_duty_cycle();
+    agent.usage_instance = a.usage_instance();
+    agent.usage_sequence = a.usage_sequence();
+    agent.usage_received_ns = a.usage_received_unix_ns();
+    agent.usage_window_ns = a.usage_window_ns();
+    agent.duty_cycle = a.has_duty_cycle() ? a.duty_cycle() : 1.0;
+    agent.relative_error = a.relative_error();
+    for (const state::UsageSeries& u : a.connections()) {
+      if (auto st = check_labels(u, kConnectionLabelNames.size(), "connection"); !st.ok()) return st;
+      agent.connections[{u.labels(0), u.labels(1), u.labels(2), u.labels(3)}] = u.value();
+    }
+    connection_series_ += agent.connections.size();
     for (const state::Instance& i : a.instances()) {
       if (i.seen_size() != static_cast<int>(SequenceWindow::kWidth / 64)) {
         return MakeError("snapshot: agent instance window has {} words, expected {}", i.seen_size(),
@@ -450,6 +623,12 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData(int64_t now_ns) cons
   uint64_t evicted = 0, refused = 0, series_refused = 0, skewed = 0;
   size_t agents = 0, series_total = 0;
   int64_t max_skew_ns = 0;
+  std::vector<std::pair<const std::array<std::string, kHandshakeLabelNames.size()>*, double>> handshakes;
+  std::vector<std::pair<const std::array<std::string, kOperationLabelNames.size()>*, OperationTotals>> operations;
+  std::map<std::array<std::string, kConnectionLabelNames.size()>, double> connections;
+  double probe_cpu = 0, probe_budget = 0, min_duty = 1, max_error = 0;
+  uint64_t probe_hits = 0;
+  size_t usage_agents = 0;
   {
     std::lock_guard lock(mu_);
     evicted = agents_evicted_;
@@ -463,7 +642,21 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData(int64_t now_ns) cons
       max_skew_ns = std::max(max_skew_ns, agent.skew_ns < 0 ? -agent.skew_ns : agent.skew_ns);
     }
     cpu.reserve(cpu_.size());
-    for (const auto& [hash, series] : cpu_) cpu.emplace_back(&series.labels, series.seconds);
+    for (const auto& [hash, series] : cpu_) cpu.emplace_back(&series.labels, series.value);
+    handshakes.reserve(handshakes_.size());
+    for (const auto& [hash, entry] : handshakes_) handshakes.emplace_back(&entry.labels, entry.value);
+    operations.reserve(operations_.size());
+    for (const auto& [hash, entry] : operations_) operations.emplace_back(&entry.labels, entry.value);
+    probe_cpu = probe_cpu_seconds_;
+    probe_budget = probe_budget_cpu_seconds_;
+    probe_hits = probe_hits_;
+    for (const auto& [key, agent] : agents_) {
+      if (!UsageCurrent(agent, now_ns)) continue;
+      ++usage_agents;
+      min_duty = std::min(min_duty, agent.duty_cycle);
+      max_error = std::max(max_error, agent.relative_error);
+      for (const auto& [labels, value] : agent.connections) connections[labels] += value;
+    }
     busy.assign(busy_.begin(), busy_.end());
     reports = reports_;
     if (options_.host_labels) {
@@ -505,6 +698,81 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData(int64_t now_ns) cons
     families.push_back(std::move(f));
   }
   {
+    // Usage telemetry (docs/fleet.md, "Usage telemetry"): counts are the
+    // estimates (scaled for the probes' duty cycle); the histogram is of
+    // the observed operations.
+    auto by_labels = [](const auto& a, const auto& b) { return *a.first < *b.first; };
+    std::sort(handshakes.begin(), handshakes.end(), by_labels);
+    std::sort(operations.begin(), operations.end(), by_labels);
+    prometheus::MetricFamily hs{"tlsprof_handshakes_total",
+                                "Completed TLS handshakes (estimated for the usage probes' duty cycle)",
+                                prometheus::MetricType::Counter,
+                                {}};
+    for (const auto& [labels, value] : handshakes)
+      hs.metric.push_back(CounterMetric(UsageLabels(kHandshakeLabelNames, *labels), value));
+    families.push_back(std::move(hs));
+    prometheus::MetricFamily ops{"tlsprof_crypto_operations_total",
+                                 "Public-key operations: signatures, verifications, key exchanges (estimated)",
+                                 prometheus::MetricType::Counter,
+                                 {}};
+    prometheus::MetricFamily ops_cpu{"tlsprof_crypto_operation_cpu_seconds_total",
+                                     "On-CPU seconds of the public-key operations (estimated)",
+                                     prometheus::MetricType::Counter,
+                                     {}};
+    prometheus::MetricFamily latency{"tlsprof_crypto_operation_latency_seconds",
+                                     "On-CPU latency of the observed public-key operations",
+                                     prometheus::MetricType::Histogram,
+                                     {}};
+    for (const auto& [labels, totals] : operations) {
+      auto l = UsageLabels(kOperationLabelNames, *labels);
+      ops.metric.push_back(CounterMetric(l, totals.estimated));
+      ops_cpu.metric.push_back(CounterMetric(l, totals.cpu_seconds));
+      prometheus::ClientMetric m;
+      m.label = std::move(l);
+      m.histogram = LatencyHistogram(totals);
+      latency.metric.push_back(std::move(m));
+    }
+    families.push_back(std::move(ops));
+    families.push_back(std::move(ops_cpu));
+    families.push_back(std::move(latency));
+    prometheus::MetricFamily conns{"tlsprof_tls_connections",
+                                   "Live TLS connections: the sum of each agent's latest value (agents that went "
+                                   "silent drop out)",
+                                   prometheus::MetricType::Gauge,
+                                   {}};
+    for (const auto& [labels, value] : connections) {
+      prometheus::ClientMetric m;
+      m.label = UsageLabels(kConnectionLabelNames, labels);
+      m.gauge.value = value;
+      conns.metric.push_back(std::move(m));
+    }
+    families.push_back(std::move(conns));
+    families.push_back({"tlsprof_usage_probe_cpu_seconds_total",
+                        "CPU-seconds the agents' usage probes cost (their estimate)",
+                        prometheus::MetricType::Counter,
+                        {CounterMetric({}, probe_cpu)}});
+    families.push_back({"tlsprof_usage_probe_budget_cpu_seconds_total",
+                        "CPU-seconds the agents' usage probe budgets allowed (agents without a budget add 0)",
+                        prometheus::MetricType::Counter,
+                        {CounterMetric({}, probe_budget)}});
+    families.push_back({"tlsprof_usage_probe_hits_total",
+                        "Usage probe and return-probe runs on the agents",
+                        prometheus::MetricType::Counter,
+                        {CounterMetric({}, static_cast<double>(probe_hits))}});
+    // Only while some agent reports usage: a duty cycle of nobody is no 1.
+    for (const auto& [name, help, value] :
+         {std::tuple<const char*, const char*, double>{
+              "tlsprof_usage_probe_min_duty_cycle",
+              "Lowest duty cycle of the usage probes among the agents reporting usage now", min_duty},
+          {"tlsprof_usage_max_relative_error",
+           "Largest relative error (95%) of the usage estimates among the agents reporting usage now", max_error}}) {
+      if (usage_agents == 0) break;
+      prometheus::ClientMetric m;
+      m.gauge.value = value;
+      families.push_back({name, help, prometheus::MetricType::Gauge, {m}});
+    }
+  }
+  {
     prometheus::MetricFamily f{"tlsprof_reports_total", "Profile windows counted", prometheus::MetricType::Counter, {}};
     f.metric.push_back(CounterMetric({}, static_cast<double>(reports)));
     families.push_back(std::move(f));
@@ -540,8 +808,8 @@ std::vector<prometheus::MetricFamily> Ingestor::CollectData(int64_t now_ns) cons
          CounterMetric({{"action", "refused"}}, static_cast<double>(refused))}};
     families.push_back(std::move(limit));
     prometheus::MetricFamily series_family{"tlsprof_collector_series",
-                                           "Data series held (tlsprof_cpu_seconds_total + tlsprof_busy_cpu_seconds_"
-                                           "total; at most --max-series)",
+                                           "Data series held (tlsprof_cpu_seconds_total, tlsprof_busy_cpu_seconds_"
+                                           "total and the usage telemetry's; at most --max-series)",
                                            prometheus::MetricType::Gauge,
                                            {gauge(static_cast<double>(series_total))}};
     families.push_back(std::move(series_family));

@@ -24,6 +24,7 @@
 
 #include "agent/common/result.h"
 #include "collector/ingest/agent_state.h"
+#include "collector/ingest/usage_series.h"
 #include "ingest/state.pb.h"  // generated from collector/ingest/state.proto
 #include "tlsprof/v1/report.pb.h"
 
@@ -39,7 +40,9 @@ struct IngestOptions {
   // Hard bounds on what grows with the input (docs/fleet.md, "Bounds"):
   // agent keys (each holds its instances' sequence windows, series and
   // service hashes and a rate-limit bucket), and data series over all agents
-  // (tlsprof_cpu_seconds_total + tlsprof_busy_cpu_seconds_total).
+  // (tlsprof_cpu_seconds_total + tlsprof_busy_cpu_seconds_total, and the
+  // usage telemetry's handshake, operation and connection series: an
+  // operation series, with its histogram, counts once).
   uint32_t max_agents = 10000;
   uint32_t max_series = 100000;
 };
@@ -72,6 +75,11 @@ inline constexpr int64_t kAgentIdleEvictNs = 3600LL * 1000 * 1000 * 1000;
 inline constexpr int64_t kSkewToleranceNs = 30LL * 1000 * 1000 * 1000;
 // Agents whose skew tlsprof_collector_clock_skew_seconds takes the max of.
 inline constexpr int64_t kSkewHorizonNs = 300LL * 1000 * 1000 * 1000;
+// An agent's live connections (a gauge) count while its last usage report
+// is younger than this many of its windows, and at least kUsageHorizonMinNs:
+// an agent that stopped or was evicted drops out of tlsprof_tls_connections.
+inline constexpr int64_t kUsageHorizonWindows = 3;
+inline constexpr int64_t kUsageHorizonMinNs = 30LL * 1000 * 1000 * 1000;
 class Ingestor {
  public:
   explicit Ingestor(IngestOptions options);
@@ -151,6 +159,17 @@ class Ingestor {
     std::string hostname;  // host.hostname of the last accepted report
     bool skew_known = false;
     int64_t skew_ns = 0;  // agent clock - collector clock at the last report
+    // Usage telemetry of its latest usage report (by instance and sequence):
+    // the live connections (a gauge, replaced per report), the duty cycle and
+    // relative error, and when it was received.
+    bool usage_known = false;
+    std::string usage_instance;
+    uint64_t usage_sequence = 0;
+    int64_t usage_received_ns = 0;
+    int64_t usage_window_ns = 0;
+    double duty_cycle = 1;
+    double relative_error = 0;
+    std::map<std::array<std::string, 4>, double> connections;  // kConnectionLabelNames
   };
   // Orders (bucket, algorithm) pairs; finds them by string_view too.
   struct AlgorithmLess {
@@ -182,24 +201,25 @@ class Ingestor {
                                           [](std::string_view x, std::string_view y) { return x < y; });
     }
   };
-  // One tlsprof_cpu_seconds_total series. Its labels are stored once; the
-  // series is found by the FNV hash of its labels (on a collision, the next
-  // hash value that is free or holds the same labels).
-  struct CpuSeries {
-    CpuKey labels;
-    double seconds = 0;
-  };
-
   ApplyResult ApplyLocked(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
                           const std::function<void()>& commit, int64_t sent_ns);
   // A new agent key at max_agents: evicts the least recently seen agent if it
   // is idle enough (true), else false (refuse).
   bool MakeRoomForAgentLocked(int64_t now_ns);
-  // The series of these labels, or nullptr when there is none yet.
-  CpuSeries* FindCpuSeriesLocked(uint64_t hash, const std::array<std::string_view, 7>& labels);
-  size_t SeriesLocked() const { return cpu_.size() + busy_.size(); }
+  size_t SeriesLocked() const {
+    return cpu_.size() + busy_.size() + handshakes_.size() + operations_.size() + connection_series_;
+  }
+  // A series of `agent` (its hash; `exists`: held already, for some agent)
+  // within the per-agent and global caps: false (and counted in `result`)
+  // when it must be dropped. The series is then counted for the agent.
+  bool AdmitSeriesLocked(Agent& agent, uint64_t hash, bool exists, ApplyResult& result);
+  // The usage rows of one service: counters now, its connections into
+  // `connections` (the report's gauge values, applied after every service).
+  void ApplyUsageLocked(Agent& agent, const v1::Service& service,
+                        std::map<std::array<std::string, 4>, double>& connections, ApplyResult& result);
+  // Whether `agent`'s usage (connections, duty cycle) still counts at now_ns.
+  static bool UsageCurrent(const Agent& agent, int64_t now_ns);
   std::string HostLabel(const std::string& hostname);
-  CpuSeries& CpuSeriesLocked(uint64_t hash, const std::array<std::string_view, 7>& labels);
   void PruneMinutes(int64_t now_minute);
   void SnapshotLocked(state::State& s) const;
 
@@ -210,7 +230,9 @@ class Ingestor {
   uint64_t reports_ = 0;
   // Node-based: an element's address is stable (CollectData reads labels
   // after the lock); nothing is erased except by Restore, before serving.
-  std::unordered_map<uint64_t, CpuSeries> cpu_;
+  // tlsprof_cpu_seconds_total: CPU-seconds by CpuKey. Its labels are stored
+  // once; a series is found by the FNV hash of its labels (SeriesHash).
+  SeriesTable<7, double> cpu_;
   std::map<BusyKey, double, BusyLess> busy_;
   std::map<std::pair<std::string, std::string>, double> host_cpu_;
   std::map<std::string, double> host_busy_;
@@ -218,6 +240,13 @@ class Ingestor {
   // Keyed by the minute of the collector's receive time (not the window's
   // end: a skewed agent clock must not create minutes outside the ring).
   std::map<int64_t, Minute> minutes_;
+  // Usage telemetry: tlsprof_handshakes_total, tlsprof_crypto_operation*.
+  SeriesTable<kHandshakeLabelNames.size(), double> handshakes_;
+  SeriesTable<kOperationLabelNames.size(), OperationTotals> operations_;
+  size_t connection_series_ = 0;  // Agent::connections over all agents
+  double probe_cpu_seconds_ = 0;
+  double probe_budget_cpu_seconds_ = 0;
+  uint64_t probe_hits_ = 0;
   // Bounds and skew (this process's counts; not persisted).
   uint64_t agents_evicted_ = 0;
   uint64_t agents_refused_ = 0;

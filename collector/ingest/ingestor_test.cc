@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "collector/ingest/test_report.h"
@@ -12,6 +14,7 @@ namespace {
 
 using testing::kTestNowNs;
 using testing::MakeReport;
+using testing::MakeUsageReport;
 
 // The value of one series of one family, or -1 when absent.
 double Value(const Ingestor& ingestor, const std::string& family, const std::map<std::string, std::string>& labels) {
@@ -587,6 +590,174 @@ TEST(Ingestor, MaxSeriesBoundsSeriesOverAllAgents) {
   v1::AgentReport again = MakeReport(1, std::string(16, 'j'));
   again.mutable_services(0)->set_name("svc-0");
   EXPECT_EQ(ingestor.Apply("agent-19", again, kTestNowNs).dropped_series, 0u);
+}
+
+// --- Usage telemetry.
+
+const std::map<std::string, std::string> kFullHandshakes = {
+    {"service", "nginx"}, {"library", "openssl-3"},  {"side", "server"},
+    {"kind", "full"},     {"version", "TLSv1.3"},    {"cipher_suite", "TLS_AES_128_GCM_SHA256"},
+    {"group", "X25519"},  {"cert_key_type", "ECDSA"}};
+const std::map<std::string, std::string> kSigns = {{"service", "nginx"},
+                                                   {"library", "openssl-3"},
+                                                   {"operation", "sign"},
+                                                   {"algorithm", "ECDSA-P256"},
+                                                   {"in_handshake", "true"}};
+const std::map<std::string, std::string> kConnections = {{"service", "nginx"}, {"library", "openssl-3"}};
+
+// The histogram series of `labels`, or nullptr.
+std::optional<prometheus::ClientMetric::Histogram> Histogram(const Ingestor& ingestor,
+                                                             const std::map<std::string, std::string>& labels) {
+  for (const prometheus::MetricFamily& f : ingestor.CollectData(kTestNowNs)) {
+    if (f.name != "tlsprof_crypto_operation_latency_seconds") continue;
+    EXPECT_EQ(f.type, prometheus::MetricType::Histogram);
+    for (const prometheus::ClientMetric& m : f.metric) {
+      std::map<std::string, std::string> got;
+      for (const auto& l : m.label) got[l.name] = l.value;
+      if (got == labels) return m.histogram;
+    }
+  }
+  return std::nullopt;
+}
+
+TEST(Ingestor, UsageCountsEstimatesAndAddsHistograms) {
+  Ingestor ingestor({});
+  ingestor.Apply("a", MakeUsageReport(1), kTestNowNs);
+  v1::AgentReport scaled = MakeUsageReport(2);
+  // A window at duty cycle 0.5: the estimates are twice what was observed.
+  scaled.mutable_usage()->set_duty_cycle(0.5);
+  scaled.mutable_services(0)->mutable_handshakes(0)->set_estimated(20);
+  scaled.mutable_services(0)->mutable_operations(0)->set_estimated(20);
+  ingestor.Apply("a", scaled, kTestNowNs);
+  ingestor.Apply("b", MakeUsageReport(1), kTestNowNs);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_handshakes_total", kTestNowNs, kFullHandshakes), 10 + 20 + 10);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_crypto_operations_total", kTestNowNs, kSigns), 40);
+  // CPU scaled like the count: 0.00025 + 2 x 0.00025 + 0.00025.
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_crypto_operation_cpu_seconds_total", kTestNowNs, kSigns), 0.001);
+  // The histogram is of the 30 observed signatures: 24 in [24.576, 32.768) us, 6 in [49.152, 65.536).
+  auto h = Histogram(ingestor, kSigns);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->sample_count, 30u);
+  EXPECT_DOUBLE_EQ(h->sample_sum, 0.00075);
+  ASSERT_EQ(h->bucket.size(), 50u);
+  EXPECT_DOUBLE_EQ(h->bucket[0].upper_bound, 1.024e-6);
+  EXPECT_DOUBLE_EQ(h->bucket[1].upper_bound, 1.536e-6);
+  EXPECT_DOUBLE_EQ(h->bucket[10].upper_bound, 32.768e-6);
+  EXPECT_DOUBLE_EQ(h->bucket[48].upper_bound, 17.179869184);
+  EXPECT_EQ(h->bucket[9].cumulative_count, 0u);
+  EXPECT_EQ(h->bucket[10].cumulative_count, 24u);
+  EXPECT_EQ(h->bucket[11].cumulative_count, 24u);
+  EXPECT_EQ(h->bucket[12].cumulative_count, 30u);
+  EXPECT_EQ(h->bucket[49].cumulative_count, 30u);
+  EXPECT_TRUE(std::isinf(h->bucket[49].upper_bound));
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_cpu_seconds_total"), 0.006);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_hits_total"), 300);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_budget_cpu_seconds_total"), 0.3);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_usage_probe_min_duty_cycle"), 0.5);
+  // Connections are a gauge: each agent's latest value, summed over agents.
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_tls_connections", kTestNowNs, kConnections), 14);
+}
+
+TEST(Ingestor, ConnectionsAreTheLatestOfEachCurrentAgent) {
+  Ingestor ingestor({});
+  auto with_connections = [](uint64_t sequence, double n, std::string instance = std::string(16, 'i')) {
+    v1::AgentReport r = MakeUsageReport(sequence, std::move(instance));
+    r.mutable_services(0)->mutable_connections(0)->set_estimated(n);
+    return r;
+  };
+  ingestor.Apply("a", with_connections(3, 30), kTestNowNs);
+  ingestor.Apply("b", with_connections(1, 5), kTestNowNs);
+  // A late batch of a lower sequence does not replace the newer value.
+  ingestor.Apply("a", with_connections(2, 20), kTestNowNs);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_tls_connections", kTestNowNs, kConnections), 35);
+  // A new instance (the agent restarted with a new state directory) does.
+  ingestor.Apply("a", with_connections(1, 12, std::string(16, 'j')), kTestNowNs + 1);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_tls_connections", kTestNowNs + 1, kConnections), 17);
+  // Silent agents drop out after 3 of their windows (10 s each): 30 s.
+  const int64_t s = 1'000'000'000;
+  ingestor.Apply("b", with_connections(2, 6), kTestNowNs + 20 * s);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_tls_connections", kTestNowNs + 30 * s, kConnections), 18);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_tls_connections", kTestNowNs + 31 * s, kConnections), 6);
+  EXPECT_EQ(Scalar(ingestor, "tlsprof_tls_connections", kTestNowNs + 51 * s, kConnections), -1);
+  EXPECT_EQ(Scalar(ingestor, "tlsprof_usage_probe_min_duty_cycle", kTestNowNs + 51 * s), -1);
+  // The counters stay.
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_handshakes_total", kTestNowNs + 51 * s, kFullHandshakes), 50);
+}
+
+TEST(Ingestor, EvictedAgentsLeaveTheConnectionsGauge) {
+  IngestOptions options;
+  options.max_agents = 1;
+  Ingestor ingestor(options);
+  ingestor.Apply("old", MakeUsageReport(1), kTestNowNs);
+  // The horizon of 30 s has not passed for the gauge's query time, but the agent is gone.
+  const int64_t later = kTestNowNs + kAgentIdleEvictNs + 1;
+  ingestor.Apply("new", MakeReport(1), later);
+  EXPECT_EQ(Scalar(ingestor, "tlsprof_tls_connections", kTestNowNs + 1, kConnections), -1);
+  // nginx's busy and cpu series, 2 handshake and 1 operation series (counters stay); no connections.
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_series", later), 5);
+}
+
+TEST(Ingestor, UsageRowsCountInTheSeriesCaps) {
+  IngestOptions options;
+  options.max_series_per_agent = 3;  // the AES-GCM series, then 2 of the 4 usage rows
+  Ingestor ingestor(options);
+  EXPECT_EQ(ingestor.Apply("a", MakeUsageReport(1), kTestNowNs).dropped_series, 2u);
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_handshakes_total"), 2u);
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_crypto_operations_total"), 0u);
+  options.max_series_per_agent = 2000;
+  options.max_series = 4;  // busy + cpu + 2 handshake series
+  Ingestor global(options);
+  EXPECT_EQ(global.Apply("a", MakeUsageReport(1), kTestNowNs).dropped_series, 2u);
+  EXPECT_DOUBLE_EQ(Scalar(global, "tlsprof_collector_series"), 4);
+  EXPECT_DOUBLE_EQ(Scalar(global, "tlsprof_collector_series_limit_dropped_total"), 2);
+  // A service past --max-services-per-agent goes with every usage row.
+  options.max_series = 100000;
+  options.max_services_per_agent = 1;
+  Ingestor services(options);
+  v1::AgentReport two = MakeUsageReport(1);
+  *two.add_services() = two.services(0);
+  two.mutable_services(1)->set_name("other");
+  two.set_busy_samples(1600);
+  EXPECT_EQ(services.Apply("a", two, kTestNowNs).dropped_series, 1u + 1 + 4);
+}
+
+TEST(Ingestor, UsageSurvivesSnapshotAndJournalReplay) {
+  Ingestor a({});
+  a.Apply("x", MakeUsageReport(1), kTestNowNs);
+  a.Apply("x", MakeUsageReport(2), kTestNowNs);
+  state::State snapshot;
+  a.Checkpoint([&](state::State& s) { snapshot = s; });
+  Ingestor b({});
+  ASSERT_TRUE(b.Restore(snapshot).ok());
+  // And one more report through the journal's path, in both.
+  state::JournalRecord record;
+  record.set_agent_key("x");
+  record.set_received_unix_ns(kTestNowNs);
+  v1::SubmitRequest request;
+  *request.mutable_report() = MakeUsageReport(3);
+  record.set_submit_request(request.SerializeAsString());
+  ASSERT_TRUE(b.Replay(record).ok());
+  a.Apply("x", MakeUsageReport(3), kTestNowNs);
+  for (const char* family :
+       {"tlsprof_handshakes_total", "tlsprof_crypto_operations_total", "tlsprof_crypto_operation_cpu_seconds_total",
+        "tlsprof_tls_connections", "tlsprof_usage_probe_cpu_seconds_total", "tlsprof_usage_probe_hits_total",
+        "tlsprof_usage_probe_budget_cpu_seconds_total", "tlsprof_usage_probe_min_duty_cycle"}) {
+    EXPECT_EQ(SeriesCount(b, family), SeriesCount(a, family)) << family;
+  }
+  EXPECT_DOUBLE_EQ(Scalar(b, "tlsprof_handshakes_total", kTestNowNs, kFullHandshakes), 30);
+  EXPECT_DOUBLE_EQ(Scalar(b, "tlsprof_tls_connections", kTestNowNs, kConnections), 7);
+  EXPECT_DOUBLE_EQ(Scalar(b, "tlsprof_usage_probe_hits_total"), 300);
+  EXPECT_DOUBLE_EQ(Scalar(b, "tlsprof_usage_probe_budget_cpu_seconds_total"), 0.3);
+  auto ha = Histogram(a, kSigns), hb = Histogram(b, kSigns);
+  ASSERT_TRUE(ha && hb);
+  EXPECT_EQ(hb->sample_count, 30u);
+  for (size_t i = 0; i < ha->bucket.size(); ++i)
+    EXPECT_EQ(hb->bucket[i].cumulative_count, ha->bucket[i].cumulative_count);
+  EXPECT_TRUE(b.Apply("x", MakeUsageReport(2), kTestNowNs).duplicate);
+  // A corrupt snapshot is an error, not a crash.
+  snapshot.mutable_handshakes(0)->mutable_labels()->RemoveLast();
+  Ingestor c({});
+  EXPECT_FALSE(c.Restore(snapshot).ok());
 }
 
 TEST(Ingestor, SweepingRateLimitBucketsKeepsTheAgents) {

@@ -21,6 +21,13 @@ inline constexpr int64_t kMaxWindowNs = 3600LL * 1000 * 1000 * 1000;
 // jitter, windows that are closed a little late).
 inline constexpr double kSampleSlack = 1.5;
 inline constexpr size_t kAgentInstanceBytes = 16;
+// Usage rows per report: v1::kMaxHandshakeRows & co. (proto/tlsprof/v1/usage_wire.h).
+// Handshakes or operations per CPU-second of the window: a bound far above
+// any real rate (a resumed TLS 1.3 handshake costs tens of microseconds),
+// so that a broken agent cannot push counters to 1e300.
+inline constexpr double kMaxUsageEventsPerCpuSecond = 1e6;
+// Live connections one row may report.
+inline constexpr double kMaxConnections = 1e8;
 
 // A label value (service, algorithm, library): 1–64 characters of
 // [A-Za-z0-9._:/()+ -]. Nothing that could close a label or inject a series.
@@ -41,5 +48,8 @@ std::optional<std::string> ValidateReport(const v1::AgentReport& report, int64_t
 // Lower-case label values of the enums ("cipher", "handshake", ...).
 std::string_view BucketName(v1::Bucket bucket);
 std::string_view PhaseName(v1::Phase phase);
+std::string_view SideName(v1::Side side);                    // server, client, unknown
+std::string_view HandshakeKindName(v1::HandshakeKind kind);  // full, resumed, unknown
+std::string_view OperationName(v1::Operation operation);     // sign, verify, key_exchange
 
 }  // namespace tlsprof::collector

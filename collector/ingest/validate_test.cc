@@ -2,17 +2,41 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 
 #include "collector/ingest/test_report.h"
+#include "proto/tlsprof/v1/usage_wire.h"
 
 namespace tlsprof::collector {
 namespace {
 
 using testing::kTestNowNs;
 using testing::MakeReport;
+using testing::MakeUsageReport;
+using testing::WithUsage;
 
 TEST(Validate, AcceptsTheTestReport) { EXPECT_EQ(ValidateReport(MakeReport(1), kTestNowNs), std::nullopt); }
+
+TEST(Validate, AcceptsUsageTelemetry) {
+  v1::AgentReport r = MakeUsageReport(1);
+  EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
+  // A service with usage rows and no samples (a process never sampled), an
+  // operation row without a histogram, a duty cycle below 1 with its scaled
+  // estimates, unknown side and kind.
+  v1::Service* s = r.add_services();
+  s->set_name("curl");
+  *s->add_handshakes() = r.services(0).handshakes(0);
+  s->mutable_handshakes(0)->set_side(v1::SIDE_UNKNOWN);
+  s->mutable_handshakes(0)->set_kind(v1::HANDSHAKE_KIND_UNKNOWN);
+  s->mutable_handshakes(0)->set_estimated(40);
+  *s->add_operations() = r.services(0).operations(0);
+  s->mutable_operations(0)->clear_latency_buckets();
+  r.mutable_usage()->set_duty_cycle(0.25);
+  r.mutable_usage()->set_relative_error(0.08);
+  EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
+}
 
 struct Rejection {
   const char* name;
@@ -83,6 +107,106 @@ const Rejection kRejections[] = {
      "services[0].pod_uid: must be empty or a lowercase UUID (8-4-4-4-12 hex digits)"},
     {"pod_uid_short", [](auto& r) { r.mutable_services(0)->set_pod_uid("8d4c0d6e-3f1a-4b2c-9d8e"); },
      "services[0].pod_uid: must be empty or a lowercase UUID (8-4-4-4-12 hex digits)"},
+    // Usage telemetry: the same rules for its labels, finite non-negative
+    // numbers within bounds, consistent histograms, and the row caps.
+    {"usage_rows_without_block",
+     [](auto& r) {
+       WithUsage(r);
+       r.clear_usage();
+     },
+     "services[0]: usage rows (handshakes, operations, connections) need the report's usage block"},
+    {"usage_duty_cycle_negative", [](auto& r) { WithUsage(r).mutable_usage()->set_duty_cycle(-0.5); },
+     "usage.duty_cycle: must be in [0, 1], got -0.5"},
+    {"usage_duty_cycle_above_one", [](auto& r) { WithUsage(r).mutable_usage()->set_duty_cycle(1.5); },
+     "usage.duty_cycle: must be in [0, 1], got 1.5"},
+    {"usage_duty_cycle_nan", [](auto& r) { WithUsage(r).mutable_usage()->set_duty_cycle(std::nan("")); },
+     "usage.duty_cycle: must be in [0, 1], got nan"},
+    {"usage_relative_error_negative", [](auto& r) { WithUsage(r).mutable_usage()->set_relative_error(-0.1); },
+     "usage.relative_error: must be a finite number >= 0, got -0.1"},
+    // 2 CPUs x 10 s x 1.5 = 30 CPU-seconds.
+    {"usage_probe_cpu_too_much", [](auto& r) { WithUsage(r).mutable_usage()->set_probe_cpu_seconds(31); },
+     "usage.probe_cpu_seconds: 31 exceeds 30"},
+    {"usage_budget_cpu_infinite",
+     [](auto& r) { WithUsage(r).mutable_usage()->set_budget_cpu_seconds(std::numeric_limits<double>::infinity()); },
+     "usage.budget_cpu_seconds: must be a finite number >= 0, got inf"},
+    {"handshake_side_unspecified",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_handshakes(0)->set_side(v1::SIDE_UNSPECIFIED); },
+     "services[0].handshakes[0].side: must be a specified tlsprof.v1.Side, got 0"},
+    {"handshake_kind_unknown_number",
+     [](auto& r) {
+       WithUsage(r).mutable_services(0)->mutable_handshakes(1)->set_kind(static_cast<v1::HandshakeKind>(9));
+     },
+     "services[0].handshakes[1].kind: must be a specified tlsprof.v1.HandshakeKind, got 9"},
+    {"handshake_cipher_suite_injection",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_handshakes(0)->set_cipher_suite("x\"} evil{"); },
+     "services[0].handshakes[0].cipher_suite: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+    {"handshake_version_empty",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_handshakes(0)->set_version(""); },
+     "services[0].handshakes[0].version: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+    {"handshake_library_too_long",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_handshakes(0)->set_library(std::string(65, 'l')); },
+     "services[0].handshakes[0].library: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+    {"handshake_estimated_below_observed",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_handshakes(0)->set_estimated(9); },
+     "services[0].handshakes[0].estimated: 9 is below observed 10 (estimates scale the observed count up)"},
+    {"handshake_estimated_infinite",
+     [](auto& r) {
+       WithUsage(r).mutable_services(0)->mutable_handshakes(0)->set_estimated(std::numeric_limits<double>::infinity());
+     },
+     "services[0].handshakes[0].estimated: must be a finite number >= 0, got inf"},
+    {"handshake_estimated_without_observed",
+     [](auto& r) {
+       v1::Handshakes* h = WithUsage(r).mutable_services(0)->mutable_handshakes(0);
+       h->set_observed(0);
+       h->set_estimated(3);
+     },
+     "services[0].handshakes[0].estimated: 3 with observed 0 (estimates scale the observed count up)"},
+    // 1e6 x 2 CPUs x 10 s.
+    {"handshake_observed_too_many",
+     [](auto& r) {
+       v1::Handshakes* h = WithUsage(r).mutable_services(0)->mutable_handshakes(0);
+       h->set_observed(20'000'001);
+       h->set_estimated(20'000'001);
+     },
+     "services[0].handshakes[0].observed: 20000001 exceeds 20000000 (1e6 per CPU-second of the window)"},
+    {"operation_unspecified",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_operations(0)->set_operation(v1::OPERATION_UNSPECIFIED); },
+     "services[0].operations[0].operation: must be a specified tlsprof.v1.Operation, got 0"},
+    {"operation_algorithm_newline",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_operations(0)->set_algorithm("RSA\n"); },
+     "services[0].operations[0].algorithm: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+    {"operation_cpu_negative",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_operations(0)->set_cpu_seconds(-1); },
+     "services[0].operations[0].cpu_seconds: must be a finite number >= 0, got -1"},
+    {"operation_buckets_short",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_operations(0)->mutable_latency_buckets()->RemoveLast(); },
+     "services[0].operations[0].latency_buckets: must be empty or hold exactly 50 buckets, got 49"},
+    {"operation_buckets_dont_add_up",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_operations(0)->set_latency_buckets(0, 1); },
+     "services[0].operations[0].latency_buckets: must add up to observed 10"},
+    {"operation_buckets_overflow",
+     [](auto& r) {
+       v1::CryptoOperations* o = WithUsage(r).mutable_services(0)->mutable_operations(0);
+       o->set_latency_buckets(0, std::numeric_limits<uint64_t>::max());
+       o->set_latency_buckets(1, 11);  // wraps the sum around to 10
+     },
+     "services[0].operations[0].latency_buckets: must add up to observed 10"},
+    {"connections_negative",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_connections(0)->set_estimated(-1); },
+     "services[0].connections[0].estimated: must be a finite number >= 0, got -1"},
+    {"connections_too_many",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_connections(0)->set_estimated(1e9); },
+     "services[0].connections[0].estimated: 1000000000 exceeds 100000000"},
+    {"connections_library_injection",
+     [](auto& r) { WithUsage(r).mutable_services(0)->mutable_connections(0)->set_library("a=b"); },
+     "services[0].connections[0].library: must be 1-64 characters of [A-Za-z0-9._:/()+ -]"},
+    {"handshake_rows_over_the_cap",
+     [](auto& r) {
+       WithUsage(r);
+       for (size_t i = 0; i < v1::kMaxHandshakeRows; ++i)
+         *r.mutable_services(0)->add_handshakes() = r.services(0).handshakes(0);
+     },
+     "services[].handshakes: more than 4096 rows in one report"},
 };
 
 class ValidateRejects : public ::testing::TestWithParam<Rejection> {};

@@ -447,7 +447,21 @@ def main():
                '" pod_uid: "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901" '
                'tls { bucket: BUCKET_HASH algorithm: "SHA-256" phase: PHASE_OTHER library: "go" samples: 10 } }')
         stats = "agent { cpu_seconds: 0.5 max_rss_bytes: 50000000 dropped_samples: 3 } "
+        # run --usage: handshakes, an operation with its 50 latency buckets, connections, the usage block.
+        usage_svc = svc[:-2] + (
+            ' handshakes { side: SIDE_SERVER kind: HANDSHAKE_KIND_FULL version: "TLSv1.3" '
+            'cipher_suite: "TLS_AES_128_GCM_SHA256" group: "X25519" cert_key_type: "ECDSA" library: "openssl-3" '
+            'observed: 10 estimated: 10 } '
+            'handshakes { side: SIDE_CLIENT kind: HANDSHAKE_KIND_RESUMED version: "TLSv1.2" '
+            'cipher_suite: "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA" group: "none" cert_key_type: "none" '
+            'library: "openssl-3" observed: 2 estimated: 4 } '
+            'operations { operation: OPERATION_SIGN algorithm: "ECDSA-P256" library: "openssl-3" in_handshake: true '
+            'observed: 10 estimated: 20 cpu_seconds: 0.00025 ' +
+            " ".join(f"latency_buckets: {8 if i == 10 else 2 if i == 12 else 0}" for i in range(50)) + ' } '
+            'connections { library: "openssl-3" estimated: 7 } } '
+            'usage { duty_cycle: 0.5 relative_error: 0.1 probe_cpu_seconds: 0.002 probe_hits: 100 budget_cpu_seconds: 0.1 } ')
         for name, text in [("report", base + svc + " }"), ("report-pod-stats", base + svc + pod + stats + " }"),
+                           ("report-usage", base + usage_svc + " }"),
                            ("report-empty", base.replace("busy_samples: 1000", "busy_samples: 0") + " }")]:
             data = run("protoc", f"-I{proto_dir}", "--encode=tlsprof.v1.SubmitRequest", "tlsprof/v1/report.proto",
                        cwd=proto_dir, stdin=text.encode())

@@ -288,6 +288,63 @@ class CollectorTlsTest(unittest.TestCase):
         self.assertNotIn("evil", text)
         self.assertNotIn("svc-d", text)
 
+    def test_d_usage_telemetry_is_validated_and_counted(self):
+        """run --usage's rows: a valid report is counted; each kind of bad
+        field is INVALID_ARGUMENT with its field and rule, and counts nothing."""
+        pb = self.pb
+
+        def usage_report(mutate=None):
+            r = make_report(pb, 1, os.urandom(16), "svc-usage")
+            s = r.services[0]
+            s.handshakes.add(side=pb.SIDE_SERVER, kind=pb.HANDSHAKE_KIND_FULL, version="TLSv1.3",
+                             cipher_suite="TLS_AES_128_GCM_SHA256", group="X25519", cert_key_type="ECDSA",
+                             library="openssl-3", observed=10, estimated=10)
+            s.operations.add(operation=pb.OPERATION_SIGN, algorithm="ECDSA-P256", library="openssl-3",
+                             in_handshake=True, observed=10, estimated=10, cpu_seconds=0.0002,
+                             latency_buckets=[10 if i == 10 else 0 for i in range(50)])
+            s.connections.add(library="openssl-3", estimated=3)
+            r.usage.duty_cycle, r.usage.probe_hits = 1, 60
+            if mutate:
+                mutate(r)
+            return r
+
+        def field(name, value):
+            return lambda r: setattr(r.services[0].handshakes[0], name, value)
+
+        bad = [
+            (field("cipher_suite", 'x"} tlsprof_evil{x="'),
+             "services[0].handshakes[0].cipher_suite: must be 1-64 characters"),
+            (field("estimated", float("nan")), "services[0].handshakes[0].estimated: must be a finite number >= 0"),
+            (field("side", pb.SIDE_UNSPECIFIED), "services[0].handshakes[0].side: must be a specified"),
+            (lambda r: r.services[0].operations[0].latency_buckets.append(1),
+             "services[0].operations[0].latency_buckets: must be empty or hold exactly 50 buckets"),
+            (lambda r: r.services[0].operations[0].latency_buckets.__setitem__(6, 1),
+             "services[0].operations[0].latency_buckets: must add up to observed 10"),
+            (lambda r: setattr(r.services[0].connections[0], "estimated", -1),
+             "services[0].connections[0].estimated: must be a finite number >= 0"),
+            (lambda r: r.ClearField("usage"), "services[0]: usage rows (handshakes, operations, connections) need"),
+            (lambda r: setattr(r.usage, "duty_cycle", 2), "usage.duty_cycle: must be in [0, 1]"),
+        ]
+        before = self.collector.metrics()
+        for mutate, message in bad:
+            code, details, _ = self.client("agent-2").send(usage_report(mutate))
+            self.assertEqual(code, "INVALID_ARGUMENT", message)
+            self.assertIn(message, details)
+        text = self.collector.metrics_text()
+        self.assertNotIn("evil", text)
+        self.assertNotIn("svc-usage", text)
+        self.assertEqual(self.result_count(self.collector.metrics(), "invalid") - self.result_count(before, "invalid"),
+                         len(bad))
+        result, details, _ = self.client("agent-2").send(usage_report())
+        self.assertEqual(result, "ACCEPTED", details)
+        m = self.collector.metrics()
+        self.assertEqual(m[key("tlsprof_handshakes_total", service="svc-usage", library="openssl-3", side="server",
+                               kind="full", version="TLSv1.3", cipher_suite="TLS_AES_128_GCM_SHA256", group="X25519",
+                               cert_key_type="ECDSA")], 10)
+        self.assertEqual(m[key("tlsprof_crypto_operation_latency_seconds_count", service="svc-usage",
+                               library="openssl-3", operation="sign", algorithm="ECDSA-P256", in_handshake="true")], 10)
+        self.assertEqual(m[key("tlsprof_tls_connections", service="svc-usage", library="openssl-3")], 3)
+
     def test_e_cardinality_bomb_is_capped(self):
         pb = self.pb
         before = self.collector.metrics()

@@ -108,6 +108,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start_nginx(procs, kind="dual", tickets=True):
+    """Debian's nginx (workloads/nginx/run-nginx.sh) on a free port, with an
+    RSA and an ECDSA certificate (`dual`) and session tickets: (port, worker
+    pids as strings). `procs` stops it."""
+    port = free_port()
+    root = procs.path(f"nginx-{port}")
+    os.makedirs(root)
+    procs.start(["bash", os.path.join(SRC, "workloads/nginx/run-nginx.sh"), root, str(port), kind],
+                ready_file=os.path.join(root, "ready"),
+                env={**os.environ, "NGINX_SESSION_TICKETS": "on" if tickets else "off"})
+    with open(os.path.join(root, "nginx.pid")) as f:
+        master = f.read().strip()
+    workers = subprocess.run(["pgrep", "-P", master], capture_output=True, text=True).stdout.split()
+    if not workers:
+        raise AssertionError(f"nginx {master} has no workers")
+    return port, workers
+
+
 def scrape(port, timeout=10):
     """The text of http://127.0.0.1:PORT/metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
