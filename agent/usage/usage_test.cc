@@ -124,8 +124,10 @@ TEST(ProbePlan, DebianOpenSsl3EveryFieldDecodesAndIsRight) {
   auto ssl_functions = Functions(kLibssl);
   auto crypto_functions = Functions(kLibcrypto);
   FilePlan ssl_plan = PlanFile(ssl_functions), crypto_plan = PlanFile(crypto_functions);
-  ASSERT_EQ(ssl_plan.sites.size(), 1u);
+  ASSERT_EQ(ssl_plan.sites.size(), 2u);  // and SSL_free, a connection's end
   EXPECT_EQ(ssl_plan.sites[0].function, "SSL_do_handshake");
+  EXPECT_EQ(ssl_plan.sites[1].function, "SSL_free");
+  EXPECT_EQ(ssl_plan.sites[1].probe, static_cast<uint32_t>(PROBE_CLOSE));
   EXPECT_EQ(crypto_plan.sites.size(), 5u);  // sign x2, verify x2, derive
   ProcessPlan plan = PlanLayout({&ssl_functions, &crypto_functions});
   for (uint32_t field = 0; field < FIELD_NR; ++field) {
@@ -180,7 +182,7 @@ TEST(FindHandshakeStateMachine, DebianOpenSsl3) {
   EXPECT_EQ(found[0].name, "state_machine");
   EXPECT_EQ(FirstInstructionClass(found[0].code.prefix), static_cast<uint32_t>(INSN_EMULATED_PUSH));
   FilePlan plan = PlanFile(*functions, found);
-  ASSERT_EQ(plan.sites.size(), 1u);  // replaces SSL_do_handshake
+  ASSERT_EQ(plan.sites.size(), 2u);  // replaces SSL_do_handshake; and SSL_free
   EXPECT_EQ(plan.sites[0].function, "state_machine");
   EXPECT_EQ(plan.sites[0].probe, static_cast<uint32_t>(PROBE_HANDSHAKE));
 
