@@ -327,6 +327,13 @@ static __always_inline __u32 read_field(const struct lib_layout *layout, __u32 f
 				count_total(UTOTAL_READ_ERRORS);
 				return USAGE_UNKNOWN;
 			}
+			if (path->shift || path->bits) {
+				v >>= path->shift & 63;
+				if (path->bits)
+					v &= (1ull << (path->bits & 63)) - 1;
+			}
+			if (path->invert)
+				v = !v;
 			return (__u32)v;
 		}
 		if (bpf_probe_read_user(&p, sizeof(p), (void *)p)) {
@@ -493,6 +500,17 @@ static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
 		key.kx_len = open->kx_len;
 		key.sig_len = open->sig_len;
 	}
+	/* No key derivation seen (BoringSSL's P-256 key shares derive with no
+	 * probed function): the group the library says it negotiated. Not for
+	 * a TLS 1.2 resumption, which exchanges no key (BoringSSL answers the
+	 * group of the handshake that made the session).
+	 */
+	if (!key.kx_type && layout && layout->field[FIELD_SSL_GROUP].n &&
+	    (key.resumed == 0 || key.version == 0x0304)) {
+		v = read_field(layout, FIELD_SSL_GROUP, ssl);
+		if (v != USAGE_UNKNOWN && v != 0)
+			key.kx_type = USAGE_KX_TLS_GROUP | (v & 0xffff);
+	}
 	if (key.is_server == 1) {
 		/* The library's own key where the layout reaches it (OpenSSL);
 		 * else the key the handshake signed with (Go; none if resumed).
@@ -582,6 +600,20 @@ static __always_inline int handshake_enter(struct pt_regs *ctx, void *ssl)
 		struct open_handshake begun = { .started = 1 };
 
 		bpf_map_update_elem(&open_handshakes, &okey, &begun, BPF_ANY);
+	} else if (read_field(layout, FIELD_SSL_IN_INIT, (__u64)ssl) == 1) {
+		/* BoringSSL (no state field): a step while the handshake runs
+		 * (a new SSL is in init from the start); the first one begins
+		 * it, the later ones keep what it saw.
+		 */
+		struct open_handshake_key okey = { .tgid = bpf_get_current_pid_tgid() >> 32,
+			                           .ssl = (__u64)ssl };
+		struct open_handshake begun = { .started = 1 }, *open;
+
+		open = bpf_map_lookup_elem(&open_handshakes, &okey);
+		if (open)
+			open->started = 1;
+		else
+			bpf_map_update_elem(&open_handshakes, &okey, &begun, BPF_NOEXIST);
 	}
 	return 0;
 }
@@ -615,12 +647,18 @@ static __always_inline int handshake_exit(struct pt_regs *ctx, long ret)
 		return 0; /* not done yet (WANT_READ) or failed */
 
 	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
+	/* BoringSSL returns 1 before the end when it lets the caller go on
+	 * early (False Start, 0-RTT): still in init, it is not complete yet.
+	 */
+	if (read_field(layout, FIELD_SSL_IN_INIT, ssl) == 1)
+		return 0;
 	open = bpf_map_lookup_elem(&open_handshakes, &okey);
 	/* With the state known, only a handshake seen from its start counts:
 	 * a state-machine call on an established connection (post-handshake
 	 * messages) returns 1 too. Without it, every 1 counts (SSL_do_handshake).
 	 */
-	if (layout && layout->field[FIELD_SSL_STATE].n && !(open && open->started)) {
+	if (layout && (layout->field[FIELD_SSL_STATE].n || layout->field[FIELD_SSL_IN_INIT].n) &&
+	    !(open && open->started)) {
 		if (open)
 			bpf_map_delete_elem(&open_handshakes, &okey);
 		return 0;
@@ -707,6 +745,7 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 		key.op = USAGE_OP_VERIFY;
 		break;
 	case PROBE_DERIVE:
+	case PROBE_X25519:
 		key.op = USAGE_OP_DERIVE;
 		break;
 	case PROBE_CALIBRATE:
@@ -721,10 +760,13 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	query = cur->out == 0;
 	if (key.op == USAGE_OP_VERIFY)
 		length = cur->len;
+	else if (probe == PROBE_X25519)
+		length = 32; /* X25519(out[32], private[32], peer[32]) */
 	else if (cur->len)
 		bpf_probe_read_user(&length, sizeof(length), (void *)cur->len);
 	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
-	key.key_type = read_field(layout, field, cur->ctx);
+	key.key_type =
+	        probe == PROBE_X25519 ? USAGE_KEY_X25519 : read_field(layout, field, cur->ctx);
 	bpf_map_delete_elem(&inflight_ops, &tid);
 	__sync_fetch_and_add(&inflight_count, -1);
 
@@ -1056,12 +1098,18 @@ static __always_inline int close_probe(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct live_key key = { .tgid = bpf_get_current_pid_tgid() >> 32 };
 	struct live_process_key pkey = { .tgid = key.tgid };
+	struct open_handshake_key okey = { .tgid = key.tgid };
 	struct live_connection *live;
 	__s64 *sum, weighted;
 
 	count_total(UTOTAL_HITS);
 	count_total(UTOTAL_CLOSE_CALLS);
 	key.conn = USAGE_COOKIE_PROBE(cookie) == PROBE_GO_CLOSE ? GO_LOAD(ax) : GO_LOAD(di);
+	/* A handshake it never finished: a later object at this address
+	 * must not inherit what it saw.
+	 */
+	okey.ssl = key.conn;
+	bpf_map_delete_elem(&open_handshakes, &okey);
 	live = bpf_map_lookup_elem(&live_connections, &key);
 	if (!live)
 		return 0;

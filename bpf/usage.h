@@ -38,13 +38,19 @@
  * (1, 2, 4 or 8), the others 8. n == 0: unknown, the field reads as
  * USAGE_UNKNOWN. The chains come from the library's own accessors
  * (agent/usage/accessors.h), e.g. SSL_version() for the version.
+ * A bit field of the last load (BoringSSL's SSL_is_server(), ...): when
+ * shift or bits is set, v = (v >> shift) & ((1 << bits) - 1) (bits 0: all
+ * that is left); then v = !v when `invert`.
  */
 #define USAGE_MAX_LOADS 4
 struct field_path {
 	__s32 off[USAGE_MAX_LOADS];
 	__u8 n;
 	__u8 width;
-	__u8 pad[2];
+	__u8 shift;
+	__u8 bits;
+	__u8 invert;
+	__u8 pad[3];
 };
 
 #define USAGE_UNKNOWN 0xffffffffu
@@ -58,6 +64,8 @@ enum usage_field {
 	FIELD_SSL_KEY_TYPE,     /* SSL*: the own certificate key's EVP_PKEY id */
 	FIELD_MDCTX_KEY_TYPE,   /* EVP_MD_CTX*: its key's EVP_PKEY id */
 	FIELD_PKEYCTX_KEY_TYPE, /* EVP_PKEY_CTX*: its key's EVP_PKEY id */
+	FIELD_SSL_GROUP,        /* SSL*: the key exchange's group, IANA id (29 X25519), 0: none */
+	FIELD_SSL_IN_INIT, /* SSL*: 1 while a handshake runs (BoringSSL, which has no state field) */
 	FIELD_NR,
 };
 
@@ -91,6 +99,10 @@ enum usage_probe {
 	 */
 	PROBE_CLOSE,
 	PROBE_GO_CLOSE,
+	/* BoringSSL's X25519(out, private, peer) -> 1: a key exchange with no
+	 * EVP context (its TLS key shares call it directly); X25519, 32 bytes.
+	 */
+	PROBE_X25519,
 	PROBE_NR,
 };
 
@@ -192,6 +204,17 @@ struct op_latency {
 	__u64 slots[USAGE_HIST_SLOTS]; /* on-CPU ns */
 };
 
+/* The EVP_PKEY id of X25519 as OpenSSL numbers it (NID_X25519), for the
+ * key exchanges PROBE_X25519 times.
+ */
+#define USAGE_KEY_X25519 1034
+
+/* handshake_key.kx_type when no key derivation was seen but the library
+ * says the group (FIELD_SSL_GROUP): this bit, and the group's IANA id in the
+ * low 16 bits.
+ */
+#define USAGE_KX_TLS_GROUP 0x80000000u
+
 /* Key of handshakes_by_params: completed handshakes of one process. */
 struct handshake_key {
 	__u32 tgid;
@@ -200,7 +223,7 @@ struct handshake_key {
 	__u16 cipher;    /* IANA id; 0xffff unknown */
 	__u8 is_server;  /* 0, 1; 0xff unknown */
 	__u8 resumed;    /* 0, 1; 0xff unknown */
-	__u32 kx_type;   /* the key exchange's EVP_PKEY id; 0: none seen */
+	__u32 kx_type;   /* the key exchange's EVP_PKEY id, or USAGE_KX_TLS_GROUP; 0: none seen */
 	__u32 kx_len;    /* its shared secret's length */
 	__u32 cert_type; /* own key (server) or peer's verified key (client) */
 	__u32 sig_len;   /* the handshake's signature length, 0: none */

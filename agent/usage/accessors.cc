@@ -131,11 +131,14 @@ std::optional<LoadChain> DecodeLoadChain(std::span<const uint8_t> code) {
 }
 
 std::optional<LoadChain> Compose(const LoadChain& first, const LoadChain& second) {
-  if (first.width != 8 || first.offsets.empty() || second.offsets.empty()) return std::nullopt;
+  if (!first.plain_pointer() || first.offsets.empty() || second.offsets.empty()) return std::nullopt;
   if (first.offsets.size() + second.offsets.size() > kMaxLoads) return std::nullopt;
   LoadChain out = first;
   out.offsets.insert(out.offsets.end(), second.offsets.begin(), second.offsets.end());
   out.width = second.width;
+  out.shift = second.shift;
+  out.bits = second.bits;
+  out.invert = second.invert;
   return out;
 }
 
@@ -146,7 +149,16 @@ std::string ToString(const LoadChain& chain) {
     int32_t off = chain.offsets[i];
     out += off < 0 ? fmt::format("-{:#x}", -static_cast<int64_t>(off)) : fmt::format("+{:#x}", off);
   }
-  return out + fmt::format(" ({} bytes)", chain.width);
+  out += fmt::format(" ({} bytes)", chain.width);
+  if (chain.bits == 1) {
+    out += fmt::format(" bit {}", chain.shift);
+  } else if (chain.bits > 1) {
+    out += fmt::format(" bits {}-{}", chain.shift, chain.shift + chain.bits - 1);
+  } else if (chain.shift) {
+    out += fmt::format(" >> {}", chain.shift);
+  }
+  if (chain.invert) out += " == 0";
+  return out;
 }
 
 }  // namespace tlsprof::usage

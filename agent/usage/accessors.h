@@ -29,7 +29,15 @@ namespace tlsprof::usage {
 struct LoadChain {
   std::vector<int32_t> offsets;  // one per load; all but the last load 8 bytes
   uint8_t width = 0;             // bytes of the last load: 1, 2, 4 or 8
+  // A bit field of the last load (DecodeAccessor, accessor_paths.h):
+  // (v >> shift) & ((1 << bits) - 1) when shift or bits is set (bits 0:
+  // all that is left), then !v when `invert`. DecodeLoadChain never sets them.
+  uint8_t shift = 0;
+  uint8_t bits = 0;
+  bool invert = false;
 
+  // A pointer that can be followed further: 8 bytes, no bit field.
+  bool plain_pointer() const { return width == 8 && shift == 0 && bits == 0 && !invert; }
   bool operator==(const LoadChain&) const = default;
 };
 
@@ -37,11 +45,13 @@ struct LoadChain {
 // past its end). nullopt when the code is not a plain load chain from rdi.
 std::optional<LoadChain> DecodeLoadChain(std::span<const uint8_t> code);
 
-// `first` then `second`: `first` must end in a pointer (width 8), from which
-// `second` continues, e.g. SSL_get_privatekey() then EVP_PKEY_get_id().
+// `first` then `second`: `first` must end in a pointer (width 8, no bit
+// field), from which `second` continues, e.g. SSL_get_privatekey() then
+// EVP_PKEY_get_id().
 std::optional<LoadChain> Compose(const LoadChain& first, const LoadChain& second);
 
-// "+0x898 -> +0x0 -> +0x8 (8 bytes)", for logs and tests.
+// "+0x898 -> +0x0 -> +0x8 (8 bytes)", for logs and tests; a bit field
+// follows: "+0xa4 (1 bytes) bit 0", "+0x618 (1 bytes) bit 3 == 0".
 std::string ToString(const LoadChain& chain);
 
 }  // namespace tlsprof::usage

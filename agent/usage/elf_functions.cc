@@ -121,4 +121,33 @@ Result<std::map<uint64_t, uint64_t>> RelativeRelocations(int fd, uint64_t begin,
   return out;
 }
 
+Result<std::map<uint64_t, std::string>> JumpSlots(int fd) {
+  elf_version(EV_CURRENT);
+  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return MakeError("not an ELF file: {}", elf_errmsg(-1));
+  std::map<uint64_t, std::string> out;
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA || sh.sh_entsize == 0) continue;
+    Elf_Scn* symtab = elf_getscn(elf.get(), sh.sh_link);
+    GElf_Shdr sym_sh;
+    if (!symtab || !gelf_getshdr(symtab, &sym_sh) || sym_sh.sh_type != SHT_DYNSYM) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    Elf_Data* syms = elf_getdata(symtab, nullptr);
+    if (!data || !syms) continue;
+    const size_t count = std::min<size_t>(sh.sh_size / sh.sh_entsize, data->d_size / sizeof(Elf64_Rela));
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Rela rela;
+      if (!gelf_getrela(data, static_cast<int>(i), &rela)) break;
+      if (GELF_R_TYPE(rela.r_info) != R_X86_64_JUMP_SLOT) continue;
+      GElf_Sym sym;
+      if (!gelf_getsym(syms, static_cast<int>(GELF_R_SYM(rela.r_info)), &sym)) continue;
+      const char* name = elf_strptr(elf.get(), sym_sh.sh_link, sym.st_name);
+      if (name && *name) out[rela.r_offset] = name;
+    }
+  }
+  return out;
+}
+
 }  // namespace tlsprof::usage

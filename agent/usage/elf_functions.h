@@ -39,4 +39,10 @@ Result<FunctionCode> CodeAt(int fd, uint64_t vaddr);
 // once loaded.
 Result<std::map<uint64_t, uint64_t>> RelativeRelocations(int fd, uint64_t begin, uint64_t end);
 
+// The GOT slots of the file's PLT: slot vaddr -> the name of the function
+// its R_X86_64_JUMP_SLOT relocation binds (a PLT stub `jmp *slot(%rip)`
+// calls it). How a call from one exported accessor to another reads in a
+// shared library (accessor_paths.h).
+Result<std::map<uint64_t, std::string>> JumpSlots(int fd);
+
 }  // namespace tlsprof::usage

@@ -21,6 +21,10 @@ constexpr uint32_t kX25519 = 1034;
 constexpr uint32_t kX448 = 1035;
 constexpr uint32_t kEd25519 = 1087;
 constexpr uint32_t kEd448 = 1088;
+// BoringSSL numbers these two otherwise (its NID_X25519, NID_ED25519); in
+// OpenSSL 948 and 949 are cipher NIDs, never a key's type.
+constexpr uint32_t kBoringX25519 = 948;
+constexpr uint32_t kBoringEd25519 = 949;
 
 struct Suite {
   uint16_t id;
@@ -63,6 +67,27 @@ constexpr std::array kSuites = {
     Suite{0x000a, "TLS_RSA_WITH_3DES_EDE_CBC_SHA"},
 };
 
+struct Group {
+  uint16_t id;
+  std::string_view name;
+};
+
+// TLS groups by IANA id (RFC 8446 4.2.7, RFC 7919; the hybrid post-quantum
+// code points BoringSSL and Go have shipped), as the report names them.
+constexpr std::array kGroups = {
+    Group{23, "P-256"},
+    Group{24, "P-384"},
+    Group{25, "P-521"},
+    Group{29, "X25519"},
+    Group{30, "X448"},
+    Group{0x0100, "ffdhe2048"},
+    Group{0x0101, "ffdhe3072"},
+    Group{0x0102, "ffdhe4096"},
+    Group{0x4138, "CECPQ2"},
+    Group{0x6399, "X25519Kyber768Draft00"},
+    Group{0x11ec, "X25519MLKEM768"},
+};
+
 }  // namespace
 
 std::string VersionName(uint16_t version) {
@@ -96,10 +121,18 @@ std::string CipherSuiteName(uint16_t id) {
 }
 
 std::string GroupName(uint32_t key_type, uint32_t secret_len) {
+  if (key_type != USAGE_UNKNOWN && (key_type & USAGE_KX_TLS_GROUP)) {
+    const uint16_t id = static_cast<uint16_t>(key_type & 0xffff);
+    for (const Group& g : kGroups) {
+      if (g.id == id) return std::string(g.name);
+    }
+    return fmt::format("group-{:#06x}", id);
+  }
   switch (key_type) {
     case 0:
       return "none";
     case kX25519:
+    case kBoringX25519:
       return "X25519";
     case kX448:
       return "X448";
@@ -128,6 +161,7 @@ std::string CertKeyTypeName(uint32_t key_type) {
     case kEc:
       return "ECDSA";
     case kEd25519:
+    case kBoringEd25519:
       return "Ed25519";
     case kEd448:
       return "Ed448";

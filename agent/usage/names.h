@@ -16,7 +16,9 @@ std::string VersionName(uint16_t version);
 std::string CipherSuiteName(uint16_t id);
 // The key exchange's group from the deriving key's type and the shared
 // secret's length: "X25519", "P-256", "ffdhe2048", ...; "none" when the
-// handshake derived nothing (resumed without (EC)DHE).
+// handshake derived nothing (resumed without (EC)DHE). A key type with
+// USAGE_KX_TLS_GROUP holds the group's IANA id instead (the library's own
+// answer, BoringSSL's SSL_get_curve_id()).
 std::string GroupName(uint32_t key_type, uint32_t secret_len);
 // A certificate key's family: "RSA", "ECDSA", "Ed25519", ...; "none" for 0,
 // "unknown" for USAGE_UNKNOWN.

@@ -172,29 +172,37 @@ ProcessPlan PlanLayout(const std::vector<const std::map<std::string, FunctionCod
     return std::nullopt;
   };
   ProcessPlan plan;
-  for (const auto& f : kFields) {
-    std::optional<LoadChain> chain;
-    for (std::string_view name : f.chain) {
-      if (name.empty()) break;
-      std::optional<LoadChain> next = decode(name);
-      if (!next) {
-        chain.reset();
-        break;
-      }
-      chain = chain ? Compose(*chain, *next) : next;
-      if (!chain) break;
-    }
-    field_path& path = plan.layout.field[f.field];
-    if (!chain) {
-      plan.fields[std::string(FieldName(f.field))] = "unknown";
-      continue;
-    }
-    path.n = static_cast<uint8_t>(chain->offsets.size());
-    path.width = chain->width;
-    for (size_t i = 0; i < chain->offsets.size(); ++i) path.off[i] = chain->offsets[i];
-    plan.fields[std::string(FieldName(f.field))] = ToString(*chain);
-  }
+  for (const auto& f : kFields) SetField(plan, f.field, ComposeAccessors(f.chain, decode));
   return plan;
+}
+
+std::optional<LoadChain> ComposeAccessors(std::span<const std::string_view> names,
+                                          const std::function<std::optional<LoadChain>(std::string_view)>& decode) {
+  std::optional<LoadChain> chain;
+  for (std::string_view name : names) {
+    if (name.empty()) break;
+    std::optional<LoadChain> next = decode(name);
+    if (!next) return std::nullopt;
+    chain = chain ? Compose(*chain, *next) : next;
+    if (!chain) return std::nullopt;
+  }
+  return chain;
+}
+
+void SetField(ProcessPlan& plan, uint32_t field, const std::optional<LoadChain>& chain) {
+  const std::string name(FieldName(field));
+  if (!chain || chain->offsets.empty() || chain->offsets.size() > USAGE_MAX_LOADS) {
+    plan.fields[name] = "unknown";
+    return;
+  }
+  field_path& path = plan.layout.field[field];
+  path.n = static_cast<uint8_t>(chain->offsets.size());
+  path.width = chain->width;
+  path.shift = chain->shift;
+  path.bits = chain->bits;
+  path.invert = chain->invert ? 1 : 0;
+  for (size_t i = 0; i < chain->offsets.size(); ++i) path.off[i] = chain->offsets[i];
+  plan.fields[name] = ToString(*chain);
 }
 
 std::string_view FieldName(uint32_t field) {
@@ -215,6 +223,10 @@ std::string_view FieldName(uint32_t field) {
       return "md_ctx.key_type";
     case FIELD_PKEYCTX_KEY_TYPE:
       return "pkey_ctx.key_type";
+    case FIELD_SSL_GROUP:
+      return "ssl.group";
+    case FIELD_SSL_IN_INIT:
+      return "ssl.in_init";
   }
   return "?";
 }

@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -78,6 +80,14 @@ FilePlan PlanFile(const std::map<std::string, FunctionCode, std::less<>>& functi
 
 // The layout, from the functions of every TLS file of one process.
 ProcessPlan PlanLayout(const std::vector<const std::map<std::string, FunctionCode, std::less<>>*>& files);
+
+// The accessors `names` decoded by `decode` (one name each) and composed in
+// order, up to the first ""; nullopt when one does not decode or compose.
+std::optional<LoadChain> ComposeAccessors(std::span<const std::string_view> names,
+                                          const std::function<std::optional<LoadChain>(std::string_view)>& decode);
+// Sets `field` of the plan's layout from `chain`, and its line in
+// `fields` ("unknown" for nullopt).
+void SetField(ProcessPlan& plan, uint32_t field, const std::optional<LoadChain>& chain);
 
 std::string_view FieldName(uint32_t field);  // enum usage_field
 std::string_view ProbeName(uint32_t probe);  // enum usage_probe

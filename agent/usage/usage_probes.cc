@@ -28,6 +28,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/common/fd.h"
+#include "agent/usage/boringssl_plan.h"
 #include "agent/usage/duty_cycle.h"
 #include "agent/usage/elf_functions.h"
 #include "agent/usage/go_plan.h"
@@ -595,11 +596,13 @@ UsageClock UsageProbes::ReadClock() const {
 
 Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   const std::vector<std::string_view> wanted = WantedFunctions();
+  const std::vector<std::string_view> boringssl_wanted = BoringSslWantedFunctions();
   struct Loaded {
     const FileRef* ref;
     std::shared_ptr<UniqueFd> fd;
     std::map<std::string, FunctionCode, std::less<>> functions;
     std::vector<FoundFunction> state_machine;
+    bool boringssl = false;  // planned by boringssl_plan.h
   };
   // Most calls find every file probed already: nothing to read then.
   if (std::all_of(files.begin(), files.end(), [&](const FileRef& ref) {
@@ -620,27 +623,38 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       errors += fmt::format("{}: {}; ", ref.display_path, ErrnoText(errno));
       continue;
     }
-    auto functions = FindFunctions(fd->get(), wanted);
+    const bool boringssl = ref.library == kBoringSslLibrary;
+    auto functions = FindFunctions(fd->get(), boringssl ? boringssl_wanted : wanted);
     if (!functions) {
       errors += fmt::format("{}: {}; ", ref.display_path, functions.error().message);
       continue;
     }
     if (!impl_->attached.count({ref.dev, ref.inode})) any_new = true;
-    std::vector<FoundFunction> state_machine = FindHandshakeStateMachine(fd->get(), *functions);
-    loaded.push_back({&ref, std::move(fd), std::move(*functions), std::move(state_machine)});
+    std::vector<FoundFunction> state_machine;
+    if (!boringssl) state_machine = FindHandshakeStateMachine(fd->get(), *functions);
+    loaded.push_back({&ref, std::move(fd), std::move(*functions), std::move(state_machine), boringssl});
   }
   if (!any_new) {
     if (!errors.empty()) return MakeError("usage probes: {}", errors);
     return OkStatus();
   }
   std::vector<const std::map<std::string, FunctionCode, std::less<>>*> all;
-  for (const Loaded& l : loaded) all.push_back(&l.functions);
-  const ProcessPlan layout = PlanLayout(all);
+  std::vector<BoringSslFile> boringssl_files;
+  for (const Loaded& l : loaded) {
+    if (l.boringssl) {
+      boringssl_files.push_back({l.fd->get(), &l.functions});
+    } else {
+      all.push_back(&l.functions);
+    }
+  }
+  const ProcessPlan openssl_layout = PlanLayout(all);
+  const ProcessPlan boringssl_layout = PlanBoringSslLayout(boringssl_files);
 
   for (const Loaded& l : loaded) {
     const FileRef& ref = *l.ref;
     if (impl_->attached.count({ref.dev, ref.inode})) continue;
-    const FilePlan plan = PlanFile(l.functions, l.state_machine);
+    const ProcessPlan& layout = l.boringssl ? boringssl_layout : openssl_layout;
+    const FilePlan plan = l.boringssl ? PlanBoringSslFile(l.functions) : PlanFile(l.functions, l.state_machine);
     impl_->attached.insert({ref.dev, ref.inode});  // tried once, whatever the outcome
     if (plan.sites.empty()) continue;
     if (impl_->next_lib >= USAGE_MAX_LIBS) {

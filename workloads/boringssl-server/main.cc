@@ -1,0 +1,257 @@
+// tlsprof-boringssl-server: a TLS server on Debian's BoringSSL
+// (android-libboringssl: stripped shared libssl.so.0 and libcrypto.so.0), in
+// the handshake-only mode of the Go study (workloads/go-tls, `server
+// --handshake-only`): each connection is accepted, handshaken (SSL_accept),
+// one byte is read, then the server shuts the connection down and closes it.
+// What the usage telemetry is checked against on BoringSSL
+// (tests/integration/test_usage_boringssl.py).
+//
+//   tlsprof-boringssl-server --cert rsa|ecdsa --ready-file F [--port 0] [--tickets on|off] [--duration S]
+//
+// The key and a self-signed certificate (RSA-2048 or ECDSA P-256) are made at
+// start. TLS 1.2 and 1.3, BoringSSL's default suites, groups X25519, P-256
+// and P-384. One thread per connection (blocking I/O with 30 s timeouts): a
+// client that holds its connection open costs a thread, nothing else waits.
+// The ready file gets "127.0.0.1:PORT" once the socket listens. SIGTERM or
+// SIGINT (or --duration) stops it: the listener closes, open connections are
+// shut down, their threads joined, and one line of counts goes to stdout.
+// Exit 0; 1 if set-up failed; CLI11's code for bad flags.
+
+// BoringSSL's headers must win over OpenSSL's in /usr/include (CMakeLists.txt).
+#include <openssl/base.h>
+#ifndef OPENSSL_IS_BORINGSSL
+#error "BoringSSL headers expected (put /usr/include/android first on the include path)"
+#endif
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "boringssl_util.h"
+#include "workload_util.h"
+
+namespace {
+
+constexpr char kProgram[] = "tlsprof-boringssl-server";
+constexpr int kIoTimeoutSeconds = 30;
+
+// Prints BoringSSL's error queue after `what`.
+void PrintErrors(const std::string& what) {
+  std::fprintf(stderr, "%s: %s failed:%s\n", kProgram, what.c_str(), tlsprof::workload::BoringSslErrors().c_str());
+}
+
+bssl::UniquePtr<SSL_CTX> MakeContext(const std::string& cert_kind, bool tickets) {
+  bssl::UniquePtr<EVP_PKEY> pkey = tlsprof::workload::MakeBoringSslKey(cert_kind);
+  if (!pkey) {
+    PrintErrors(cert_kind + " key generation");
+    return nullptr;
+  }
+  bssl::UniquePtr<X509> cert = tlsprof::workload::MakeBoringSslCertificate(pkey.get(), kProgram);
+  if (!cert) {
+    PrintErrors("the self-signed certificate");
+    return nullptr;
+  }
+  bssl::UniquePtr<SSL_CTX> ctx(SSL_CTX_new(TLS_method()));
+  if (!ctx || SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION) != 1 ||
+      SSL_CTX_set_max_proto_version(ctx.get(), TLS1_3_VERSION) != 1 ||
+      SSL_CTX_set1_curves_list(ctx.get(), "X25519:P-256:P-384") != 1 ||
+      SSL_CTX_use_certificate(ctx.get(), cert.get()) != 1 || SSL_CTX_use_PrivateKey(ctx.get(), pkey.get()) != 1 ||
+      SSL_CTX_check_private_key(ctx.get()) != 1) {
+    PrintErrors("the SSL_CTX");
+    return nullptr;
+  }
+  if (!tickets) {
+    // Neither tickets (TLS 1.2 and 1.3) nor the session-ID cache: every
+    // handshake is full.
+    SSL_CTX_set_options(ctx.get(), SSL_OP_NO_TICKET);
+    SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_OFF);
+  }
+  return ctx;
+}
+
+// What the server saw, for its exit line.
+struct Stats {
+  std::mutex mu;
+  std::map<std::string, long> suites;  // "TLSv1.3/TLS_AES_128_GCM_SHA256" -> handshakes
+  long handshakes = 0, resumed = 0, failures = 0;
+};
+
+// Connections being served, so a stop can shut them down and wait for them.
+struct Connections {
+  std::mutex mu;
+  std::condition_variable done;
+  std::set<int> fds;
+  bool stopping = false;
+
+  // False when the server is stopping: the caller closes `fd` itself.
+  bool Add(int fd) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return false;
+    fds.insert(fd);
+    return true;
+  }
+  void Remove(int fd) {
+    std::lock_guard<std::mutex> lock(mu);
+    fds.erase(fd);
+    close(fd);
+    done.notify_all();
+  }
+  // Wakes every connection's blocking read or write, then waits (up to
+  // `timeout`) for their threads to remove them.
+  bool ShutdownAll(std::chrono::seconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    stopping = true;
+    for (int fd : fds) shutdown(fd, SHUT_RDWR);
+    return done.wait_for(lock, timeout, [&] { return fds.empty(); });
+  }
+};
+
+// One connection: handshake, read one byte, shut down, close.
+void Serve(SSL_CTX* ctx, int fd, Stats& stats, Connections& conns) {
+  const timeval timeout{kIoTimeoutSeconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  bssl::UniquePtr<SSL> ssl(SSL_new(ctx));
+  bool ok = ssl && SSL_set_fd(ssl.get(), fd) == 1 && SSL_accept(ssl.get()) == 1;
+  if (ok) {
+    const std::string suite =
+        std::string(SSL_get_version(ssl.get())) + "/" + SSL_CIPHER_standard_name(SSL_get_current_cipher(ssl.get()));
+    {
+      std::lock_guard<std::mutex> lock(stats.mu);
+      ++stats.handshakes;
+      if (SSL_session_reused(ssl.get())) ++stats.resumed;
+      ++stats.suites[suite];
+    }
+    // The client's byte (or its close: either ends the connection).
+    char byte = 0;
+    SSL_read(ssl.get(), &byte, 1);
+    SSL_shutdown(ssl.get());
+  } else {
+    // Clients that go away mid-handshake (at a stop, too) end up here.
+    ERR_clear_error();
+    std::lock_guard<std::mutex> lock(stats.mu);
+    ++stats.failures;
+  }
+  ssl.reset();
+  conns.Remove(fd);
+}
+
+// A listening TCP socket on 127.0.0.1:port; -1 on failure (printed).
+int Listen(int port, int& bound_port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    std::perror("socket");
+    return -1;
+  }
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 128) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::fprintf(stderr, "%s: listening on 127.0.0.1:%d: %s\n", kProgram, port, std::strerror(errno));
+    close(fd);
+    return -1;
+  }
+  bound_port = ntohs(addr.sin_port);
+  return fd;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string cert_kind, ready_file, tickets = "on";
+  int port = 0;
+  double duration = 0;
+  CLI::App app{std::string(kProgram) + ": a handshake-only TLS server on Debian's BoringSSL"};
+  app.add_option("--cert", cert_kind, "Certificate key: rsa (RSA-2048) or ecdsa (P-256)")
+      ->required()
+      ->check(CLI::IsMember({"rsa", "ecdsa"}));
+  app.add_option("--port", port, "Listen port on 127.0.0.1 (0 = ephemeral)")->check(CLI::Range(0, 65535));
+  app.add_option("--ready-file", ready_file, "Written (127.0.0.1:PORT) once listening")->required();
+  app.add_option("--tickets", tickets, "Session resumption (tickets and the session cache): on or off")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--duration", duration, "Seconds to run; 0 = until SIGTERM/SIGINT")->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  // Before any thread starts: only the main thread's wait sees the signals.
+  tlsprof::workload::BlockStopSignals();
+  bssl::UniquePtr<SSL_CTX> ctx = MakeContext(cert_kind, tickets == "on");
+  if (!ctx) return 1;
+  int bound_port = 0;
+  const int listen_fd = Listen(port, bound_port);
+  if (listen_fd < 0) return 1;
+  int wake[2];
+  if (pipe2(wake, O_CLOEXEC) != 0) {
+    std::perror("pipe2");
+    return 1;
+  }
+  if (!tlsprof::workload::WriteFileAtomically(ready_file, "127.0.0.1:" + std::to_string(bound_port) + "\n")) return 1;
+
+  Stats stats;
+  Connections conns;
+  const auto started = std::chrono::steady_clock::now();
+  // The acceptor: one detached thread per connection (Connections tracks
+  // and joins them by their fds).
+  std::thread acceptor([&] {
+    pollfd fds[2] = {{listen_fd, POLLIN, 0}, {wake[0], POLLIN, 0}};
+    for (;;) {
+      if (poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        std::perror("poll");
+        return;
+      }
+      if (fds[1].revents) return;
+      const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;  // the client went away first, or out of fds: try the next
+      if (!conns.Add(fd)) {
+        close(fd);
+        return;
+      }
+      std::thread(Serve, ctx.get(), fd, std::ref(stats), std::ref(conns)).detach();
+    }
+  });
+
+  tlsprof::workload::WaitForStopSignal(duration);
+  if (write(wake[1], "x", 1) != 1) std::perror("write");
+  acceptor.join();
+  close(listen_fd);
+  const bool drained = conns.ShutdownAll(std::chrono::seconds(10));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::lock_guard<std::mutex> lock(stats.mu);
+  std::string suites;
+  for (const auto& [name, n] : stats.suites) suites += " " + name + "=" + std::to_string(n);
+  std::printf("%s: %.1fs handshakes=%ld resumed=%ld failed_conns=%ld suites:%s\n", kProgram, seconds, stats.handshakes,
+              stats.resumed, stats.failures, suites.c_str());
+  std::fflush(stdout);
+  if (!drained) {
+    // A connection thread stuck past its shutdown: do not free the SSL_CTX
+    // under it.
+    std::fprintf(stderr, "%s: connections still open after 10 s\n", kProgram);
+    _exit(0);
+  }
+  return 0;
+}
