@@ -5,7 +5,6 @@ handshake is known. The counts by side, kind, version, cipher suite, group
 and certificate key type must be exact, and so must the signatures and key
 exchanges, each timed on-CPU."""
 import collections
-import json
 import os
 import socket
 import ssl
@@ -13,7 +12,7 @@ import subprocess
 import time
 import unittest
 
-from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, require_root
+from tlsprof_testlib import BIN, SRC, UsageAgentTestCase, free_port
 
 GO_TLS = os.path.join(BIN, "tlsprof-go-tls")
 GO_TLS_STRIPPED = os.path.join(BIN, "tlsprof-go-tls-stripped")
@@ -34,58 +33,7 @@ RESUMED = 3  # resumptions of one TLS 1.3 AES-256-GCM session (plus its full han
 HELD_OPEN = 3  # connections still open when the Go test's report is written
 
 
-class UsageTest(unittest.TestCase):
-    def setUp(self):
-        require_root(self)
-        self.procs = Processes()
-        self.addCleanup(self.procs.close)
-
-    def start_agent(self, name, pids, seconds, probed="libssl.so.3"):
-        """Starts `profile --usage --pid ...` for `seconds` and returns once its
-        probes are on the file named `probed` (the window starts after set-up,
-        where the processes present are read and their libraries probed):
-        (process, report path, log path)."""
-        report_path = self.procs.path(f"report-{name}.json")
-        log_path = self.procs.path(f"agent-{name}.log")
-        args = [AGENT, "--log-level", "info", "profile", "--usage", "--format", "json", "-o", report_path,
-                "--duration", str(seconds)]
-        for pid in pids:
-            args += ["--pid", pid]
-        with open(log_path, "wb") as log:
-            agent = subprocess.Popen(args, stderr=log)
-        self.addCleanup(lambda: agent.poll() is None and agent.kill())
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with open(log_path, errors="replace") as f:
-                if any("usage probes: " in line and probed in line for line in f):
-                    break
-            self.assertIsNone(agent.poll(), "the agent exited during set-up")
-            time.sleep(0.1)
-        else:
-            self.fail(f"the agent attached no usage probe to {probed} in 30 s")
-        time.sleep(1)
-        return agent, report_path, log_path
-
-    def agent_report(self, agent, report_path, log_path, timeout):
-        """Waits for start_agent()'s agent to end its window; its report."""
-        code = agent.wait(timeout=timeout)
-        with open(log_path, errors="replace") as f:
-            self.assertEqual(code, 0, f.read()[-2000:])
-        with open(report_path) as f:
-            return json.load(f)
-
-    def s_client(self, port, args, request=b"GET / HTTP/1.0\r\n\r\n", answer=b"HTTP/1.1 200"):
-        # -quiet implies -ign_eof: the client reads until the server closes
-        # (nginx after its HTTP/1.0 answer), so it also takes in TLS 1.3
-        # session tickets.
-        out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-quiet", *args],
-                             input=request, capture_output=True, timeout=30)
-        err = out.stderr.decode(errors="replace")[-500:]
-        if answer:
-            self.assertIn(answer, out.stdout, err)
-        else:
-            self.assertEqual(out.returncode, 0, err)
-
+class UsageTest(UsageAgentTestCase):
     def test_scripted_mix_is_counted_exactly(self):
         port = free_port()
         root = self.procs.path("nginx")

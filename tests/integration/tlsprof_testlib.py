@@ -198,3 +198,60 @@ def summarize(report, pid=None):
     """A compact text view of a report, for assertion messages."""
     rows = process_row(report, pid)["algorithms"] if pid else report["algorithms"]
     return ", ".join(f'{r["algorithm"]}/{r["bucket"]}={r["share_of_tls"]*100:.1f}%' for r in rows)
+
+
+class UsageAgentTestCase(unittest.TestCase):
+    """The usage tests' base (test_usage.py, test_usage_boringssl.py): the
+    processes they start, `profile --usage` run around a client mix, and
+    `openssl s_client`."""
+
+    def setUp(self):
+        require_root(self)
+        self.procs = Processes()
+        self.addCleanup(self.procs.close)
+
+    def start_agent(self, name, pids, seconds, probed="libssl.so.3"):
+        """Starts `profile --usage --pid ...` for `seconds` and returns once its
+        probes are on the file named `probed` (the window starts after set-up,
+        where the processes present are read and their libraries probed):
+        (process, report path, log path)."""
+        report_path = self.procs.path(f"report-{name}.json")
+        log_path = self.procs.path(f"agent-{name}.log")
+        args = [AGENT, "--log-level", "info", "profile", "--usage", "--format", "json", "-o", report_path,
+                "--duration", str(seconds)]
+        for pid in pids:
+            args += ["--pid", pid]
+        with open(log_path, "wb") as log:
+            agent = subprocess.Popen(args, stderr=log)
+        self.addCleanup(lambda: agent.poll() is None and agent.kill())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with open(log_path, errors="replace") as f:
+                if any("usage probes: " in line and probed in line for line in f):
+                    break
+            self.assertIsNone(agent.poll(), "the agent exited during set-up")
+            time.sleep(0.1)
+        else:
+            self.fail(f"the agent attached no usage probe to {probed} in 30 s")
+        time.sleep(1)
+        return agent, report_path, log_path
+
+    def agent_report(self, agent, report_path, log_path, timeout):
+        """Waits for start_agent()'s agent to end its window; its report."""
+        code = agent.wait(timeout=timeout)
+        with open(log_path, errors="replace") as f:
+            self.assertEqual(code, 0, f.read()[-2000:])
+        with open(report_path) as f:
+            return json.load(f)
+
+    def s_client(self, port, args, request=b"GET / HTTP/1.0\r\n\r\n", answer=b"HTTP/1.1 200"):
+        # -quiet implies -ign_eof: the client reads until the server closes
+        # (nginx after its HTTP/1.0 answer), so it also takes in TLS 1.3
+        # session tickets.
+        out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-quiet", *args],
+                             input=request, capture_output=True, timeout=30)
+        err = out.stderr.decode(errors="replace")[-500:]
+        if answer:
+            self.assertIn(answer, out.stdout, err)
+        else:
+            self.assertEqual(out.returncode, 0, err)
