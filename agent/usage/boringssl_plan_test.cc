@@ -32,6 +32,7 @@
 #include "agent/usage/accessors.h"
 #include "agent/usage/boringssl_plan.h"
 #include "agent/usage/elf_functions.h"
+#include "agent/usage/follow_chain.h"
 #include "agent/usage/names.h"
 #include "agent/usage/probe_plan.h"
 #include "workloads/common/boringssl_util.h"
@@ -215,29 +216,7 @@ LoadChain Chain(uint32_t field) {
   return chain;
 }
 
-// Reads a chain through this process's memory as the BPF walk
-// (bpf/usage.bpf.c, read_field) does through the profiled process's:
-// nullopt where a pointer on the way is NULL (USAGE_UNKNOWN).
-std::optional<uint64_t> Follow(const void* base, const LoadChain& chain) {
-  const char* p = static_cast<const char*>(base);
-  for (size_t i = 0; i < chain.offsets.size(); ++i) {
-    if (!p) return std::nullopt;
-    const char* at = p + chain.offsets[i];
-    if (i + 1 < chain.offsets.size()) {
-      std::memcpy(&p, at, sizeof(p));
-      continue;
-    }
-    uint64_t v = 0;
-    std::memcpy(&v, at, chain.width);
-    if (chain.shift || chain.bits) {
-      v >>= chain.shift;
-      if (chain.bits) v &= (1ull << chain.bits) - 1;
-    }
-    if (chain.invert) v = !v;
-    return v;
-  }
-  return std::nullopt;
-}
+std::optional<uint64_t> Follow(const void* base, const LoadChain& chain) { return FollowChain(base, chain); }
 
 TEST(BoringSslPlan, DebianProbeSites) {
   const Plan& plan = DebianPlan();

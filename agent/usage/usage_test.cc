@@ -13,6 +13,7 @@
 
 #include "agent/usage/accessors.h"
 #include "agent/usage/elf_functions.h"
+#include "agent/usage/follow_chain.h"
 #include "agent/usage/handshake_cost.h"
 #include "agent/usage/names.h"
 #include "agent/usage/probe_plan.h"
@@ -82,21 +83,7 @@ TEST(Compose, ChainsThroughPointers) {
 
 // Follows a chain through this process's own memory, as the BPF side does
 // through the profiled process's.
-uint64_t Follow(const void* base, const LoadChain& chain) {
-  const char* p = static_cast<const char*>(base);
-  for (size_t i = 0; i < chain.offsets.size(); ++i) {
-    if (!p) return ~0ull;
-    const char* at = p + chain.offsets[i];
-    if (i + 1 < chain.offsets.size()) {
-      std::memcpy(&p, at, sizeof(p));
-      continue;
-    }
-    uint64_t v = 0;
-    std::memcpy(&v, at, chain.width);
-    return v;
-  }
-  return ~0ull;
-}
+uint64_t Follow(const void* base, const LoadChain& chain) { return FollowChain(base, chain).value_or(~0ull); }
 
 std::map<std::string, FunctionCode, std::less<>> Functions(const char* path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -12,7 +12,7 @@ import subprocess
 import time
 import unittest
 
-from tlsprof_testlib import BIN, SRC, UsageAgentTestCase, free_port
+from tlsprof_testlib import BIN, SRC, USAGE_MIX, UsageAgentTestCase, free_port
 
 GO_TLS = os.path.join(BIN, "tlsprof-go-tls")
 GO_TLS_STRIPPED = os.path.join(BIN, "tlsprof-go-tls-stripped")
@@ -146,13 +146,7 @@ class UsageTest(UsageAgentTestCase):
         agent, report_path, log_path = self.start_agent("go", [str(p.pid) for p, _ in servers.values()],
                                                         PROFILE_SECONDS, probed="tlsprof-go-tls-stripped")
         # (server, count, s_client arguments, the row it must give)
-        mix = [
-            ("ecdsa", 5, ["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256", "-groups", "X25519"],
-             ("full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519", "ECDSA")),
-            ("ecdsa", 3, ["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256", "-groups", "P-256"],
-             ("full", "TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256", "P-256", "ECDSA")),
-            ("rsa", 4, ["-tls1_2", "-cipher", "ECDHE-RSA-AES128-SHA", "-groups", "X25519"],
-             ("full", "TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "X25519", "RSA")),
+        mix = USAGE_MIX + [
             ("rsa", 2, ["-tls1_3", "-ciphersuites", "TLS_AES_256_GCM_SHA384", "-groups", "X25519"],
              ("full", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519", "RSA")),
         ]

@@ -15,24 +15,18 @@ import ssl
 import time
 import unittest
 
-from tlsprof_testlib import BIN, UsageAgentTestCase
+from tlsprof_testlib import BIN, USAGE_MIX, UsageAgentTestCase
 
 SERVER = os.path.join(BIN, "tlsprof-boringssl-server")
 PROFILE_SECONDS = 20
 RESUMED = 3  # resumptions of each of the two sessions (each after its full handshake)
 HELD_OPEN = 2  # connections still open when the report is written
 
-# (server, count, s_client arguments, the row it must give:
-#  (kind, version, cipher_suite, group, cert_key_type))
-MIX = [
-    ("ecdsa", 5, ["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256", "-groups", "X25519"],
-     ("full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519", "ECDSA")),
-    # P-256: BoringSSL's key share derives with no probed function; the group
-    # is the library's own answer (SSL_get_curve_id).
-    ("ecdsa", 3, ["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256", "-groups", "P-256"],
-     ("full", "TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256", "P-256", "ECDSA")),
-    ("rsa", 4, ["-tls1_2", "-cipher", "ECDHE-RSA-AES128-SHA", "-groups", "X25519"],
-     ("full", "TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "X25519", "RSA")),
+# The shared mix (TLS 1.3 AES-GCM X25519 and ChaCha20 P-256 on the ECDSA
+# server, TLS 1.2 ECDHE-RSA-AES128-SHA on the RSA one), and TLS 1.3 with
+# P-256 on the RSA server. On P-256 BoringSSL's key share derives with no
+# probed function: the group is the library's own answer (SSL_get_curve_id).
+MIX = USAGE_MIX + [
     ("rsa", 2, ["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256", "-groups", "P-256",
                 "-sigalgs", "rsa_pss_rsae_sha256"],
      ("full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "P-256", "RSA")),

@@ -200,6 +200,20 @@ def summarize(report, pid=None):
     return ", ".join(f'{r["algorithm"]}/{r["bucket"]}={r["share_of_tls"]*100:.1f}%' for r in rows)
 
 
+# The scripted `openssl s_client` mix the usage tests share (test_usage.py's
+# Go servers, test_usage_boringssl.py): (server's certificate, count,
+# s_client arguments, the server row it must give: (kind, version,
+# cipher_suite, group, cert_key_type)).
+USAGE_MIX = [
+    ("ecdsa", 5, ["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256", "-groups", "X25519"],
+     ("full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519", "ECDSA")),
+    ("ecdsa", 3, ["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256", "-groups", "P-256"],
+     ("full", "TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256", "P-256", "ECDSA")),
+    ("rsa", 4, ["-tls1_2", "-cipher", "ECDHE-RSA-AES128-SHA", "-groups", "X25519"],
+     ("full", "TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "X25519", "RSA")),
+]
+
+
 class UsageAgentTestCase(unittest.TestCase):
     """The usage tests' base (test_usage.py, test_usage_boringssl.py): the
     processes they start, `profile --usage` run around a client mix, and

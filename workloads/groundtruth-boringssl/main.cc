@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "boringssl_util.h"
 #include "groundtruth_runner.h"
 
 namespace {
@@ -47,14 +48,7 @@ constexpr int kPeerKeys = 64;
 
 // Prints BoringSSL's error queue after `what` and returns false.
 bool Fail(const std::string& what) {
-  std::string errors;
-  while (const uint32_t e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    errors += " ";
-    errors += buf;
-  }
-  std::fprintf(stderr, "%s: %s failed:%s\n", kProgram, what.c_str(), errors.c_str());
+  std::fprintf(stderr, "%s: %s failed:%s\n", kProgram, what.c_str(), tlsprof::workload::BoringSslErrors().c_str());
   return false;
 }
 
