@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -199,6 +200,9 @@ int main(int argc, char** argv) {
 
   // Before any thread starts: only the main thread's wait sees the signals.
   tlsprof::workload::BlockStopSignals();
+  // A close_notify to a client that is gone (or to a connection a stop shut
+  // down) fails with EPIPE instead of killing the server.
+  signal(SIGPIPE, SIG_IGN);
   bssl::UniquePtr<SSL_CTX> ctx = MakeContext(cert_kind, tickets == "on");
   if (!ctx) return 1;
   int bound_port = 0;
