@@ -243,6 +243,28 @@ TEST(BoringSslPlan, DebianProbeSites) {
   close(fd);
 }
 
+// What the plain-chain decoder (DecodeLoadChain, OpenSSL's) makes of
+// BoringSSL's accessors: only the one-load ones and SSL_get_privatekey's
+// NULL-checked chain; the others call, branch or read bits.
+TEST(BoringSslPlan, DebianAccessorsThePlainDecoderReads) {
+  const Plan& plan = DebianPlan();
+  auto plain = [&](std::string_view name) {
+    const Functions& f = plan.ssl.count(name) ? plan.ssl : plan.crypto;
+    auto it = f.find(name);
+    return it == f.end() ? std::string("absent")
+                         : (DecodeLoadChain(it->second.prefix) ? ToString(*DecodeLoadChain(it->second.prefix))
+                                                               : std::string("unknown"));
+  };
+  EXPECT_EQ(plain("SSL_CIPHER_get_protocol_id"), "+0x10 (2 bytes)");
+  EXPECT_EQ(plain("SSL_get_privatekey"), "+0x8 -> +0x20 -> +0x0 (8 bytes)");
+  EXPECT_EQ(plain("EVP_PKEY_id"), "+0x4 (4 bytes)");
+  EXPECT_EQ(plain("EVP_PKEY_CTX_get0_pkey"), "+0x10 (8 bytes)");
+  for (std::string_view name : {"SSL_version", "SSL_session_reused", "SSL_is_server", "SSL_get_current_cipher",
+                                "SSL_get_curve_id", "SSL_in_init", "SSL_get_session", "SSL_in_early_data"}) {
+    EXPECT_EQ(plain(name), "unknown") << name;
+  }
+}
+
 TEST(BoringSslPlan, DebianFieldsDecode) {
   const ProcessPlan& plan = DebianPlan().layout;
   for (const auto& [name, chain] : plan.fields) std::printf("%-18s %s\n", name.c_str(), chain.c_str());
