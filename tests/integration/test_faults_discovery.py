@@ -68,11 +68,15 @@ FREQUENCY = 999
 # the driver (nice -10) reached 172.5/s; a nice of -20 kept it at 188-200/s
 # but starved the agent instead (windows 12-15 s late). At 11 ms per churner
 # (a trivial static binary measured 8.5 ms per fork+exec+wait at that time) the
-# driver reached 143/s. So the driver is held to 60% of the rate, and the
-# rate reached is printed.
+# driver reached 143/s. A clean-clone CI run later measured 8.1 ms per
+# churner beside the steady workload, which takes one of the 2 CPUs: that
+# leaves ~1 CPU for ~123 churners/s, and the driver reached 119.0/s. So the
+# driver is held to 40% of the rate (still 1,600+ processes through exec,
+# snapshot and forgetting), and the rate reached is printed; the agent's
+# own bounds (windows, tracking, forgetting) are asserted separately below.
 CHURN_RATE = 200
 CHURN_SECONDS = 20
-CHURN_MIN_RATE = 120
+CHURN_MIN_RATE = 80
 CHURN_PEAK_ABOVE_BASELINE = 50
 # The sanitizer pass churns at a quarter of the rate. The ASan agent needs
 # several times the release agent's CPU per new process, and at 200/s the
