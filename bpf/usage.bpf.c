@@ -57,6 +57,7 @@ struct inflight_op {
 	__u64 out;             /* output buffer (NULL: a size query) */
 	__u64 len;             /* the size_t * (sign, derive) or the length */
 	__u64 g;               /* Go: the goroutine (R14); its operation is in go_ops */
+	__u64 weight;          /* what it stands for, taken at its start (0: outside the gate) */
 	__u32 depth;           /* nested probed calls inside this one */
 	__u16 lib;
 	__u8 probe;
@@ -102,6 +103,7 @@ struct open_handshake {
 	__u32 sig_len;   /* of the handshake's sign (server) or verify (client) */
 	__u32 started;   /* a step of it began in the state before any handshake */
 	__u32 sign_type; /* the key a sign in the handshake used (Go: the server's own) */
+	__u64 weight;    /* what it stands for, taken when it began (0: outside the gate) */
 };
 
 struct {
@@ -260,6 +262,17 @@ static __always_inline bool gate_open(void)
 	return now >= gate_open_ns && now < gate_close_ns;
 }
 
+/* What a handshake or an operation beginning now stands for: 0 outside the
+ * gate. Taken at the start, so that one begun inside the on-phase counts
+ * even when it ends after the phase's close (the probes stay attached a
+ * grace period beyond it), and one begun before the probes came on never
+ * does: each counts by when it began, with no loss at the phase's edges.
+ */
+static __always_inline __u64 gate_weight(void)
+{
+	return gate_open() ? scale_milli : 0;
+}
+
 /* A new op_latency value: too big for the BPF stack. Never written. */
 const volatile struct op_latency zero_latency = {};
 
@@ -269,6 +282,14 @@ static __always_inline void count_total(__u32 slot)
 
 	if (v)
 		*v += 1;
+}
+
+static __always_inline void add_total(__u32 slot, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&usage_totals, &slot);
+
+	if (v)
+		*v += n;
 }
 
 _Static_assert(UTOTAL_CALLS_GO - UTOTAL_CALLS_PUSH == INSN_GO && INSN_GO + 1 == INSN_NR,
@@ -386,15 +407,16 @@ static __always_inline __u32 hist_slot(__u64 ns)
  * belongs to (`handshake`: its SSL * or Go Conn, 0 for none): a derive gives
  * the handshake's group, a sign the key it signed with, a verify the peer's.
  */
-static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall, __u64 handshake)
+static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall, __u64 handshake,
+                                       __u64 weight)
 {
 	struct op_latency *lat;
 	__u32 slot;
 
-	if (!gate_open()) {
-		count_total(UTOTAL_OUTSIDE_GATE);
-		return;
-	}
+	/* What the handshake learns from it counts whenever the operation ran
+	 * (the handshake may have begun inside the gate); the operation itself
+	 * only if it began inside.
+	 */
 	if (handshake) {
 		struct open_handshake_key okey = { .tgid = key->tgid, .ssl = handshake };
 		struct open_handshake *open, fresh = {};
@@ -418,6 +440,10 @@ static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall
 			}
 		}
 	}
+	if (!weight) {
+		count_total(UTOTAL_OUTSIDE_GATE);
+		return;
+	}
 
 	lat = bpf_map_lookup_elem(&op_latency, key);
 	if (!lat) {
@@ -430,7 +456,7 @@ static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall
 	}
 	slot = hist_slot(cpu);
 	__sync_fetch_and_add(&lat->count, 1);
-	__sync_fetch_and_add(&lat->weighted, scale_milli);
+	__sync_fetch_and_add(&lat->weighted, weight);
 	__sync_fetch_and_add(&lat->cpu_ns, cpu);
 	__sync_fetch_and_add(&lat->wall_ns, wall);
 	if (slot < USAGE_HIST_SLOTS)
@@ -443,10 +469,10 @@ static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall
  * probed function says it, else USAGE_UNKNOWN (read the field).
  */
 /* A connection whose handshake completed is live until its end probe. */
-static __always_inline void connection_begins(__u32 tgid, __u32 lib, __u64 conn)
+static __always_inline void connection_begins(__u32 tgid, __u32 lib, __u64 conn, __u64 weight)
 {
 	struct live_key key = { .tgid = tgid, .conn = conn };
-	struct live_connection value = { .weighted = scale_milli, .lib = lib };
+	struct live_connection value = { .weighted = weight, .lib = lib };
 	struct live_process_key pkey = { .tgid = tgid, .lib = lib };
 	__s64 *sum, first;
 
@@ -476,15 +502,20 @@ static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
                                             const struct open_handshake *open, __u32 is_server)
 {
 	struct handshake_key key = {};
-	struct handshake_count *count, first = { .count = 1, .weighted = scale_milli };
+	struct handshake_count *count, first = { .count = 1 };
 	__u32 v;
 
-	if (!gate_open()) {
+	/* Seen from its start: the weight then; else (a library whose state
+	 * is unknown) whether it completes inside the gate.
+	 */
+	first.weighted = open && open->started ? open->weight : gate_weight();
+	if (!first.weighted) {
 		count_total(UTOTAL_OUTSIDE_GATE);
 		return;
 	}
 	count_total(UTOTAL_HANDSHAKES);
-	connection_begins(tgid, lib, ssl);
+	add_total(UTOTAL_HANDSHAKES_WEIGHTED, first.weighted);
+	connection_begins(tgid, lib, ssl, first.weighted);
 	key.tgid = tgid;
 	key.lib = lib;
 	v = read_field(layout, FIELD_SSL_VERSION, ssl);
@@ -597,7 +628,7 @@ static __always_inline int handshake_enter(struct pt_regs *ctx, void *ssl)
 	if (read_field(layout, FIELD_SSL_STATE, (__u64)ssl) == 0) {
 		struct open_handshake_key okey = { .tgid = bpf_get_current_pid_tgid() >> 32,
 			                           .ssl = (__u64)ssl };
-		struct open_handshake begun = { .started = 1 };
+		struct open_handshake begun = { .started = 1, .weight = gate_weight() };
 
 		bpf_map_update_elem(&open_handshakes, &okey, &begun, BPF_ANY);
 	} else if (read_field(layout, FIELD_SSL_IN_INIT, (__u64)ssl) == 1) {
@@ -607,12 +638,13 @@ static __always_inline int handshake_enter(struct pt_regs *ctx, void *ssl)
 		 */
 		struct open_handshake_key okey = { .tgid = bpf_get_current_pid_tgid() >> 32,
 			                           .ssl = (__u64)ssl };
-		struct open_handshake begun = { .started = 1 }, *open;
+		struct open_handshake begun = { .started = 1, .weight = gate_weight() }, *open;
 
 		open = bpf_map_lookup_elem(&open_handshakes, &okey);
-		if (open)
+		if (open && !open->started) {
 			open->started = 1;
-		else
+			open->weight = begun.weight;
+		} else if (!open)
 			bpf_map_update_elem(&open_handshakes, &okey, &begun, BPF_NOEXIST);
 	}
 	return 0;
@@ -695,6 +727,7 @@ static __always_inline int op_enter(struct pt_regs *ctx, void *op_ctx, void *out
 	fresh.probe = USAGE_COOKIE_PROBE(cookie);
 	fresh.insn = USAGE_COOKIE_INSN(cookie);
 	fresh.start_ns = bpf_ktime_get_ns();
+	fresh.weight = gate_weight();
 	/* A stale entry (its thread never returned: killed, longjmp) is
 	 * replaced and keeps its place in inflight_count.
 	 */
@@ -711,7 +744,7 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	struct op_key key = {};
 	struct thread_handshake *hs;
 	const struct lib_layout *layout;
-	__u64 now = bpf_ktime_get_ns(), wall, cpu, length = 0;
+	__u64 now = bpf_ktime_get_ns(), wall, cpu, length = 0, weight;
 	__u8 probe;
 	bool query;
 
@@ -767,6 +800,7 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
 	key.key_type =
 	        probe == PROBE_X25519 ? USAGE_KEY_X25519 : read_field(layout, field, cur->ctx);
+	weight = cur->weight;
 	bpf_map_delete_elem(&inflight_ops, &tid);
 	__sync_fetch_and_add(&inflight_count, -1);
 
@@ -782,7 +816,7 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	key.len = length > 0xffffffff ? 0xffffffff : (__u32)length;
 
 	hs = bpf_map_lookup_elem(&thread_handshakes, &tid);
-	account_op(&key, cpu, wall, hs ? hs->ssl : 0);
+	account_op(&key, cpu, wall, hs ? hs->ssl : 0, weight);
 	return 0;
 }
 
@@ -832,7 +866,7 @@ static __always_inline __u64 go_reg(struct pt_regs *ctx, __u32 reg)
 static __always_inline void go_handshake(struct pt_regs *ctx, __u64 cookie, struct go_key *gkey)
 {
 	struct open_handshake_key okey = { .tgid = gkey->tgid };
-	struct open_handshake begun = { .started = 1 }, *open;
+	struct open_handshake begun = { .started = 1, .weight = gate_weight() }, *open;
 	const struct lib_layout *layout;
 	struct go_handshake *hs, fresh = {};
 	__u32 lib;
@@ -879,6 +913,7 @@ struct go_op {
 	__u16 lib;
 	__u8 probe;
 	__u8 insn;
+	__u64 weight; /* taken at its start (0: outside the gate) */
 };
 
 struct {
@@ -916,7 +951,7 @@ static __always_inline void go_op(struct pt_regs *ctx, __u64 cookie, struct go_k
 	struct go_op *cur, fresh = {};
 	struct go_handshake *hs;
 	struct op_key key = {};
-	__u64 now = bpf_ktime_get_ns(), wall, cpu, off;
+	__u64 now = bpf_ktime_get_ns(), wall, cpu, off, weight;
 	__u32 probe = USAGE_COOKIE_PROBE(cookie);
 	bool had;
 
@@ -940,6 +975,7 @@ static __always_inline void go_op(struct pt_regs *ctx, __u64 cookie, struct go_k
 		fresh.insn = USAGE_COOKIE_INSN(cookie);
 		fresh.key_type = USAGE_COOKIE_KEY_TYPE(cookie);
 		fresh.len = go_reg(ctx, USAGE_COOKIE_REG(cookie));
+		fresh.weight = gate_weight();
 		bpf_map_update_elem(&go_ops, gkey, &fresh, BPF_ANY);
 		/* The thread's entry for sched_switch; another goroutine's entry
 		 * there (it moved away) is replaced, keeping its place in
@@ -994,6 +1030,7 @@ static __always_inline void go_op(struct pt_regs *ctx, __u64 cookie, struct go_k
 		key.op = USAGE_OP_CALIBRATE;
 		break;
 	}
+	weight = cur->weight;
 	bpf_map_delete_elem(&go_ops, gkey);
 	/* What did the work: a sign whose error (DI) is nil, a derive that
 	 * returned a secret, any verify (valid or not).
@@ -1003,7 +1040,7 @@ static __always_inline void go_op(struct pt_regs *ctx, __u64 cookie, struct go_k
 	if (key.op != USAGE_OP_CALIBRATE)
 		count_total(UTOTAL_OPS);
 	hs = bpf_map_lookup_elem(&go_handshakes, gkey);
-	account_op(&key, cpu, wall, hs ? hs->conn : 0);
+	account_op(&key, cpu, wall, hs ? hs->conn : 0, weight);
 }
 
 static __always_inline int go_probe(struct pt_regs *ctx)

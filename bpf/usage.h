@@ -292,7 +292,8 @@ enum usage_total_slot {
 	UTOTAL_CALLS_GO,
 	UTOTAL_CLOSE_CALLS,  /* connection-end probes (entry only: about half a call's cost) */
 	UTOTAL_LIVE_FULL,    /* a handshaken connection live_connections had no room for */
-	UTOTAL_OUTSIDE_GATE, /* completed outside the duty cycle's counting window: not counted */
+	UTOTAL_OUTSIDE_GATE, /* began outside the duty cycle's counting window: not counted */
+	UTOTAL_HANDSHAKES_WEIGHTED, /* the handshakes counted, by what each stands for (USAGE_SCALE_ONE units) */
 	UTOTAL_NR_SLOTS,
 };
 

@@ -216,6 +216,7 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                              {"budget_cpu_seconds", window.budget.budget_cpu_seconds},
                              {"probe_cpu_seconds", window.budget.probe_cpu_seconds},
                              {"duty_cycle", window.budget.duty_cycle},
+                             {"attached", window.budget.attached},
                              {"relative_error", window.budget.relative_error},
                              {"toggles", window.budget.toggles}}},
                            {"probe_hits", window.totals.hits},

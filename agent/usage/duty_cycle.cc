@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 namespace tlsprof::usage {
@@ -19,42 +20,97 @@ DutyCycle::DutyCycle(const Options& options, double now)
       wrap_end_(now),
       on_since_(now) {}
 
-void DutyCycle::PlanCycle(double now) {
-  // What the last on-phase cost per second on.
-  const double on_in_cycle = on_seconds(now) - cycle_on_seconds_at_start_;
-  if (on_in_cycle > 0.05) {
-    const double r = cycle_on_cost_ / on_in_cycle;
-    rate_ = rate_ == 0 ? r : 0.5 * rate_ + 0.5 * r;
+void DutyCycle::PlanCycle(double now, double weighted) {
+  const bool early = now < cycle_end_;
+  // The error of the cycle that ends: its weighted count against the
+  // cycle's before it (DutyCycle's comment).
+  const double length = now - cycle_start_;
+  if (length > 0) {
+    const double e = std::max(0.0, weighted - cycle_weighted_start_);
+    const double r = e / length;
+    if (share_ < 1.0) {
+      const double binomial = e * (1.0 / share_ - 1.0);
+      double v = binomial;
+      if (have_prev_) {
+        const double diff = length * (r - prev_rate_);
+        v = std::max(v, diff * diff * (prev_sampled_ ? 0.5 : 1.0));
+      }
+      variance_ += v;
+    }
+    have_prev_ = true;
+    prev_sampled_ = share_ < 1.0;
+    prev_rate_ = r;
   }
+  cycle_weighted_start_ = weighted;
+  // What the probes cost per second attached in the cycle that ends. A
+  // share-1 cycle cut short by a jump of the load measured the new load:
+  // taken as it is, not averaged with the old one.
+  const double on_in_cycle = on_seconds(now) - cycle_on_seconds_at_start_;
+  if (on_in_cycle > 0.005) {
+    const double r = cycle_on_cost_ / on_in_cycle;
+    rate_ = rate_ == 0 || early ? r : 0.5 * rate_ + 0.5 * r;
+  }
+  // What began in a share-1 cycle may still end with the probes attached.
+  if (share_ >= 1.0) grace_until_ = std::max(grace_until_, now + options_.grace_seconds);
   cycle_on_cost_ = 0;
   cycle_on_seconds_at_start_ = on_seconds(now);
-  // The share that spends the budget, plus the balance paid back over
-  // repay_seconds; all of it while the probes cost less than the budget.
-  const double spend = options_.budget + std::clamp(balance_, -options_.budget * options_.repay_seconds,
-                                                    options_.budget * options_.repay_seconds) /
-                                             options_.repay_seconds;
-  // At least one shortest on-phase per longest cycle: a cycle with no
-  // on-phase would leave its events with no estimate at all.
-  const double floor = options_.min_on_seconds / options_.max_cycle_seconds;
-  share_ = rate_ <= 0 ? 1.0 : std::clamp(spend / rate_, floor, 1.0);
-  const double length = share_ >= 1.0 ? options_.min_cycle_seconds
-                                      : std::clamp(options_.min_on_seconds / share_, options_.min_cycle_seconds,
-                                                   options_.max_cycle_seconds);
-  const double on_length = std::max(share_ * length, std::min(options_.min_on_seconds, length));
-  share_ = std::min(1.0, on_length / length);  // the weights must be the share actually on
+  // What to spend per second: the budget, plus the balance paid back over
+  // repay_seconds, never less than half the budget (a burst overspent
+  // must not leave the probes at the floor for long).
+  const double spend =
+      std::clamp(options_.budget + balance_ / options_.repay_seconds, options_.budget / 2, options_.budget * 2);
+  const double min_on = options_.min_on_seconds;
+  const double grace = options_.grace_seconds;
+  const double toggles = 2 * toggle_avg_;  // per cycle
+  double share = 1.0, cycle = options_.min_cycle_seconds;
+  if (rate_ > spend) {
+    // Cycles of one shortest phase (min_on / d long), each costing its
+    // phase and grace attached plus two toggles, at `spend` per second.
+    share = spend * min_on / (rate_ * (min_on + grace) + toggles);
+    cycle = min_on / share;
+    if (cycle < options_.min_cycle_seconds) {
+      // Short cycles would toggle too often: cycles of min_cycle, a phase
+      // longer than the shortest.
+      cycle = options_.min_cycle_seconds;
+      share = std::clamp((spend * cycle - toggles - rate_ * grace) / (rate_ * cycle), min_on / cycle, 1.0);
+      if (share > 0.9) share = 1.0;  // toggling would save little
+    } else if (cycle > options_.max_cycle_seconds) {
+      // At least one shortest phase per longest cycle: a cycle with no
+      // phase would leave its events with no estimate at all.
+      cycle = options_.max_cycle_seconds;
+      share = min_on / cycle;
+    }
+  }
+  share_ = share;
   cycle_start_ = now;
-  cycle_end_ = now + length;
-  // The on-phase starts anywhere in the cycle and wraps around its end to
-  // its start, so every moment of the cycle is on with the same chance
-  // (a phase kept inside would cover the cycle's middle more often).
-  std::uniform_real_distribution<double> offset(0.0, length);
+  cycle_end_ = now + cycle;
+  // The phase starts anywhere in the cycle and wraps around its end to
+  // its start, so every moment of the cycle is counted with the same
+  // chance (a phase kept inside would cover the cycle's middle more often).
+  const double on_length = share_ * cycle;
+  std::uniform_real_distribution<double> offset(0.0, cycle);
   const double u = share_ >= 1.0 ? 0.0 : offset(random_);
   on_begin_ = now + u;
   on_end_ = std::min(now + u + on_length, cycle_end_);
-  wrap_end_ = now + std::max(0.0, u + on_length - length);
+  wrap_end_ = now + std::max(0.0, u + on_length - cycle);
 }
 
-DutyCycle::Action DutyCycle::Tick(double now, double cost) {
+bool DutyCycle::Wanted(double now) const {
+  if (share_ >= 1.0 || now < grace_until_) return true;
+  const double grace = options_.grace_seconds;
+  if (now >= on_begin_ && now < on_end_ + grace) return true;
+  return wrap_end_ > cycle_start_ && now >= cycle_start_ && now < wrap_end_ + grace;
+}
+
+DutyCycle::Action DutyCycle::Tick(double now, double cost, double weighted) {
+  // The time events were counted in since the last tick: the gate then,
+  // from the attach on (a gate of a share-1 cycle counts only attached).
+  if (now > last_now_) {
+    const Gate g = gate(last_now_);
+    if (on_ || std::isfinite(g.close)) {
+      counted_ += std::max(0.0, std::min(now, g.close) - std::max(last_now_, g.open));
+    }
+  }
   const double dt = std::max(0.0, now - last_now_);
   last_now_ = now;
   const double spent = last_cost_ < 0 ? 0.0 : std::max(0.0, cost - last_cost_);
@@ -63,16 +119,36 @@ DutyCycle::Action DutyCycle::Tick(double now, double cost) {
   if (on_) cycle_on_cost_ += spent;
   if (options_.budget <= 0) return Action::kNone;
   balance_ += options_.budget * dt - spent;
-  if (now >= cycle_end_) PlanCycle(now);
-  const bool want = share_ >= 1.0 || (now >= on_begin_ && now < on_end_) || now < wrap_end_;
+  // The grace of a phase part that ends at the cycle's end reaches into
+  // the next cycle.
+  if (on_ && share_ < 1.0 && on_end_ >= cycle_end_ && now >= on_begin_) {
+    grace_until_ = std::max(grace_until_, on_end_ + options_.grace_seconds);
+  }
+  // A share-1 cycle ends as soon as it has spent a whole cycle's budget:
+  // everything in it counted, so ending it early biases nothing.
+  if (share_ >= 1.0 && cycle_on_cost_ > options_.budget * options_.min_cycle_seconds) {
+    PlanCycle(now, weighted);
+  }
+  if (now >= cycle_end_) PlanCycle(now, weighted);
+  const bool want = Wanted(now);
   if (want == on_) return Action::kNone;
   return want ? Action::kAttach : Action::kDetach;
+}
+
+double DutyCycle::next_change() const {
+  double next = cycle_end_;
+  const double grace = options_.grace_seconds;
+  for (double t : {on_begin_, on_end_, on_end_ + grace, wrap_end_, wrap_end_ + grace, grace_until_}) {
+    if (t > last_now_ && t < next) next = t;
+  }
+  return next;
 }
 
 void DutyCycle::Toggled(double now, bool on, double toggle_cost) {
   if (on == on_) return;
   toggle_cost_ += toggle_cost;
   balance_ -= toggle_cost;
+  toggle_avg_ = toggles_ == 0 ? toggle_cost : 0.8 * toggle_avg_ + 0.2 * toggle_cost;
   ++toggles_;
   if (on) {
     on_since_ = now;
@@ -107,6 +183,19 @@ DutyCycle::Gate DutyCycle::gate(double now) const {
   g.close = end;
   g.weight = (1.0 / share_) * (end - begin) / (end - open);
   return g;
+}
+
+double DutyCycle::pending_variance(double now, double weighted) const {
+  if (share_ >= 1.0 || options_.budget <= 0) return 0;
+  const double elapsed = now - cycle_start_;
+  if (elapsed <= 0) return 0;
+  const double e = std::max(0.0, weighted - cycle_weighted_start_);
+  const double binomial = e * (1.0 / share_ - 1.0);
+  if (!have_prev_) return binomial;
+  // Against what the cycle before says the part elapsed holds: a phase
+  // not reached yet counted nothing for it, one passed counted it all.
+  const double diff = e - elapsed * prev_rate_;
+  return std::max(binomial, diff * diff);
 }
 
 double DutyCycle::on_seconds(double now) const { return on_total_ + (on_ ? std::max(0.0, now - on_since_) : 0.0); }

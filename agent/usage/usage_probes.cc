@@ -363,6 +363,22 @@ struct UsageProbes::Impl {
     for (const Group& g : groups) n += g.offsets.size();
     return n;
   }
+  // One usage_totals slot, summed over the CPUs.
+  uint64_t TotalSlot(uint32_t slot) const {
+    const int fd = bpf_map__fd(skel->maps.usage_totals);
+    const int ncpus = libbpf_num_possible_cpus();
+    if (ncpus <= 0) return 0;
+    std::vector<uint64_t> values(static_cast<size_t>(ncpus));
+    uint64_t total = 0;
+    if (bpf_map_lookup_elem(fd, &slot, values.data()) == 0) {
+      for (uint64_t v : values) total += v;
+    }
+    return total;
+  }
+  // The handshakes counted so far, by what each stands for.
+  double WeightedHandshakes() const {
+    return static_cast<double>(TotalSlot(UTOTAL_HANDSHAKES_WEIGHTED)) / USAGE_SCALE_ONE;
+  }
   // What the probes have cost so far: calls by class x their cost.
   double CostSeconds() const {
     const int fd = bpf_map__fd(skel->maps.usage_totals);
@@ -387,13 +403,16 @@ struct UsageProbes::Impl {
     }
     return cost;
   }
-  // The duty cycle's thread: ticks every 20 ms.
+  // The duty cycle's thread: ticks every 20 ms, and when a toggle is due.
   void Run() {
+    double next = MonotonicSeconds() + 0.02;
     while (!stop.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const double wait = std::clamp(next - MonotonicSeconds(), 0.001, 0.02);
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
       const double cost = CostSeconds();
+      const double weighted = WeightedHandshakes();
       std::lock_guard<std::mutex> lock(mu);
-      const DutyCycle::Action action = duty->Tick(MonotonicSeconds(), cost);
+      const DutyCycle::Action action = duty->Tick(MonotonicSeconds(), cost, weighted);
       if (action != DutyCycle::Action::kNone) {
         const bool want = action == DutyCycle::Action::kAttach;
         const double began = MonotonicSeconds();
@@ -410,6 +429,7 @@ struct UsageProbes::Impl {
         }
       }
       SetGate(duty->gate(MonotonicSeconds()));
+      next = duty->next_change();
     }
   }
   // The BPF side's counting window and weight (DutyCycle::Gate).
@@ -584,11 +604,14 @@ UsageClock UsageProbes::ReadClock() const {
   c.connections_since = impl_->connections_since;
   if (impl_->duty) {
     c.on = impl_->duty->on_seconds(c.at);
+    c.counted = impl_->duty->counted_seconds();
+    c.variance = impl_->duty->variance();
+    c.pending_variance = impl_->duty->pending_variance(c.at, impl_->WeightedHandshakes());
     c.cost = impl_->duty->cost_seconds();
     c.allowed = impl_->duty->allowed_seconds(c.at);
     c.toggles = impl_->duty->toggles();
   } else {
-    c.on = c.at;
+    c.on = c.counted = c.at;
     c.cost = cost;
   }
   return c;
@@ -936,14 +959,14 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   // The duty cycle over the window, and the counts scaled by it.
   const double span = end.clock.at - start.clock.at;
   UsageBudget& b = out.budget;
-  b.duty_cycle = span > 0 ? std::clamp((end.clock.on - start.clock.on) / span, 0.0, 1.0) : 1.0;
+  b.duty_cycle = span > 0 ? std::clamp((end.clock.counted - start.clock.counted) / span, 0.0, 1.0) : 1.0;
+  b.attached = span > 0 ? std::clamp((end.clock.on - start.clock.on) / span, 0.0, 1.0) : 1.0;
   b.probe_cpu_seconds = std::max(0.0, end.clock.cost - start.clock.cost);
   b.budget_cpu_seconds = std::max(0.0, end.clock.allowed - start.clock.allowed);
   b.toggles = end.clock.toggles - std::min(end.clock.toggles, start.clock.toggles);
-  // The estimate's 95% error, as if each event had been kept with
-  // probability 1/w (w: the window's mean weight): the variance of the
-  // estimate N is N(w - 1); 0 while always on. Conservative for a steady
-  // rate, whose on-phase counts vary less than a Bernoulli sample's.
+  // The estimate's 95% error: the duty cycle's variance of the weighted
+  // handshake count over the cycles the window completed, plus the one
+  // under way at its end (DutyCycle); 0 while always on.
   uint64_t seen = 0;
   double estimated = 0;
   for (const HandshakeCount& h : out.handshakes) {
@@ -954,7 +977,9 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   if (seen == 0 && b.duty_cycle < 1.0) {
     b.relative_error = std::numeric_limits<double>::quiet_NaN();  // probes off all window: unknown (null)
   } else {
-    b.relative_error = w <= 1.0001 || estimated <= 0 ? 0.0 : 1.96 * std::sqrt((w - 1) / estimated);
+    const double variance =
+        std::max(0.0, end.clock.variance - start.clock.variance) + std::max(0.0, end.clock.pending_variance);
+    b.relative_error = w <= 1.0001 || estimated <= 0 ? 0.0 : 1.96 * std::sqrt(variance) / estimated;
   }
   return out;
 }

@@ -74,8 +74,9 @@ struct ConnectionCount {
 // The probes' cost and the duty cycle that keeps it inside the budget, over
 // a window (docs/usage.md, "Budget").
 struct UsageBudget {
-  double duty_cycle = 1.0;          // the share of the window the probes were attached
-  double relative_error = 0.0;      // of the scaled counts (95%), 0 at duty cycle 1
+  double duty_cycle = 1.0;          // the share of the window counted (what the weights scale up)
+  double attached = 1.0;            // the share the probes were attached (the phases and their grace)
+  double relative_error = 0.0;      // of the scaled handshake count (95%), 0 at duty cycle 1
   double probe_cpu_seconds = 0.0;   // the probes' estimated CPU cost in the window
   double budget_cpu_seconds = 0.0;  // what the budget allowed in the window (0: no budget)
   uint64_t toggles = 0;             // attaches and detaches in the window
@@ -87,6 +88,9 @@ struct UsageBudget {
 struct UsageClock {
   double at = 0;
   double on = 0;
+  double counted = 0;           // of them inside the counting gate
+  double variance = 0;          // of the weighted handshake count, over the cycles completed
+  double pending_variance = 0;  // ... and of the cycle under way, at `at`
   double cost = 0;
   double allowed = 0;
   uint64_t toggles = 0;
