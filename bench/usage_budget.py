@@ -13,6 +13,11 @@ that the host's drift hits them alike:
   none     no agent
   sampler  `tlsprof-agent profile --pid WORKERS` (CPU sampling only)
   usage    the same with `--usage` (default budget: 0.5% of the host's CPUs)
+  paced    `usage` again, the client held to --paced-rate handshakes/s
+           (below saturation, as a production server runs: at saturation
+           the probes slow the server while attached, so the phases see a
+           lower rate than the rest, and the counts read low by about the
+           drop; the saturated rows show how much)
 
 It prints, per usage run: the client's count and the agent's scaled
 estimate, the agent's stated 95% error and duty cycle, the probes' cost as
@@ -23,7 +28,8 @@ medians of the handshake rate in each mode: the drop from `sampler` to
 `usage` is the probes' cost as the workload feels it. Root only (BPF).
 Python 3 standard library only.
 
-    sudo python3 bench/usage_budget.py [--seconds 20] [--rounds 3] [--budget 0.5] [--bin DIR]
+    sudo python3 bench/usage_budget.py [--seconds 60] [--rounds 3] [--budget 0.5] [--paced-rate 3500]
+        [--modes none,sampler,usage,paced] [--bin DIR]      # ~13 min
 """
 
 import argparse
@@ -50,8 +56,11 @@ def bpf_usage_runtime():
 
 
 def run_once(args, mode, addr, workers, client, tmp, n):
-    report_path = os.path.join(tmp, f"report-{mode}-{n}.json")
-    log_path = os.path.join(tmp, f"agent-{mode}-{n}.log")
+    paced = mode == "paced"
+    mode = "usage" if paced else mode
+    tag = "paced" if paced else mode
+    report_path = os.path.join(tmp, f"report-{tag}-{n}.json")
+    log_path = os.path.join(tmp, f"agent-{tag}-{n}.log")
     agent = None
     if mode != "none":
         agent_args = [os.path.join(args.bin, "tlsprof-agent"), "--log-level", "info", "profile", "--frequency", "99",
@@ -70,13 +79,14 @@ def run_once(args, mode, addr, workers, client, tmp, n):
             time.sleep(0.1)
         time.sleep(1)
     bpf_before = bpf_usage_runtime() if mode == "usage" else (0, 0)
-    out = os.path.join(tmp, f"client-{mode}-{n}.json")
-    subprocess.run([client, "handshakes", "--addr", addr, "--duration", f"{args.seconds}s", "--concurrency", "8",
+    out = os.path.join(tmp, f"client-{tag}-{n}.json")
+    pace = ["--rate", str(args.paced_rate), "--concurrency", "16"] if paced else ["--concurrency", "8"]
+    subprocess.run([client, "handshakes", "--addr", addr, "--duration", f"{args.seconds}s", *pace,
                     "--resume", "--tls12", "--output", out], check=True, stdout=subprocess.DEVNULL)
     bpf_after = bpf_usage_runtime() if mode == "usage" else (0, 0)
     with open(out) as f:
         counts = json.load(f)
-    row = {"mode": mode, "client": counts["handshakes"], "rate": counts["handshakes"] / counts["seconds"]}
+    row = {"mode": tag, "client": counts["handshakes"], "rate": counts["handshakes"] / counts["seconds"]}
     if agent:
         if agent.wait(timeout=args.seconds + 60) != 0:
             raise SystemExit(f"the agent failed: {open(log_path).read()[-2000:]}")
@@ -97,7 +107,10 @@ def run_once(args, mode, addr, workers, client, tmp, n):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=int, default=20, help="per run")
+    ap.add_argument("--seconds", type=int, default=60,
+                    help="per run (the cycle the load stops in is the estimate's main error: ~3%% of 60 s)")
+    ap.add_argument("--paced-rate", type=int, default=3500, help="the paced run's handshakes/s")
+    ap.add_argument("--modes", default="none,sampler,usage,paced", help="which runs, in each round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget", type=float, default=0.5, help="--usage-budget, percent of the host's CPUs")
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"), help="where tlsprof-agent is")
@@ -114,21 +127,25 @@ def main():
         server = Server("nginx", "ecdsa", "on", args.bin, os.path.join(tmp, "nginx"), workers=2)
         try:
             for n in range(args.rounds):
-                for mode in ("none", "sampler", "usage"):
+                for mode in args.modes.split(","):
                     rows.append(run_once(args, mode, server.addr, server.pids, client, tmp, n))
         finally:
             server.close()
             subprocess.run(["sysctl", "-q", "-w", f"kernel.bpf_stats_enabled={stats or 0}"])
     cpus = os.cpu_count()
-    print(f"{'run':<4} {'client':>8} {'hs/s':>7} {'estimate':>9} {'diff':>7} {'stated':>7} {'duty':>6} "
-          f"{'probes CPU-s':>12} {'budget CPU-s':>12} {'probes/budget':>13} {'BPF prog CPU-s':>14} {'BPF runs':>9}")
-    for i, r in enumerate(x for x in rows if x["mode"] == "usage"):
+    print(f"{'run':<8} {'client':>8} {'hs/s':>7} {'estimate':>9} {'diff':>7} {'stated':>7} {'inside':>6} "
+          f"{'counted':>7} {'attached':>8} {'probes CPU-s':>12} {'budget CPU-s':>12} {'probes/budget':>13} "
+          f"{'BPF prog CPU-s':>14} {'BPF runs':>9}")
+    for i, r in enumerate(x for x in rows if x["mode"] in ("usage", "paced")):
         b = r["budget"]
         diff = (r["estimated"] - r["client"]) / r["client"]
         stated = b["relative_error"] if b["relative_error"] is not None else float("nan")
-        print(f"{i:<4} {r['client']:>8} {r['rate']:>7.0f} {r['estimated']:>9.0f} {diff:>+7.1%} {stated:>7.1%} "
-              f"{b['duty_cycle']:>6.3f} {b['probe_cpu_seconds']:>12.3f} {b['budget_cpu_seconds']:>12.3f} "
+        print(f"{r['mode'] + ' ' + str(i):<8} {r['client']:>8} {r['rate']:>7.0f} {r['estimated']:>9.0f} {diff:>+7.1%} "
+              f"{stated:>7.1%} {'yes' if abs(diff) <= stated else 'no':>6} {b['duty_cycle']:>7.4f} "
+              f"{b.get('attached', float('nan')):>8.4f} {b['probe_cpu_seconds']:>12.3f} {b['budget_cpu_seconds']:>12.3f} "
               f"{b['probe_cpu_seconds'] / b['budget_cpu_seconds']:>13.2f} {r['bpf_ns'] / 1e9:>14.4f} {r['bpf_runs']:>9}")
+    if not all(any(r["mode"] == m for r in rows) for m in ("none", "sampler", "usage")):
+        return
     medians = {m: statistics.median(r["rate"] for r in rows if r["mode"] == m) for m in ("none", "sampler", "usage")}
     drop = (medians["sampler"] - medians["usage"]) / medians["sampler"]
     print(f"median handshakes/s: none {medians['none']:.0f}, sampler {medians['sampler']:.0f}, usage "

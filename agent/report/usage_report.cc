@@ -163,9 +163,13 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
   // The process's whole CPU per handshake too: for a server that mostly
   // handshakes, what the Go study measured (kernel time included).
   rows = json::array();
+  double handshaking_cpu = 0, seen = 0, estimated = 0;
   for (const auto& [tgid, p] : per_process) {
     const double cpu = handshake_tls_cpu(tgid), all = process_cpu(tgid);
     const double n = p.estimated;
+    handshaking_cpu += all;
+    seen += static_cast<double>(p.handshakes);
+    estimated += n;
     rows.push_back({{"pid", tgid},
                     {"comm", Comm(registry, tgid)},
                     {"handshakes", p.handshakes},
@@ -196,6 +200,18 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
   // began or ended meanwhile were not seen.
   doc["connections"] = window.connections_known ? std::move(rows) : json(nullptr);
 
+  // The observer's bias: a process with no CPU to spare handshakes slower
+  // while the probes are attached (their traps cost it CPU), so the phases
+  // see a lower rate than the rest and the scaled counts read low by up to
+  // the probes' cost per handshake over the process's CPU per handshake
+  // (theirs included). 0 (none) while always on; for a process with idle
+  // CPU (clients elsewhere set the rate) there is none either: the bound
+  // is for an SRE to weigh against the process's CPU use.
+  double cpu_bound_bias = 0;
+  if (window.budget.duty_cycle < 1.0 && seen > 0 && estimated > 0 && handshaking_cpu > 0) {
+    const double probe = window.budget.probe_cpu_seconds / seen;
+    cpu_bound_bias = std::min(1.0, probe / std::max(probe, handshaking_cpu / estimated));
+  }
   json attached = json::array();
   for (const usage::AttachedFile& f : files) {
     attached.push_back({{"path", f.path}, {"functions", f.functions}, {"fields", f.fields}});
@@ -213,6 +229,7 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                              {"go", probes.call_cost_ns()[INSN_GO] / 1e3}}},
                            {"budget",
                             {{"cpu_seconds_per_second", probes.budget()},
+                             {"cpu_bound_bias", cpu_bound_bias},
                              {"budget_cpu_seconds", window.budget.budget_cpu_seconds},
                              {"probe_cpu_seconds", window.budget.probe_cpu_seconds},
                              {"duty_cycle", window.budget.duty_cycle},

@@ -118,7 +118,11 @@ DutyCycle::Action DutyCycle::Tick(double now, double cost, double weighted) {
   cost_ += spent;
   if (on_) cycle_on_cost_ += spent;
   if (options_.budget <= 0) return Action::kNone;
-  balance_ += options_.budget * dt - spent;
+  // Savings are kept for the cycle under way (its phase may come late in
+  // it) and one shortest cycle more: a quiet hour must not pay for a later
+  // burst at twice the budget. Overspending is repaid.
+  balance_ = std::min(balance_ + options_.budget * dt - spent,
+                      options_.budget * (cycle_end_ - cycle_start_ + options_.min_cycle_seconds));
   // The grace of a phase part that ends at the cycle's end reaches into
   // the next cycle.
   if (on_ && share_ < 1.0 && on_end_ >= cycle_end_ && now >= on_begin_) {

@@ -127,6 +127,22 @@ TEST(DutyCycle, ALoadThatStartsAndStops) {
   EXPECT_GE(within_10, 180) << "mean stated error " << rel_error;
 }
 
+// Ten quiet minutes, then a heavy load: what the quiet saved does not pay
+// for the load at twice the budget; the load's minute costs the budget.
+TEST(DutyCycle, AQuietSpellSavesNothingForLater) {
+  DutyCycle duty({.budget = 0.01, .seed = 5}, 0);
+  Simulate(duty, 600, [](double) { return 0.0; }, 150e-6, 0.0005);
+  const double before = duty.cost_seconds();
+  // Continue the same clock: a second simulation from t = 600.
+  double cost = 0, estimated = 0;
+  for (double now = 600; now < 660; now += 0.005) {
+    const DutyCycle::Action action = duty.Tick(now, cost, estimated);
+    if (action != DutyCycle::Action::kNone) duty.Toggled(now, action == DutyCycle::Action::kAttach, 0.0005);
+    if (duty.on()) cost += 3000 * 0.005 * 150e-6;
+  }
+  EXPECT_LE(duty.cost_seconds() - before, 0.01 * 60 * 1.25);
+}
+
 // The agent's thread acts 20 ms late on every toggle (starved beside the
 // load): attached late, detached late. The gate counts only the planned
 // phase from the actual attach on, weighted up for the part missed, so the
