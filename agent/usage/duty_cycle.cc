@@ -28,15 +28,22 @@ void DutyCycle::PlanCycle(double now, double weighted) {
   if (length > 0) {
     const double e = std::max(0.0, weighted - cycle_weighted_start_);
     const double r = e / length;
+    double v = 0;
     if (share_ < 1.0) {
       const double binomial = e * (1.0 / share_ - 1.0);
-      double v = binomial;
+      v = binomial;
       if (have_prev_) {
         const double diff = length * (r - prev_rate_);
-        v = std::max(v, diff * diff * (prev_sampled_ ? 0.5 : 1.0));
+        const double d2 = diff * diff * (prev_sampled_ ? 0.5 : 1.0);
+        v = std::max(v, d2);
+        // The difference speaks for the cycle before too (a load that
+        // stopped in it, its phase before the stop, showed no change
+        // there): raised to it if it was sampled.
+        if (prev_sampled_) variance_ += std::max(0.0, d2 - prev_variance_);
       }
       variance_ += v;
     }
+    prev_variance_ = v;
     have_prev_ = true;
     prev_sampled_ = share_ < 1.0;
     prev_rate_ = r;
@@ -50,6 +57,14 @@ void DutyCycle::PlanCycle(double now, double weighted) {
     const double r = cycle_on_cost_ / on_in_cycle;
     rate_ = rate_ == 0 || early ? r : 0.5 * rate_ + 0.5 * r;
   }
+  // And per second counted, in a sampled cycle: the phase with all that
+  // comes with it (the grace, an attach or detach that takes its time).
+  const double counted_in_cycle = counted_ - cycle_counted_at_start_;
+  if (share_ < 1.0 && counted_in_cycle > 0.005) {
+    const double k = cycle_on_cost_ / counted_in_cycle;
+    per_counted_ = per_counted_ == 0 ? k : 0.7 * per_counted_ + 0.3 * k;
+  }
+  cycle_counted_at_start_ = counted_;
   // What began in a share-1 cycle may still end with the probes attached.
   if (share_ >= 1.0) grace_until_ = std::max(grace_until_, now + options_.grace_seconds);
   cycle_on_cost_ = 0;
@@ -60,19 +75,21 @@ void DutyCycle::PlanCycle(double now, double weighted) {
   const double spend =
       std::clamp(options_.budget + balance_ / options_.repay_seconds, options_.budget / 2, options_.budget * 2);
   const double min_on = options_.min_on_seconds;
-  const double grace = options_.grace_seconds;
   const double toggles = 2 * toggle_avg_;  // per cycle
+  // The cost per second counted: measured in sampled cycles; before any,
+  // the attached rate over a shortest phase with its grace.
+  const double k = per_counted_ > 0 ? per_counted_ : rate_ * (min_on + options_.grace_seconds) / min_on;
   double share = 1.0, cycle = options_.min_cycle_seconds;
   if (rate_ > spend) {
-    // Cycles of one shortest phase (min_on / d long), each costing its
-    // phase and grace attached plus two toggles, at `spend` per second.
-    share = spend * min_on / (rate_ * (min_on + grace) + toggles);
+    // Cycles of one shortest phase (min_on / d long), each costing k per
+    // second counted plus two toggles: d (k + toggles / min_on) = spend.
+    share = spend / (k + toggles / min_on);
     cycle = min_on / share;
     if (cycle < options_.min_cycle_seconds) {
       // Short cycles would toggle too often: cycles of min_cycle, a phase
-      // longer than the shortest.
+      // longer than the shortest (k then overstates: on the safe side).
       cycle = options_.min_cycle_seconds;
-      share = std::clamp((spend * cycle - toggles - rate_ * grace) / (rate_ * cycle), min_on / cycle, 1.0);
+      share = std::clamp((spend * cycle - toggles) / (k * cycle), min_on / cycle, 1.0);
       if (share > 0.9) share = 1.0;  // toggling would save little
     } else if (cycle > options_.max_cycle_seconds) {
       // At least one shortest phase per longest cycle: a cycle with no
@@ -116,7 +133,8 @@ DutyCycle::Action DutyCycle::Tick(double now, double cost, double weighted) {
   const double spent = last_cost_ < 0 ? 0.0 : std::max(0.0, cost - last_cost_);
   last_cost_ = cost;
   cost_ += spent;
-  if (on_) cycle_on_cost_ += spent;
+  // All of it: what is spent while off is a detach still under way.
+  cycle_on_cost_ += spent;
   if (options_.budget <= 0) return Action::kNone;
   // Savings are kept for the cycle under way (its phase may come late in
   // it) and one shortest cycle more: a quiet hour must not pay for a later
@@ -199,7 +217,8 @@ double DutyCycle::pending_variance(double now, double weighted) const {
   // Against what the cycle before says the part elapsed holds: a phase
   // not reached yet counted nothing for it, one passed counted it all.
   const double diff = e - elapsed * prev_rate_;
-  return std::max(binomial, diff * diff);
+  const double d2 = diff * diff;
+  return std::max(binomial, d2) + (prev_sampled_ ? std::max(0.0, d2 - prev_variance_) : 0.0);
 }
 
 double DutyCycle::on_seconds(double now) const { return on_total_ + (on_ ? std::max(0.0, now - on_since_) : 0.0); }

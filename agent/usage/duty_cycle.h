@@ -26,7 +26,10 @@
 // on the per-second rates r (the successive-difference estimator of
 // systematic sampling; not halved after a share-1 cycle, which has no
 // error of its own; it counts real changes of the load as error, so it
-// errs on the safe side), and never below the binomial e_c (1/d - 1).
+// errs on the safe side), and never below the binomial e_c (1/d - 1). A
+// difference speaks for both cycles: the one before is raised to it too
+// (a load that stopped inside it, its phase before the stop, showed no
+// change there).
 //
 // The caller owns the probes: it calls Tick() often (every ~20 ms, and at
 // next_change()) with the probes' cumulative cost and weighted count, does
@@ -110,11 +113,13 @@ class DutyCycle {
   double cycle_start_, cycle_end_, on_begin_, on_end_, wrap_end_;
   double grace_until_ = 0;  // attached until then (the last phase's grace)
   double share_ = 1;
-  double cycle_on_cost_ = 0;  // the probes' cost in this cycle while attached
+  double cycle_on_cost_ = 0;  // the probes' cost in this cycle (while attached, and detaches' tails)
   double on_since_;
   double on_total_ = 0;
   double cycle_on_seconds_at_start_ = 0;
-  double rate_ = 0;
+  double rate_ = 0;         // the probes' cost per second attached
+  double per_counted_ = 0;  // ... per second counted, in sampled cycles (0: none yet)
+  double cycle_counted_at_start_ = 0;
   double toggle_avg_ = 0;  // a toggle's cost (CPU-s), smoothed
   unsigned long toggles_ = 0;
   double counted_ = 0;
@@ -125,6 +130,7 @@ class DutyCycle {
   bool have_prev_ = false;     // a cycle before this one
   bool prev_sampled_ = false;  // ... sampled (share < 1), not counted whole
   double prev_rate_ = 0;       // its weighted count per second
+  double prev_variance_ = 0;   // and its variance, as counted
 };
 
 }  // namespace tlsprof::usage

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include <gtest/gtest.h>
 
@@ -23,10 +24,11 @@ struct Simulation {
 // counted, with its weight, if it began inside the gate (as the BPF side
 // does: an event here is as short as a tick). Each toggle costs `toggle`.
 template <typename Rate>
-Simulation Simulate(DutyCycle& duty, double seconds, Rate rate, double per_event, double toggle, int stall_ticks = 0) {
+Simulation Simulate(DutyCycle& duty, double seconds, Rate rate, double per_event, double toggle, int stall_ticks = 0,
+                    int detach_ticks = 0) {
   Simulation sim;
   double cost = 0;
-  int stalled = 0;
+  int stalled = 0, detaching = 0;
   const double tick = 0.005;
   for (double now = 0; now < seconds; now += tick) {
     const DutyCycle::Action action = duty.Tick(now, cost, sim.estimated);
@@ -35,10 +37,17 @@ Simulation Simulate(DutyCycle& duty, double seconds, Rate rate, double per_event
       stalled = 0;
       duty.Toggled(now, action == DutyCycle::Action::kAttach, toggle);
       sim.phases += action == DutyCycle::Action::kAttach;
+      if (action == DutyCycle::Action::kDetach) detaching = detach_ticks;
     }
     // The events of [now, now + tick).
     const double n = rate(now) * tick;
     sim.events += n;
+    // A detach that takes its time: the probes still trap (the caller
+    // reports it done at its start).
+    if (!duty.on() && detaching > 0) {
+      --detaching;
+      cost += n * per_event;
+    }
     if (duty.on()) {
       cost += n * per_event;
       const DutyCycle::Gate g = duty.gate(now);
@@ -107,7 +116,10 @@ TEST(DutyCycle, UnbiasedWhenTheLoadChanges) {
 // before the run ends (bench/usage_budget.py's shape): the share-1 cycle
 // that sees it start ends within milliseconds, and the cycle it stops in
 // (~3.4 s, its phase before or after the stop) is the error's main part,
-// about half a cycle's events (3% of 60 s), which the stated error covers.
+// about half a cycle's events (3% of 60 s). The stated error covers 90% of
+// the 200 runs (all within 10%): the 10% it misses are stops whose cycle
+// counted its phase before the stop and was read before the next cycle
+// could show the drop; a 95% interval is for steadier loads.
 TEST(DutyCycle, ALoadThatStartsAndStops) {
   auto load = [](double t) { return t >= 2 && t < 62 ? 5000.0 : 0.0; };
   int covered = 0, within_10 = 0;
@@ -122,6 +134,8 @@ TEST(DutyCycle, ALoadThatStartsAndStops) {
     rel_error += stated / sim.events / 200;
     EXPECT_LE(sim.cost, 0.01 * 65 * 1.1) << seed;
   }
+  std::printf("a 60 s load, 200 seeds: mean estimate/true %.4f, mean stated error %.1f%%, covered %d, within 10%% %d\n",
+              ratio, 100 * rel_error, covered, within_10);
   EXPECT_NEAR(ratio, 1.0, 0.02);
   EXPECT_GE(covered, 180) << "mean stated error " << rel_error;
   EXPECT_GE(within_10, 180) << "mean stated error " << rel_error;
@@ -156,6 +170,17 @@ TEST(DutyCycle, LateTogglesKeepTheEstimate) {
     ratio += sim.estimated / sim.events / 20;
   }
   EXPECT_NEAR(ratio, 1.0, 0.05);
+}
+
+// Detaches that take 100 ms while the probes still cost (the caller's
+// clock says attached only up to the call): the cost per second counted is
+// measured, so the cycles still keep to the budget.
+TEST(DutyCycle, SlowDetachesKeepTheBudget) {
+  DutyCycle duty({.budget = 0.01, .seed = 6}, 0);
+  Simulation sim = Simulate(
+      duty, 600, [](double) { return 3000.0; }, 150e-6, 0.0005, 0, 20);
+  EXPECT_LE(sim.cost, 0.01 * 600 * 1.05);
+  EXPECT_GE(sim.cost, 0.01 * 600 * 0.85);
 }
 
 // Dear toggles are paid from the budget: the probes are on less.

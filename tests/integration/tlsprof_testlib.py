@@ -224,15 +224,19 @@ class UsageAgentTestCase(unittest.TestCase):
         self.procs = Processes()
         self.addCleanup(self.procs.close)
 
-    def start_agent(self, name, pids, seconds, probed="libssl.so.3"):
+    def start_agent(self, name, pids, seconds, probed="libssl.so.3", budget="0"):
         """Starts `profile --usage --pid ...` for `seconds` and returns once its
         probes are on the file named `probed` (the window starts after set-up,
         where the processes present are read and their libraries probed):
-        (process, report path, log path)."""
+        (process, report path, log path). `budget` is --usage-budget: 0
+        (always attached) for the tests of exact counts, since the probes
+        are on the library files for every process, and whatever else the
+        host runs meanwhile (a build, other tests' TLS) costs from the same
+        budget; test_usage_budget.py tests the budget itself."""
         report_path = self.procs.path(f"report-{name}.json")
         log_path = self.procs.path(f"agent-{name}.log")
-        args = [AGENT, "--log-level", "info", "profile", "--usage", "--format", "json", "-o", report_path,
-                "--duration", str(seconds)]
+        args = [AGENT, "--log-level", "info", "profile", "--usage", "--usage-budget", budget, "--format", "json",
+                "-o", report_path, "--duration", str(seconds)]
         for pid in pids:
             args += ["--pid", pid]
         with open(log_path, "wb") as log:
