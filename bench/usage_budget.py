@@ -28,7 +28,7 @@ medians of the handshake rate in each mode: the drop from `sampler` to
 `usage` is the probes' cost as the workload feels it. Root only (BPF).
 Python 3 standard library only.
 
-    sudo python3 bench/usage_budget.py [--seconds 60] [--rounds 3] [--budget 0.5] [--paced-rate 3500]
+    sudo python3 bench/usage_budget.py [--seconds 60] [--rounds 3] [--budget 0.5] [--paced-rate 3000]
         [--modes none,sampler,usage,paced] [--bin DIR]      # ~13 min
 """
 
@@ -109,7 +109,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=60,
                     help="per run (the cycle the load stops in is the estimate's main error: ~3%% of 60 s)")
-    ap.add_argument("--paced-rate", type=int, default=3500, help="the paced run's handshakes/s")
+    ap.add_argument("--paced-rate", type=int, default=3000, help="the paced run's handshakes/s")
     ap.add_argument("--modes", default="none,sampler,usage,paced", help="which runs, in each round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget", type=float, default=0.5, help="--usage-budget, percent of the host's CPUs")

@@ -187,7 +187,8 @@ AgentMetrics::AgentMetrics()
                        .Register(*registry_)),
       probe_duty_cycle_(BuildGauge()
                             .Name("tlsprof_agent_usage_probe_duty_cycle")
-                            .Help("Share of the last window the usage probes counted in (their counts are scaled by its inverse; 1 = always)")
+                            .Help("Share of the last window the usage probes counted in (their counts are scaled by "
+                                  "its inverse; 1 = always)")
                             .Register(*registry_)),
       probe_cpu_(BuildCounter()
                      .Name("tlsprof_agent_usage_probe_cpu_seconds_total")

@@ -145,7 +145,8 @@ TEST(DutyCycle, ALoadThatStartsAndStops) {
 // for the load at twice the budget; the load's minute costs the budget.
 TEST(DutyCycle, AQuietSpellSavesNothingForLater) {
   DutyCycle duty({.budget = 0.01, .seed = 5}, 0);
-  Simulate(duty, 600, [](double) { return 0.0; }, 150e-6, 0.0005);
+  Simulate(
+      duty, 600, [](double) { return 0.0; }, 150e-6, 0.0005);
   const double before = duty.cost_seconds();
   // Continue the same clock: a second simulation from t = 600.
   double cost = 0, estimated = 0;
