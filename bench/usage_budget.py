@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from usage_servers import REPO, Server
+from usage_servers import REPO, Server, cpu_seconds
 
 def bpf_usage_runtime():
     """Run time (ns) and runs of the loaded usage programs (BPF stats)."""
@@ -79,14 +79,17 @@ def run_once(args, mode, addr, workers, client, tmp, n):
             time.sleep(0.1)
         time.sleep(1)
     bpf_before = bpf_usage_runtime() if mode == "usage" else (0, 0)
+    cpu_before = cpu_seconds(workers)
     out = os.path.join(tmp, f"client-{tag}-{n}.json")
     pace = ["--rate", str(args.paced_rate), "--concurrency", "16"] if paced else ["--concurrency", "8"]
     subprocess.run([client, "handshakes", "--addr", addr, "--duration", f"{args.seconds}s", *pace,
                     "--resume", "--tls12", "--output", out], check=True, stdout=subprocess.DEVNULL)
     bpf_after = bpf_usage_runtime() if mode == "usage" else (0, 0)
+    server_cpu = cpu_seconds(workers) - cpu_before
     with open(out) as f:
         counts = json.load(f)
-    row = {"mode": tag, "client": counts["handshakes"], "rate": counts["handshakes"] / counts["seconds"]}
+    row = {"mode": tag, "client": counts["handshakes"], "rate": counts["handshakes"] / counts["seconds"],
+           "server_us": server_cpu / counts["handshakes"] * 1e6}
     if agent:
         if agent.wait(timeout=args.seconds + 60) != 0:
             raise SystemExit(f"the agent failed: {open(log_path).read()[-2000:]}")
@@ -147,6 +150,19 @@ def main():
     if not all(any(r["mode"] == m for r in rows) for m in ("none", "sampler", "usage")):
         return
     medians = {m: statistics.median(r["rate"] for r in rows if r["mode"] == m) for m in ("none", "sampler", "usage")}
+    # The workload's own measure of the probes' cost: the servers' CPU per
+    # handshake (/proc), with and without them, times the handshake rate.
+    server_us = {m: statistics.median(r["server_us"] for r in rows if r["mode"] == m)
+                 for m in ("none", "sampler", "usage", "paced") if any(r["mode"] == m for r in rows)}
+    print("median server CPU per handshake (/proc, both workers): " +
+          ", ".join(f"{m} {v:.1f} us" for m, v in server_us.items()))
+    for m in ("usage", "paced"):
+        if m in server_us:
+            rate = statistics.median(r["rate"] for r in rows if r["mode"] == m)
+            extra = (server_us[m] - server_us["sampler"]) * 1e-6 * rate
+            print(f"  {m}: the probes as the servers' CPU feels them: +{server_us[m] - server_us['sampler']:.1f} us "
+                  f"per handshake x {rate:.0f}/s = {extra:.4f} CPU-s/s against a budget of "
+                  f"{args.budget / 100 * cpus:.4f} ({extra / (args.budget / 100 * cpus):.2f}x)")
     drop = (medians["sampler"] - medians["usage"]) / medians["sampler"]
     print(f"median handshakes/s: none {medians['none']:.0f}, sampler {medians['sampler']:.0f}, usage "
           f"{medians['usage']:.0f}; the probes' cost as the workload feels it: {drop:+.2%} of its rate "

@@ -44,7 +44,9 @@ void DutyCycle::PlanCycle(double now, double weighted) {
       variance_ += v;
     }
     prev_variance_ = v;
-    have_prev_ = true;
+    // A share-1 cycle cut short (a load that jumped, within milliseconds)
+    // counted too few events for its rate to be a reference.
+    have_prev_ = share_ < 1.0 || length >= options_.min_cycle_seconds / 4;
     prev_sampled_ = share_ < 1.0;
     prev_rate_ = r;
   }
