@@ -576,6 +576,7 @@ int BPF_PROG(usage_sched_switch, bool preempt, struct task_struct *prev, struct 
 	__u32 tid;
 	__u64 now;
 
+	count_total(UTOTAL_SWITCHES);
 	if (inflight_count == 0)
 		return 0;
 	now = bpf_ktime_get_ns();

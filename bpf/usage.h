@@ -294,6 +294,7 @@ enum usage_total_slot {
 	UTOTAL_LIVE_FULL,    /* a handshaken connection live_connections had no room for */
 	UTOTAL_OUTSIDE_GATE, /* began outside the duty cycle's counting window: not counted */
 	UTOTAL_HANDSHAKES_WEIGHTED, /* the handshakes counted, by what each stands for (USAGE_SCALE_ONE units) */
+	UTOTAL_SWITCHES, /* sched_switch runs (their cost is the probes' too) */
 	UTOTAL_NR_SLOTS,
 };
 

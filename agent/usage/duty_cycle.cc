@@ -122,14 +122,7 @@ bool DutyCycle::Wanted(double now) const {
 }
 
 DutyCycle::Action DutyCycle::Tick(double now, double cost, double weighted) {
-  // The time events were counted in since the last tick: the gate then,
-  // from the attach on (a gate of a share-1 cycle counts only attached).
-  if (now > last_now_) {
-    const Gate g = gate(last_now_);
-    if (on_ || std::isfinite(g.close)) {
-      counted_ += std::max(0.0, std::min(now, g.close) - std::max(last_now_, g.open));
-    }
-  }
+  counted_ = counted_seconds(now);
   const double dt = std::max(0.0, now - last_now_);
   last_now_ = now;
   const double spent = last_cost_ < 0 ? 0.0 : std::max(0.0, cost - last_cost_);
@@ -221,6 +214,15 @@ double DutyCycle::pending_variance(double now, double weighted) const {
   const double diff = e - elapsed * prev_rate_;
   const double d2 = diff * diff;
   return std::max(binomial, d2) + (prev_sampled_ ? std::max(0.0, d2 - prev_variance_) : 0.0);
+}
+
+double DutyCycle::counted_seconds(double now) const {
+  // Plus the time events were counted in since the last tick: the gate
+  // then, from the attach on (a share-1 cycle's counts only attached).
+  if (now <= last_now_) return counted_;
+  const Gate g = gate(last_now_);
+  if (!on_ && !std::isfinite(g.close)) return counted_;
+  return counted_ + std::max(0.0, std::min(now, g.close) - std::max(last_now_, g.open));
 }
 
 double DutyCycle::on_seconds(double now) const { return on_total_ + (on_ ? std::max(0.0, now - on_since_) : 0.0); }

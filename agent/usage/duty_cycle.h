@@ -85,7 +85,7 @@ class DutyCycle {
   // in (the gate's), what the probes and their toggles cost, what the
   // budget allowed, and the toggles.
   double on_seconds(double now) const;
-  double counted_seconds() const { return counted_; }
+  double counted_seconds(double now) const;
   double cost_seconds() const { return cost_ + toggle_cost_; }
   double allowed_seconds(double now) const;
   unsigned long toggles() const { return toggles_; }

@@ -84,7 +84,7 @@ TEST(DutyCycle, OnAShareOfTheTimeAboveIt) {
       duty, 1200, [](double) { return 3000.0; }, 150e-6, 0.0005);
   const double attached = sim.on_seconds / 1200;
   EXPECT_NEAR(attached, 0.01 / 0.45, 0.004);
-  EXPECT_NEAR(duty.counted_seconds() / sim.on_seconds, 0.05 / 0.08, 0.08);  // phase / (phase + grace)
+  EXPECT_NEAR(duty.counted_seconds(1200) / sim.on_seconds, 0.05 / 0.08, 0.08);  // phase / (phase + grace)
   EXPECT_LE(sim.cost, 0.01 * 1200 * 1.05);
   EXPECT_GE(sim.cost, 0.01 * 1200 * 0.9);
   const double cycle = 0.05 / duty.share();

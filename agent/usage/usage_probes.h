@@ -186,6 +186,7 @@ class UsageProbes {
   struct Impl;
   explicit UsageProbes(std::unique_ptr<Impl> impl);
   void Calibrate();
+  void CalibrateSwitches();
   // A Go binary's probes (go_plan.h): entry and RET uprobes, no uretprobe.
   Status AttachGoFile(const FileRef& ref);
   std::unique_ptr<Impl> impl_;
