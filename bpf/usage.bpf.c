@@ -247,10 +247,11 @@ __u64 probe_overhead_ns[INSN_NR] = {};
  */
 __u64 scale_milli = USAGE_SCALE_ONE;
 
-/* The duty cycle's counting window (bpf_ktime_get_ns): events complete
- * outside it are not counted, even when the probes are still attached (a
- * detach late because the agent's thread waited for a CPU), so each cycle
- * counts exactly the time its weight is for. Always open without a budget.
+/* The duty cycle's counting window (bpf_ktime_get_ns): events that begin
+ * outside it are not counted, even when the probes are still attached (the
+ * grace after a phase, a detach late because the agent's thread waited for
+ * a CPU), so each cycle counts exactly the time its weight is for. Always
+ * open without a budget.
  */
 __u64 gate_open_ns = 0;
 __u64 gate_close_ns = ~0ull;
@@ -276,20 +277,17 @@ static __always_inline __u64 gate_weight(void)
 /* A new op_latency value: too big for the BPF stack. Never written. */
 const volatile struct op_latency zero_latency = {};
 
-static __always_inline void count_total(__u32 slot)
-{
-	__u64 *v = bpf_map_lookup_elem(&usage_totals, &slot);
-
-	if (v)
-		*v += 1;
-}
-
 static __always_inline void add_total(__u32 slot, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&usage_totals, &slot);
 
 	if (v)
 		*v += n;
+}
+
+static __always_inline void count_total(__u32 slot)
+{
+	add_total(slot, 1);
 }
 
 _Static_assert(UTOTAL_CALLS_GO - UTOTAL_CALLS_PUSH == INSN_GO && INSN_GO + 1 == INSN_NR,
@@ -463,11 +461,6 @@ static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall
 		__sync_fetch_and_add(&lat->slots[slot], 1);
 }
 
-/* Counts a completed handshake of `ssl` (an SSL * or a Go Conn) by its
- * negotiated parameters: the fields the layout says where to read, and what
- * its operations showed (`open`, may be NULL). `is_server`: 0 or 1 when the
- * probed function says it, else USAGE_UNKNOWN (read the field).
- */
 /* A connection whose handshake completed is live until its end probe. */
 static __always_inline void connection_begins(__u32 tgid, __u32 lib, __u64 conn, __u64 weight)
 {
@@ -497,6 +490,11 @@ static __always_inline void connection_begins(__u32 tgid, __u32 lib, __u64 conn,
 	}
 }
 
+/* Counts a completed handshake of `ssl` (an SSL * or a Go Conn) by its
+ * negotiated parameters: the fields the layout says where to read, and what
+ * its operations showed (`open`, may be NULL). `is_server`: 0 or 1 when the
+ * probed function says it, else USAGE_UNKNOWN (read the field).
+ */
 static __always_inline void count_handshake(__u32 tgid, __u32 lib, __u64 ssl,
                                             const struct lib_layout *layout,
                                             const struct open_handshake *open, __u32 is_server)

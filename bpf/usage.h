@@ -94,8 +94,8 @@ enum usage_probe {
 	PROBE_GO_DERIVE,    /* (*x25519Parameters / *nistParameters).SharedKey(peer) []byte */
 	PROBE_GO_CALIBRATE, /* the agent's own function, probed the Go way */
 	/* The end of a connection, entry only (usage_close): SSL_free(SSL *),
-	 * Go's (*Conn).Close (c *Conn). Not duty-cycled (docs/usage.md, "Live
-	 * connections").
+	 * Go's (*Conn).Close (c *Conn). Duty-cycled with the rest: the live
+	 * set starts over after a pause (docs/usage.md, "Live connections").
 	 */
 	PROBE_CLOSE,
 	PROBE_GO_CLOSE,

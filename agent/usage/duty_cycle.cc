@@ -20,7 +20,7 @@ DutyCycle::DutyCycle(const Options& options, double now)
       wrap_end_(now),
       on_since_(now) {}
 
-void DutyCycle::PlanCycle(double now, double weighted) {
+void DutyCycle::EndCycle(double now, double weighted) {
   const bool early = now < cycle_end_;
   // The error of the cycle that ends: its weighted count against the
   // cycle's before it (DutyCycle's comment).
@@ -56,21 +56,24 @@ void DutyCycle::PlanCycle(double now, double weighted) {
   // taken as it is, not averaged with the old one.
   const double on_in_cycle = on_seconds(now) - cycle_on_seconds_at_start_;
   if (on_in_cycle > 0.005) {
-    const double r = cycle_on_cost_ / on_in_cycle;
+    const double r = cycle_cost_ / on_in_cycle;
     rate_ = rate_ == 0 || early ? r : 0.5 * rate_ + 0.5 * r;
   }
   // And per second counted, in a sampled cycle: the phase with all that
   // comes with it (the grace, an attach or detach that takes its time).
-  const double counted_in_cycle = counted_ - cycle_counted_at_start_;
+  const double counted_in_cycle = counted_seconds(now) - cycle_counted_at_start_;
   if (share_ < 1.0 && counted_in_cycle > 0.005) {
-    const double k = cycle_on_cost_ / counted_in_cycle;
+    const double k = cycle_cost_ / counted_in_cycle;
     per_counted_ = per_counted_ == 0 ? k : 0.7 * per_counted_ + 0.3 * k;
   }
-  cycle_counted_at_start_ = counted_;
+  cycle_counted_at_start_ = counted_seconds(now);
   // What began in a share-1 cycle may still end with the probes attached.
   if (share_ >= 1.0) grace_until_ = std::max(grace_until_, now + options_.grace_seconds);
-  cycle_on_cost_ = 0;
+  cycle_cost_ = 0;
   cycle_on_seconds_at_start_ = on_seconds(now);
+}
+
+void DutyCycle::PlanCycle(double now) {
   // What to spend per second: the budget, plus the balance paid back over
   // repay_seconds, never less than half the budget (a burst overspent
   // must not leave the probes at the floor for long).
@@ -122,14 +125,14 @@ bool DutyCycle::Wanted(double now) const {
 }
 
 DutyCycle::Action DutyCycle::Tick(double now, double cost, double weighted) {
-  counted_ = counted_seconds(now);
+  FoldUncounted(now);  // before the gate moves on
   const double dt = std::max(0.0, now - last_now_);
   last_now_ = now;
   const double spent = last_cost_ < 0 ? 0.0 : std::max(0.0, cost - last_cost_);
   last_cost_ = cost;
   cost_ += spent;
   // All of it: what is spent while off is a detach still under way.
-  cycle_on_cost_ += spent;
+  cycle_cost_ += spent;
   if (options_.budget <= 0) return Action::kNone;
   // Savings are kept for the cycle under way (its phase may come late in
   // it) and one shortest cycle more: a quiet hour must not pay for a later
@@ -143,10 +146,10 @@ DutyCycle::Action DutyCycle::Tick(double now, double cost, double weighted) {
   }
   // A share-1 cycle ends as soon as it has spent a whole cycle's budget:
   // everything in it counted, so ending it early biases nothing.
-  if (share_ >= 1.0 && cycle_on_cost_ > options_.budget * options_.min_cycle_seconds) {
-    PlanCycle(now, weighted);
+  if ((share_ >= 1.0 && cycle_cost_ > options_.budget * options_.min_cycle_seconds) || now >= cycle_end_) {
+    EndCycle(now, weighted);
+    PlanCycle(now);
   }
-  if (now >= cycle_end_) PlanCycle(now, weighted);
   const bool want = Wanted(now);
   if (want == on_) return Action::kNone;
   return want ? Action::kAttach : Action::kDetach;
@@ -163,6 +166,7 @@ double DutyCycle::next_change() const {
 
 void DutyCycle::Toggled(double now, bool on, double toggle_cost) {
   if (on == on_) return;
+  FoldUncounted(now);
   toggle_cost_ += toggle_cost;
   balance_ -= toggle_cost;
   toggle_avg_ = toggles_ == 0 ? toggle_cost : 0.8 * toggle_avg_ + 0.2 * toggle_cost;
@@ -216,14 +220,24 @@ double DutyCycle::pending_variance(double now, double weighted) const {
   return std::max(binomial, d2) + (prev_sampled_ ? std::max(0.0, d2 - prev_variance_) : 0.0);
 }
 
-double DutyCycle::counted_seconds(double now) const {
-  // Plus the time events were counted in since the last tick: the gate
-  // then, from the attach on (a share-1 cycle's counts only attached).
-  if (now <= last_now_) return counted_;
-  const Gate g = gate(last_now_);
-  if (!on_ && !std::isfinite(g.close)) return counted_;
-  return counted_ + std::max(0.0, std::min(now, g.close) - std::max(last_now_, g.open));
+double DutyCycle::uncounted_seconds(double now) const {
+  // Plus the attached time since the last fold that the gate then leaves
+  // out (none in a share-1 cycle, whose gate is always open).
+  if (!on_) return uncounted_;
+  const double from = std::max(uncounted_at_, on_since_);
+  if (now <= from) return uncounted_;
+  const Gate g = gate(from);
+  if (!std::isfinite(g.close)) return uncounted_;
+  const double inside = std::max(0.0, std::min(now, g.close) - std::max(from, g.open));
+  return uncounted_ + (now - from) - inside;
 }
+
+void DutyCycle::FoldUncounted(double now) {
+  uncounted_ = uncounted_seconds(now);
+  uncounted_at_ = std::max(uncounted_at_, now);
+}
+
+double DutyCycle::counted_seconds(double now) const { return on_seconds(now) - uncounted_seconds(now); }
 
 double DutyCycle::on_seconds(double now) const { return on_total_ + (on_ ? std::max(0.0, now - on_since_) : 0.0); }
 

@@ -97,8 +97,16 @@ class DutyCycle {
   double pending_variance(double now, double weighted) const;
 
  private:
-  void PlanCycle(double now, double weighted);
+  // A cycle ends: its error, the cost rates it measured.
+  void EndCycle(double now, double weighted);
+  // The next one: its share, length and phase.
+  void PlanCycle(double now);
   bool Wanted(double now) const;
+  // Attached time the gate left out (grace, a detach's or a late attach's
+  // part): counted time is on_seconds() minus it, so that it is the
+  // attached time exactly while always on.
+  double uncounted_seconds(double now) const;
+  void FoldUncounted(double now);
 
   Options options_;
   std::mt19937_64 random_;
@@ -113,7 +121,7 @@ class DutyCycle {
   double cycle_start_, cycle_end_, on_begin_, on_end_, wrap_end_;
   double grace_until_ = 0;  // attached until then (the last phase's grace)
   double share_ = 1;
-  double cycle_on_cost_ = 0;  // the probes' cost in this cycle (while attached, and detaches' tails)
+  double cycle_cost_ = 0;  // the probes' cost in this cycle (while attached, and detaches' tails)
   double on_since_;
   double on_total_ = 0;
   double cycle_on_seconds_at_start_ = 0;
@@ -122,8 +130,7 @@ class DutyCycle {
   double cycle_counted_at_start_ = 0;
   double toggle_avg_ = 0;  // a toggle's cost (CPU-s), smoothed
   unsigned long toggles_ = 0;
-  double counted_ = 0;
-  Gate last_gate_;
+  double uncounted_ = 0, uncounted_at_ = 0;  // uncounted_seconds() up to uncounted_at_
   // The error's bookkeeping.
   double cycle_weighted_start_ = 0;
   double variance_ = 0;

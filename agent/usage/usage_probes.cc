@@ -200,8 +200,7 @@ struct Group {
   std::pair<uint64_t, uint64_t> file_key;  // dev, inode
   std::vector<uint64_t> offsets, cookies;
   bool retprobe = false;
-  bool entry = true;       // attached after every return probe, detached before them
-  bool always_on = false;  // connection ends: never duty-cycled
+  bool entry = true;  // attached after every return probe, detached before them
   UniqueFd multi_link;
   std::vector<LinkPtr> links;
 
@@ -241,7 +240,6 @@ struct PlannedProbe {
   uint64_t cookie = 0;
   bool retprobe = false;
   bool entry = true;
-  bool always_on = false;
 };
 
 }  // namespace
@@ -249,8 +247,8 @@ struct PlannedProbe {
 struct UsageProbes::Impl {
   SkelPtr skel;
   // sched_switch, for the operations' on-CPU time: attached with the
-  // probes (it runs on every context switch of the host, ~0.2-0.5 us each
-  // here, so it is duty-cycled and paid from the budget like them).
+  // probes (it runs on every context switch of the host, so it is
+  // duty-cycled and paid from the budget like them; CalibrateSwitches).
   LinkPtr switch_link;
   double switch_cost = 0;                            // CPU-s per run, calibrated
   std::set<std::pair<uint64_t, uint64_t>> attached;  // dev, inode
@@ -296,7 +294,7 @@ struct UsageProbes::Impl {
   // cycle has the probes off.
   Status AddGroup(Group&& group) {
     std::lock_guard<std::mutex> lock(mu);
-    if (on || group.always_on) {
+    if (on) {
       if (auto st = group.Attach(); !st.ok()) return st;
     }
     groups.push_back(std::move(group));
@@ -318,7 +316,6 @@ struct UsageProbes::Impl {
       g.file_key = file_key;
       g.retprobe = probes[0]->retprobe;
       g.entry = probes[0]->entry;
-      g.always_on = probes[0]->always_on;
       for (const PlannedProbe* p : probes) {
         g.offsets.push_back(p->offset);
         g.cookies.push_back(p->cookie);
@@ -367,45 +364,35 @@ struct UsageProbes::Impl {
     for (const Group& g : groups) n += g.offsets.size();
     return n;
   }
-  // One usage_totals slot, summed over the CPUs.
-  uint64_t TotalSlot(uint32_t slot) const {
+  // Every usage_totals slot, summed over the CPUs: one read of the map.
+  using Slots = std::array<uint64_t, UTOTAL_NR_SLOTS>;
+  Slots ReadSlots() const {
+    Slots out{};
     const int fd = bpf_map__fd(skel->maps.usage_totals);
     const int ncpus = libbpf_num_possible_cpus();
-    if (ncpus <= 0) return 0;
+    if (ncpus <= 0) return out;
     std::vector<uint64_t> values(static_cast<size_t>(ncpus));
-    uint64_t total = 0;
-    if (bpf_map_lookup_elem(fd, &slot, values.data()) == 0) {
-      for (uint64_t v : values) total += v;
+    for (uint32_t slot = 0; slot < UTOTAL_NR_SLOTS; ++slot) {
+      if (bpf_map_lookup_elem(fd, &slot, values.data()) != 0) continue;
+      for (uint64_t v : values) out[slot] += v;
     }
-    return total;
+    return out;
   }
   // The handshakes counted so far, by what each stands for.
-  double WeightedHandshakes() const {
-    return static_cast<double>(TotalSlot(UTOTAL_HANDSHAKES_WEIGHTED)) / USAGE_SCALE_ONE;
+  static double WeightedHandshakes(const Slots& slots) {
+    return static_cast<double>(slots[UTOTAL_HANDSHAKES_WEIGHTED]) / USAGE_SCALE_ONE;
   }
-  // What the probes have cost so far: calls by class x their cost.
-  double CostSeconds() const {
-    const int fd = bpf_map__fd(skel->maps.usage_totals);
-    const int ncpus = libbpf_num_possible_cpus();
-    if (ncpus <= 0) return 0;
-    std::vector<uint64_t> values(static_cast<size_t>(ncpus));
+  // What the probes have cost so far: calls by class x their cost, the
+  // connection ends (an entry probe alone, about half a single-stepped
+  // call's pair: SSL_free starts with endbr64 in Debian's build), and the
+  // sched_switch program's runs.
+  double CostSeconds(const Slots& slots) const {
     double cost = 0;
     for (uint32_t insn = 0; insn < INSN_NR; ++insn) {
-      const uint32_t slot = UTOTAL_CALLS_PUSH + insn;
-      if (bpf_map_lookup_elem(fd, &slot, values.data()) != 0) continue;
-      uint64_t calls = 0;
-      for (uint64_t v : values) calls += v;
-      cost += static_cast<double>(calls) * call_cost[insn];
+      cost += static_cast<double>(slots[UTOTAL_CALLS_PUSH + insn]) * call_cost[insn];
     }
-    // Connection ends: an entry probe alone, about half a single-stepped
-    // call's pair (SSL_free starts with endbr64 in Debian's build).
-    const uint32_t slot = UTOTAL_CLOSE_CALLS;
-    if (bpf_map_lookup_elem(fd, &slot, values.data()) == 0) {
-      uint64_t calls = 0;
-      for (uint64_t v : values) calls += v;
-      cost += static_cast<double>(calls) * call_cost[INSN_SINGLE_STEPPED] / 2;
-    }
-    return cost + static_cast<double>(TotalSlot(UTOTAL_SWITCHES)) * switch_cost;
+    cost += static_cast<double>(slots[UTOTAL_CLOSE_CALLS]) * call_cost[INSN_SINGLE_STEPPED] / 2;
+    return cost + static_cast<double>(slots[UTOTAL_SWITCHES]) * switch_cost;
   }
   // The duty cycle's thread: ticks every 20 ms, and when a toggle is due.
   void Run() {
@@ -413,10 +400,9 @@ struct UsageProbes::Impl {
     while (!stop.load()) {
       const double wait = std::clamp(next - MonotonicSeconds(), 0.001, 0.02);
       std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-      const double cost = CostSeconds();
-      const double weighted = WeightedHandshakes();
+      const Slots slots = ReadSlots();
       std::lock_guard<std::mutex> lock(mu);
-      const DutyCycle::Action action = duty->Tick(MonotonicSeconds(), cost, weighted);
+      const DutyCycle::Action action = duty->Tick(MonotonicSeconds(), CostSeconds(slots), WeightedHandshakes(slots));
       if (action != DutyCycle::Action::kNone) {
         const bool want = action == DutyCycle::Action::kAttach;
         const double began = MonotonicSeconds();
@@ -465,7 +451,7 @@ struct UsageProbes::Impl {
     }
     for (bool entry : want ? std::array{false, true} : std::array{true, false}) {
       for (Group& g : groups) {
-        if (g.entry != entry || g.always_on) continue;
+        if (g.entry != entry) continue;
         if (!want) {
           g.Detach();
         } else if (!g.Attached()) {
@@ -606,7 +592,7 @@ void UsageProbes::CalibrateSwitches() {
   constexpr double kFallback = 0.5e-6;
   impl_->switch_cost = kFallback;
   const int prog_fd = bpf_program__fd(impl_->skel->progs.usage_sched_switch);
-  auto read = [&](uint64_t* ns, uint64_t* runs) {
+  auto prog_stats = [&](uint64_t* ns, uint64_t* runs) {
     bpf_prog_info info{};
     uint32_t len = sizeof(info);
     if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) return false;
@@ -616,12 +602,13 @@ void UsageProbes::CalibrateSwitches() {
   };
   UniqueFd stats(bpf_enable_stats(BPF_STATS_RUN_TIME));
   uint64_t ns0 = 0, runs0 = 0, ns1 = 0, runs1 = 0;
-  int there[2], back[2];
-  if (!stats.valid() || !read(&ns0, &runs0) || pipe(there) != 0) {
+  if (!stats.valid() || !prog_stats(&ns0, &runs0)) {
     spdlog::info("usage probes: no BPF stats ({}); a context switch's probe cost taken as {:.2f} us", ErrnoText(errno),
                  kFallback * 1e6);
     return;
   }
+  int there[2], back[2];
+  if (pipe(there) != 0) return;
   if (pipe(back) != 0) {
     close(there[0]);
     close(there[1]);
@@ -640,7 +627,7 @@ void UsageProbes::CalibrateSwitches() {
   }
   echo.join();
   for (int fd : {there[0], there[1], back[0], back[1]}) close(fd);
-  if (read(&ns1, &runs1) && runs1 > runs0 + 1000) {
+  if (prog_stats(&ns1, &runs1) && runs1 > runs0 + 1000) {
     impl_->switch_cost = static_cast<double>(ns1 - ns0) / static_cast<double>(runs1 - runs0) * 1e-9;
   }
   spdlog::info("usage probes: a context switch costs the sched_switch program {:.2f} us ({} runs measured)",
@@ -661,7 +648,7 @@ void UsageProbes::EnableBudget(double cpu_seconds_per_second) {
 
 UsageClock UsageProbes::ReadClock() const {
   UsageClock c;
-  const double cost = impl_->CostSeconds();
+  const Impl::Slots slots = impl_->ReadSlots();
   std::lock_guard<std::mutex> lock(impl_->mu);
   c.at = MonotonicSeconds();
   c.connections_since = impl_->connections_since;
@@ -669,13 +656,13 @@ UsageClock UsageProbes::ReadClock() const {
     c.on = impl_->duty->on_seconds(c.at);
     c.counted = impl_->duty->counted_seconds(c.at);
     c.variance = impl_->duty->variance();
-    c.pending_variance = impl_->duty->pending_variance(c.at, impl_->WeightedHandshakes());
+    c.pending_variance = impl_->duty->pending_variance(c.at, Impl::WeightedHandshakes(slots));
     c.cost = impl_->duty->cost_seconds();
     c.allowed = impl_->duty->allowed_seconds(c.at);
     c.toggles = impl_->duty->toggles();
   } else {
     c.on = c.counted = c.at;
-    c.cost = cost;
+    c.cost = impl_->CostSeconds(slots);
   }
   return c;
 }
@@ -944,37 +931,21 @@ void UsageProbes::ForgetProcess(uint32_t tgid) {
 }
 
 UsageTotals UsageProbes::ReadTotals() const {
-  const int fd = bpf_map__fd(impl_->skel->maps.usage_totals);
-  const int ncpus = libbpf_num_possible_cpus();
+  const Impl::Slots slots = impl_->ReadSlots();
   UsageTotals totals;
-  if (ncpus <= 0) return totals;
-  std::vector<uint64_t> values(static_cast<size_t>(ncpus));
-  auto sum = [&](uint32_t slot) {
-    uint64_t total = 0;
-    if (bpf_map_lookup_elem(fd, &slot, values.data()) == 0) {
-      for (uint64_t v : values) total += v;
-    }
-    return total;
-  };
-  totals.hits = sum(UTOTAL_HITS);
-  totals.handshake_calls = sum(UTOTAL_HANDSHAKE_CALLS);
-  totals.handshakes = sum(UTOTAL_HANDSHAKES);
-  totals.ops = sum(UTOTAL_OPS);
-  totals.nested = sum(UTOTAL_NESTED);
-  totals.dropped_keys = sum(UTOTAL_DROPPED_KEYS);
-  totals.read_errors = sum(UTOTAL_READ_ERRORS);
-  totals.go_unmatched = sum(UTOTAL_GO_UNMATCHED);
-  totals.go_migrated = sum(UTOTAL_GO_MIGRATED);
-  totals.closes = sum(UTOTAL_CLOSE_CALLS);
-  totals.live_full = sum(UTOTAL_LIVE_FULL);
+  totals.hits = slots[UTOTAL_HITS];
+  totals.handshake_calls = slots[UTOTAL_HANDSHAKE_CALLS];
+  totals.handshakes = slots[UTOTAL_HANDSHAKES];
+  totals.ops = slots[UTOTAL_OPS];
+  totals.nested = slots[UTOTAL_NESTED];
+  totals.dropped_keys = slots[UTOTAL_DROPPED_KEYS];
+  totals.read_errors = slots[UTOTAL_READ_ERRORS];
+  totals.go_unmatched = slots[UTOTAL_GO_UNMATCHED];
+  totals.go_migrated = slots[UTOTAL_GO_MIGRATED];
+  totals.closes = slots[UTOTAL_CLOSE_CALLS];
+  totals.live_full = slots[UTOTAL_LIVE_FULL];
   return totals;
 }
-
-namespace {
-uint64_t b_toggles(const UsageSnapshot& end, const UsageSnapshot& start) {
-  return end.clock.toggles - std::min(end.clock.toggles, start.clock.toggles);
-}
-}  // namespace
 
 UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   UsageSnapshot out;
@@ -1015,19 +986,18 @@ UsageSnapshot Subtract(const UsageSnapshot& end, const UsageSnapshot& start) {
   out.totals.go_migrated = minus(end.totals.go_migrated, start.totals.go_migrated);
   out.totals.closes = minus(end.totals.closes, start.totals.closes);
   out.totals.live_full = minus(end.totals.live_full, start.totals.live_full);
-  // Live connections are exact only if the probes never paused since the
-  // window began (a pause starts the live set over): else unknown.
-  out.connections_known = end.clock.connections_since <= start.clock.at && b_toggles(end, start) == 0;
-  out.connections = out.connections_known ? end.connections : std::vector<ConnectionCount>{};
   // The duty cycle over the window, and the counts scaled by it.
   const double span = end.clock.at - start.clock.at;
   UsageBudget& b = out.budget;
+  b.toggles = end.clock.toggles - std::min(end.clock.toggles, start.clock.toggles);
+  // Live connections are exact only if the probes never paused since the
+  // window began (a pause starts the live set over): else unknown.
+  out.connections_known = end.clock.connections_since <= start.clock.at && b.toggles == 0;
+  out.connections = out.connections_known ? end.connections : std::vector<ConnectionCount>{};
   b.duty_cycle = span > 0 ? std::clamp((end.clock.counted - start.clock.counted) / span, 0.0, 1.0) : 1.0;
-  if (b.duty_cycle > 1 - 1e-9) b.duty_cycle = 1.0;  // always on: the sum of the ticks' parts, rounded
   b.attached = span > 0 ? std::clamp((end.clock.on - start.clock.on) / span, 0.0, 1.0) : 1.0;
   b.probe_cpu_seconds = std::max(0.0, end.clock.cost - start.clock.cost);
   b.budget_cpu_seconds = std::max(0.0, end.clock.allowed - start.clock.allowed);
-  b.toggles = end.clock.toggles - std::min(end.clock.toggles, start.clock.toggles);
   // The estimate's 95% error: the duty cycle's variance of the weighted
   // handshake count over the cycles the window completed, plus the one
   // under way at its end (DutyCycle); 0 while always on.
