@@ -5,6 +5,8 @@
 #include <bit>
 #include <utility>
 
+#include <capstone/capstone.h>
+
 #include "bpf/usage.h"
 
 namespace tlsprof::usage {
@@ -17,7 +19,6 @@ constexpr size_t kMaxFrames = 4;  // nested calls
 
 constexpr int kRax = 0;
 constexpr int kRsp = 4;
-constexpr int kRbp = 5;
 constexpr int kRdi = 7;
 
 // A register's value on one path.
@@ -111,47 +112,64 @@ struct Outcome {
   Sym result;
 };
 
-// A ModRM operand (and its SIB and displacement).
-struct Operand {
-  bool is_reg = false;
-  bool plain = false;  // memory: [base + disp], no SIB, not rip-relative
-  int reg = 0;         // the ModRM reg field (REX.R applied)
-  int rm = 0;          // the register operand or the memory base (REX.B applied)
-  int32_t disp = 0;
-  size_t length = 0;  // ModRM, SIB and displacement bytes
+// A general-purpose register as capstone names it: its number (rax 0 ..
+// r15 15) and the bytes it names (8, 4, 2, 1); nullopt for the others
+// (ah..bh, rip, segment and vector registers).
+struct Reg {
+  int index;
+  int width;
 };
 
-int32_t ReadI32(const std::vector<uint8_t>& b, size_t at) {
-  return static_cast<int32_t>(static_cast<uint32_t>(b[at]) | static_cast<uint32_t>(b[at + 1]) << 8 |
-                              static_cast<uint32_t>(b[at + 2]) << 16 | static_cast<uint32_t>(b[at + 3]) << 24);
+std::optional<Reg> RegOf(x86_reg r) {
+  static constexpr std::array<std::array<x86_reg, 4>, 16> kNames = {{
+      {X86_REG_RAX, X86_REG_EAX, X86_REG_AX, X86_REG_AL},
+      {X86_REG_RCX, X86_REG_ECX, X86_REG_CX, X86_REG_CL},
+      {X86_REG_RDX, X86_REG_EDX, X86_REG_DX, X86_REG_DL},
+      {X86_REG_RBX, X86_REG_EBX, X86_REG_BX, X86_REG_BL},
+      {X86_REG_RSP, X86_REG_ESP, X86_REG_SP, X86_REG_SPL},
+      {X86_REG_RBP, X86_REG_EBP, X86_REG_BP, X86_REG_BPL},
+      {X86_REG_RSI, X86_REG_ESI, X86_REG_SI, X86_REG_SIL},
+      {X86_REG_RDI, X86_REG_EDI, X86_REG_DI, X86_REG_DIL},
+      {X86_REG_R8, X86_REG_R8D, X86_REG_R8W, X86_REG_R8B},
+      {X86_REG_R9, X86_REG_R9D, X86_REG_R9W, X86_REG_R9B},
+      {X86_REG_R10, X86_REG_R10D, X86_REG_R10W, X86_REG_R10B},
+      {X86_REG_R11, X86_REG_R11D, X86_REG_R11W, X86_REG_R11B},
+      {X86_REG_R12, X86_REG_R12D, X86_REG_R12W, X86_REG_R12B},
+      {X86_REG_R13, X86_REG_R13D, X86_REG_R13W, X86_REG_R13B},
+      {X86_REG_R14, X86_REG_R14D, X86_REG_R14W, X86_REG_R14B},
+      {X86_REG_R15, X86_REG_R15D, X86_REG_R15W, X86_REG_R15B},
+  }};
+  static constexpr std::array<int, 4> kWidths = {8, 4, 2, 1};
+  for (int i = 0; i < 16; ++i) {
+    for (int w = 0; w < 4; ++w) {
+      if (kNames[i][w] == r) return Reg{i, kWidths[w]};
+    }
+  }
+  return std::nullopt;
 }
 
-std::optional<Operand> ModRm(const std::vector<uint8_t>& b, size_t at, uint8_t rex) {
-  if (at >= b.size()) return std::nullopt;
-  const uint8_t modrm = b[at];
-  Operand op;
-  const int mod = modrm >> 6;
-  op.reg = ((modrm >> 3) & 7) | (rex & 0x04 ? 8 : 0);
-  op.rm = (modrm & 7) | (rex & 0x01 ? 8 : 0);
-  op.length = 1;
-  if (mod == 3) {
-    op.is_reg = true;
-    return op;
+// A register operand of 4 or 8 bytes (the widths modelled; a 16-bit
+// operation is not an accessor's).
+std::optional<Reg> Reg32Or64(const cs_x86_op& op) {
+  if (op.type != X86_OP_REG) return std::nullopt;
+  auto r = RegOf(op.reg);
+  if (!r || r->width < 4) return std::nullopt;
+  return r;
+}
+
+// [base + disp]: no index, segment or rip.
+struct PlainMem {
+  int base;
+  int32_t disp;
+};
+
+std::optional<PlainMem> PlainMemOf(const cs_x86_op& op) {
+  if (op.type != X86_OP_MEM || op.mem.segment != X86_REG_INVALID || op.mem.index != X86_REG_INVALID) {
+    return std::nullopt;
   }
-  bool sib = (modrm & 7) == kRsp;
-  bool rip = mod == 0 && (modrm & 7) == kRbp;
-  if (sib) {
-    if (at + 1 >= b.size()) return std::nullopt;
-    if (mod == 0 && (b[at + 1] & 7) == kRbp) op.length += 4;  // no base, disp32
-    op.length += 1;
-  }
-  if (mod == 1) op.length += 1;
-  if (mod == 2 || rip) op.length += 4;
-  if (at + op.length > b.size()) return std::nullopt;
-  if (mod == 1) op.disp = static_cast<int8_t>(b[at + op.length - 1]);
-  if (mod == 2) op.disp = ReadI32(b, at + op.length - 4);
-  op.plain = !sib && !rip && !(rex & 0x02);
-  return op;
+  auto base = RegOf(op.mem.base);
+  if (!base || base->width != 8 || op.mem.disp < INT32_MIN || op.mem.disp > INT32_MAX) return std::nullopt;
+  return PlainMem{base->index, static_cast<int32_t>(op.mem.disp)};
 }
 
 // A contiguous mask `imm` applied to a read value, for a test (`shifted`:
@@ -178,9 +196,20 @@ std::optional<LoadChain> Masked(LoadChain c, uint64_t imm, bool shifted) {
 
 class Runner {
  public:
-  explicit Runner(const AccessorContext& context) : context_(context) {}
+  explicit Runner(const AccessorContext& context) : context_(context) {
+    if (cs_open(CS_ARCH_X86, CS_MODE_64, &cs_) != CS_ERR_OK) return;
+    cs_option(cs_, CS_OPT_DETAIL, CS_OPT_ON);
+    insn_ = cs_malloc(cs_);
+  }
+  ~Runner() {
+    if (insn_) cs_free(insn_, 1);
+    if (cs_) cs_close(&cs_);
+  }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
 
   std::optional<LoadChain> Run(const FunctionCode& code) {
+    if (!insn_) return std::nullopt;
     Path start;
     start.at = {&code, 0};
     start.regs[kRdi] = Sym::Value(LoadChain{{}, 8});
@@ -247,282 +276,159 @@ class Runner {
     return true;
   }
 
+  // A value read from an operand: a register (`width` bytes of it, ah..bh
+  // refused) or plain memory; nullopt: the path fails.
+  std::optional<Sym> Read(const Path& p, const cs_x86_op& op, int width) const {
+    if (op.type == X86_OP_REG) {
+      auto r = RegOf(op.reg);
+      if (!r) return std::nullopt;
+      return Narrow(p.regs[r->index], width * 8);
+    }
+    auto mem = PlainMemOf(op);
+    if (!mem) return std::nullopt;
+    return Load(p, p.regs[mem->base], mem->disp, static_cast<uint8_t>(width));
+  }
+
   // Runs one path until it returns (an outcome), forks (both halves queued)
-  // or fails (false).
+  // or fails (false). The instructions come decoded from capstone; what
+  // each does to the symbolic registers and flags is below, and any other
+  // instruction, operand form or width fails the path.
   bool RunPath(Path& p) {
     for (;;) {
       if (++p.steps > kMaxSteps) return false;
       const std::vector<uint8_t>& b = p.at.code->prefix;
-      size_t i = p.at.pc;
-      auto have = [&](size_t n) { return i + n <= b.size(); };
-      if (!have(1)) return false;
-      // endbr64, and the nops compilers pad with.
-      if (have(4) && b[i] == 0xf3 && b[i + 1] == 0x0f && b[i + 2] == 0x1e && b[i + 3] == 0xfa) {
+      const size_t i = p.at.pc;
+      if (i >= b.size()) return false;
+      // endbr64 (capstone 4 reads it as a nop of another form).
+      if (i + 4 <= b.size() && b[i] == 0xf3 && b[i + 1] == 0x0f && b[i + 2] == 0x1e && b[i + 3] == 0xfa) {
         p.at.pc += 4;
         continue;
       }
-      if (b[i] == 0x90) {
-        p.at.pc += 1;
-        continue;
-      }
-      if (b[i] == 0xf3 && have(2) && b[i + 1] == 0xc3) ++i;  // repz ret
-      uint8_t rex = 0;
-      if ((b[i] & 0xf0) == 0x40) rex = b[i++];
-      if (!have(1)) return false;
-      const bool w = rex & 0x08;
-      const uint8_t op = b[i];
-      const uint64_t here = p.at.code->vaddr;
-
-      // ret
-      if (op == 0xc3 && !w) {
-        if (p.stack.empty()) {
-          // A pointer the path knows to be NULL is the constant 0.
-          Sym result = p.regs[kRax];
-          if (result.pointer() && result.add == 0 && Decide(p, result.chain) == true) result = Sym::Const(0);
-          outcomes_.push_back({std::move(p.conds), std::move(result)});
-          return true;
-        }
-        if (!p.stack.back().is_return) return false;  // unbalanced pushes
-        p.at = p.stack.back().frame;
-        p.stack.pop_back();
-        p.flags = {};
-        continue;
-      }
-      // push / pop reg
-      if (op >= 0x50 && op <= 0x57) {
-        p.stack.push_back({false, p.regs[(op - 0x50) | (rex & 1 ? 8 : 0)], {}});
-        p.at.pc = i + 1;
-        continue;
-      }
-      if (op >= 0x58 && op <= 0x5f) {
-        if (p.stack.empty() || p.stack.back().is_return) return false;
-        if (!SetReg(p, (op - 0x58) | (rex & 1 ? 8 : 0), p.stack.back().value)) return false;
-        p.stack.pop_back();
-        p.at.pc = i + 1;
-        continue;
-      }
-      // mov $imm32, r32 / movabs $imm64, r64
-      if (op >= 0xb8 && op <= 0xbf) {
-        const int r = (op - 0xb8) | (rex & 1 ? 8 : 0);
-        if (!have(w ? 9 : 5)) return false;
-        uint64_t imm = static_cast<uint32_t>(ReadI32(b, i + 1));
-        if (w) imm |= static_cast<uint64_t>(static_cast<uint32_t>(ReadI32(b, i + 5))) << 32;
-        if (!SetReg(p, r, Sym::Const(imm))) return false;
-        p.at.pc = i + (w ? 9 : 5);
-        continue;
-      }
-      // and $imm32, %eax / %rax
-      if (op == 0x25) {
-        if (!have(5)) return false;
-        const uint64_t imm = static_cast<uint64_t>(static_cast<int64_t>(ReadI32(b, i + 1)));
-        if (!SetReg(p, kRax, And(p.regs[kRax], w ? imm : imm & 0xffffffffu, w))) return false;
-        p.flags = {};
-        p.at.pc = i + 5;
-        continue;
-      }
-      // je / jne rel8, jmp rel8, jmp rel32, call rel32
-      if (op == 0x74 || op == 0x75 || op == 0xeb) {
-        if (!have(2)) return false;
-        const uint64_t next = here + i + 2;
-        const uint64_t target = next + static_cast<int8_t>(b[i + 1]);
-        if (op == 0xeb) {
-          if (!Goto(p, target)) return false;
+      const uint8_t* bytes = b.data() + i;
+      size_t size = b.size() - i;
+      uint64_t address = p.at.code->vaddr + i;
+      if (!cs_disasm_iter(cs_, &bytes, &size, &address, insn_)) return false;
+      const size_t next = i + insn_->size;
+      const cs_x86& x = insn_->detail->x86;
+      const cs_x86_op* ops = x.operands;
+      const int n = x.op_count;
+      switch (insn_->id) {
+        case X86_INS_NOP:
+          p.at.pc = next;
           continue;
-        }
-        if (!Branch(p, op == 0x74, target, i + 2)) return false;
-        if (p.at.code == nullptr) return true;  // forked: both halves queued
-        continue;
-      }
-      if (op == 0xe9 || op == 0xe8) {
-        if (!have(5)) return false;
-        const uint64_t target = here + i + 5 + static_cast<int64_t>(ReadI32(b, i + 1));
-        if (op == 0xe8) {
-          size_t frames = 0;
-          for (const StackSlot& s : p.stack) frames += s.is_return;
-          if (frames >= kMaxFrames) return false;
-          p.stack.push_back({true, Sym{}, {p.at.code, i + 5}});
+        case X86_INS_XCHG:  // xchg %ax,%ax (66 90): a nop of padding
+          if (n != 2 || ops[0].type != X86_OP_REG || ops[0].reg != X86_REG_AX || ops[1].type != X86_OP_REG ||
+              ops[1].reg != X86_REG_AX)
+            return false;
+          p.at.pc = next;
+          continue;
+        case X86_INS_RET: {
+          if (n != 0) return false;
+          if (p.stack.empty()) {
+            // A pointer the path knows to be NULL is the constant 0.
+            Sym result = p.regs[kRax];
+            if (result.pointer() && result.add == 0 && Decide(p, result.chain) == true) result = Sym::Const(0);
+            outcomes_.push_back({std::move(p.conds), std::move(result)});
+            return true;
+          }
+          if (!p.stack.back().is_return) return false;  // unbalanced pushes
+          p.at = p.stack.back().frame;
+          p.stack.pop_back();
           p.flags = {};
-        }
-        if (!Goto(p, target)) return false;
-        continue;
-      }
-      if (op == 0x0f) {
-        if (!have(2)) return false;
-        const uint8_t op2 = b[i + 1];
-        if (op2 == 0x84 || op2 == 0x85) {  // je / jne rel32
-          if (!have(6)) return false;
-          const uint64_t target = here + i + 6 + static_cast<int64_t>(ReadI32(b, i + 2));
-          if (!Branch(p, op2 == 0x84, target, i + 6)) return false;
-          if (p.at.code == nullptr) return true;
           continue;
         }
-        auto operand = ModRm(b, i + 2, rex);
-        if (!operand) return false;
-        const size_t next = i + 2 + operand->length;
-        if (op2 == 0x1f) {  // nop r/m
+        case X86_INS_PUSH:
+        case X86_INS_POP: {
+          if (n != 1 || ops[0].type != X86_OP_REG) return false;
+          auto r = RegOf(ops[0].reg);
+          if (!r || r->width != 8) return false;
+          if (insn_->id == X86_INS_PUSH) {
+            p.stack.push_back({false, p.regs[r->index], {}});
+          } else {
+            if (p.stack.empty() || p.stack.back().is_return) return false;
+            if (!SetReg(p, r->index, p.stack.back().value)) return false;
+            p.stack.pop_back();
+          }
           p.at.pc = next;
           continue;
         }
-        if (op2 == 0xb6 || op2 == 0xb7) {  // movzx r32, r/m8 or r/m16
-          const uint8_t width = op2 == 0xb6 ? 1 : 2;
+        case X86_INS_MOV:
+        case X86_INS_MOVABS: {
+          // Into a register only (no stores): an immediate, a register, or
+          // a load of 4 or 8 bytes.
+          if (n != 2) return false;
+          auto dst = Reg32Or64(ops[0]);
+          if (!dst) return false;
           Sym v;
-          if (operand->is_reg) {
-            if (width == 1 && !rex && operand->rm >= 4) return false;  // ah..bh
-            v = Narrow(p.regs[operand->rm], width * 8);
+          if (ops[1].type == X86_OP_IMM) {
+            const uint64_t imm = static_cast<uint64_t>(ops[1].imm);
+            v = Sym::Const(dst->width == 8 ? imm : imm & 0xffffffffu);
+          } else if (ops[1].type == X86_OP_REG) {
+            auto src = Reg32Or64(ops[1]);
+            if (!src) return false;
+            v = dst->width == 8 ? p.regs[src->index] : Narrow(p.regs[src->index], 32);
           } else {
-            if (!operand->plain) return false;
-            auto loaded = Load(p, p.regs[operand->rm], operand->disp, width);
+            auto mem = PlainMemOf(ops[1]);
+            if (!mem) return false;
+            auto loaded = Load(p, p.regs[mem->base], mem->disp, static_cast<uint8_t>(dst->width));
             if (!loaded) return false;
             v = *loaded;
           }
-          if (!SetReg(p, operand->reg, v)) return false;
+          if (!SetReg(p, dst->index, v)) return false;
           p.at.pc = next;
           continue;
         }
-        if ((op2 == 0x94 || op2 == 0x95) && operand->is_reg) {  // sete / setne r8
-          if (!rex && operand->rm >= 4) return false;           // ah..bh
-          auto v = SetCc(p, op2 == 0x94, p.regs[operand->rm]);
-          if (!v || !SetReg(p, operand->rm, *v)) return false;
+        case X86_INS_MOVZX: {  // from 1 or 2 bytes of a register or memory
+          if (n != 2 || ops[1].size > 2) return false;
+          auto dst = Reg32Or64(ops[0]);
+          if (!dst) return false;
+          auto v = Read(p, ops[1], ops[1].size);
+          if (!v || !SetReg(p, dst->index, *v)) return false;
           p.at.pc = next;
           continue;
         }
-        return false;
-      }
-      if (op == 0x66) {
-        // Only the nops of padding (xchg %ax,%ax; nopw; cs nopw).
-        size_t j = i + 1;
-        while (j < b.size() && (b[j] == 0x66 || b[j] == 0x2e)) ++j;
-        if (j < b.size() && b[j] == 0x90) {
-          p.at.pc = j + 1;
-          continue;
-        }
-        if (j + 1 < b.size() && b[j] == 0x0f && b[j + 1] == 0x1f) {
-          auto operand = ModRm(b, j + 2, 0);
-          if (!operand) return false;
-          p.at.pc = j + 2 + operand->length;
-          continue;
-        }
-        return false;
-      }
-
-      auto operand = ModRm(b, i + 1, rex);
-      if (!operand) return false;
-      const size_t next = i + 1 + operand->length;
-      switch (op) {
-        case 0x89:  // mov r/m, r: register to register only (no stores)
-        case 0x8b:  // mov r, r/m
-          if (operand->is_reg) {
-            const int dst = op == 0x89 ? operand->rm : operand->reg;
-            const int src = op == 0x89 ? operand->reg : operand->rm;
-            if (!SetReg(p, dst, w ? p.regs[src] : Narrow(p.regs[src], 32))) return false;
-          } else {
-            if (op == 0x89 || !operand->plain) return false;
-            auto loaded = Load(p, p.regs[operand->rm], operand->disp, w ? 8 : 4);
-            if (!loaded || !SetReg(p, operand->reg, *loaded)) return false;
-          }
-          p.at.pc = next;
-          continue;
-        case 0x8d: {  // lea
-          if (operand->is_reg) return false;
+        case X86_INS_LEA: {  // an address inside the object a pointer points to, else unknown
+          if (n != 2) return false;
+          auto dst = Reg32Or64(ops[0]);
+          if (!dst || ops[1].type != X86_OP_MEM) return false;
           Sym v;
-          const Sym& base = p.regs[operand->rm];
-          if (w && operand->plain && base.pointer()) {
-            const int64_t add = static_cast<int64_t>(base.add) + operand->disp;
+          auto mem = PlainMemOf(ops[1]);
+          if (dst->width == 8 && mem && p.regs[mem->base].pointer()) {
+            const int64_t add = static_cast<int64_t>(p.regs[mem->base].add) + mem->disp;
             if (add >= INT32_MIN && add <= INT32_MAX) {
-              v = base;
+              v = p.regs[mem->base];
               v.add = static_cast<int32_t>(add);
             }
           }
-          if (!SetReg(p, operand->reg, v)) return false;
+          if (!SetReg(p, dst->index, v)) return false;
           p.at.pc = next;
           continue;
         }
-        case 0x31:  // xor r/m, r
-        case 0x33:  // xor r, r/m
-          if (!operand->is_reg) return false;
-          if (!SetReg(p, op == 0x31 ? operand->rm : operand->reg, operand->reg == operand->rm ? Sym::Const(0) : Sym{}))
-            return false;
+        case X86_INS_XOR: {  // of registers: a register with itself clears it
+          if (n != 2) return false;
+          auto dst = Reg32Or64(ops[0]), src = Reg32Or64(ops[1]);
+          if (!dst || !src) return false;
+          if (!SetReg(p, dst->index, dst->index == src->index ? Sym::Const(0) : Sym{})) return false;
           p.flags = {};
           p.at.pc = next;
           continue;
-        case 0x84:  // test r8, r8
-        case 0x85:  // test r, r
-          if (!operand->is_reg || operand->reg != operand->rm) return false;
-          if (op == 0x84 && !rex && operand->rm >= 4) return false;
-          p.flags = FlagsOf(p.regs[operand->rm], op == 0x84 ? 8 : (w ? 64 : 32));
-          p.at.pc = next;
-          continue;
-        case 0x80:    // group 1 r/m8, imm8
-        case 0x83:    // group 1 r/m, imm8
-        case 0x81: {  // group 1 r/m, imm32
-          const size_t imm_bytes = op == 0x81 ? 4 : 1;
-          if (next + imm_bytes > b.size()) return false;
-          const int64_t imm = op == 0x81 ? ReadI32(b, next) : static_cast<int8_t>(b[next]);
-          const int kind = operand->reg & 7;  // /0 add, /4 and, /7 cmp
-          const uint8_t width = op == 0x80 ? 1 : (w ? 8 : 4);
-          p.at.pc = next + imm_bytes;
-          if (kind == 7) {  // cmp with 0 is a test; other comparisons are not modelled
-            p.flags = {};
-            if (imm != 0) continue;
-            if (operand->is_reg) {
-              p.flags = FlagsOf(p.regs[operand->rm], width * 8);
-            } else {
-              if (!operand->plain) return false;
-              auto loaded = Load(p, p.regs[operand->rm], operand->disp, width);
-              if (!loaded) return false;
-              p.flags = FlagsOf(*loaded, width * 8);
-            }
-            continue;
-          }
-          if (!operand->is_reg || op == 0x80) return false;
-          const int r = operand->rm;
-          p.flags = {};
-          if (kind == 4) {
-            const uint64_t mask = w ? static_cast<uint64_t>(imm) : static_cast<uint64_t>(imm) & 0xffffffffu;
-            if (!SetReg(p, r, And(p.regs[r], mask, w))) return false;
-            continue;
-          }
-          if (kind == 0) {
-            if (!SetReg(p, r, Add(p.regs[r], imm, w))) return false;
-            continue;
-          }
-          return false;
         }
-        case 0xc1:                                                        // shift r/m, imm8
-        case 0xd1: {                                                      // shift r/m, 1
-          if (!operand->is_reg || (operand->reg & 7) != 5) return false;  // shr only
-          int count = 1;
-          if (op == 0xc1) {
-            if (next >= b.size()) return false;
-            count = b[next] & (w ? 63 : 31);
+        case X86_INS_TEST: {
+          if (n != 2) return false;
+          if (ops[1].type == X86_OP_REG) {  // a register with itself, 1, 4 or 8 bytes
+            if (ops[0].type != X86_OP_REG || ops[0].reg != ops[1].reg) return false;
+            auto r = RegOf(ops[0].reg);
+            if (!r || r->width == 2) return false;
+            p.flags = FlagsOf(p.regs[r->index], r->width * 8);
+            p.at.pc = next;
+            continue;
           }
-          if (!SetReg(p, operand->rm, Shr(p.regs[operand->rm], count, w))) return false;
+          // $imm8 against a byte of a register or memory.
+          if (ops[1].type != X86_OP_IMM || ops[0].size != 1) return false;
+          const uint8_t imm = static_cast<uint8_t>(ops[1].imm);
+          auto tested = Read(p, ops[0], 1);
+          if (!tested) return false;
           p.flags = {};
-          p.at.pc = next + (op == 0xc1 ? 1 : 0);
-          continue;
-        }
-        case 0xc7:  // mov $imm32, r/m: registers only
-          if (!operand->is_reg || (operand->reg & 7) != 0 || next + 4 > b.size()) return false;
-          if (!SetReg(p, operand->rm,
-                      Sym::Const(w ? static_cast<uint64_t>(static_cast<int64_t>(ReadI32(b, next)))
-                                   : static_cast<uint32_t>(ReadI32(b, next)))))
-            return false;
-          p.at.pc = next + 4;
-          continue;
-        case 0xf6: {  // test $imm8, r/m8
-          if ((operand->reg & 7) != 0 || next >= b.size()) return false;
-          const uint8_t imm = b[next];
-          p.at.pc = next + 1;
-          p.flags = {};
-          std::optional<Sym> tested;
-          if (operand->is_reg) {
-            if (!rex && operand->rm >= 4) return false;
-            tested = Narrow(p.regs[operand->rm], 8);
-          } else {
-            if (!operand->plain) return false;
-            tested = Load(p, p.regs[operand->rm], operand->disp, 1);
-            if (!tested) return false;
-          }
           if (tested->kind == Sym::Kind::kConst) {
             p.flags.kind = Flags::Kind::kConst;
             p.flags.zero = (tested->constant & imm) == 0;
@@ -532,6 +438,70 @@ class Runner {
               p.flags.tested = *masked;
             }
           }
+          p.at.pc = next;
+          continue;
+        }
+        case X86_INS_CMP: {  // with 0 it is a test; other comparisons are not modelled
+          if (n != 2 || ops[1].type != X86_OP_IMM || ops[0].size == 2) return false;
+          p.flags = {};
+          if (ops[1].imm == 0) {
+            auto v = Read(p, ops[0], ops[0].size);
+            if (!v) return false;
+            p.flags = FlagsOf(*v, ops[0].size * 8);
+          }
+          p.at.pc = next;
+          continue;
+        }
+        case X86_INS_AND:
+        case X86_INS_ADD:
+        case X86_INS_SHR: {  // a register and an immediate (shr: or 1)
+          auto r = n >= 1 ? Reg32Or64(ops[0]) : std::nullopt;
+          if (!r) return false;
+          const bool w = r->width == 8;
+          const Sym& v = p.regs[r->index];
+          Sym out;
+          if (insn_->id == X86_INS_SHR) {
+            if (n == 2 && ops[1].type != X86_OP_IMM) return false;
+            const int count = static_cast<int>((n == 2 ? ops[1].imm : 1) & (w ? 63 : 31));
+            out = Shr(v, count, w);
+          } else {
+            if (n != 2 || ops[1].type != X86_OP_IMM) return false;
+            const uint64_t imm = static_cast<uint64_t>(ops[1].imm);
+            out = insn_->id == X86_INS_AND ? And(v, w ? imm : imm & 0xffffffffu, w)
+                                           : Add(v, static_cast<int64_t>(ops[1].imm), w);
+          }
+          if (!SetReg(p, r->index, out)) return false;
+          p.flags = {};
+          p.at.pc = next;
+          continue;
+        }
+        case X86_INS_SETE:
+        case X86_INS_SETNE: {  // into a byte register (not ah..bh)
+          if (n != 1 || ops[0].type != X86_OP_REG) return false;
+          auto r = RegOf(ops[0].reg);
+          if (!r || r->width != 1) return false;
+          auto v = SetCc(p, insn_->id == X86_INS_SETE, p.regs[r->index]);
+          if (!v || !SetReg(p, r->index, *v)) return false;
+          p.at.pc = next;
+          continue;
+        }
+        case X86_INS_JE:
+        case X86_INS_JNE:
+          if (n != 1 || ops[0].type != X86_OP_IMM) return false;
+          if (!Branch(p, insn_->id == X86_INS_JE, static_cast<uint64_t>(ops[0].imm), next)) return false;
+          if (p.at.code == nullptr) return true;  // forked: both halves queued
+          continue;
+        case X86_INS_JMP:
+        case X86_INS_CALL: {  // relative only
+          if (n != 1 || ops[0].type != X86_OP_IMM) return false;
+          if (insn_->id == X86_INS_CALL) {
+            size_t frames = 0;
+            for (const StackSlot& slot : p.stack) frames += slot.is_return;
+            if (frames >= kMaxFrames) return false;
+            p.stack.push_back({true, Sym{}, {p.at.code, next}});
+            p.flags = {};
+          }
+          if (!Goto(p, static_cast<uint64_t>(ops[0].imm))) return false;
           continue;
         }
         default:
@@ -695,6 +665,8 @@ class Runner {
   }
 
   const AccessorContext& context_;
+  csh cs_ = 0;
+  cs_insn* insn_ = nullptr;  // the instruction decoded last (detail on)
   std::vector<Path> work_;
   std::vector<Outcome> outcomes_;
   size_t paths_ = 1;

@@ -26,10 +26,10 @@
 // so SSL_in_init() and SSL_in_early_data() return 0 and SSL_get_session() the
 // established session (boringssl_plan.h).
 //
-// Only a small set of instructions is understood: loads from a tracked
-// pointer (mov, movzx), register moves and clears, mov/add/and/shr of
-// immediates, test/testb/cmp-with-zero, sete/setne, je/jne/jmp, call, push,
-// pop, ret. Anything else on a path (a store, another jump condition, a call
+// The instructions come decoded by capstone; only a small set is modelled:
+// loads from a tracked pointer (mov, movzx), register moves and clears,
+// mov/add/and/shr of immediates, test/testb/cmp-with-zero, sete/setne,
+// je/jne/jmp, call, push, pop, ret, nops. Anything else on a path (a store, another jump condition, a call
 // whose code is not given, an unknown instruction, too many paths or steps)
 // gives nullopt: the field is unknown, never guessed.
 //
