@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -327,12 +329,6 @@ TEST(UsageProbes, AttachesUnderLoadWithoutLosingReturns) {
   EXPECT_GT(total - at_attach, 100u);
 }
 
-}  // namespace
-}  // namespace tlsprof::usage
-
-namespace tlsprof::usage {
-namespace {
-
 // A probed file rewritten in place (same inode, new bytes: `cp` over it)
 // loses its probes at the next check: the kernel would keep them at the old
 // offsets in the new code. Renaming a new file over it is a new inode and
@@ -341,7 +337,7 @@ TEST(UsageProbes, FileRewrittenInPlaceLosesItsProbes) {
   char dir[] = "/tmp/tlsprof-usage-inplace-XXXXXX";
   ASSERT_TRUE(mkdtemp(dir));
   const std::string copy = std::string(dir) + "/libssl.so.3";
-  ASSERT_EQ(std::system(("cp " + std::string(kLibssl) + " " + copy).c_str()), 0);
+  std::filesystem::copy_file(kLibssl, copy);
   auto probes = UsageProbes::Start();
   ASSERT_TRUE(probes.ok()) << probes.error().message;
   const size_t before = (*probes)->link_count();
@@ -353,7 +349,12 @@ TEST(UsageProbes, FileRewrittenInPlaceLosesItsProbes) {
   // Rewritten in place: another file's bytes into the same inode.
   struct stat st {};
   ASSERT_EQ(stat(copy.c_str(), &st), 0);
-  ASSERT_EQ(std::system(("cat " + std::string(kLibcrypto) + " > " + copy).c_str()), 0);
+  {
+    std::ifstream from(kLibcrypto, std::ios::binary);
+    std::ofstream to(copy, std::ios::binary | std::ios::trunc);  // the same inode, truncated
+    to << from.rdbuf();
+    ASSERT_TRUE(to.good());
+  }
   struct stat after {};
   ASSERT_EQ(stat(copy.c_str(), &after), 0);
   ASSERT_EQ(after.st_ino, st.st_ino);
@@ -364,7 +365,7 @@ TEST(UsageProbes, FileRewrittenInPlaceLosesItsProbes) {
       EXPECT_TRUE(f.functions.empty());
     }
   }
-  EXPECT_EQ(std::system(("rm -rf " + std::string(dir)).c_str()), 0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -6,8 +6,6 @@ and certificate key type must be exact, and so must the signatures and key
 exchanges, each timed on-CPU."""
 import collections
 import os
-import socket
-import ssl
 import subprocess
 import time
 import unittest
@@ -163,14 +161,7 @@ class UsageTest(UsageAgentTestCase):
             self.s_client(servers["ecdsa"][1], resume + ["-sess_in", session], request=b"x", answer=None)
         # Connections held open through the report: live. (The server
         # waits for their byte; everything above was closed.)
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        held = []
-        for _ in range(HELD_OPEN):
-            sock = context.wrap_socket(socket.create_connection(("127.0.0.1", servers["rsa"][1])))
-            self.addCleanup(sock.close)
-            held.append(sock)
+        self.hold_open(servers["rsa"][1], HELD_OPEN)
         self.assertLess(time.monotonic() - started, PROFILE_SECONDS - 3, "the client mix outran the profile window")
         report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)
 

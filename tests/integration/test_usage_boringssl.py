@@ -10,8 +10,6 @@ and so must the signatures (EVP_PKEY_sign) and X25519 key exchanges, each
 timed on-CPU; connections held open through the report are live."""
 import collections
 import os
-import socket
-import ssl
 import time
 import unittest
 
@@ -78,12 +76,7 @@ class BoringSslUsageTest(UsageAgentTestCase):
             want[(cert,) + resumed] += RESUMED
         # Connections held open through the report: live (the server waits
         # for their byte; everything above was closed, SSL_free'd).
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        for _ in range(HELD_OPEN):
-            sock = context.wrap_socket(socket.create_connection(("127.0.0.1", servers["rsa"][1])))
-            self.addCleanup(sock.close)
+        self.hold_open(servers["rsa"][1], HELD_OPEN)
         want[("rsa",) + HELD_ROW] += HELD_OPEN
         self.assertLess(time.monotonic() - started, PROFILE_SECONDS - 3, "the client mix outran the profile window")
         report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)

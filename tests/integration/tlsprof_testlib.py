@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -261,6 +262,16 @@ class UsageAgentTestCase(unittest.TestCase):
             self.assertEqual(code, 0, f.read()[-2000:])
         with open(report_path) as f:
             return json.load(f)
+
+    def hold_open(self, port, count):
+        """`count` TLS connections to `port` (Python's ssl module: TLS 1.3),
+        handshaken and left open until the test ends: live connections."""
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        for _ in range(count):
+            sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port)))
+            self.addCleanup(sock.close)
 
     def s_client(self, port, args, request=b"GET / HTTP/1.0\r\n\r\n", answer=b"HTTP/1.1 200"):
         # -quiet implies -ign_eof: the client reads until the server closes
