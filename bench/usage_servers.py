@@ -1,6 +1,7 @@
 """The handshake-only servers and helpers the usage benches share
 (usage_handshake_cost.py, usage_budget.py). Python 3 standard library only."""
 
+import json
 import os
 import signal
 import socket
@@ -37,19 +38,30 @@ def wait_for(path, timeout=30):
 
 
 class Server:
-    """A handshake-only TLS server: `go` (workloads/go-tls, GOMAXPROCS=1) or
-    `nginx` (Debian's, stream module, `workers` workers). `addr` is its
-    host:port, `pids` the processes whose CPU is its own."""
+    """A handshake-only TLS server: `go` (workloads/go-tls, GOMAXPROCS=1),
+    `openssl` or `boringssl` (workloads/handshake-server, on Debian's OpenSSL 3
+    or BoringSSL), or `nginx` (Debian's, stream module, `workers` workers).
+    `addr` is its host:port, `pids` the processes whose CPU is its own.
+    The go, openssl and boringssl servers time their own handshakes
+    (--stats-file): `stats()` after `close()` is what they measured, None
+    for nginx."""
+
+    SELF_TIMED = ("go", "openssl", "boringssl")
 
     def __init__(self, kind, cert, tickets, bindir, root, workers=1):
         os.makedirs(root)
-        if kind == "go":
+        self.stats_path = os.path.join(root, "stats.json") if kind in self.SELF_TIMED else None
+        if kind in self.SELF_TIMED:
             ready = os.path.join(root, "ready")
+            if kind == "go":
+                argv = [os.path.join(bindir, "tlsprof-go-tls"), "server", "--cert", cert, "--handshake-only",
+                        f"--tickets={'true' if tickets == 'on' else 'false'}", "--ready-file", ready,
+                        "--stats-file", self.stats_path]
+            else:
+                argv = [os.path.join(bindir, f"tlsprof-{kind}-server"), "--cert", cert, "--tickets", tickets,
+                        "--ready-file", ready, "--stats-file", self.stats_path]
             env = {**os.environ, "GOMAXPROCS": "1"}
-            self.proc = subprocess.Popen([os.path.join(bindir, "tlsprof-go-tls"), "server", "--cert", cert,
-                                          "--handshake-only", f"--tickets={'true' if tickets == 'on' else 'false'}",
-                                          "--ready-file", ready], env=env, stdout=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
             wait_for(ready)
             with open(ready) as f:
                 self.addr = f.read().strip()
@@ -70,4 +82,12 @@ class Server:
 
     def close(self):
         os.killpg(self.proc.pid, signal.SIGTERM)
-        self.proc.wait(timeout=10)
+        if self.proc.wait(timeout=30) != 0 and self.stats_path:
+            raise SystemExit(f"the {self.proc.args[0]} server exited {self.proc.returncode}")
+
+    def stats(self):
+        """What a self-timed server wrote at its stop (None for nginx)."""
+        if self.stats_path is None:
+            return None
+        with open(self.stats_path) as f:
+            return json.load(f)

@@ -1,5 +1,5 @@
 // OpenSSL helpers shared by the C++ workloads: owning pointers for OpenSSL
-// objects and error-queue reporting. Header-only; a program pays (and links)
+// objects, error-queue reporting, keys and self-signed certificates. Header-only; a program pays (and links)
 // only for the aliases it uses, so the libcrypto-only ground truth can include
 // it too.
 #pragma once
@@ -60,6 +60,26 @@ inline std::string OpenSslErrors() {
 inline bool ReportOpenSslFailure(const char* program, const std::string& what) {
   std::fprintf(stderr, "%s: %s failed:%s\n", program, what.c_str(), OpenSslErrors().c_str());
   return false;
+}
+
+// An RSA-2048 (`rsa`) or ECDSA P-256 (otherwise) key; null on failure.
+inline Pkey MakeOpenSslKey(bool rsa) { return Pkey(rsa ? EVP_RSA_gen(2048) : EVP_EC_gen("P-256")); }
+
+// A self-signed certificate for `key` with CN `cn`, valid from an hour ago
+// for a week; null on failure.
+inline X509Ptr MakeOpenSslCertificate(EVP_PKEY* key, const char* cn) {
+  X509Ptr cert(X509_new());
+  if (!cert || X509_set_version(cert.get(), 2) != 1 || ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), 1) != 1 ||
+      X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600) == nullptr ||
+      X509_gmtime_adj(X509_getm_notAfter(cert.get()), 7 * 24 * 3600) == nullptr)
+    return nullptr;
+  X509_NAME* name = X509_get_subject_name(cert.get());
+  if (X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn), -1, -1, 0) !=
+          1 ||
+      X509_set_issuer_name(cert.get(), name) != 1 || X509_set_pubkey(cert.get(), key) != 1 ||
+      X509_sign(cert.get(), key, EVP_sha256()) <= 0)
+    return nullptr;
+  return cert;
 }
 
 }  // namespace tlsprof::workload

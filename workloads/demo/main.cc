@@ -38,6 +38,8 @@
 
 namespace {
 
+using tlsprof::workload::MakeOpenSslCertificate;
+using tlsprof::workload::MakeOpenSslKey;
 using tlsprof::workload::NowNanos;
 using tlsprof::workload::OpenSslErrors;
 using tlsprof::workload::Pkey;
@@ -64,28 +66,6 @@ void ConnError(const std::string& where, const std::string& what) {
 }
 
 bool SetupFail(const std::string& what) { return tlsprof::workload::ReportOpenSslFailure("tlsprof-demo", what); }
-
-// ---- keys and certificates ------------------------------------------------
-
-Pkey MakeKey(bool rsa) {
-  EVP_PKEY* k = rsa ? EVP_RSA_gen(2048) : EVP_EC_gen("P-256");
-  return Pkey(k);
-}
-
-X509Ptr MakeSelfSigned(EVP_PKEY* key, const char* cn) {
-  X509Ptr cert(X509_new());
-  if (!cert) return nullptr;
-  X509_set_version(cert.get(), 2);
-  ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), 1);
-  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
-  X509_gmtime_adj(X509_getm_notAfter(cert.get()), 7 * 24 * 3600);
-  X509_NAME* name = X509_get_subject_name(cert.get());
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn), -1, -1, 0);
-  X509_set_issuer_name(cert.get(), name);
-  if (X509_set_pubkey(cert.get(), key) != 1) return nullptr;
-  if (X509_sign(cert.get(), key, EVP_sha256()) <= 0) return nullptr;
-  return cert;
-}
 
 // ---- scenarios -------------------------------------------------------------
 
@@ -379,10 +359,10 @@ int main(int argc, char** argv) {
   tlsprof::workload::BlockStopSignals();
   signal(SIGPIPE, SIG_IGN);
 
-  Pkey rsa_key = MakeKey(true), ec_key = MakeKey(false);
+  Pkey rsa_key = MakeOpenSslKey(true), ec_key = MakeOpenSslKey(false);
   if (!rsa_key || !ec_key) return SetupFail("key generation"), 1;
-  X509Ptr rsa_cert = MakeSelfSigned(rsa_key.get(), "tlsprof-demo-rsa");
-  X509Ptr ec_cert = MakeSelfSigned(ec_key.get(), "tlsprof-demo-ecdsa");
+  X509Ptr rsa_cert = MakeOpenSslCertificate(rsa_key.get(), "tlsprof-demo-rsa");
+  X509Ptr ec_cert = MakeOpenSslCertificate(ec_key.get(), "tlsprof-demo-ecdsa");
   if (!rsa_cert || !ec_cert) return SetupFail("self-signed certificate"), 1;
   SslCtx server_ctx = MakeServerCtx(rsa_key.get(), rsa_cert.get(), ec_key.get(), ec_cert.get());
   SslCtx client_ctx = MakeClientCtx(rsa_cert.get(), ec_cert.get());

@@ -2,7 +2,7 @@
 // Go's TLS stack (full symbols, frame pointers).
 //
 //	tlsprof-go-tls server --addr 127.0.0.1:0 --cert rsa|ecdsa --ready-file F [--duration S]
-//	                      [--handshake-only] [--tickets=false]
+//	                      [--handshake-only] [--tickets=false] [--stats-file F]
 //	tlsprof-go-tls client --addr HOST:PORT [--duration S] [--handshake-rate N] [--bulk-conns N] [--bulk-mibps N]
 //	tlsprof-go-tls handshakes --addr HOST:PORT [--duration S] [--rate N] [--concurrency N] [--resume] [--output F]
 //
@@ -12,6 +12,15 @@
 // one byte and waits for the server to close; the server reads the byte and
 // closes. `handshakes` keeps its own count (full and resumed, from the
 // connection state) and writes it as JSON.
+//
+// The ground truth of a handshake's cost: with --stats-file, the server
+// times each (*Conn).Handshake on its own thread (the goroutine locked to
+// it for the call: the thread's CPU clock is then the goroutine's), less
+// the time in the connection's Read and Write (the system calls, and the
+// scheduler while the goroutine waits): what crypto/tls itself spent, in
+// user mode, which is what tlsprof's sampled TLS CPU of the handshake phase
+// measures. The file gets it as JSON at the stop: {"handshakes",
+// "resumed", "failed_conns", "handshake_cpu_seconds": {"full", "resumed"}}.
 //
 // The client makes full handshakes (no session resumption) at a steady
 // rate, and keeps bulk connections busy: half TLS 1.3 (AES-GCM, Go's choice
@@ -40,12 +49,14 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 const recordSize = 16 * 1024
@@ -152,8 +163,53 @@ type serverStats struct {
 	mu       sync.Mutex
 	suites   map[string]int64
 	hs       int64
+	resumed  int64
 	bytes    int64
 	failures int64
+	// The handshakes' own CPU (--stats-file), full and resumed.
+	fullCPU, resumedCPU time.Duration
+}
+
+// threadCPU is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): the
+// goroutine's only while it is locked to the thread.
+func threadCPU() time.Duration {
+	var ts syscall.Timespec
+	const clockThreadCPUTimeID = 3
+	syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTimeID, uintptr(unsafe.Pointer(&ts)), 0)
+	return time.Duration(ts.Nano())
+}
+
+// ioTimedConn counts the thread CPU spent in the connection's Read and
+// Write, so that a handshake's own CPU can leave it out. Used by one
+// goroutine, locked to its thread while it counts.
+type ioTimedConn struct {
+	net.Conn
+	io time.Duration
+}
+
+func (c *ioTimedConn) Read(b []byte) (int, error) {
+	t := threadCPU()
+	n, err := c.Conn.Read(b)
+	c.io += threadCPU() - t
+	return n, err
+}
+
+func (c *ioTimedConn) Write(b []byte) (int, error) {
+	t := threadCPU()
+	n, err := c.Conn.Write(b)
+	c.io += threadCPU() - t
+	return n, err
+}
+
+// timedHandshake runs c's handshake on a thread of its own and returns
+// crypto/tls's CPU for it (the thread's CPU less what the connection's I/O
+// took).
+func timedHandshake(c *tls.Conn, conn *ioTimedConn) (time.Duration, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	io0, t0 := conn.io, threadCPU()
+	err := c.Handshake()
+	return threadCPU() - t0 - (conn.io - io0), err
 }
 
 func runServer(args []string) error {
@@ -164,6 +220,7 @@ func runServer(args []string) error {
 	duration := fs.Duration("duration", 0, "stop after this long (0 = until SIGTERM/SIGINT); e.g. 30s")
 	handshakeOnly := fs.Bool("handshake-only", false, "after each handshake read one byte, then close")
 	tickets := fs.Bool("tickets", true, "issue session tickets (resumption); false: every handshake is full")
+	statsFile := fs.String("stats-file", "", "time each handshake's CPU; write the counts and the handshakes' CPU (JSON) here at the stop")
 	fs.Parse(args)
 
 	cert, err := makeCert(*certKind)
@@ -212,7 +269,12 @@ func runServer(args []string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			serveConn(tls.Server(c, cfg), st, *handshakeOnly)
+			if *statsFile != "" {
+				timed := &ioTimedConn{Conn: c}
+				serveConn(tls.Server(timed, cfg), timed, st, *handshakeOnly)
+			} else {
+				serveConn(tls.Server(c, cfg), nil, st, *handshakeOnly)
+			}
 			connsMu.Lock()
 			delete(conns, c)
 			connsMu.Unlock()
@@ -232,13 +294,31 @@ func runServer(args []string) error {
 	sort.Strings(names)
 	fmt.Printf("tlsprof-go-tls server: %.1fs handshakes=%d bytes=%d failed_conns=%d suites: %s\n",
 		time.Since(start).Seconds(), st.hs, st.bytes, st.failures, strings.Join(names, " "))
+	if *statsFile != "" {
+		out, _ := json.Marshal(map[string]any{
+			"handshakes": st.hs, "resumed": st.resumed, "failed_conns": st.failures,
+			"handshake_cpu_seconds": map[string]float64{"full": st.fullCPU.Seconds(), "resumed": st.resumedCPU.Seconds()},
+		})
+		if err := writeFileAtomically(*statsFile, string(out)+"\n"); err != nil {
+			return fmt.Errorf("writing stats file: %w", err)
+		}
+	}
 	return nil
 }
 
-func serveConn(c *tls.Conn, st *serverStats, handshakeOnly bool) {
+// serveConn serves one connection; `timed` (non-nil with --stats-file) is
+// the connection under c, whose handshake is then timed.
+func serveConn(c *tls.Conn, timed *ioTimedConn, st *serverStats, handshakeOnly bool) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	if err := c.Handshake(); err != nil {
+	var cpu time.Duration
+	var err error
+	if timed != nil {
+		cpu, err = timedHandshake(c, timed)
+	} else {
+		err = c.Handshake()
+	}
+	if err != nil {
 		// Clients that go away mid-handshake at shutdown end up here too.
 		atomic.AddInt64(&st.failures, 1)
 		return
@@ -248,6 +328,12 @@ func serveConn(c *tls.Conn, st *serverStats, handshakeOnly bool) {
 	st.mu.Lock()
 	st.hs++
 	st.suites[name]++
+	if cs.DidResume {
+		st.resumed++
+		st.resumedCPU += cpu
+	} else {
+		st.fullCPU += cpu
+	}
 	st.mu.Unlock()
 	if handshakeOnly {
 		var one [1]byte

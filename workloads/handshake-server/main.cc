@@ -1,15 +1,26 @@
-// tlsprof-boringssl-server: a TLS server on Debian's BoringSSL
-// (android-libboringssl: stripped shared libssl.so.0 and libcrypto.so.0), in
-// the handshake-only mode of the Go study (workloads/go-tls, `server
-// --handshake-only`): each connection is accepted, handshaken (SSL_accept),
-// one byte is read, then the server shuts the connection down and closes it.
-// What the usage telemetry is checked against on BoringSSL
-// (tests/integration/test_usage_boringssl.py).
+// tlsprof-openssl-server and tlsprof-boringssl-server: one handshake-only TLS
+// server, built twice: on Debian's OpenSSL 3 (stripped libssl.so.3) and on
+// Debian's BoringSSL (android-libboringssl: stripped shared libssl.so.0 and
+// libcrypto.so.0). The handshake-only mode of the Go study
+// (workloads/go-tls, `server --handshake-only`): each connection is accepted,
+// handshaken, one byte is read, then the server shuts the connection down
+// and closes it. What the usage telemetry is checked against
+// (tests/integration/test_usage_boringssl.py, bench/usage_handshake_cost.py).
 //
-//   tlsprof-boringssl-server --cert rsa|ecdsa --ready-file F [--port 0] [--tickets on|off] [--duration S]
+//   tlsprof-{openssl,boringssl}-server --cert rsa|ecdsa --ready-file F [--port 0] [--tickets on|off]
+//                                      [--duration S] [--stats-file F]
+//
+// The ground truth of a handshake's cost: the TLS library runs over memory
+// BIOs, and the server moves the bytes between them and the socket itself,
+// so a call of SSL_do_handshake() makes no system call, and its thread's CPU
+// time (CLOCK_THREAD_CPUTIME_ID around each call) is what the library spent
+// on the handshake, in user mode: what tlsprof's sampled TLS CPU of the
+// handshake phase measures. --stats-file gets it as JSON at the stop:
+// {"handshakes", "resumed", "failed_conns", "handshake_cpu_seconds": {"full",
+// "resumed"}}.
 //
 // The key and a self-signed certificate (RSA-2048 or ECDSA P-256) are made at
-// start. TLS 1.2 and 1.3, BoringSSL's default suites, groups X25519, P-256
+// start. TLS 1.2 and 1.3, the library's default suites, groups X25519, P-256
 // and P-384. One thread per connection (blocking I/O with 30 s timeouts): a
 // client that holds its connection open costs a thread, nothing else waits.
 // The ready file gets "127.0.0.1:PORT" once the socket listens. SIGTERM or
@@ -17,20 +28,16 @@
 // shut down, their threads joined, and one line of counts goes to stdout.
 // Exit 0; 1 if set-up failed; CLI11's code for bad flags.
 
-// BoringSSL's headers must win over OpenSSL's in /usr/include (CMakeLists.txt).
-#include <openssl/base.h>
-#ifndef OPENSSL_IS_BORINGSSL
-#error "BoringSSL headers expected (put /usr/include/android first on the include path)"
-#endif
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
@@ -40,6 +47,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -48,31 +56,57 @@
 
 #include <CLI/CLI.hpp>
 
+#ifdef OPENSSL_IS_BORINGSSL
 #include "boringssl_util.h"
+#else
+#include "openssl_util.h"
+#endif
 #include "workload_util.h"
 
 namespace {
 
+#ifdef OPENSSL_IS_BORINGSSL
 constexpr char kProgram[] = "tlsprof-boringssl-server";
-constexpr int kIoTimeoutSeconds = 30;
+constexpr char kLibrary[] = "Debian's BoringSSL";
+using SslCtxPtr = bssl::UniquePtr<SSL_CTX>;
+using SslPtr = bssl::UniquePtr<SSL>;
+std::string TlsErrors() { return tlsprof::workload::BoringSslErrors(); }
+bssl::UniquePtr<EVP_PKEY> MakeKey(const std::string& kind) { return tlsprof::workload::MakeBoringSslKey(kind); }
+bssl::UniquePtr<X509> MakeCertificate(EVP_PKEY* key) {
+  return tlsprof::workload::MakeBoringSslCertificate(key, kProgram);
+}
+#else
+constexpr char kProgram[] = "tlsprof-openssl-server";
+constexpr char kLibrary[] = "Debian's OpenSSL 3";
+using SslCtxPtr = tlsprof::workload::SslCtx;
+using SslPtr = tlsprof::workload::Ssl;
+std::string TlsErrors() { return tlsprof::workload::OpenSslErrors(); }
+tlsprof::workload::Pkey MakeKey(const std::string& kind) { return tlsprof::workload::MakeOpenSslKey(kind == "rsa"); }
+tlsprof::workload::X509Ptr MakeCertificate(EVP_PKEY* key) {
+  return tlsprof::workload::MakeOpenSslCertificate(key, kProgram);
+}
+#endif
 
-// Prints BoringSSL's error queue after `what`.
+constexpr int kIoTimeoutSeconds = 30;
+constexpr size_t kReadChunk = 16 * 1024;
+
+// Prints the library's error queue after `what`.
 void PrintErrors(const std::string& what) {
-  std::fprintf(stderr, "%s: %s failed:%s\n", kProgram, what.c_str(), tlsprof::workload::BoringSslErrors().c_str());
+  std::fprintf(stderr, "%s: %s failed:%s\n", kProgram, what.c_str(), TlsErrors().c_str());
 }
 
-bssl::UniquePtr<SSL_CTX> MakeContext(const std::string& cert_kind, bool tickets) {
-  bssl::UniquePtr<EVP_PKEY> pkey = tlsprof::workload::MakeBoringSslKey(cert_kind);
+SslCtxPtr MakeContext(const std::string& cert_kind, bool tickets) {
+  auto pkey = MakeKey(cert_kind);
   if (!pkey) {
     PrintErrors(cert_kind + " key generation");
     return nullptr;
   }
-  bssl::UniquePtr<X509> cert = tlsprof::workload::MakeBoringSslCertificate(pkey.get(), kProgram);
+  auto cert = MakeCertificate(pkey.get());
   if (!cert) {
     PrintErrors("the self-signed certificate");
     return nullptr;
   }
-  bssl::UniquePtr<SSL_CTX> ctx(SSL_CTX_new(TLS_method()));
+  SslCtxPtr ctx(SSL_CTX_new(TLS_method()));
   if (!ctx || SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION) != 1 ||
       SSL_CTX_set_max_proto_version(ctx.get(), TLS1_3_VERSION) != 1 ||
       SSL_CTX_set1_curves_list(ctx.get(), "X25519:P-256:P-384") != 1 ||
@@ -90,11 +124,12 @@ bssl::UniquePtr<SSL_CTX> MakeContext(const std::string& cert_kind, bool tickets)
   return ctx;
 }
 
-// What the server saw, for its exit line.
+// What the server saw, for its exit line and --stats-file.
 struct Stats {
   std::mutex mu;
   std::map<std::string, long> suites;  // "TLSv1.3/TLS_AES_128_GCM_SHA256" -> handshakes
   long handshakes = 0, resumed = 0, failures = 0;
+  long long full_cpu_ns = 0, resumed_cpu_ns = 0;  // the library's handshake CPU (user mode), by kind
 };
 
 // Connections being served, so a stop can shut them down and wait for them.
@@ -127,33 +162,104 @@ struct Connections {
   }
 };
 
+// One connection's TLS over memory BIOs: the library never touches the
+// socket, so what a call of it costs its thread is the library's alone.
+class MemoryBioConnection {
+ public:
+  MemoryBioConnection(SSL_CTX* ctx, int fd) : fd_(fd), ssl_(SSL_new(ctx)) {
+    if (!ssl_) return;
+    BIO* rbio = BIO_new(BIO_s_mem());
+    BIO* wbio = BIO_new(BIO_s_mem());
+    if (rbio == nullptr || wbio == nullptr) {
+      BIO_free(rbio);
+      BIO_free(wbio);
+      ssl_.reset();
+      return;
+    }
+    // An empty read BIO is "try again" (the next bytes are still on the
+    // socket), not the peer's EOF.
+    BIO_set_mem_eof_return(rbio, -1);
+    SSL_set_bio(ssl_.get(), rbio, wbio);  // the SSL owns both
+    SSL_set_accept_state(ssl_.get());
+    rbio_ = rbio;
+    wbio_ = wbio;
+  }
+  bool ok() const { return ssl_ != nullptr; }
+  SSL* ssl() const { return ssl_.get(); }
+
+  // Runs `step` (an SSL call) until it succeeds, sending what it wrote and
+  // feeding it what the socket brings; adds the thread CPU time of the calls
+  // (and of nothing else) to `cpu_ns`. False on a TLS error or a closed or
+  // silent socket.
+  bool Drive(const std::function<int()>& step, long long& cpu_ns) {
+    for (;;) {
+      const long long t0 = tlsprof::workload::NowNanos(CLOCK_THREAD_CPUTIME_ID);
+      const int r = step();
+      cpu_ns += tlsprof::workload::NowNanos(CLOCK_THREAD_CPUTIME_ID) - t0;
+      if (!Flush()) return false;
+      if (r > 0) return true;
+      if (SSL_get_error(ssl_.get(), r) != SSL_ERROR_WANT_READ || !Fill()) return false;
+    }
+  }
+  // Sends whatever the library has written so far.
+  bool Flush() {
+    char buf[kReadChunk];
+    for (;;) {
+      const int n = BIO_read(wbio_, buf, sizeof buf);
+      if (n <= 0) return true;
+      for (int off = 0; off < n;) {
+        const ssize_t w = send(fd_, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
+        if (w <= 0) return false;
+        off += static_cast<int>(w);
+      }
+    }
+  }
+
+ private:
+  // One read from the socket into the library's read BIO.
+  bool Fill() {
+    char buf[kReadChunk];
+    const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    return n > 0 && BIO_write(rbio_, buf, static_cast<int>(n)) == n;
+  }
+
+  int fd_;
+  SslPtr ssl_;
+  BIO* rbio_ = nullptr;  // owned by ssl_
+  BIO* wbio_ = nullptr;  // owned by ssl_
+};
+
 // One connection: handshake, read one byte, shut down, close.
 void Serve(SSL_CTX* ctx, int fd, Stats& stats, Connections& conns) {
   const timeval timeout{kIoTimeoutSeconds, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-  bssl::UniquePtr<SSL> ssl(SSL_new(ctx));
-  bool ok = ssl && SSL_set_fd(ssl.get(), fd) == 1 && SSL_accept(ssl.get()) == 1;
-  if (ok) {
-    const std::string suite =
-        std::string(SSL_get_version(ssl.get())) + "/" + SSL_CIPHER_standard_name(SSL_get_current_cipher(ssl.get()));
-    {
+  {
+    MemoryBioConnection conn(ctx, fd);
+    long long handshake_ns = 0, ignored_ns = 0;
+    if (conn.ok() && conn.Drive([&] { return SSL_do_handshake(conn.ssl()); }, handshake_ns)) {
+      const bool resumed = SSL_session_reused(conn.ssl()) != 0;
+      const std::string suite =
+          std::string(SSL_get_version(conn.ssl())) + "/" + SSL_CIPHER_standard_name(SSL_get_current_cipher(conn.ssl()));
+      {
+        std::lock_guard<std::mutex> lock(stats.mu);
+        ++stats.handshakes;
+        if (resumed) ++stats.resumed;
+        (resumed ? stats.resumed_cpu_ns : stats.full_cpu_ns) += handshake_ns;
+        ++stats.suites[suite];
+      }
+      // The client's byte (or its close: either ends the connection).
+      char byte = 0;
+      conn.Drive([&] { return SSL_read(conn.ssl(), &byte, 1); }, ignored_ns);
+      SSL_shutdown(conn.ssl());
+      conn.Flush();
+    } else {
+      // Clients that go away mid-handshake (at a stop, too) end up here.
+      ERR_clear_error();
       std::lock_guard<std::mutex> lock(stats.mu);
-      ++stats.handshakes;
-      if (SSL_session_reused(ssl.get())) ++stats.resumed;
-      ++stats.suites[suite];
+      ++stats.failures;
     }
-    // The client's byte (or its close: either ends the connection).
-    char byte = 0;
-    SSL_read(ssl.get(), &byte, 1);
-    SSL_shutdown(ssl.get());
-  } else {
-    // Clients that go away mid-handshake (at a stop, too) end up here.
-    ERR_clear_error();
-    std::lock_guard<std::mutex> lock(stats.mu);
-    ++stats.failures;
   }
-  ssl.reset();
   conns.Remove(fd);
 }
 
@@ -184,10 +290,10 @@ int Listen(int port, int& bound_port) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string cert_kind, ready_file, tickets = "on";
+  std::string cert_kind, ready_file, tickets = "on", stats_file;
   int port = 0;
   double duration = 0;
-  CLI::App app{std::string(kProgram) + ": a handshake-only TLS server on Debian's BoringSSL"};
+  CLI::App app{std::string(kProgram) + ": a handshake-only TLS server on " + kLibrary};
   app.add_option("--cert", cert_kind, "Certificate key: rsa (RSA-2048) or ecdsa (P-256)")
       ->required()
       ->check(CLI::IsMember({"rsa", "ecdsa"}));
@@ -196,6 +302,7 @@ int main(int argc, char** argv) {
   app.add_option("--tickets", tickets, "Session resumption (tickets and the session cache): on or off")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--duration", duration, "Seconds to run; 0 = until SIGTERM/SIGINT")->check(CLI::NonNegativeNumber);
+  app.add_option("--stats-file", stats_file, "Written at the stop: counts and the library's handshake CPU (JSON)");
   CLI11_PARSE(app, argc, argv);
 
   // Before any thread starts: only the main thread's wait sees the signals.
@@ -203,7 +310,7 @@ int main(int argc, char** argv) {
   // A close_notify to a client that is gone (or to a connection a stop shut
   // down) fails with EPIPE instead of killing the server.
   signal(SIGPIPE, SIG_IGN);
-  bssl::UniquePtr<SSL_CTX> ctx = MakeContext(cert_kind, tickets == "on");
+  SslCtxPtr ctx = MakeContext(cert_kind, tickets == "on");
   if (!ctx) return 1;
   int bound_port = 0;
   const int listen_fd = Listen(port, bound_port);
@@ -251,11 +358,21 @@ int main(int argc, char** argv) {
   std::printf("%s: %.1fs handshakes=%ld resumed=%ld failed_conns=%ld suites:%s\n", kProgram, seconds, stats.handshakes,
               stats.resumed, stats.failures, suites.c_str());
   std::fflush(stdout);
+  bool stats_written = true;
+  if (!stats_file.empty()) {
+    char json[512];
+    std::snprintf(json, sizeof json,
+                  "{\"handshakes\": %ld, \"resumed\": %ld, \"failed_conns\": %ld, "
+                  "\"handshake_cpu_seconds\": {\"full\": %.9f, \"resumed\": %.9f}}\n",
+                  stats.handshakes, stats.resumed, stats.failures, static_cast<double>(stats.full_cpu_ns) * 1e-9,
+                  static_cast<double>(stats.resumed_cpu_ns) * 1e-9);
+    stats_written = tlsprof::workload::WriteFileAtomically(stats_file, json);
+  }
   if (!drained) {
     // A connection thread stuck past its shutdown: do not free the SSL_CTX
     // under it.
     std::fprintf(stderr, "%s: connections still open after 10 s\n", kProgram);
-    _exit(0);
+    _exit(stats_written ? 0 : 1);
   }
-  return 0;
+  return stats_written ? 0 : 1;
 }
