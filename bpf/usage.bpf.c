@@ -807,8 +807,9 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	else if (cur->len)
 		bpf_probe_read_user(&length, sizeof(length), (void *)cur->len);
 	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
-	key.key_type = probe == PROBE_X25519 ? USAGE_KEY_X25519
-	                                     : read_field_or(layout, field, cur->ctx, USAGE_NO_OBJECT);
+	key.key_type = probe == PROBE_X25519
+	                       ? USAGE_KEY_X25519
+	                       : read_field_or(layout, field, cur->ctx, USAGE_NO_OBJECT);
 	weight = cur->weight;
 	bpf_map_delete_elem(&inflight_ops, &tid);
 	__sync_fetch_and_add(&inflight_count, -1);

@@ -98,8 +98,8 @@ TEST(OpenSsl11Plan, DebianChainsDecode) {
   FilePlan crypto_plan = PlanFile(crypto);
   std::vector<std::string> probed;
   for (const ProbeSite& site : crypto_plan.sites) probed.push_back(site.function);
-  EXPECT_EQ(probed, (std::vector<std::string>{"EVP_DigestSign", "EVP_PKEY_sign", "EVP_DigestVerify",
-                                              "EVP_PKEY_verify", "EVP_PKEY_derive"}));
+  EXPECT_EQ(probed, (std::vector<std::string>{"EVP_DigestSign", "EVP_PKEY_sign", "EVP_DigestVerify", "EVP_PKEY_verify",
+                                              "EVP_PKEY_derive"}));
 }
 
 // ossl_statem_accept/connect of 1.1.1w begin with state_machine()'s inlined
@@ -215,8 +215,7 @@ TEST(OpenSsl11Plan, ChainsFollowedThroughLiveObjects) {
     std::vector<FoundFunction> found = FindHandshakeStateMachine(fd, ssl_functions);
     close(fd);
     ASSERT_EQ(found.size(), 1u);
-    const uintptr_t bias =
-        reinterpret_cast<uintptr_t>(do_handshake) - ssl_functions.at("SSL_do_handshake").vaddr;
+    const uintptr_t bias = reinterpret_cast<uintptr_t>(do_handshake) - ssl_functions.at("SSL_do_handshake").vaddr;
     EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(bias + found[0].code.vaddr), found[0].code.prefix.data(), 16),
               0);
   }
