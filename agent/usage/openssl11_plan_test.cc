@@ -24,6 +24,7 @@
 
 #include "agent/usage/elf_functions.h"
 #include "agent/usage/follow_chain.h"
+#include "agent/usage/plan_test_util.h"
 #include "agent/usage/probe_plan.h"
 
 namespace tlsprof::usage {
@@ -48,22 +49,7 @@ bool Installed() {
   return true;
 }
 
-Functions Find(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0) << path;
-  auto functions = FindFunctions(fd, WantedFunctions());
-  close(fd);
-  EXPECT_TRUE(functions.ok()) << (functions.ok() ? "" : functions.error().message);
-  return functions.ok() ? *functions : Functions();
-}
-
-LoadChain Chain(const lib_layout& layout, uint32_t field) {
-  const field_path& path = layout.field[field];
-  LoadChain chain;
-  for (uint8_t i = 0; i < path.n; ++i) chain.offsets.push_back(path.off[i]);
-  chain.width = path.width;
-  return chain;
-}
+Functions Find(const std::string& path) { return PlanLibrary(path).functions; }
 
 // Debian 11's 1.1.1w, read off its accessors with objdump -d: SSL_version
 // `mov (%rdi),%eax`, SSL_get_state `mov 0x5c(%rdi),%eax`, SSL_session_reused
@@ -107,16 +93,12 @@ TEST(OpenSsl11Plan, DebianChainsDecode) {
 // `mov/xor %esi; jmp` to the rest of state_machine, which is probed once.
 TEST(OpenSsl11Plan, StateMachineThroughTheMethodTables) {
   if (!Installed()) return;
-  int fd = open(kLibssl.c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  auto functions = FindFunctions(fd, WantedFunctions());
-  ASSERT_TRUE(functions.ok());
-  std::vector<FoundFunction> found = FindHandshakeStateMachine(fd, *functions);
-  close(fd);
+  PlannedLibrary lib = PlanLibrary(kLibssl);
+  const std::vector<FoundFunction>& found = lib.state_machine;
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].name, "state_machine");
   EXPECT_EQ(FirstInstructionClass(found[0].code.prefix), static_cast<uint32_t>(INSN_EMULATED_PUSH));
-  FilePlan plan = PlanFile(*functions, found);
+  FilePlan plan = PlanFile(lib.functions, found);
   std::vector<std::string> probed;
   for (const ProbeSite& site : plan.sites) probed.push_back(site.function);
   EXPECT_EQ(probed, (std::vector<std::string>{"state_machine", "SSL_free"}));
@@ -161,7 +143,7 @@ TEST(OpenSsl11Plan, ChainsFollowedThroughLiveObjects) {
   Functions ssl_functions = Find(kLibssl), crypto_functions = Find(kLibcrypto);
   ProcessPlan plan = PlanLayout({&ssl_functions, &crypto_functions});
   auto follow = [&](const void* base, uint32_t field) {
-    return FollowChain(base, Chain(plan.layout, field)).value_or(~0ull);
+    return FollowChain(base, PlannedChain(plan.layout, field)).value_or(~0ull);
   };
 
   using Ptr = void*;
@@ -210,10 +192,7 @@ TEST(OpenSsl11Plan, ChainsFollowedThroughLiveObjects) {
   // The state machine the plan found lies where the live library has it:
   // the load bias from an exported function, and the same first bytes.
   {
-    int fd = open(kLibssl.c_str(), O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    std::vector<FoundFunction> found = FindHandshakeStateMachine(fd, ssl_functions);
-    close(fd);
+    std::vector<FoundFunction> found = PlanLibrary(kLibssl).state_machine;
     ASSERT_EQ(found.size(), 1u);
     const uintptr_t bias = reinterpret_cast<uintptr_t>(do_handshake) - ssl_functions.at("SSL_do_handshake").vaddr;
     EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(bias + found[0].code.vaddr), found[0].code.prefix.data(), 16),
