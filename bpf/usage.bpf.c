@@ -300,10 +300,12 @@ static __always_inline void count_call(__u32 insn)
 		count_total(UTOTAL_CALLS_PUSH + insn);
 }
 
-/* Follows a field_path from `base`; USAGE_UNKNOWN when the path is unknown
- * or a pointer on the way is NULL or unreadable.
+/* Follows a field_path from `base`; USAGE_UNKNOWN when the path is unknown,
+ * `base` is NULL or a pointer on the way is unreadable; `if_null` where a
+ * pointer on the way (loaded from the object) is NULL.
  */
-static __always_inline __u32 read_field(const struct lib_layout *layout, __u32 field, __u64 base)
+static __always_inline __u32 read_field_or(const struct lib_layout *layout, __u32 field, __u64 base,
+                                           __u32 if_null)
 {
 	const struct field_path *path;
 	__u64 p = base;
@@ -322,7 +324,7 @@ static __always_inline __u32 read_field(const struct lib_layout *layout, __u32 f
 		if (i >= n)
 			break;
 		if (p == 0)
-			return USAGE_UNKNOWN;
+			return i == 0 ? USAGE_UNKNOWN : if_null;
 		p += (__s64)path->off[i];
 		if (last) {
 			__u64 v = 0;
@@ -361,6 +363,14 @@ static __always_inline __u32 read_field(const struct lib_layout *layout, __u32 f
 		}
 	}
 	return USAGE_UNKNOWN;
+}
+
+/* Follows a field_path from `base`; USAGE_UNKNOWN when the path is unknown
+ * or a pointer on the way is NULL or unreadable.
+ */
+static __always_inline __u32 read_field(const struct lib_layout *layout, __u32 field, __u64 base)
+{
+	return read_field_or(layout, field, base, USAGE_UNKNOWN);
 }
 
 static __always_inline __u32 log2_u64(__u64 v)
@@ -797,8 +807,9 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	else if (cur->len)
 		bpf_probe_read_user(&length, sizeof(length), (void *)cur->len);
 	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
-	key.key_type =
-	        probe == PROBE_X25519 ? USAGE_KEY_X25519 : read_field(layout, field, cur->ctx);
+	key.key_type = probe == PROBE_X25519
+	                       ? USAGE_KEY_X25519
+	                       : read_field_or(layout, field, cur->ctx, USAGE_NO_OBJECT);
 	weight = cur->weight;
 	bpf_map_delete_elem(&inflight_ops, &tid);
 	__sync_fetch_and_add(&inflight_count, -1);
@@ -808,6 +819,16 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	 */
 	if (key.op == USAGE_OP_NONE || query || (key.op == USAGE_OP_VERIFY ? ret < 0 : ret != 1))
 		return 0;
+	/* A derive from an EVP_PKEY_CTX with no key is a KDF, not a key
+	 * exchange: OpenSSL 1.1's TLS 1.3 key schedule (HKDF) and TLS 1.2 PRF
+	 * run through EVP_PKEY_derive, 13-16 times a handshake (3.x's through
+	 * EVP_KDF). Neither an operation nor the handshake's group.
+	 */
+	if (key.key_type == USAGE_NO_OBJECT) {
+		if (key.op == USAGE_OP_DERIVE)
+			return 0;
+		key.key_type = USAGE_UNKNOWN;
+	}
 	if (key.op != USAGE_OP_CALIBRATE)
 		count_total(UTOTAL_OPS);
 	key.tgid = id >> 32;

@@ -54,6 +54,10 @@ struct field_path {
 };
 
 #define USAGE_UNKNOWN 0xffffffffu
+/* read_field_or()'s answer where a pointer on the way (after the first load)
+ * is NULL: e.g. an EVP_PKEY_CTX with no key. BPF-side only.
+ */
+#define USAGE_NO_OBJECT 0xfffffffeu
 
 enum usage_field {
 	FIELD_SSL_VERSION = 0,  /* SSL*: the negotiated protocol version (0x0304) */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build, test and runtime dependency of tlsprof from Debian 12
-# packages. The README's commands and .ci/run both call this script; nothing is
+# packages, and Debian 11's OpenSSL 1.1 unpacked into /opt/tlsprof-openssl-1.1
+# (below). The README's commands and .ci/run both call this script; nothing is
 # fetched from anywhere but the Debian archive.
 set -euo pipefail
 
@@ -36,9 +37,66 @@ packages=(
   faketime
 )
 
+# OpenSSL 1.1, which Debian 12 no longer ships: Debian 11's libssl1.1 and
+# openssl packages, from the same archive as this machine's own sources (the
+# bullseye suite), unpacked into a private root beside the system's OpenSSL 3
+# (never installed with dpkg). The usage tests of OpenSSL 1.1 run its
+# `openssl` with LD_LIBRARY_PATH=$openssl11/usr/lib/x86_64-linux-gnu.
+openssl11=/opt/tlsprof-openssl-1.1
+openssl11_packages=(libssl1.1 "openssl=1.1.1*")
+
+# The URI of this machine's main Debian archive (not the security one), from
+# its apt sources: deb822 (sources.list.d/debian.sources) or one-line style.
+debian_archive_uri() {
+  local f=/etc/apt/sources.list.d/debian.sources
+  if [[ -f $f ]]; then
+    awk 'tolower($1) == "uris:" && $2 !~ /security/ { print $2; exit }' "$f"
+  elif [[ -f /etc/apt/sources.list ]]; then
+    awk '$1 == "deb" { uri = ($2 ~ /^\[/) ? $3 : $2; if (uri !~ /security/) { print uri; exit } }' /etc/apt/sources.list
+  fi
+}
+
+install_openssl11() {
+  local want_stamp
+  want_stamp=$(printf '%s\n' "${openssl11_packages[@]}" | sha256sum | cut -d' ' -f1)
+  if [[ -f $openssl11/.stamp && $(head -n1 "$openssl11/.stamp") == "$want_stamp" ]] &&
+    [[ -x $openssl11/usr/bin/openssl && -f $openssl11/usr/lib/x86_64-linux-gnu/libssl.so.1.1 ]]; then
+    return 0
+  fi
+  local uri
+  uri=$(debian_archive_uri)
+  if [[ -z $uri ]]; then
+    echo "install-deps: no Debian archive URI in /etc/apt/sources.list.d/debian.sources or" \
+      "/etc/apt/sources.list; OpenSSL 1.1 (Debian 11's libssl1.1) cannot be fetched" >&2
+    return 1
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  # A private apt state (sources, lists, cache): the system's apt sees nothing of bullseye.
+  mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs" "$tmp/root"
+  echo "deb $uri bullseye main" >"$tmp/sources.list"
+  local apt=(apt-get -qq -o Dir::Etc::SourceList="$tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o Dir::State::Lists="$tmp/lists" -o Dir::Cache="$tmp/cache" -o APT::Sandbox::User=root)
+  if ! "${apt[@]}" update || ! (cd "$tmp/debs" && "${apt[@]}" download "${openssl11_packages[@]}"); then
+    rm -rf "$tmp"
+    echo "install-deps: downloading OpenSSL 1.1 (${openssl11_packages[*]}, Debian 11 bullseye) from $uri failed;" \
+      "the OpenSSL 1.1 usage tests need it in $openssl11" >&2
+    return 1
+  fi
+  local deb
+  for deb in "$tmp"/debs/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
+  rm -rf "$openssl11"
+  mkdir -p "$openssl11"
+  cp -a "$tmp/root/." "$openssl11/"
+  { echo "$want_stamp"; (cd "$tmp/debs" && ls ./*.deb); } >"$openssl11/.stamp"
+  rm -rf "$tmp"
+  LD_LIBRARY_PATH="$openssl11/usr/lib/x86_64-linux-gnu" "$openssl11/usr/bin/openssl" version >/dev/null
+}
+
 stamp=/var/lib/tlsprof-deps.stamp
 want=$(printf '%s\n' "${packages[@]}" | sha256sum | cut -d' ' -f1)
 if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && dpkg -s "${packages[@]}" >/dev/null 2>&1; then
+  install_openssl11
   exit 0
 fi
 
@@ -50,3 +108,4 @@ if command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now nginx debuginfod prometheus >/dev/null 2>&1 || true
 fi
 echo "$want" >"$stamp"
+install_openssl11

@@ -41,6 +41,22 @@ constexpr std::array kFields = {
     FieldAccessors{FIELD_PKEYCTX_KEY_TYPE, {"EVP_PKEY_CTX_get0_pkey", "EVP_PKEY_get_id", ""}},
 };
 
+// Accessors OpenSSL 3.0 renamed. OpenSSL 1.1 exports them under their old
+// names, which 3.0 keeps only as macros (Debian's libcrypto.so.3 has no
+// EVP_PKEY_id symbol, libcrypto.so.1.1 no EVP_PKEY_get_id), so a name of
+// kFields is looked up as 3.x spells it, then as 1.1 did. The code behind
+// either is decoded all the same: 1.1.1w's EVP_PKEY_id is `mov (%rdi),%eax;
+// ret`, its EVP_MD_CTX_pkey_ctx `mov 0x20(%rdi),%rax; ret`.
+struct RenamedAccessor {
+  std::string_view name;      // OpenSSL 3.x
+  std::string_view name_1_1;  // OpenSSL 1.1
+};
+
+constexpr std::array kRenamed = {
+    RenamedAccessor{"EVP_PKEY_get_id", "EVP_PKEY_id"},
+    RenamedAccessor{"EVP_MD_CTX_get_pkey_ctx", "EVP_MD_CTX_pkey_ctx"},
+};
+
 }  // namespace
 
 uint32_t FirstInstructionClass(std::span<const uint8_t> code) {
@@ -70,11 +86,30 @@ std::optional<uint64_t> ReturnedAddress(const FunctionCode& code) {
   return code.vaddr + i + 7 + static_cast<int64_t>(disp);
 }
 
+// `cmpl $imm8,disp8(%rdi); je L` at `i`, where L is `mov $-1,%eax; ret`: a
+// test that returns -1 at once, before anything else. OpenSSL 1.1.1 as
+// Debian 11's GCC built it inlines state_machine()'s first line, `if
+// (st->state == MSG_FLOW_ERROR) return -1;`, into ossl_statem_accept and
+// ossl_statem_connect, which then jump to the rest of state_machine. A
+// handshake step that ends there never began: the probe may skip it.
+size_t FailFastGuard(std::span<const uint8_t> c, size_t i) {
+  if (c.size() < i + 6 || c[i] != 0x83 || c[i + 1] != 0x7f || c[i + 4] != 0x74) return 0;
+  const size_t target = i + 6 + static_cast<int8_t>(c[i + 5]);
+  constexpr std::array<uint8_t, 6> kReturnMinusOne = {0xb8, 0xff, 0xff, 0xff, 0xff, 0xc3};
+  if (target <= i + 6 || c.size() < target + kReturnMinusOne.size()) return 0;
+  if (!std::equal(kReturnMinusOne.begin(), kReturnMinusOne.end(), c.begin() + static_cast<ptrdiff_t>(target))) {
+    return 0;
+  }
+  return 6;
+}
+
 // `mov $imm32,%esi` or `xor %esi,%esi`, then `jmp rel32`: the jump's target.
+// A FailFastGuard may come first.
 std::optional<uint64_t> TailCallTarget(const FunctionCode& code) {
   std::span<const uint8_t> c(code.prefix);
   size_t i = 0;
   if (c.size() >= 4 && c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa) i = 4;
+  i += FailFastGuard(c, i);
   if (c.size() >= i + 5 && c[i] == 0xbe) {
     i += 5;
   } else if (c.size() >= i + 2 && c[i] == 0x31 && c[i + 1] == 0xf6) {
@@ -144,6 +179,7 @@ std::vector<std::string_view> WantedFunctions() {
       if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
     }
   }
+  for (const auto& r : kRenamed) names.push_back(r.name_1_1);
   return names;
 }
 
@@ -164,12 +200,20 @@ FilePlan PlanFile(const std::map<std::string, FunctionCode, std::less<>>& functi
 }
 
 ProcessPlan PlanLayout(const std::vector<const std::map<std::string, FunctionCode, std::less<>>*>& files) {
-  auto decode = [&](std::string_view name) -> std::optional<LoadChain> {
+  auto find = [&](std::string_view name) -> const FunctionCode* {
     for (const auto* functions : files) {
       auto it = functions->find(name);
-      if (it != functions->end()) return DecodeLoadChain(it->second.prefix);
+      if (it != functions->end()) return &it->second;
     }
-    return std::nullopt;
+    return nullptr;
+  };
+  auto decode = [&](std::string_view name) -> std::optional<LoadChain> {
+    const FunctionCode* code = find(name);
+    for (const auto& r : kRenamed) {
+      if (!code && r.name == name) code = find(r.name_1_1);
+    }
+    if (!code) return std::nullopt;
+    return DecodeLoadChain(code->prefix);
   };
   ProcessPlan plan;
   for (const auto& f : kFields) SetField(plan, f.field, ComposeAccessors(f.chain, decode));

@@ -8,7 +8,9 @@
 // The field layout comes from the library's own accessors (accessors.h),
 // looked up across all the files of the process, since libssl's
 // SSL_get_privatekey() and libcrypto's EVP_PKEY_get_id() together give the
-// certificate key's type.
+// certificate key's type. OpenSSL 1.1's accessors are the same but for two
+// that 3.0 renamed (EVP_PKEY_id, EVP_MD_CTX_pkey_ctx), looked up by either
+// name.
 // Pure functions; thread-safe.
 #pragma once
 
@@ -59,8 +61,9 @@ struct FoundFunction {
 // SSL_METHOD structs that differ in two slots only, ssl_accept (the client
 // method's is ssl_undefined_function) and ssl_connect (likewise the
 // server's). When both are `mov/xor %esi; jmp X` (OpenSSL 3.0's
-// ossl_statem_accept/connect tail-calling state_machine(s, server)), X is
-// probed once; else both are. Empty when the tables are not as expected
+// ossl_statem_accept/connect tail-calling state_machine(s, server); in
+// Debian's OpenSSL 1.1.1 after an inlined `return -1` on the error state), X
+// is probed once; else both are. Empty when the tables are not as expected
 // (another library or version): the plan then probes SSL_do_handshake.
 std::vector<FoundFunction> FindHandshakeStateMachine(int fd,
                                                      const std::map<std::string, FunctionCode, std::less<>>& functions);

@@ -16,6 +16,7 @@
 #include "agent/usage/follow_chain.h"
 #include "agent/usage/handshake_cost.h"
 #include "agent/usage/names.h"
+#include "agent/usage/plan_test_util.h"
 #include "agent/usage/probe_plan.h"
 #include "agent/usage/usage_probes.h"
 
@@ -85,22 +86,7 @@ TEST(Compose, ChainsThroughPointers) {
 // through the profiled process's.
 uint64_t Follow(const void* base, const LoadChain& chain) { return FollowChain(base, chain).value_or(~0ull); }
 
-std::map<std::string, FunctionCode, std::less<>> Functions(const char* path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0) << path;
-  auto functions = FindFunctions(fd, WantedFunctions());
-  close(fd);
-  EXPECT_TRUE(functions.ok()) << (functions.ok() ? "" : functions.error().message);
-  return functions.ok() ? *functions : decltype(Functions(""))();
-}
-
-LoadChain Chain(const lib_layout& layout, uint32_t field) {
-  const field_path& path = layout.field[field];
-  LoadChain chain;
-  for (uint8_t i = 0; i < path.n; ++i) chain.offsets.push_back(path.off[i]);
-  chain.width = path.width;
-  return chain;
-}
+std::map<std::string, FunctionCode, std::less<>> Functions(const char* path) { return PlanLibrary(path).functions; }
 
 // Debian's libssl.so.3 and libcrypto.so.3 (stripped: only their exported
 // API has symbols), the files this test links against.
@@ -133,20 +119,20 @@ TEST(ProbePlan, DebianOpenSsl3EveryFieldDecodesAndIsRight) {
   ASSERT_NE(ssl, nullptr);
   ASSERT_EQ(SSL_use_PrivateKey(ssl, key), 1);
   SSL_set_accept_state(ssl);
-  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_VERSION)), static_cast<uint64_t>(SSL_version(ssl)));
-  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_STATE)), static_cast<uint64_t>(TLS_ST_BEFORE));
+  EXPECT_EQ(Follow(ssl, PlannedChain(plan.layout, FIELD_SSL_VERSION)), static_cast<uint64_t>(SSL_version(ssl)));
+  EXPECT_EQ(Follow(ssl, PlannedChain(plan.layout, FIELD_SSL_STATE)), static_cast<uint64_t>(TLS_ST_BEFORE));
   EXPECT_EQ(TLS_ST_BEFORE, 0);  // what bpf/usage.bpf.c takes for "no handshake begun"
-  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_IS_SERVER)), 1u);
-  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_RESUMED)), 0u);
-  EXPECT_EQ(Follow(ssl, Chain(plan.layout, FIELD_SSL_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_EC));
+  EXPECT_EQ(Follow(ssl, PlannedChain(plan.layout, FIELD_SSL_IS_SERVER)), 1u);
+  EXPECT_EQ(Follow(ssl, PlannedChain(plan.layout, FIELD_SSL_RESUMED)), 0u);
+  EXPECT_EQ(Follow(ssl, PlannedChain(plan.layout, FIELD_SSL_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_EC));
 
   EVP_MD_CTX* md = EVP_MD_CTX_new();
   ASSERT_EQ(EVP_DigestSignInit(md, nullptr, EVP_sha256(), nullptr, key), 1);
-  EXPECT_EQ(Follow(md, Chain(plan.layout, FIELD_MDCTX_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_EC));
+  EXPECT_EQ(Follow(md, PlannedChain(plan.layout, FIELD_MDCTX_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_EC));
   EVP_PKEY* x = EVP_PKEY_Q_keygen(nullptr, nullptr, "X25519");
   ASSERT_NE(x, nullptr);
   EVP_PKEY_CTX* pctx = EVP_PKEY_CTX_new(x, nullptr);
-  EXPECT_EQ(Follow(pctx, Chain(plan.layout, FIELD_PKEYCTX_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_X25519));
+  EXPECT_EQ(Follow(pctx, PlannedChain(plan.layout, FIELD_PKEYCTX_KEY_TYPE)), static_cast<uint64_t>(EVP_PKEY_X25519));
 
   EVP_PKEY_CTX_free(pctx);
   EVP_PKEY_free(x);
@@ -162,12 +148,9 @@ TEST(ProbePlan, DebianOpenSsl3EveryFieldDecodesAndIsRight) {
 // live library: SSL_set_accept_state() stores ossl_statem_accept in the SSL,
 // and that function's jump lands on the same state_machine.
 TEST(FindHandshakeStateMachine, DebianOpenSsl3) {
-  int fd = open(kLibssl, O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  auto functions = FindFunctions(fd, WantedFunctions());
-  ASSERT_TRUE(functions.ok());
-  std::vector<FoundFunction> found = FindHandshakeStateMachine(fd, *functions);
-  close(fd);
+  PlannedLibrary lib = PlanLibrary(kLibssl);
+  const auto* functions = &lib.functions;
+  const std::vector<FoundFunction>& found = lib.state_machine;
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].name, "state_machine");
   EXPECT_EQ(FirstInstructionClass(found[0].code.prefix), static_cast<uint32_t>(INSN_EMULATED_PUSH));

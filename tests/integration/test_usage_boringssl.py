@@ -13,7 +13,7 @@ import os
 import time
 import unittest
 
-from tlsprof_testlib import BIN, USAGE_MIX, UsageAgentTestCase
+from tlsprof_testlib import BIN, USAGE_MIX, USAGE_SESSIONS, UsageAgentTestCase
 
 SERVER = os.path.join(BIN, "tlsprof-boringssl-server")
 PROFILE_SECONDS = 20
@@ -28,18 +28,6 @@ MIX = USAGE_MIX + [
     ("rsa", 2, ["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256", "-groups", "P-256",
                 "-sigalgs", "rsa_pss_rsae_sha256"],
      ("full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "P-256", "RSA")),
-]
-# (server, s_client arguments, the full row, the resumed row). A TLS 1.3
-# resumption (psk_dhe_ke) exchanges a key of its own and signs nothing; a
-# TLS 1.2 one does neither. The server's key type is its own key's.
-SESSIONS = [
-    ("rsa", ["-tls1_3", "-ciphersuites", "TLS_AES_256_GCM_SHA384", "-groups", "X25519"],
-     ("full", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519", "RSA"),
-     ("resumed", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519", "RSA")),
-    # TLS 1.2 needs the ECDSA key's curve among the client's groups.
-    ("ecdsa", ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256", "-groups", "X25519:P-256"],
-     ("full", "TLSv1.2", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "X25519", "ECDSA"),
-     ("resumed", "TLSv1.2", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "none", "ECDSA")),
 ]
 # Python's ssl client (OpenSSL 3's defaults) against BoringSSL, which takes
 # the client's first suite: TLS 1.3 AES-256-GCM with X25519.
@@ -61,44 +49,13 @@ class BoringSslUsageTest(UsageAgentTestCase):
         servers = self.start_servers()
         agent, report_path, log_path = self.start_agent("boringssl", [str(p.pid) for p, _ in servers.values()],
                                                         PROFILE_SECONDS, probed="libssl.so.0")
-        want = collections.Counter()
         started = time.monotonic()
-        for cert, count, args, row in MIX:
-            for _ in range(count):
-                self.s_client(servers[cert][1], args, request=b"x", answer=None)
-            want[(cert,) + row] += count
-        for i, (cert, args, full, resumed) in enumerate(SESSIONS):
-            session = self.procs.path(f"session-{i}.pem")
-            self.s_client(servers[cert][1], args + ["-sess_out", session], request=b"x", answer=None)
-            for _ in range(RESUMED):
-                self.s_client(servers[cert][1], args + ["-sess_in", session], request=b"x", answer=None)
-            want[(cert,) + full] += 1
-            want[(cert,) + resumed] += RESUMED
+        want = self.run_usage_mix({cert: port for cert, (_, port) in servers.items()}, MIX, USAGE_SESSIONS, RESUMED,
+                                  request=b"x", answer=None)
         # Connections held open through the report: live (the server waits
         # for their byte; everything above was closed, SSL_free'd).
-        self.hold_open(servers["rsa"][1], HELD_OPEN)
-        want[("rsa",) + HELD_ROW] += HELD_OPEN
-        self.assertLess(time.monotonic() - started, PROFILE_SECONDS - 3, "the client mix outran the profile window")
-        report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)
-
-        pid_cert = {p.pid: cert for cert, (p, _) in servers.items()}
-        rows = collections.Counter()
-        for h in report["handshakes"]:
-            self.assertIn(h["pid"], pid_cert, h)
-            self.assertEqual(h["side"], "server", h)
-            self.assertTrue(h["library"].endswith("libssl.so.0"), h)
-            rows[(pid_cert[h["pid"]], h["kind"], h["version"], h["cipher_suite"], h["group"],
-                  h["cert_key_type"])] += h["count"]
-        print("boringssl handshakes:", dict(rows))
-        self.assertEqual(rows, want)
-
-        ops = collections.Counter()
-        for o in report["operations"]:
-            self.assertTrue(o["in_handshake"], o)
-            self.assertGreater(o["latency_p50_us"], 1, o)
-            self.assertGreaterEqual(o["latency_p99_us"], o["latency_p50_us"], o)
-            ops[(pid_cert[o["pid"]], o["operation"], o["algorithm"])] += o["count"]
-        print("boringssl operations:", dict(ops))
+        ops, files = self.check_mix_report(agent, report_path, log_path, servers, want, started, PROFILE_SECONDS,
+                                           "libssl.so.0", HELD_OPEN, HELD_ROW)
         # A full handshake signs once (TLS 1.3 CertificateVerify, TLS 1.2
         # ServerKeyExchange); every X25519 handshake but a TLS 1.2
         # resumption runs X25519() once; P-256 exchanges are not timed.
@@ -109,20 +66,10 @@ class BoringSslUsageTest(UsageAgentTestCase):
             ("rsa", "key_exchange", "X25519"): 4 + 1 + RESUMED + HELD_OPEN,
         }))
 
-        live = {c["pid"]: c["live_connections"] for c in report["connections"]}
-        print("boringssl live connections:", report["connections"])
-        self.assertEqual(live, {servers["rsa"][0].pid: HELD_OPEN})
-
-        usage = report["agent"]["usage"]
-        self.assertEqual(usage["dropped_keys"], 0)
-        self.assertEqual(usage["read_errors"], 0)
-        self.assertEqual(usage["budget"]["duty_cycle"], 1.0)
-        files = {os.path.basename(f["path"]): f for f in usage["files"]}
         self.assertEqual(files["libssl.so.0"]["functions"], ["SSL_do_handshake", "SSL_free"])
         self.assertEqual(files["libcrypto.so.0"]["functions"],
                          ["EVP_PKEY_sign", "EVP_PKEY_verify", "EVP_PKEY_derive", "X25519"])
         for f in files.values():
-            self.assertNotIn("unknown", f["fields"].values(), f)
             self.assertEqual(f["fields"]["ssl.in_init"], "+0x30 -> +0x110 -> +0x618 (1 bytes) bit 3 == 0")
 
 

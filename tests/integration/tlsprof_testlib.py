@@ -5,6 +5,7 @@ readiness files or ports rather than sleeps, and clean up what they started by
 PID. They need root and a real kernel: they are registered with CTest under the
 "bpf" label, and they fail (never skip) when they cannot run.
 """
+import collections
 import json
 import os
 import re
@@ -214,6 +215,21 @@ USAGE_MIX = [
      ("full", "TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "X25519", "RSA")),
 ]
 
+# Sessions resumed after their full handshake (test_usage_boringssl.py,
+# test_usage_openssl11.py): (server's certificate, s_client arguments, the
+# full row, the resumed row). A TLS 1.3 resumption (psk_dhe_ke) exchanges a
+# key of its own and signs nothing; a TLS 1.2 one does neither. The server's
+# key type is its own (one) key's.
+USAGE_SESSIONS = [
+    ("rsa", ["-tls1_3", "-ciphersuites", "TLS_AES_256_GCM_SHA384", "-groups", "X25519"],
+     ("full", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519", "RSA"),
+     ("resumed", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519", "RSA")),
+    # TLS 1.2 needs the ECDSA key's curve among the client's groups.
+    ("ecdsa", ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256", "-groups", "X25519:P-256"],
+     ("full", "TLSv1.2", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "X25519", "ECDSA"),
+     ("resumed", "TLSv1.2", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "none", "ECDSA")),
+]
+
 
 class UsageAgentTestCase(unittest.TestCase):
     """The usage tests' base (test_usage.py, test_usage_boringssl.py): the
@@ -272,6 +288,83 @@ class UsageAgentTestCase(unittest.TestCase):
         for _ in range(count):
             sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port)))
             self.addCleanup(sock.close)
+
+    def run_usage_mix(self, ports, mix, sessions, resumptions, **client):
+        """Runs `mix` (USAGE_MIX's form) and `sessions` (USAGE_SESSIONS's, each
+        full handshake then `resumptions` resumptions) with s_client against
+        the servers `ports` (certificate -> port), `client` passed on to
+        s_client(): the server rows they must give, keyed (certificate,) + row."""
+        want = collections.Counter()
+        for cert, count, args, row in mix:
+            for _ in range(count):
+                self.s_client(ports[cert], args, **client)
+            want[(cert,) + row] += count
+        for i, (cert, args, full, resumed) in enumerate(sessions):
+            session = self.procs.path(f"session-{i}.pem")
+            self.s_client(ports[cert], args + ["-sess_out", session], **client)
+            for _ in range(resumptions):
+                self.s_client(ports[cert], args + ["-sess_in", session], **client)
+            want[(cert,) + full] += 1
+            want[(cert,) + resumed] += resumptions
+        return want
+
+    def check_mix_report(self, agent, report_path, log_path, servers, want, started, seconds, library, held,
+                         held_row):
+        """After run_usage_mix(): holds `held` connections to the "rsa" server
+        open through the report (live; each gives `held_row`), waits for the
+        agent's report and checks it: the server rows (`library`'s) equal
+        `want`, the RSA server alone has live connections, no key dropped, no
+        read error, the probes always attached, no field unknown. `servers`:
+        certificate -> (process, port); `started`: the mix's start
+        (monotonic), `seconds` the profile window. Returns the operations
+        (handshake_operations()) and the probed files by base name."""
+        self.hold_open(servers["rsa"][1], held)
+        want[("rsa",) + held_row] += held
+        self.assertLess(time.monotonic() - started, seconds - 3, "the client mix outran the profile window")
+        report = self.agent_report(agent, report_path, log_path, seconds + 60)
+
+        pid_cert = {p.pid: cert for cert, (p, _) in servers.items()}
+        rows = self.server_rows(report, pid_cert, library)
+        print(f"{library} handshakes:", dict(rows))
+        self.assertEqual(rows, want)
+        live = {c["pid"]: c["live_connections"] for c in report["connections"]}
+        print(f"{library} live connections:", report["connections"])
+        self.assertEqual(live, {servers["rsa"][0].pid: held})
+
+        usage = report["agent"]["usage"]
+        self.assertEqual(usage["dropped_keys"], 0)
+        self.assertEqual(usage["read_errors"], 0)
+        self.assertEqual(usage["budget"]["duty_cycle"], 1.0)
+        files = {os.path.basename(f["path"]): f for f in usage["files"]}
+        for f in files.values():
+            self.assertNotIn("unknown", f["fields"].values(), f)
+        ops = self.handshake_operations(report, pid_cert)
+        print(f"{library} operations:", dict(ops))
+        return ops, files
+
+    def server_rows(self, report, pid_cert, library):
+        """The report's handshakes by (certificate, kind, version, cipher
+        suite, group, certificate key type); each must be a server's of
+        `pid_cert` (pid -> certificate), probed in a file named `library`."""
+        rows = collections.Counter()
+        for h in report["handshakes"]:
+            self.assertIn(h["pid"], pid_cert, h)
+            self.assertEqual(h["side"], "server", h)
+            self.assertTrue(h["library"].endswith(library), h)
+            rows[(pid_cert[h["pid"]], h["kind"], h["version"], h["cipher_suite"], h["group"],
+                  h["cert_key_type"])] += h["count"]
+        return rows
+
+    def handshake_operations(self, report, pid_cert):
+        """The report's operations by (certificate, operation, algorithm);
+        each must have run inside a handshake and been timed."""
+        ops = collections.Counter()
+        for o in report["operations"]:
+            self.assertTrue(o["in_handshake"], o)
+            self.assertGreater(o["latency_p50_us"], 1, o)
+            self.assertGreaterEqual(o["latency_p99_us"], o["latency_p50_us"], o)
+            ops[(pid_cert[o["pid"]], o["operation"], o["algorithm"])] += o["count"]
+        return ops
 
     def s_client(self, port, args, request=b"GET / HTTP/1.0\r\n\r\n", answer=b"HTTP/1.1 200"):
         # -quiet implies -ign_eof: the client reads until the server closes

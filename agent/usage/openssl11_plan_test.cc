@@ -1,0 +1,279 @@
+// The OpenSSL probe plan (probe_plan.h) on OpenSSL 1.1: Debian 11's stripped
+// libssl.so.1.1/libcrypto.so.1.1 (1.1.1w), unpacked by scripts/install-deps.sh
+// into /opt/tlsprof-openssl-1.1 (Debian 12 ships no 1.1). Checks the decoded
+// chains and the state machine found through the method tables, then follows
+// the chains through live 1.1 objects (a server and a client handshaking over
+// a BIO pair) and compares them with the accessors' own answers, as
+// usage_test does for OpenSSL 3. No privileges needed.
+//
+// The test links OpenSSL 3 (through tlsprof::usage); 1.1 is dlopen'ed with
+// RTLD_LOCAL and called through dlsym. The two coexist: every symbol of both
+// is versioned (OPENSSL_1_1_0 vs OPENSSL_3.0.0), so libssl.so.1.1's
+// references bind to libcrypto.so.1.1 only. The objects are opaque here
+// (void *): only the accessors and FollowChain look inside.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "agent/usage/elf_functions.h"
+#include "agent/usage/follow_chain.h"
+#include "agent/usage/plan_test_util.h"
+#include "agent/usage/probe_plan.h"
+
+namespace tlsprof::usage {
+namespace {
+
+constexpr const char* kRoot = "/opt/tlsprof-openssl-1.1";
+const std::string kLibDir = std::string(kRoot) + "/usr/lib/x86_64-linux-gnu/";
+const std::string kLibssl = kLibDir + "libssl.so.1.1";
+const std::string kLibcrypto = kLibDir + "libcrypto.so.1.1";
+
+using Functions = std::map<std::string, FunctionCode, std::less<>>;
+
+// Fails (never skips) without the files, saying how to get them.
+bool Installed() {
+  for (const std::string& path : {kLibssl, kLibcrypto}) {
+    if (access(path.c_str(), R_OK) != 0) {
+      ADD_FAILURE() << path << " is missing: OpenSSL 1.1 (Debian 11's libssl1.1) is unpacked there by "
+                    << "scripts/install-deps.sh (as root)";
+      return false;
+    }
+  }
+  return true;
+}
+
+Functions Find(const std::string& path) { return PlanLibrary(path).functions; }
+
+// Debian 11's 1.1.1w, read off its accessors with objdump -d: SSL_version
+// `mov (%rdi),%eax`, SSL_get_state `mov 0x5c(%rdi),%eax`, SSL_session_reused
+// `mov 0xc8(%rdi),%eax`, SSL_is_server `mov 0x38(%rdi),%eax`,
+// SSL_get_current_cipher `mov 0x510(%rdi),%rax; test; je; mov 0x1f0(%rax),%rax`,
+// SSL_CIPHER_get_protocol_id `mov 0x18(%rdi),%eax` (c->id & 0xffff: the
+// caller keeps the low 2 bytes, as BPF does), SSL_get_privatekey
+// `mov 0x490(%rdi),%rax; test; je; mov (%rax),%rax; mov 0x8(%rax),%rax`,
+// EVP_PKEY_id `mov (%rdi),%eax`, EVP_MD_CTX_pkey_ctx `mov 0x20(%rdi),%rax`,
+// EVP_PKEY_CTX_get0_pkey `mov 0x10(%rdi),%rax`.
+const std::map<std::string, std::string> kDebian111w = {
+    {"ssl.version", "+0x0 (4 bytes)"},
+    {"ssl.state", "+0x5c (4 bytes)"},
+    {"ssl.resumed", "+0xc8 (4 bytes)"},
+    {"ssl.is_server", "+0x38 (4 bytes)"},
+    {"ssl.cipher", "+0x510 -> +0x1f0 -> +0x18 (4 bytes)"},
+    {"ssl.key_type", "+0x490 -> +0x0 -> +0x8 -> +0x0 (4 bytes)"},
+    {"md_ctx.key_type", "+0x20 -> +0x10 -> +0x0 (4 bytes)"},
+    {"pkey_ctx.key_type", "+0x10 -> +0x0 (4 bytes)"},
+};
+
+TEST(OpenSsl11Plan, DebianChainsDecode) {
+  if (!Installed()) return;
+  Functions ssl = Find(kLibssl), crypto = Find(kLibcrypto);
+  // The renamed accessors are found by their 1.1 names.
+  EXPECT_TRUE(crypto.count("EVP_PKEY_id"));
+  EXPECT_FALSE(crypto.count("EVP_PKEY_get_id"));
+  EXPECT_TRUE(crypto.count("EVP_MD_CTX_pkey_ctx"));
+  ProcessPlan plan = PlanLayout({&ssl, &crypto});
+  EXPECT_EQ(plan.fields, kDebian111w);
+
+  FilePlan crypto_plan = PlanFile(crypto);
+  std::vector<std::string> probed;
+  for (const ProbeSite& site : crypto_plan.sites) probed.push_back(site.function);
+  EXPECT_EQ(probed, (std::vector<std::string>{"EVP_DigestSign", "EVP_PKEY_sign", "EVP_DigestVerify", "EVP_PKEY_verify",
+                                              "EVP_PKEY_derive"}));
+}
+
+// ossl_statem_accept/connect of 1.1.1w begin with state_machine()'s inlined
+// error-state test (`cmpl $0x1,0x48(%rdi); je` to `mov $-1,%eax; ret`), then
+// `mov/xor %esi; jmp` to the rest of state_machine, which is probed once.
+TEST(OpenSsl11Plan, StateMachineThroughTheMethodTables) {
+  if (!Installed()) return;
+  PlannedLibrary lib = PlanLibrary(kLibssl);
+  const std::vector<FoundFunction>& found = lib.state_machine;
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].name, "state_machine");
+  EXPECT_EQ(FirstInstructionClass(found[0].code.prefix), static_cast<uint32_t>(INSN_EMULATED_PUSH));
+  FilePlan plan = PlanFile(lib.functions, found);
+  std::vector<std::string> probed;
+  for (const ProbeSite& site : plan.sites) probed.push_back(site.function);
+  EXPECT_EQ(probed, (std::vector<std::string>{"state_machine", "SSL_free"}));
+}
+
+// ---- live OpenSSL 1.1 objects ------------------------------------------------
+
+// OpenSSL 1.1 through dlsym. Its ids (obj_mac.h and ssl.h of 1.1.1, unchanged
+// in 3.0): EVP_PKEY_RSA 6, EVP_PKEY_EC 408, NID_X9_62_prime256v1 415,
+// EVP_PKEY_X25519 1034.
+struct OpenSsl11 {
+  void* crypto = nullptr;
+  void* ssl = nullptr;
+
+  template <typename F>
+  F Sym(const char* name) {
+    void* f = dlsym(ssl, name);  // the handle's scope: libssl.so.1.1 and libcrypto.so.1.1
+    if (!f) ADD_FAILURE() << name << ": " << dlerror();
+    return reinterpret_cast<F>(f);
+  }
+
+  bool Open() {
+    // libcrypto first, by path: libssl.so.1.1's DT_NEEDED then finds it
+    // loaded (by soname), where the loader's search path has no 1.1.
+    crypto = dlopen(kLibcrypto.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (crypto) ssl = dlopen(kLibssl.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!ssl) ADD_FAILURE() << "dlopen: " << dlerror();
+    return ssl != nullptr;
+  }
+  // Never dlclose'd: OpenSSL 1.1 pins itself (its atexit cleanup must find
+  // its code), and the test's process ends soon after.
+};
+
+constexpr int kEvpPkeyEc = 408;
+constexpr int kEvpPkeyX25519 = 1034;
+constexpr int kNidP256 = 415;
+
+TEST(OpenSsl11Plan, ChainsFollowedThroughLiveObjects) {
+  if (!Installed()) return;
+  OpenSsl11 lib;
+  ASSERT_TRUE(lib.Open());
+  Functions ssl_functions = Find(kLibssl), crypto_functions = Find(kLibcrypto);
+  ProcessPlan plan = PlanLayout({&ssl_functions, &crypto_functions});
+  auto follow = [&](const void* base, uint32_t field) {
+    return FollowChain(base, PlannedChain(plan.layout, field)).value_or(~0ull);
+  };
+
+  using Ptr = void*;
+  auto ec_key_new = lib.Sym<Ptr (*)(int)>("EC_KEY_new_by_curve_name");
+  auto ec_key_generate = lib.Sym<int (*)(Ptr)>("EC_KEY_generate_key");
+  auto pkey_new = lib.Sym<Ptr (*)()>("EVP_PKEY_new");
+  auto pkey_assign = lib.Sym<int (*)(Ptr, int, Ptr)>("EVP_PKEY_assign");
+  auto pkey_id = lib.Sym<int (*)(Ptr)>("EVP_PKEY_id");
+  auto pkey_free = lib.Sym<void (*)(Ptr)>("EVP_PKEY_free");
+  auto raw_private_key = lib.Sym<Ptr (*)(int, Ptr, const unsigned char*, size_t)>("EVP_PKEY_new_raw_private_key");
+  auto pkey_ctx_new = lib.Sym<Ptr (*)(Ptr, Ptr)>("EVP_PKEY_CTX_new");
+  auto pkey_ctx_free = lib.Sym<void (*)(Ptr)>("EVP_PKEY_CTX_free");
+  auto md_ctx_new = lib.Sym<Ptr (*)()>("EVP_MD_CTX_new");
+  auto md_ctx_free = lib.Sym<void (*)(Ptr)>("EVP_MD_CTX_free");
+  auto sha256 = lib.Sym<Ptr (*)()>("EVP_sha256");
+  auto digest_sign_init = lib.Sym<int (*)(Ptr, Ptr*, Ptr, Ptr, Ptr)>("EVP_DigestSignInit");
+  auto x509_new = lib.Sym<Ptr (*)()>("X509_new");
+  auto x509_free = lib.Sym<void (*)(Ptr)>("X509_free");
+  auto x509_set_pubkey = lib.Sym<int (*)(Ptr, Ptr)>("X509_set_pubkey");
+  auto x509_gmtime_adj = lib.Sym<Ptr (*)(Ptr, long)>("X509_gmtime_adj");
+  auto x509_not_before = lib.Sym<Ptr (*)(Ptr)>("X509_getm_notBefore");
+  auto x509_not_after = lib.Sym<Ptr (*)(Ptr)>("X509_getm_notAfter");
+  auto x509_sign = lib.Sym<int (*)(Ptr, Ptr, Ptr)>("X509_sign");
+  auto bio_pair = lib.Sym<int (*)(Ptr*, size_t, Ptr*, size_t)>("BIO_new_bio_pair");
+  auto tls_server = lib.Sym<Ptr (*)()>("TLS_server_method");
+  auto tls_client = lib.Sym<Ptr (*)()>("TLS_client_method");
+  auto ctx_new = lib.Sym<Ptr (*)(Ptr)>("SSL_CTX_new");
+  auto ctx_free = lib.Sym<void (*)(Ptr)>("SSL_CTX_free");
+  auto ctx_use_cert = lib.Sym<int (*)(Ptr, Ptr)>("SSL_CTX_use_certificate");
+  auto ctx_use_key = lib.Sym<int (*)(Ptr, Ptr)>("SSL_CTX_use_PrivateKey");
+  auto ssl_new = lib.Sym<Ptr (*)(Ptr)>("SSL_new");
+  auto ssl_free = lib.Sym<void (*)(Ptr)>("SSL_free");
+  auto set_bio = lib.Sym<void (*)(Ptr, Ptr, Ptr)>("SSL_set_bio");
+  auto set_accept = lib.Sym<void (*)(Ptr)>("SSL_set_accept_state");
+  auto set_connect = lib.Sym<void (*)(Ptr)>("SSL_set_connect_state");
+  auto do_handshake = lib.Sym<int (*)(Ptr)>("SSL_do_handshake");
+  auto ssl_version = lib.Sym<int (*)(Ptr)>("SSL_version");
+  auto get_state = lib.Sym<int (*)(Ptr)>("SSL_get_state");
+  auto is_server = lib.Sym<int (*)(Ptr)>("SSL_is_server");
+  auto session_reused = lib.Sym<int (*)(Ptr)>("SSL_session_reused");
+  auto current_cipher = lib.Sym<Ptr (*)(Ptr)>("SSL_get_current_cipher");
+  auto protocol_id = lib.Sym<uint16_t (*)(Ptr)>("SSL_CIPHER_get_protocol_id");
+  auto get_privatekey = lib.Sym<Ptr (*)(Ptr)>("SSL_get_privatekey");
+  ASSERT_FALSE(::testing::Test::HasFailure());
+
+  // The state machine the plan found lies where the live library has it:
+  // the load bias from an exported function, and the same first bytes.
+  {
+    std::vector<FoundFunction> found = PlanLibrary(kLibssl).state_machine;
+    ASSERT_EQ(found.size(), 1u);
+    const uintptr_t bias = reinterpret_cast<uintptr_t>(do_handshake) - ssl_functions.at("SSL_do_handshake").vaddr;
+    EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(bias + found[0].code.vaddr), found[0].code.prefix.data(), 16),
+              0);
+  }
+
+  // An ECDSA P-256 key and a self-signed certificate for it.
+  Ptr ec = ec_key_new(kNidP256);
+  ASSERT_NE(ec, nullptr);
+  ASSERT_EQ(ec_key_generate(ec), 1);
+  Ptr key = pkey_new();
+  ASSERT_EQ(pkey_assign(key, kEvpPkeyEc, ec), 1);  // the key owns ec
+  ASSERT_EQ(pkey_id(key), kEvpPkeyEc);
+  Ptr cert = x509_new();
+  ASSERT_EQ(x509_set_pubkey(cert, key), 1);
+  x509_gmtime_adj(x509_not_before(cert), 0);
+  x509_gmtime_adj(x509_not_after(cert), 3600);
+  ASSERT_GT(x509_sign(cert, key, sha256()), 0);
+
+  Ptr server_ctx = ctx_new(tls_server()), client_ctx = ctx_new(tls_client());
+  ASSERT_EQ(ctx_use_cert(server_ctx, cert), 1);
+  ASSERT_EQ(ctx_use_key(server_ctx, key), 1);
+  Ptr server = ssl_new(server_ctx), client = ssl_new(client_ctx);
+  Ptr server_bio = nullptr, client_bio = nullptr;
+  ASSERT_EQ(bio_pair(&server_bio, 0, &client_bio, 0), 1);
+  set_bio(server, server_bio, server_bio);
+  set_bio(client, client_bio, client_bio);
+  set_accept(server);
+  set_connect(client);
+
+  // Before the handshake: the state the BPF side takes for "none begun".
+  EXPECT_EQ(follow(server, FIELD_SSL_STATE), 0u);
+  EXPECT_EQ(get_state(server), 0);  // TLS_ST_BEFORE
+  EXPECT_EQ(follow(server, FIELD_SSL_IS_SERVER), 1u);
+  EXPECT_EQ(follow(client, FIELD_SSL_IS_SERVER), 0u);
+  EXPECT_EQ(follow(server, FIELD_SSL_KEY_TYPE), static_cast<uint64_t>(kEvpPkeyEc));
+
+  int server_done = 0, client_done = 0;
+  for (int round = 0; round < 20 && (server_done != 1 || client_done != 1); ++round) {
+    if (client_done != 1) client_done = do_handshake(client);
+    if (server_done != 1) server_done = do_handshake(server);
+  }
+  ASSERT_EQ(server_done, 1);
+  ASSERT_EQ(client_done, 1);
+
+  for (Ptr s : {server, client}) {
+    EXPECT_EQ(follow(s, FIELD_SSL_VERSION), static_cast<uint64_t>(ssl_version(s)));
+    EXPECT_EQ(ssl_version(s), 0x0304);
+    EXPECT_EQ(follow(s, FIELD_SSL_STATE), static_cast<uint64_t>(get_state(s)));
+    EXPECT_NE(get_state(s), 0);
+    EXPECT_EQ(follow(s, FIELD_SSL_IS_SERVER), static_cast<uint64_t>(is_server(s)));
+    EXPECT_EQ(follow(s, FIELD_SSL_RESUMED), static_cast<uint64_t>(session_reused(s)));
+    // The cipher's 4-byte id; the accessor's uint16_t (and BPF) keeps its low half.
+    EXPECT_EQ(follow(s, FIELD_SSL_CIPHER) & 0xffff, protocol_id(current_cipher(s)));
+    EXPECT_EQ(protocol_id(current_cipher(s)), 0x1302);  // TLS_AES_256_GCM_SHA384, 1.1.1's first
+  }
+  EXPECT_EQ(follow(server, FIELD_SSL_KEY_TYPE), static_cast<uint64_t>(pkey_id(get_privatekey(server))));
+
+  // An EVP_MD_CTX set up for signing (as TLS's CertificateVerify), and the
+  // EVP_PKEY_CTX of an X25519 derive (as a key share).
+  Ptr md = md_ctx_new();
+  ASSERT_EQ(digest_sign_init(md, nullptr, sha256(), nullptr, key), 1);
+  EXPECT_EQ(follow(md, FIELD_MDCTX_KEY_TYPE), static_cast<uint64_t>(kEvpPkeyEc));
+  unsigned char raw[32] = {1};
+  Ptr x = raw_private_key(kEvpPkeyX25519, nullptr, raw, sizeof(raw));
+  ASSERT_NE(x, nullptr);
+  Ptr pctx = pkey_ctx_new(x, nullptr);
+  ASSERT_NE(pctx, nullptr);
+  EXPECT_EQ(follow(pctx, FIELD_PKEYCTX_KEY_TYPE), static_cast<uint64_t>(kEvpPkeyX25519));
+  EXPECT_EQ(follow(pctx, FIELD_PKEYCTX_KEY_TYPE), static_cast<uint64_t>(pkey_id(x)));
+
+  pkey_ctx_free(pctx);
+  pkey_free(x);
+  md_ctx_free(md);
+  ssl_free(server);
+  ssl_free(client);
+  ctx_free(server_ctx);
+  ctx_free(client_ctx);
+  x509_free(cert);
+  pkey_free(key);
+}
+
+}  // namespace
+}  // namespace tlsprof::usage

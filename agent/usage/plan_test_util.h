@@ -1,0 +1,52 @@
+// Helpers of the OpenSSL plan's tests (usage_test, openssl11_plan_test): a
+// library file's wanted functions and state machine, and the chain a planned
+// field_path holds. Header-only; gtest assertions; thread-safe.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/usage/accessors.h"
+#include "agent/usage/elf_functions.h"
+#include "agent/usage/probe_plan.h"
+#include "bpf/usage.h"
+
+namespace tlsprof::usage {
+
+struct PlannedLibrary {
+  std::map<std::string, FunctionCode, std::less<>> functions;  // FindFunctions(WantedFunctions())
+  std::vector<FoundFunction> state_machine;                    // FindHandshakeStateMachine
+};
+
+// `path`'s functions and state machine; empty (with a test failure) when
+// the file does not read.
+inline PlannedLibrary PlanLibrary(const std::string& path) {
+  PlannedLibrary out;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path;
+  if (fd < 0) return out;
+  auto functions = FindFunctions(fd, WantedFunctions());
+  EXPECT_TRUE(functions.ok()) << (functions.ok() ? "" : functions.error().message);
+  if (functions.ok()) {
+    out.functions = std::move(*functions);
+    out.state_machine = FindHandshakeStateMachine(fd, out.functions);
+  }
+  close(fd);
+  return out;
+}
+
+// The chain the layout's `field` holds (no bit field: OpenSSL's have none).
+inline LoadChain PlannedChain(const lib_layout& layout, uint32_t field) {
+  const field_path& path = layout.field[field];
+  LoadChain chain;
+  for (uint8_t i = 0; i < path.n; ++i) chain.offsets.push_back(path.off[i]);
+  chain.width = path.width;
+  return chain;
+}
+
+}  // namespace tlsprof::usage
