@@ -241,29 +241,33 @@ class UsageAgentTestCase(unittest.TestCase):
         self.procs = Processes()
         self.addCleanup(self.procs.close)
 
-    def start_agent(self, name, pids, seconds, probed="libssl.so.3", budget="0"):
+    def start_agent(self, name, pids, seconds, probed="libssl.so.3", budget="0", extra=()):
         """Starts `profile --usage --pid ...` for `seconds` and returns once its
-        probes are on the file named `probed` (the window starts after set-up,
+        probes are on the file named `probed` (or on each of the files a tuple
+        names; the window starts after set-up,
         where the processes present are read and their libraries probed):
         (process, report path, log path). `budget` is --usage-budget: 0
         (always attached) for the tests of exact counts, since the probes
         are on the library files for every process, and whatever else the
         host runs meanwhile (a build, other tests' TLS) costs from the same
-        budget; test_usage_budget.py tests the budget itself."""
+        budget; test_usage_budget.py tests the budget itself. `extra`: more
+        flags for `profile`."""
         report_path = self.procs.path(f"report-{name}.json")
         log_path = self.procs.path(f"agent-{name}.log")
         args = [AGENT, "--log-level", "info", "profile", "--usage", "--usage-budget", budget, "--format", "json",
-                "-o", report_path, "--duration", str(seconds)]
+                "-o", report_path, "--duration", str(seconds), *extra]
         for pid in pids:
             args += ["--pid", pid]
         with open(log_path, "wb") as log:
             agent = subprocess.Popen(args, stderr=log)
         self.addCleanup(lambda: agent.poll() is None and agent.kill())
+        names = (probed,) if isinstance(probed, str) else probed
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with open(log_path, errors="replace") as f:
-                if any("usage probes: " in line and probed in line for line in f):
-                    break
+                lines = [line for line in f if "usage probes: " in line]
+            if all(any(name in line for line in lines) for name in names):
+                break
             self.assertIsNone(agent.poll(), "the agent exited during set-up")
             time.sleep(0.1)
         else:
