@@ -12,28 +12,32 @@ servers:
   boringssl  the same on Debian's stripped BoringSSL (android-libboringssl)
   nginx      Debian's nginx, stream module, `return x` (stripped OpenSSL 3)
 
-The client is `tlsprof-go-tls handshakes` for all (it counts full and
-resumed handshakes itself; a copy of the binary, so that its own crypto/tls
-is not probed), at --rate connections per second: a rate where the probe
-budget does not bind (the report's duty cycle is printed and must be 1). For
-each certificate (ECDSA P-256, RSA-2048) without and with session tickets,
-two runs of --seconds each, each with a server of its own:
+The client is `tlsprof-go-tls handshakes` (it counts full and resumed
+handshakes itself; a copy of the binary, so that its own crypto/tls is not
+probed), at --rate connections per second: a rate where the probe budget
+does not bind (the report's duty cycle is printed and must be 1). For each
+certificate (ECDSA P-256, RSA-2048) without and with session tickets, one
+run of --seconds: the server under `tlsprof-agent profile --usage --pid
+SERVER`, and its twin beside it on copies of its files (a copy of the Go
+binary; copies of the TLS libraries through LD_LIBRARY_PATH), which the
+agent neither probes nor profiles, each loaded by a client of its own:
 
-  1. without the agent: the server's CPU (utime + stime from /proc) per
-     handshake; and, for go, openssl and boringssl, the server's own measure
-     of its TLS library's CPU per handshake ("own TLS": each handshake timed
-     on its thread's CPU clock, less the system calls; see the servers'
-     --stats-file), the ground truth of the agent's TLS CPU per handshake;
-  2. under `tlsprof-agent profile --usage --pid SERVER`: the agent's count
-     against the client's, the agent's TLS CPU of the handshake phase per
-     handshake (sampled, docs/usage.md "Cost per handshake"), the server's
-     busy CPU the agent sampled per handshake, the server's /proc CPU with
-     the probes on (their traps are charged to it), and its own TLS CPU
-     with the probes on (their traps land inside the handshake's calls).
+  - the twin gives the truth from the same seconds (this VM's CPU cost of a
+    handshake drifts 10-20% from one minute to the next): its /proc CPU
+    (utime + stime) per handshake, and, for go, openssl and boringssl, its
+    own measure of its TLS library's CPU per handshake ("own TLS": each
+    handshake timed on its thread's CPU clock, less the system calls; see
+    the servers' --stats-file);
+  - the probed server gives the agent's count against the client's, the
+    agent's TLS CPU of the handshake phase per handshake (sampled,
+    docs/usage.md "Cost per handshake"), the server's busy CPU the agent
+    sampled per handshake, its /proc CPU with the probes on (their traps
+    are charged to it), and its own TLS CPU with the probes on (their traps
+    land inside the handshake's calls).
 
 Then the RSA/ECDSA ratio of full handshakes by each measure: the agent's TLS
-CPU against the server's own (alone), and the agent's busy CPU against /proc
-(the issue asks for 15%). Root only (BPF). Python 3 standard library only.
+CPU against the twin's own TLS CPU, and the agent's busy CPU against the
+probed server's /proc (the issue asks for 15%). Root only (BPF). Python 3 standard library only.
 
     sudo python3 bench/usage_handshake_cost.py [--server go openssl boringssl nginx] [--seconds 20] [--rate 50]
 """
@@ -46,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from usage_servers import REPO, Server, cpu_seconds
 
@@ -76,25 +81,18 @@ def own_us(stats, kind):
 
 
 def run(args, kind, cert, tickets, tmp):
+    """One configuration: the server under the agent and its twin beside it,
+    each loaded by a client of its own, in the same seconds."""
     name = f"{kind}-{cert}-{tickets}"
     hs_kind = "resumed" if tickets == "on" else "full"
-    # 1. The server alone: its /proc CPU per handshake and its own TLS CPU.
-    server = Server(kind, cert, tickets, args.bin, os.path.join(tmp, name + "-alone"))
-    try:
-        before = cpu_seconds(server.pids)
-        alone = load(args.client, server.addr, tickets, args.seconds, args.rate, os.path.join(tmp, "alone.json"))
-        truth_us = (cpu_seconds(server.pids) - before) / alone["handshakes"] * 1e6
-    finally:
-        server.close()
-    own_alone_us = own_us(server.stats(), hs_kind)
-    # 2. A server of its own under the agent.
-    server = Server(kind, cert, tickets, args.bin, os.path.join(tmp, name + "-agent"))
+    servers = {twin: Server(kind, cert, tickets, args.bin, os.path.join(tmp, name + ("-twin" if twin else "")),
+                            twin=twin) for twin in (False, True)}
     try:
         report_path = os.path.join(tmp, f"report-{name}.json")
         log_path = os.path.join(tmp, f"agent-{name}.log")
         agent_args = [os.path.join(args.bin, "tlsprof-agent"), "--log-level", "info", "profile", "--usage",
                       "--format", "json", "-o", report_path, "--duration", str(args.seconds + 3)]
-        for pid in server.pids:
+        for pid in servers[False].pids:
             agent_args += ["--pid", str(pid)]
         with open(log_path, "wb") as log:
             agent = subprocess.Popen(agent_args, stderr=log)
@@ -105,27 +103,34 @@ def run(args, kind, cert, tickets, tmp):
                 raise SystemExit(f"the agent did not attach: {open(log_path).read()[-2000:]}")
             time.sleep(0.1)
         time.sleep(1)
-        before = cpu_seconds(server.pids)
-        client = load(args.client, server.addr, tickets, args.seconds, args.rate, os.path.join(tmp, "client.json"))
-        probed_us = (cpu_seconds(server.pids) - before) / max(client["handshakes"], 1) * 1e6
+        before = {twin: cpu_seconds(s.pids) for twin, s in servers.items()}
+        with ThreadPoolExecutor(2) as pool:
+            loads = {twin: pool.submit(load, args.client, s.addr, tickets, args.seconds, args.rate,
+                                       os.path.join(tmp, f"client-{name}-{twin}.json"))
+                     for twin, s in servers.items()}
+            client = {twin: f.result() for twin, f in loads.items()}
+        proc_us = {twin: (cpu_seconds(s.pids) - before[twin]) / max(client[twin]["handshakes"], 1) * 1e6
+                   for twin, s in servers.items()}
         if agent.wait(timeout=args.seconds + 60) != 0:
             raise SystemExit(f"the agent failed: {open(log_path).read()[-2000:]}")
         with open(report_path) as f:
             report = json.load(f)
     finally:
-        server.close()
+        for s in servers.values():
+            s.close()
+    pids = servers[False].pids
     counted = {"full": 0, "resumed": 0}
     for h in report["handshakes"]:
-        if h["side"] == "server" and h["pid"] in server.pids:
+        if h["side"] == "server" and h["pid"] in pids:
             counted[h["kind"]] = counted.get(h["kind"], 0) + h["estimated_count"]
     handshakes = sum(counted.values())
-    hs_cpu = sum(c["handshake_tls_cpu_seconds"] for c in report["handshake_cpu"] if c["pid"] in server.pids)
-    busy = sum(p["cpu_seconds"] for p in report["processes"] if p["pid"] in server.pids)
+    hs_cpu = sum(c["handshake_tls_cpu_seconds"] for c in report["handshake_cpu"] if c["pid"] in pids)
+    busy = sum(p["cpu_seconds"] for p in report["processes"] if p["pid"] in pids)
     per = (lambda x: x / handshakes * 1e6) if handshakes else (lambda x: 0.0)
-    return {"server": kind, "cert": cert, "tickets": tickets, "client": client, "counted": counted,
+    return {"server": kind, "cert": cert, "tickets": tickets, "client": client[False], "counted": counted,
             "handshakes": handshakes, "agent_tls_us": per(hs_cpu), "agent_busy_us": per(busy),
-            "probed_us": probed_us, "truth_us": truth_us, "own_alone_us": own_alone_us,
-            "own_probed_us": own_us(server.stats(), hs_kind), "alone_rate": alone["handshakes"] / alone["seconds"],
+            "probed_us": proc_us[False], "twin_proc_us": proc_us[True], "own_twin_us": own_us(servers[True].stats(), hs_kind),
+            "own_probed_us": own_us(servers[False].stats(), hs_kind),
             "duty_cycle": report["agent"]["usage"].get("budget", {}).get("duty_cycle", 1.0),
             "hits_per_hs": report["agent"]["usage"]["probe_hits"] / max(handshakes, 1)}
 
@@ -144,29 +149,29 @@ def print_results(servers, rows):
     print(f"{'server':<9} {'cert':<6} {'tickets':<7} {'client':>7} {'agent':>7} {'diff':>7} {'duty':>5} | "
           f"{'agent TLS':>9} {'own TLS':>8} {'own TLS':>8} | {'agent busy':>10} {'/proc':>7} {'/proc':>7} | "
           f"{'hits/hs':>7}")
-    print(f"{'':<9} {'':<6} {'':<7} {'':>7} {'':>7} {'':>7} {'':>5} | {'':>9} {'alone':>8} {'probed':>8} | "
-          f"{'':>10} {'probed':>7} {'alone':>7} | (us per handshake)")
+    print(f"{'':<9} {'':<6} {'':<7} {'':>7} {'':>7} {'':>7} {'':>5} | {'':>9} {'twin':>8} {'probed':>8} | "
+          f"{'':>10} {'probed':>7} {'twin':>7} | (us per handshake)")
     for r in rows:
         c = r["client"]["handshakes"]
         diff = (r["handshakes"] - c) / c * 100 if c else 0.0
         print(f"{r['server']:<9} {r['cert']:<6} {r['tickets']:<7} {c:>7} {r['handshakes']:>7.0f} {diff:>6.2f}% "
-              f"{r['duty_cycle']:>5.2f} | {r['agent_tls_us']:>9.1f} {cell(r['own_alone_us'], 8)} "
+              f"{r['duty_cycle']:>5.2f} | {r['agent_tls_us']:>9.1f} {cell(r['own_twin_us'], 8)} "
               f"{cell(r['own_probed_us'], 8)} | {r['agent_busy_us']:>10.1f} {r['probed_us']:>7.1f} "
-              f"{r['truth_us']:>7.1f} | {r['hits_per_hs']:>7.1f}")
+              f"{r['twin_proc_us']:>7.1f} | {r['hits_per_hs']:>7.1f}")
     print()
-    print("RSA/ECDSA per full handshake (agent TLS against the server's own TLS alone; agent busy against /proc, "
-          "same run):")
+    print("RSA/ECDSA per full handshake (agent TLS against the twin's own TLS; agent busy against the probed "
+          "server's /proc):")
     for kind in servers:
         mine = [r for r in rows if r["server"] == kind]
-        q = {m: ratio(mine, m) for m in ("agent_tls_us", "own_alone_us", "agent_busy_us", "probed_us", "truth_us")}
-        if None in (q["agent_tls_us"], q["agent_busy_us"], q["probed_us"], q["truth_us"]):
+        q = {m: ratio(mine, m) for m in ("agent_tls_us", "own_twin_us", "agent_busy_us", "probed_us", "twin_proc_us")}
+        if None in (q["agent_tls_us"], q["agent_busy_us"], q["probed_us"], q["twin_proc_us"]):
             print(f"  {kind:<9} (no full handshakes of one of the keys)")
             continue
         line = f"  {kind:<9} agent TLS {q['agent_tls_us']:.2f}"
-        if q["own_alone_us"]:
-            line += f" vs own TLS {q['own_alone_us']:.2f} ({q['agent_tls_us'] / q['own_alone_us'] - 1:+.1%})"
+        if q["own_twin_us"]:
+            line += f" vs own TLS {q['own_twin_us']:.2f} ({q['agent_tls_us'] / q['own_twin_us'] - 1:+.1%})"
         line += (f"; agent busy {q['agent_busy_us']:.2f} vs /proc {q['probed_us']:.2f} "
-                 f"({q['agent_busy_us'] / q['probed_us'] - 1:+.1%}); /proc alone {q['truth_us']:.2f}")
+                 f"({q['agent_busy_us'] / q['probed_us'] - 1:+.1%}); the twin's /proc {q['twin_proc_us']:.2f}")
         print(line)
 
 
