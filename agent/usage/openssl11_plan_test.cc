@@ -51,6 +51,13 @@ bool Installed() {
 
 Functions Find(const std::string& path) { return PlanLibrary(path).functions; }
 
+// The functions a file plan probes, in its order.
+std::vector<std::string> Probed(const FilePlan& plan) {
+  std::vector<std::string> names;
+  for (const ProbeSite& site : plan.sites) names.push_back(site.function);
+  return names;
+}
+
 // Debian 11's 1.1.1w, read off its accessors with objdump -d: SSL_version
 // `mov (%rdi),%eax`, SSL_get_state `mov 0x5c(%rdi),%eax`, SSL_session_reused
 // `mov 0xc8(%rdi),%eax`, SSL_is_server `mov 0x38(%rdi),%eax`,
@@ -81,11 +88,8 @@ TEST(OpenSsl11Plan, DebianChainsDecode) {
   ProcessPlan plan = PlanLayout({&ssl, &crypto});
   EXPECT_EQ(plan.fields, kDebian111w);
 
-  FilePlan crypto_plan = PlanFile(crypto);
-  std::vector<std::string> probed;
-  for (const ProbeSite& site : crypto_plan.sites) probed.push_back(site.function);
-  EXPECT_EQ(probed, (std::vector<std::string>{"EVP_DigestSign", "EVP_PKEY_sign", "EVP_DigestVerify", "EVP_PKEY_verify",
-                                              "EVP_PKEY_derive"}));
+  EXPECT_EQ(Probed(PlanFile(crypto)), (std::vector<std::string>{"EVP_DigestSign", "EVP_PKEY_sign", "EVP_DigestVerify",
+                                                                "EVP_PKEY_verify", "EVP_PKEY_derive"}));
 }
 
 // ossl_statem_accept/connect of 1.1.1w begin with state_machine()'s inlined
@@ -98,10 +102,7 @@ TEST(OpenSsl11Plan, StateMachineThroughTheMethodTables) {
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].name, "state_machine");
   EXPECT_EQ(FirstInstructionClass(found[0].code.prefix), static_cast<uint32_t>(INSN_EMULATED_PUSH));
-  FilePlan plan = PlanFile(lib.functions, found);
-  std::vector<std::string> probed;
-  for (const ProbeSite& site : plan.sites) probed.push_back(site.function);
-  EXPECT_EQ(probed, (std::vector<std::string>{"state_machine", "SSL_free"}));
+  EXPECT_EQ(Probed(PlanFile(lib.functions, found)), (std::vector<std::string>{"state_machine", "SSL_free"}));
 }
 
 // ---- live OpenSSL 1.1 objects ------------------------------------------------
@@ -140,7 +141,9 @@ TEST(OpenSsl11Plan, ChainsFollowedThroughLiveObjects) {
   if (!Installed()) return;
   OpenSsl11 lib;
   ASSERT_TRUE(lib.Open());
-  Functions ssl_functions = Find(kLibssl), crypto_functions = Find(kLibcrypto);
+  PlannedLibrary ssl_lib = PlanLibrary(kLibssl);
+  const Functions& ssl_functions = ssl_lib.functions;
+  Functions crypto_functions = Find(kLibcrypto);
   ProcessPlan plan = PlanLayout({&ssl_functions, &crypto_functions});
   auto follow = [&](const void* base, uint32_t field) {
     return FollowChain(base, PlannedChain(plan.layout, field)).value_or(~0ull);
@@ -192,7 +195,7 @@ TEST(OpenSsl11Plan, ChainsFollowedThroughLiveObjects) {
   // The state machine the plan found lies where the live library has it:
   // the load bias from an exported function, and the same first bytes.
   {
-    std::vector<FoundFunction> found = PlanLibrary(kLibssl).state_machine;
+    const std::vector<FoundFunction>& found = ssl_lib.state_machine;
     ASSERT_EQ(found.size(), 1u);
     const uintptr_t bias = reinterpret_cast<uintptr_t>(do_handshake) - ssl_functions.at("SSL_do_handshake").vaddr;
     EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(bias + found[0].code.vaddr), found[0].code.prefix.data(), 16),
