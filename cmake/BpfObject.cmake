@@ -39,6 +39,9 @@ function(bpf_object name src)
     COMMENT "Skeleton ${name}.skel.h"
     VERBATIM)
   add_custom_target(${name}_skel_gen DEPENDS ${skel})
+  # vmlinux.h is made by a rule of the top directory: a file dependency alone is not seen across directories by
+  # the Makefiles generator (only Ninja has one global graph), so the order is also stated between targets.
+  add_dependencies(${name}_skel_gen vmlinux_h)
   add_library(${name}_skel INTERFACE)
   add_dependencies(${name}_skel ${name}_skel_gen)
   target_include_directories(${name}_skel INTERFACE ${CMAKE_CURRENT_BINARY_DIR} ${CMAKE_CURRENT_SOURCE_DIR})

@@ -2,6 +2,9 @@
 #
 # Registers a GoogleTest binary with CTest. Tests that need root and a real
 # kernel pass BPF and get the label "bpf"; the rest get "unit". CI runs both.
+# BPF tests drive the kernel's sampler and probes against their own processes
+# and count what they see, so they hold the CPU lock (tlsprof_cpu, below) like
+# every other test whose figures depend on the CPU it gets.
 function(tlsprof_test name)
   cmake_parse_arguments(T "BPF" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
@@ -11,7 +14,7 @@ function(tlsprof_test name)
     TLSPROF_SOURCE_DIR="${CMAKE_SOURCE_DIR}" TLSPROF_BINARY_DIR="${CMAKE_BINARY_DIR}")
   add_test(NAME ${name} COMMAND ${name})
   if(T_BPF)
-    set_tests_properties(${name} PROPERTIES LABELS bpf RUN_SERIAL TRUE)
+    set_tests_properties(${name} PROPERTIES LABELS bpf RESOURCE_LOCK tlsprof_cpu)
   else()
     set_tests_properties(${name} PROPERTIES LABELS unit)
   endif()

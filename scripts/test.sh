@@ -1,15 +1,52 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds with warnings as errors, checks formatting, and
-# runs every test: unit tests and, as root, the BPF and integration tests; then
-# the same suites again built with ASan + UBSan (scripts/test-sanitizers.sh,
-# build-asan/), where any memory error, leak or undefined behaviour fails.
-# Nothing is skipped: a test that cannot run fails.
-set -euo pipefail
+# The README's test command, and what CI runs (.ci/run): installs the dependencies, builds, and runs every test in
+# passes that each run even when an earlier one failed:
+#   release  the release build (warnings as errors): every CTest test, `ctest -j` on all CPUs; tests that measure
+#            CPU hold a resource lock, so no two of them ever overlap (tests/CMakeLists.txt)
+#   format   clang-format's check of every C/C++ source
+#   fuzz     the libFuzzer targets built with clang (build-fuzz/), each run for FUZZ_SECONDS (30) from its corpus
+#   asan     the ASan + UBSan build (build-asan/): the unit tier, every corpus replay and the integration tests
+#            labelled `asan` (scripts/test-sanitizers.sh; the README says which and why)
+# At the end it prints the slowest tests and the time of each pass (scripts/test-summary.py), and exits non-zero if
+# any pass failed. Nothing is skipped: a test that cannot run fails. Logs: build/test-logs/.
+#
+# Arguments go to every ctest run: `scripts/test.sh -L unit` runs one tier of each pass.
+set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/install-deps.sh"
-TLSPROF_WERROR=ON "$root/scripts/build.sh"
-"$root/scripts/check-format.sh"
-cd "$root/build"
-ctest --output-on-failure --timeout 900 -L unit
-ctest --output-on-failure --timeout 900 -L bpf
-"$root/scripts/test-sanitizers.sh"
+jobs=$(nproc)
+logs=$root/build/test-logs
+status=0
+
+# stage NAME COMMAND...: runs COMMAND with its output on the terminal and in $logs/NAME.log, and records its time and
+# exit status in $logs/passes.tsv for the summary.
+stage() {
+  local name=$1 start=$SECONDS rc
+  shift
+  echo "==== $name: $*"
+  "$@" 2>&1 | tee "$logs/$name.log"
+  rc=${PIPESTATUS[0]}
+  printf '%s\t%s\t%s\n' "$name" $((SECONDS - start)) "$rc" >>"$logs/passes.tsv"
+  if ((rc != 0)); then
+    echo "==== $name FAILED (exit $rc)" >&2
+    status=1
+  fi
+  return "$rc"
+}
+
+release_tests() {
+  cd "$root/build" && ctest --output-on-failure --timeout 900 -j"$jobs" "$@"
+}
+
+mkdir -p "$logs"
+: >"$logs/passes.tsv"
+# Without the dependencies nothing below can build: the only stage whose failure ends the run.
+stage deps "$root/scripts/install-deps.sh" || exit 1
+if stage build env TLSPROF_WERROR=ON "$root/scripts/build.sh"; then
+  stage release release_tests "$@"
+fi
+stage format "$root/scripts/check-format.sh"
+stage fuzz "$root/bench/fuzz.sh" --jobs "$jobs" "${FUZZ_SECONDS:-30}"
+stage asan "$root/scripts/test-sanitizers.sh" "$@"
+
+python3 "$root/scripts/test-summary.py" "$logs" || status=1
+exit $status

@@ -258,7 +258,11 @@ void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
 }
 
 void Attributor::InferFromOperations() {
-  for (auto& [key, group] : operations_) {
+  for (auto& entry : operations_) {
+    // Plain references, not a structured binding: clang 14 (Debian 12) rejects
+    // lambdas that capture structured bindings, and the splits below capture group.
+    const auto& key = entry.first;
+    auto& group = entry.second;
     const std::map<std::string_view, uint64_t>& named = group.named;
     uint64_t named_total = 0;
     for (const auto& [alg, n] : named) named_total += n;

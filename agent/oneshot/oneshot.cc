@@ -53,6 +53,8 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   const double cpu_at_window_start = SelfCpuSeconds();
   // The probes' maps count from their attachment: the window is a difference.
   const usage::UsageSnapshot usage_at_start = profiler.usage() ? profiler.usage()->Snapshot() : usage::UsageSnapshot{};
+  // Tests wait on this line, not on a guess, before they start what the window must see.
+  spdlog::info("profile: window open for {} s", options.duration_seconds);
   const auto window = std::chrono::duration<double>(options.duration_seconds);
   const auto poll = std::chrono::duration<double>(options.poll_seconds);
   while (!stop.load()) {

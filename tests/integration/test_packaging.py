@@ -380,8 +380,22 @@ class PackagingTest(unittest.TestCase):
         self.assertGreaterEqual(accepted, 3, f"agent log:\n{self.procs.log(agent)}")
         self.assertGreater(demo_tls, 0, "the collector counted no TLS CPU of the demo (run as nobody): the agent "
                            f"could not read its process or binary. Agent log:\n{self.procs.log(agent)}")
+        # The agent counts a window before it seals its batch, so once the collector has accepted `accepted` of
+        # them the agent's windows_total is at least that: sound only if every accepted batch was a window of this
+        # process, not one an earlier run left in the spool (the agent logs what it found there at start).
+        with open(agent.log_path, errors="replace") as f:
+            start_log = f.read()
+        self.assertRegex(start_log, r"next sequence \d+, 0 batch\(es\)",
+                         "the agent started with batches of an earlier run in its spool")
         agent_text = scrape(agent_http)
-        self.assertGreaterEqual(metric_sum(agent_text, "tlsprof_agent_windows_total"), 3)
+        self.assertGreaterEqual(metric_sum(agent_text, "tlsprof_agent_windows_total"), accepted,
+                                f"agent metrics:\n{agent_text}\nagent log:\n{self.procs.log(agent)}")
+        # The shipper's counters reach /metrics at the agent's next poll (0.5 s): waited for, not raced.
+        deadline = time.monotonic() + 30
+        while (metric_sum(agent_text, "tlsprof_agent_batches_total", 'result="accepted"') == 0
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+            agent_text = scrape(agent_http)
         self.assertGreater(metric_sum(agent_text, "tlsprof_agent_batches_total", 'result="accepted"'), 0)
         self.assertGreater(upgraded_tls, 0, "the collector counted no TLS CPU of the demo whose binary was deleted: "
                            f"the agent could not open /proc/PID/map_files. Agent log:\n{self.procs.log(agent)}")

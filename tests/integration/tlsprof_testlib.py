@@ -265,14 +265,15 @@ class UsageAgentTestCase(unittest.TestCase):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with open(log_path, errors="replace") as f:
-                lines = [line for line in f if "usage probes: " in line]
-            if all(any(name in line for line in lines) for name in names):
+                log = f.read()
+            lines = [line for line in log.splitlines() if "usage probes: " in line]
+            # The probes are on, and the window has begun (the agent logs when it opens).
+            if all(any(name in line for line in lines) for name in names) and "profile: window open" in log:
                 break
             self.assertIsNone(agent.poll(), "the agent exited during set-up")
             time.sleep(0.1)
         else:
-            self.fail(f"the agent attached no usage probe to {probed} in 30 s")
-        time.sleep(1)
+            self.fail(f"the agent attached no usage probe to {probed}, or opened no window, in 30 s")
         return agent, report_path, log_path
 
     def agent_report(self, agent, report_path, log_path, timeout):
