@@ -394,6 +394,10 @@ void Ingestor::Checkpoint(state::State& into, const std::function<void()>& fn) c
     copy.probe_cpu_seconds_ = probe_cpu_seconds_;
     copy.probe_budget_cpu_seconds_ = probe_budget_cpu_seconds_;
     copy.probe_hits_ = probe_hits_;
+    copy.skewed_reports_ = skewed_reports_;
+    copy.agents_evicted_ = agents_evicted_;
+    copy.agents_refused_ = agents_refused_;
+    copy.series_refused_ = series_refused_;
     fn();
   }
   const auto copied = std::chrono::steady_clock::now();
@@ -405,6 +409,10 @@ void Ingestor::Checkpoint(state::State& into, const std::function<void()>& fn) c
 
 void Ingestor::SnapshotLocked(state::State& s) const {
   s.set_reports(reports_);
+  s.set_skewed_reports(skewed_reports_);
+  s.set_agents_evicted(agents_evicted_);
+  s.set_agents_refused(agents_refused_);
+  s.set_series_refused(series_refused_);
   for (const auto& [hash, series] : cpu_) {
     const CpuKey& key = series.labels;
     const double seconds = series.value;
@@ -504,6 +512,10 @@ void Ingestor::SnapshotLocked(state::State& s) const {
 Status Ingestor::Restore(const state::State& s) {
   std::lock_guard lock(mu_);
   reports_ = s.reports();
+  skewed_reports_ = s.skewed_reports();
+  agents_evicted_ = s.agents_evicted();
+  agents_refused_ = s.agents_refused();
+  series_refused_ = s.series_refused();
   cpu_.clear();
   busy_.clear();
   host_cpu_.clear();

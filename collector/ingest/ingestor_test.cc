@@ -543,6 +543,14 @@ TEST(Ingestor, SkewedClocksAreCountedMeasuredAndFiledByReceiveTime) {
   EXPECT_DOUBLE_EQ(skew["behind"].get<double>(), -86400.0);
   EXPECT_DOUBLE_EQ(skew["old"].get<double>(), 7200.0);
   EXPECT_NEAR(skew["synced"].get<double>(), 0.0, 1e-6);
+
+  // A counter like the rest: a restart from the state directory does not reset it (found by
+  // collector_ingest_fuzz, tests/fuzz/corpus/collector_ingest/crash-skewed-reports-not-restored).
+  state::State snapshot;
+  ingestor.Checkpoint([&](state::State& st) { snapshot = st; });
+  Ingestor restored{IngestOptions{}};
+  ASSERT_TRUE(restored.Restore(snapshot).ok());
+  EXPECT_DOUBLE_EQ(Scalar(restored, "tlsprof_collector_skewed_reports_total"), 3);
 }
 
 TEST(Ingestor, MaxAgentsEvictsOnlyIdleAgentsAndRefusesOtherwise) {

@@ -10,6 +10,7 @@
 // the next sequence number from a relay (another agent key), so that the
 // duplicate and the cardinality-cap paths run on every input.
 #include <prometheus/text_serializer.h>
+#include <cstdio>
 
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +81,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tlsprof::Status st = tlsprof::OkStatus();
   ingestor.Checkpoint([&](tlsprof::collector::state::State& s) { st = restored.Restore(s); });
   if (!st.ok()) __builtin_trap();
-  if (Metrics(restored) != metrics) __builtin_trap();
+  if (const std::string again_metrics = Metrics(restored); again_metrics != metrics) {
+    // The first line that differs, to start the diagnosis from.
+    size_t at = 0;
+    while (at < metrics.size() && at < again_metrics.size() && metrics[at] == again_metrics[at]) ++at;
+    const size_t line = metrics.rfind('\n', at == 0 ? 0 : at - 1);
+    const size_t from = line == std::string::npos ? 0 : line + 1;
+    std::fprintf(stderr, "restored metrics differ at byte %zu:\n  before: %.200s\n  after:  %.200s\n", at,
+                 metrics.c_str() + from, again_metrics.c_str() + std::min(from, again_metrics.size()));
+    __builtin_trap();
+  }
   return 0;
 }
