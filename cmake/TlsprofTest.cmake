@@ -1,3 +1,12 @@
+# tlsprof_test_driver_flags(TARGET): in the sanitizer tree (TLSPROF_SANITIZE), a
+# test's own code is compiled at -O0: the sanitizers check it as well, and it
+# compiles in half the time; the code it tests keeps the tree's -O1.
+function(tlsprof_test_driver_flags target)
+  if(TLSPROF_SANITIZE)
+    target_compile_options(${target} PRIVATE -O0)
+  endif()
+endfunction()
+
 # tlsprof_test(NAME SOURCES <src>... LIBS <lib>... [BPF])
 #
 # Registers a GoogleTest binary with CTest. Tests that need root and a real
@@ -12,6 +21,7 @@ function(tlsprof_test name)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_definitions(${name} PRIVATE
     TLSPROF_SOURCE_DIR="${CMAKE_SOURCE_DIR}" TLSPROF_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  tlsprof_test_driver_flags(${name})
   add_test(NAME ${name} COMMAND ${name})
   if(T_BPF)
     set_tests_properties(${name} PROPERTIES LABELS bpf RESOURCE_LOCK tlsprof_cpu)

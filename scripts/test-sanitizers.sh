@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
-# Builds the whole project with ASan + UBSan into build-asan/ (-DTLSPROF_SANITIZE=ON, gcc) and runs the whole
-# sanitizer subset of the test suite against it (below), whose integration tests run the sanitized binaries of
-# build-asan/bin (TLSPROF_BIN comes from that build's CTest registration). The last stage of
-# scripts/test.sh, so CI runs it. Instrumented: tlsprof's code (agent, collector, tools, tests); not: the workloads
-# it measures (workloads/CMakeLists.txt says why). Tests see TLSPROF_SANITIZED=1 and print, rather than assert,
-# the CPU and memory budgets ASan's own cost breaks (tests/integration/tlsprof_testlib.py). Any sanitizer report
-# fails it: every instrumented process (also the agent and collector the Python tests start, whose exit status a
-# test may not look at) writes its ASan and LeakSanitizer
-# reports to a log directory, and a non-empty directory fails the run after the tests, printing each report. UBSan
-# reports go to the process's stderr (gcc's libubsan ignores log_path next to ASan, gcc PR 94328), but the first
-# one ends the process with a non-zero status (-fno-sanitize-recover=all), which fails its test.
+# Builds tlsprof with ASan + UBSan into build-asan/ (-DTLSPROF_SANITIZE=ON, clang) and runs the sanitizer pass's
+# part of the test suite against it (below), whose integration tests run the sanitized binaries of build-asan/bin
+# (TLSPROF_BIN comes from that build's CTest registration). A pass of scripts/test.sh, so CI runs it. Instrumented:
+# tlsprof's code (agent, collector, tools, tests); not: the workloads it measures (workloads/CMakeLists.txt says
+# why), which are copied from the release tree build/ (scripts/build.sh first). Tests see TLSPROF_SANITIZED=1 and
+# print, rather than assert, the CPU and memory budgets ASan's own cost breaks (tests/integration/tlsprof_testlib.py).
+# Any sanitizer report fails it: every instrumented process (also the agent and collector the Python tests start,
+# whose exit status a test may not look at) writes its ASan, UBSan and LeakSanitizer reports to a log directory, and
+# a non-empty directory fails the run after the tests, printing each report; the first UBSan report also ends its
+# process with a non-zero status (-fno-sanitize-recover=all), which fails its test.
 #
-# Arguments are passed on to ctest: `scripts/test-sanitizers.sh -R 'bounds|faults_'` reruns a few.
+# Arguments, if any, select the tests instead of the pass's labels: `scripts/test-sanitizers.sh -R 'bounds|faults_'`
+# runs those (any test of the tree, in the pass or not).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build-asan"
 jobs=$(nproc)
-# Line tables only (-g1), as scripts/build.sh: sanitizer reports keep function, file and line. -O1, which ASan's
-# documentation suggests: reports as good, a build a third quicker than -O2 (bench/README.md, "Build and CI time").
-debug_flags=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
+# clang, at -O1 with line tables (-g1): sanitizer reports keep function, file and line, and clang builds this tree in
+# half gcc's time (bench/README.md, "Build and CI time"); the test drivers themselves at -O0 (cmake/TlsprofTest.cmake).
+debug_flags=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
 
 start=$SECONDS
-# The Go workloads are the release tree's (not instrumented): one Go build cache serves both trees.
+# The workloads, never instrumented, are the release tree's (cmake/CopyWorkloads.cmake): scripts/build.sh first.
+if [[ ! -x $root/build/bin/tlsprof-demo ]]; then
+  echo "sanitizers: no release build in $root/build (the workloads come from it): run scripts/build.sh" >&2
+  exit 1
+fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTLSPROF_SANITIZE=ON \
-  -DTLSPROF_GOCACHE="$root/build/gocache" "${debug_flags[@]}" >/dev/null
+  -DTLSPROF_WORKLOADS_FROM="$root/build/bin" "${debug_flags[@]}" >/dev/null
 cmake --build "$build" -j"$jobs"
 echo "sanitizers: build took $((SECONDS - start)) s"
 
@@ -39,7 +44,7 @@ chmod 1777 "$logs"
 # verify_asan_link_order=0: test_faults_pipeline preloads libfaketime into the agent (clock skew); ASan would
 # refuse to start behind another LD_PRELOAD library, though the two intercept different functions.
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:log_path=$logs/asan:strict_init_order=1:verify_asan_link_order=0"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
 
 # The sanitizer pass runs a chosen part of the suite, not all of it again (the README lists it and says why): the
@@ -53,8 +58,10 @@ cd "$build"
 [[ -f Testing/Temporary/CTestCostData.txt ]] ||
   { mkdir -p Testing/Temporary && cp "$root/tests/ctest-costs.txt" Testing/Temporary/CTestCostData.txt; }
 start=$SECONDS
-ctest --output-on-failure --timeout 1800 -j"$jobs" -L '^(unit|bpf|asan)$' "$@" || status=1
-echo "sanitizers: ctest -L '^(unit|bpf|asan)$' took $((SECONDS - start)) s"
+selection=(-L '^(unit|bpf|asan)$')
+(($#)) && selection=("$@")
+ctest --output-on-failure --timeout 1800 -j"$jobs" "${selection[@]}" || status=1
+echo "sanitizers: ctest ${selection[*]} took $((SECONDS - start)) s"
 
 shopt -s nullglob
 reports=("$logs"/*)
