@@ -2,10 +2,10 @@
 mount namespace (a container) whose binary the host cannot see at that path,
 a process that starts while the profile runs, and a binary deleted after it
 was started (an upgrade in place)."""
+import json
 import os
 import shutil
 import subprocess
-import threading
 import time
 import unittest
 
@@ -56,19 +56,22 @@ class DiscoveryTest(unittest.TestCase):
 
     def test_process_started_during_a_host_profile(self):
         ready = self.procs.path("late.ready")
-        started = {}
-
-        def start_late():
-            time.sleep(1.5)
-            started["proc"] = self.procs.start([GT, "--warmup", "0.2", "--duration", "30", "--ready-file", ready],
-                                               ready_file=ready)
-
-        t = threading.Thread(target=start_late)
-        t.start()
-        report = profile_json(self, ["--duration", "6"])
-        t.join()
-        self.assertIn("proc", started)
-        proc = self.assert_static_openssl(report, started["proc"].pid)
+        report_path, log_path = self.procs.path("late-report.json"), self.procs.path("late-agent.log")
+        with open(log_path, "wb") as log:
+            agent = subprocess.Popen([AGENT, "--log-level", "info", "profile", "--format", "json", "-o", report_path,
+                                      "--duration", "6"], stderr=log)
+        self.addCleanup(lambda: agent.poll() is None and agent.kill())
+        # The process starts once the window is open (the agent logs it), so it is discovered during the window.
+        deadline = time.monotonic() + 30
+        while "profile: window open" not in open(log_path, errors="replace").read():
+            self.assertIsNone(agent.poll(), "the agent exited during set-up")
+            self.assertLess(time.monotonic(), deadline, "the agent opened no window in 30 s")
+            time.sleep(0.05)
+        late = self.procs.start([GT, "--warmup", "0.2", "--duration", "30", "--ready-file", ready], ready_file=ready)
+        self.assertEqual(agent.wait(timeout=120), 0, open(log_path, errors="replace").read()[-2000:])
+        with open(report_path) as f:
+            report = json.load(f)
+        proc = self.assert_static_openssl(report, late.pid)
         self.assertGreater(report["tls_cpu_seconds"], 0)
         self.assertGreaterEqual(report["tls_cpu_seconds"], proc["tls_cpu_seconds"])
 
