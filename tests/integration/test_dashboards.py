@@ -97,7 +97,7 @@ class DashboardsTest(unittest.TestCase):
     def setUpClass(cls):
         # One pipeline for the three tests (each reads it, none changes it).
         if os.geteuid() != 0:
-            raise AssertionError("integration tests need root (CAP_BPF, CAP_PERFMON): run ctest -L bpf as root")
+            raise AssertionError("integration tests need root (CAP_BPF, CAP_PERFMON): run ctest -L integration as root")
         cls.t0 = time.monotonic()
         cls.procs = Processes()
         cls.addClassCleanup(cls.procs.close)

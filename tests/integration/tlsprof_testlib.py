@@ -27,7 +27,7 @@ SANITIZED = os.environ.get("TLSPROF_SANITIZED") == "1"
 
 def require_root(test: unittest.TestCase):
     if os.geteuid() != 0:
-        test.fail("integration tests need root (CAP_BPF, CAP_PERFMON): run ctest -L bpf as root")
+        test.fail("integration tests need root (CAP_BPF, CAP_PERFMON): run ctest -L integration as root")
 
 
 def assert_resource_budget(test: unittest.TestCase, name, value, limit, msg=None):
