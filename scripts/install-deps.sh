@@ -13,6 +13,8 @@ fi
 packages=(
   # build
   build-essential cmake ninja-build pkg-config clang llvm
+  # clang's ASan, UBSan and libFuzzer runtimes (the sanitizer and fuzz passes): only recommended by clang-14
+  libclang-rt-14-dev
   libbpf-dev bpftool libelf-dev zlib1g-dev libdw-dev libdebuginfod-dev binutils elfutils
   # x86-64 disassembly: the RET instructions of Go functions (usage probes, never uretprobes on Go)
   libcapstone-dev

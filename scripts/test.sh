@@ -33,25 +33,12 @@ stage() {
   return "$rc"
 }
 
-# CTest starts the longest tests first once it knows their times (Testing/Temporary/CTestCostData.txt); a clean
-# tree does not, so it is seeded from tests/ctest-costs.txt (seconds of a release run: a stale figure only changes
-# the order).
-seed_costs() {
-  local dir=$1/Testing/Temporary
-  [[ -f $dir/CTestCostData.txt ]] || { mkdir -p "$dir" && cp "$root/tests/ctest-costs.txt" "$dir/CTestCostData.txt"; }
-}
-
-release_tests() {
-  seed_costs "$root/build"
-  cd "$root/build" && ctest --output-on-failure --timeout 900 -j"$jobs" "$@"
-}
-
 mkdir -p "$logs"
 : >"$logs/passes.tsv"
 # Without the dependencies nothing below can build: the only stage whose failure ends the run.
 stage deps "$root/scripts/install-deps.sh" || exit 1
 if stage build env TLSPROF_WERROR=ON "$root/scripts/build.sh"; then
-  stage release release_tests "$@"
+  stage release ctest --test-dir "$root/build" --output-on-failure --timeout 900 -j"$jobs" "$@"
 fi
 stage format "$root/scripts/check-format.sh"
 stage fuzz "$root/bench/fuzz.sh" --jobs "$jobs" "${FUZZ_SECONDS:-30}"
