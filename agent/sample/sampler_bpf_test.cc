@@ -220,7 +220,8 @@ TEST(SamplerBpfTest, ClearCountsStartsOverWhileSampling) {
   ASSERT_TRUE(target.ready());
   auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {target.pid()}});
   ASSERT_NE(sampler, nullptr);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // In the child's CPU time, not wall time (ForkedChild::RunFor): ~400 samples.
+  EXPECT_TRUE(target.RunFor(0.4)) << "the busy child got no CPU";
   const uint64_t before = PidCounts(*sampler)[static_cast<uint32_t>(target.pid())].user;
   ASSERT_GT(before, 100u) << "the busy child got too few samples to tell";
   const uint64_t total_before = sampler->ReadTotals().samples;
@@ -233,7 +234,7 @@ TEST(SamplerBpfTest, ClearCountsStartsOverWhileSampling) {
   sampler->ForEachIp([&](const sample_key&, uint64_t count) { ip_samples += count; });
   EXPECT_LT(ip_samples, before / 4) << "per-IP counts survived ClearCounts";
 
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(target.RunFor(0.4)) << "the busy child got no CPU";
   sampler->Stop();
   EXPECT_GT(PidCounts(*sampler)[static_cast<uint32_t>(target.pid())].user, right_after + 100)
       << "sampling stopped counting after ClearCounts";

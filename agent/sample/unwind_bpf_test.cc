@@ -53,6 +53,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kHz = 999;
+// How long a child is sampled, in its own CPU time: ~800 samples at kHz, where
+// the tests ask for more than 300.
+constexpr double kChildCpuSeconds = 0.8;
 
 const std::vector<std::string> kFpChain = {"tlsprof_fp_leaf",   "tlsprof_fp_chain5", "tlsprof_fp_chain4",
                                            "tlsprof_fp_chain3", "tlsprof_fp_chain2", "tlsprof_fp_chain1"};
@@ -206,7 +209,7 @@ TEST(UnwindBpfTest, FramePointerChain) {
   unwind_proc proc = ExeProc(child.pid(), UNWIND_MAPPING_FP | UNWIND_MAPPING_TLS, 0, 0);
   ASSERT_GT(proc.nr_mappings, 0u);
   ASSERT_TRUE(sampler->SetProcess(child.pid(), proc).ok());
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_TRUE(child.RunFor(kChildCpuSeconds)) << "the child got no CPU";
   sampler->Stop();
 
   StackCounts c = CountStacks(*sampler, child.pid(), kFpChain);
@@ -214,7 +217,7 @@ TEST(UnwindBpfTest, FramePointerChain) {
   PrintStops(t);
   std::printf("frame pointers: %lu stacks sampled, %lu with the whole chain\n", static_cast<unsigned long>(c.samples),
               static_cast<unsigned long>(c.with_chain));
-  EXPECT_GT(c.samples, 300u);  // ~999 if the child had a CPU to itself
+  EXPECT_GT(c.samples, 300u);  // ~800: one per period of the child's CPU time
   EXPECT_GE(c.with_chain * 10, c.samples * 9);
   EXPECT_EQ(c.bad_zeros, 0u);
   EXPECT_EQ(t.unwound, SumStops(t.unwind_stop));
@@ -233,7 +236,7 @@ TEST(UnwindBpfTest, DwarfChain) {
   UploadedTable table = UploadExeTable(*sampler);
   ASSERT_GT(table.len, 0u);
   ASSERT_TRUE(sampler->SetProcess(child.pid(), ExeProc(child.pid(), UNWIND_MAPPING_TLS, table.first, table.len)).ok());
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_TRUE(child.RunFor(kChildCpuSeconds)) << "the child got no CPU";
   sampler->Stop();
 
   StackCounts c = CountStacks(*sampler, child.pid(), kDwarfChain);
@@ -261,7 +264,7 @@ TEST(UnwindBpfTest, RowCacheFollowsUploads) {
   ASSERT_EQ(table.first, 100u);
   ASSERT_GT(table.len, 4u * TLSPROF_UNWIND_INDEX_BUCKET);
   ASSERT_TRUE(sampler->SetProcess(child.pid(), ExeProc(child.pid(), UNWIND_MAPPING_TLS, table.first, table.len)).ok());
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_TRUE(child.RunFor(kChildCpuSeconds)) << "the child got no CPU";
   const StackCounts c = CountStacks(*sampler, child.pid(), kDwarfChain);
   EXPECT_GT(c.samples, 300u);
   EXPECT_GE(c.with_chain * 10, c.samples * 9);
@@ -286,7 +289,7 @@ TEST(UnwindBpfTest, RowCacheFollowsUploads) {
   for (unwind_row& r : rows) r.cfa_kind = CFA_NONE;
   ASSERT_TRUE(sampler->UploadRows(table.first, rows).ok());
   const Totals rewritten = sampler->ReadTotals();
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_TRUE(child.RunFor(kChildCpuSeconds)) << "the child got no CPU";
   sampler->Stop();
   const Totals after = sampler->ReadTotals();
   const uint64_t unwound = after.unwound - rewritten.unwound;
@@ -309,7 +312,7 @@ TEST(UnwindBpfTest, NoStackWithoutTlsFrames) {
   ASSERT_NE(sampler, nullptr);
   UploadedTable table = UploadExeTable(*sampler);
   ASSERT_TRUE(sampler->SetProcess(child.pid(), ExeProc(child.pid(), 0, table.first, table.len)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(child.RunFor(kChildCpuSeconds / 2)) << "the child got no CPU";
   sampler->Stop();
   StackCounts c = CountStacks(*sampler, child.pid(), kDwarfChain);
   Totals t = sampler->ReadTotals();
@@ -390,10 +393,10 @@ struct GcmRun {
   Totals totals;
 };
 
-// Profiles `child` for `duration` with libcrypto, libc and the test binary
+// Profiles `child` for `cpu_seconds` of its CPU time with libcrypto, libc and the test binary
 // registered; `strip_cfa_reg` turns CFA_REG rows into CFA_NONE (the walk as
 // it was before CFA_REG existed).
-GcmRun ProfileGcmChild(const ChainChild& child, bool strip_cfa_reg, std::chrono::milliseconds duration) {
+GcmRun ProfileGcmChild(const ChainChild& child, bool strip_cfa_reg, double cpu_seconds) {
   GcmRun run;
   auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
   if (!sampler) return run;
@@ -449,7 +452,7 @@ GcmRun ProfileGcmChild(const ChainChild& child, bool strip_cfa_reg, std::chrono:
   Status st = sampler->SetProcess(child.pid(), proc);
   EXPECT_TRUE(st.ok()) << st.error().message;
   BpfRunStats before = sampler->ReadBpfStats();
-  std::this_thread::sleep_for(duration);
+  EXPECT_TRUE(child.RunFor(cpu_seconds)) << "the child got no CPU";
   BpfRunStats after = sampler->ReadBpfStats();
   sampler->Stop();
   if (after.run_count > before.run_count) {
@@ -484,8 +487,8 @@ GcmRun ProfileGcmChild(const ChainChild& child, bool strip_cfa_reg, std::chrono:
 TEST(UnwindBpfTest, AesGcmThroughSharedLibcrypto) {
   ChainChild child(tlsprof_gcm_loop);
   ASSERT_TRUE(child.ready());
-  const GcmRun without = ProfileGcmChild(child, /*strip_cfa_reg=*/true, std::chrono::milliseconds(1000));
-  const GcmRun with = ProfileGcmChild(child, /*strip_cfa_reg=*/false, std::chrono::milliseconds(1500));
+  const GcmRun without = ProfileGcmChild(child, /*strip_cfa_reg=*/true, kChildCpuSeconds);
+  const GcmRun with = ProfileGcmChild(child, /*strip_cfa_reg=*/false, 1.5 * kChildCpuSeconds);
   for (const GcmRun* r : {&without, &with}) {
     std::printf(
         "%s: %lu libcrypto-leaf samples, %lu reach tlsprof_gcm_loop, %lu pass EVP_EncryptUpdate; %.0f ns "
