@@ -4,24 +4,27 @@
 # size, peak RSS and crashes. Exits non-zero if any target crashed (or leaked,
 # timed out or ran out of memory); the inputs are kept and their paths printed.
 #
-# Usage: bench/fuzz.sh [--jobs N] [--merge] [SECONDS_PER_TARGET=600] [TARGET...]
+# Usage: bench/fuzz.sh [--jobs N] [--merge] [--build DIR] [SECONDS_PER_TARGET=600] [TARGET...]
 #   TARGET      elf_symbols go_pclntab eh_frame debuglink proc_maps collector_ingest
 #               (default: all; the _fuzz suffix may be given)
 #   --jobs N    run N targets at once (default 1; each uses one CPU)
 #   --merge     afterwards, merge the inputs that add coverage into
 #               tests/fuzz/corpus/<target>/ (libFuzzer -merge=1); without it the
 #               checked-in corpus is never written to
+#   --build DIR use this build tree, configured with -DTLSPROF_FUZZ=ON (CI passes
+#               build-asan, which scripts/test-sanitizers.sh configures so)
 #
-# Configures build-fuzz/ (CC=clang CXX=clang++ -DTLSPROF_FUZZ=ON) if it does
-# not exist, and builds the targets. Each run works on a copy of the corpus in
-# build-fuzz/fuzz-runs/<time>/<target>/ (corpus/, crashes/, log).
-# Reproduce a crash: build-fuzz/bin/<target>_fuzz <crash file>.
+# Without --build: configures build-fuzz/ (CC=clang CXX=clang++ -DTLSPROF_FUZZ=ON)
+# if it does not exist. Builds the targets. Each run works on a copy of the corpus
+# in <build>/fuzz-runs/<time>/<target>/ (corpus/, crashes/, log).
+# Reproduce a crash: <build>/bin/<target>_fuzz <crash file>.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 all_targets=(elf_symbols go_pclntab eh_frame debuglink proc_maps collector_ingest)
 
 jobs=1
 merge=0
+build=
 seconds=600
 seen_seconds=0
 targets=()
@@ -30,6 +33,7 @@ while (($#)); do
     --jobs) jobs=$2; shift 2 ;;
     --jobs=*) jobs=${1#--jobs=}; shift ;;
     --merge) merge=1; shift ;;
+    --build) build=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *)
       if [[ $1 =~ ^[0-9]+$ && ${#targets[@]} -eq 0 && $seen_seconds -eq 0 ]]; then
@@ -48,7 +52,14 @@ while (($#)); do
 done
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
-build=$root/build-fuzz
+if [[ -n $build ]]; then
+  if ! grep -q '^TLSPROF_FUZZ:BOOL=ON$' "$build/CMakeCache.txt" 2>/dev/null; then
+    echo "$build is not a build tree configured with -DTLSPROF_FUZZ=ON (clang); omit --build to use build-fuzz/" >&2
+    exit 2
+  fi
+else
+  build=$root/build-fuzz
+fi
 if [[ ! -f $build/CMakeCache.txt ]]; then
   echo "configuring $build (clang, TLSPROF_FUZZ=ON)"
   # -O1 -g1, as libFuzzer's documentation builds its targets: as fast to fuzz, quicker to compile, and crash

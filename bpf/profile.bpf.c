@@ -12,11 +12,11 @@
  * touches TLS code, counted in samples_by_stack.
  */
 #include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 
 #include "profile.h"
 #include "unwind.h"
-#include "usage.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -229,29 +229,35 @@ struct {
 	__type(value, struct ustack_walk);
 } unwind_scratch SEC(".maps");
 
-/* Return addresses taken over by the usage probes' uretprobes: filled by
- * bpf/usage.bpf.c, which reuses this map; empty without it.
+/* Bound on the uretprobe return instances searched per lookup (the kernel
+ * keeps up to 64 per task; nested probed calls are rarely more than a few).
  */
-#include "hijacked_returns.bpf.h"
+#define UNWIND_MAX_HIJACKED 16
 
-/* The original return address of a frame whose slot a uretprobe took
- * over, or 0.
+/* The original return address of a frame whose return-address slot a
+ * uretprobe took over, or 0. A uretprobe replaces the probed call's return
+ * address on the user stack with its trampoline (in the [uprobes] page, in
+ * no file mapping); the kernel keeps, per task, one return_instance per
+ * hijacked call, newest first, with the slot it rewrote (`stack`: sp at the
+ * call's entry) and the address it replaced (`orig_ret_vaddr`, the real one
+ * even for a chained instance). Any tool's uretprobes are there, the usage
+ * probes' (usage.bpf.c) and another tracer's alike. The sample interrupted
+ * the task in user mode, so its list is not changing under this read.
  */
 static __always_inline __u64 hijacked_return(__u64 slot)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct hijacked_returns *h;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct return_instance *ri;
 
 	if (slot == 0)
 		return 0;
-	h = bpf_map_lookup_elem(&hijacked_returns, &tid);
-	if (!h)
-		return 0;
-	for (int i = 0; i < USAGE_MAX_HIJACKED; i++) {
-		if (i >= h->n)
+	ri = BPF_CORE_READ(task, utask, return_instances);
+	for (int i = 0; i < UNWIND_MAX_HIJACKED; i++) {
+		if (!ri)
 			break;
-		if (h->slot[i] == slot)
-			return h->ret[i];
+		if (BPF_CORE_READ(ri, stack) == slot)
+			return BPF_CORE_READ(ri, orig_ret_vaddr);
+		ri = BPF_CORE_READ(ri, next);
 	}
 	return 0;
 }
@@ -535,7 +541,7 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 	lookup = n == 0 ? st->ip : st->ip - 1;
 	m = find_mapping(proc, lookup);
 	if (!m) {
-		/* A usage uretprobe's trampoline: the call's real return address. */
+		/* A uretprobe's trampoline: the call's real return address. */
 		__u64 ret = hijacked_return(st->ra_slot);
 
 		if (!ret)

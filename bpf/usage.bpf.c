@@ -153,84 +153,6 @@ struct {
 	__type(value, __s64);
 } live_by_process SEC(".maps");
 
-/* Shared with profile.bpf.c; user space reuses the sampler's. */
-#include "hijacked_returns.bpf.h"
-
-/* An index into a hijacked_returns array, masked in a way the compiler
- * cannot fold away (the verifier must see the bound).
- */
-static __always_inline __u32 hijack_index(__u32 i)
-{
-	asm volatile("%[i] &= 7" : [i] "+r"(i));
-	return i;
-}
-_Static_assert(USAGE_MAX_HIJACKED == 8, "hijack_index masks with 7");
-
-/* How many of the thread's entries lie above `slot` on the stack (callers
- * of it, still running): the entries from there on are at or below it.
- */
-static __always_inline __u32 entries_above(const struct hijacked_returns *h, __u64 slot)
-{
-	__u32 n = h->n;
-
-	for (int i = 0; i < USAGE_MAX_HIJACKED; i++) {
-		if (n == 0 || n > USAGE_MAX_HIJACKED || h->slot[hijack_index(n - 1)] > slot)
-			break;
-		n--;
-	}
-	return n;
-}
-
-/* At a probed function's entry (before the kernel's uretprobe takes over the
- * return address at [sp]): note the slot and the original return address.
- */
-static __always_inline void note_return(struct pt_regs *ctx)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct hijacked_returns *h, fresh = {};
-	__u64 slot = PT_REGS_SP(ctx), ret = 0;
-	__u32 n;
-
-	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)slot))
-		return;
-	h = bpf_map_lookup_elem(&hijacked_returns, &tid);
-	if (!h) {
-		bpf_map_update_elem(&hijacked_returns, &tid, &fresh, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&hijacked_returns, &tid);
-		if (!h)
-			return;
-	}
-	/* Entries whose return was never seen (the thread longjmp'ed out)
-	 * sit at or below this slot's stack depth: drop them.
-	 */
-	n = entries_above(h, slot);
-	if (n >= USAGE_MAX_HIJACKED) {
-		h->n = n;
-		return;
-	}
-	h->slot[hijack_index(n)] = slot;
-	h->ret[hijack_index(n)] = ret;
-	h->n = n + 1;
-}
-
-/* At its return (sp is one past the slot): forget that entry, and any
- * deeper ones left behind.
- */
-static __always_inline void forget_return(struct pt_regs *ctx)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct hijacked_returns *h = bpf_map_lookup_elem(&hijacked_returns, &tid);
-	__u64 slot = PT_REGS_SP(ctx) - 8;
-	__u32 n;
-
-	if (!h)
-		return;
-	n = entries_above(h, slot);
-	h->n = n;
-	if (n == 0)
-		bpf_map_delete_elem(&hijacked_returns, &tid);
-}
-
 /* Operations in flight on the whole host: sched_switch does nothing while
  * this is zero, which is nearly always.
  */
@@ -607,7 +529,6 @@ static __always_inline int handshake_enter(struct pt_regs *ctx, void *ssl)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct thread_handshake *cur, fresh = {};
 
-	note_return(ctx);
 	const struct lib_layout *layout;
 	__u32 lib;
 
@@ -670,7 +591,6 @@ static __always_inline int handshake_exit(struct pt_regs *ctx, long ret)
 	__u32 lib;
 	__u64 ssl;
 
-	forget_return(ctx);
 	count_total(UTOTAL_HITS);
 	cur = bpf_map_lookup_elem(&thread_handshakes, &tid);
 	if (!cur)
@@ -716,7 +636,6 @@ static __always_inline int op_enter(struct pt_regs *ctx, void *op_ctx, void *out
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight_op *cur, fresh = {};
 
-	note_return(ctx);
 
 	count_total(UTOTAL_HITS);
 	count_call(USAGE_COOKIE_INSN(cookie));
@@ -757,7 +676,6 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	__u8 probe;
 	bool query;
 
-	forget_return(ctx);
 	count_total(UTOTAL_HITS);
 	cur = bpf_map_lookup_elem(&inflight_ops, &tid);
 	if (!cur)

@@ -257,25 +257,6 @@ struct live_process_key {
 	__u16 pad;
 };
 
-/* Return addresses the kernel's uretprobes took over, per thread (by tid).
- * A uretprobe replaces the probed call's return address on the user stack
- * with its trampoline (in the [uprobes] page), so a stack unwound while the
- * call runs stops there, short of the frames that name the handshake. The
- * usage probes note, at each entry, the slot (the stack address of the
- * return address) and the original value, and drop it at the return; the
- * CPU sampler's unwinder (profile.bpf.c) puts the original back when a
- * return address it read from a noted slot lies in no mapping. The map is
- * the sampler's; the usage object reuses it.
- */
-#define USAGE_MAX_HIJACKED 8
-struct hijacked_returns {
-	__u64 slot[USAGE_MAX_HIJACKED];
-	__u64 ret[USAGE_MAX_HIJACKED];
-	__u32 n;
-	__u32 pad;
-};
-#define USAGE_MAX_HIJACKED_THREADS 16384
-
 /* Slots of the per-CPU usage_totals array: the probes' own accounting. */
 enum usage_total_slot {
 	UTOTAL_HITS = 0,        /* probe and return-probe runs */

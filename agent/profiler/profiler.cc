@@ -113,7 +113,7 @@ Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
   if (!sampler.ok()) return sampler.error();
   std::unique_ptr<usage::UsageProbes> usage_probes;
   if (options.usage) {
-    auto started = usage::UsageProbes::Start((*sampler)->hijacked_returns_fd());
+    auto started = usage::UsageProbes::Start();
     if (!started.ok()) return started.error();
     usage_probes = std::move(started).value();
   }

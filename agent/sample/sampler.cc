@@ -451,7 +451,6 @@ BpfRunStats Sampler::ReadBpfStats() const {
   return stats;
 }
 
-int Sampler::hijacked_returns_fd() const { return bpf_map__fd(impl_->skel->maps.hijacked_returns); }
 
 Status Sampler::CheckMapAccess() const {
   const uint32_t slot = 0;

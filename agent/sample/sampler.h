@@ -127,10 +127,6 @@ class Sampler {
   // kernel.unprivileged_bpf_disabled set. The agent probes this before it
   // drops CAP_BPF (agent/profiler/steady_state.h).
   Status CheckMapAccess() const;
-  // The fd of the hijacked_returns map (bpf/usage.h): the usage probes
-  // (agent/usage) reuse it so that this sampler's unwinder sees through
-  // their uretprobes' trampolines.
-  int hijacked_returns_fd() const;
 
   // --- Stack unwinding ---
   // Rows in the kernel's row array (TLSPROF_UNWIND_MAX_ROWS).

@@ -7,13 +7,17 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
+#include <linux/perf_event.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <limits.h>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -248,6 +252,104 @@ TEST(UnwindBpfTest, DwarfChain) {
   EXPECT_GE(c.with_chain * 10, c.samples * 9);
   EXPECT_EQ(c.bad_zeros, 0u);
   EXPECT_EQ(t.unwound, SumStops(t.unwind_stop));
+}
+
+// A child that waits for a byte on `gate` (the read end of a pipe), then
+// spins in the leaf of `chain`: a probe attached before the byte is written
+// sees every call of the chain.
+class GatedChainChild : public ForkedChild {
+ public:
+  GatedChainChild(uint64_t (*chain)(volatile uint64_t*), int gate)
+      : ForkedChild([chain, gate] {
+          char go = 0;
+          if (read(gate, &go, 1) != 1) _exit(1);
+          volatile uint64_t sink = 0;
+          chain(&sink);
+        }) {}
+  uint32_t pid() const { return static_cast<uint32_t>(ForkedChild::pid()); }
+};
+
+// The file offset of `fn`, a function of this executable.
+uint64_t ExeFileOffset(const void* fn) {
+  struct Query {
+    uint64_t vaddr;
+    uint64_t offset = 0;
+  } q{reinterpret_cast<uint64_t>(fn) - ExeBias()};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* q = static_cast<Query*>(data);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type == PT_LOAD && q->vaddr >= ph.p_vaddr && q->vaddr < ph.p_vaddr + ph.p_memsz) {
+            q->offset = ph.p_offset + (q->vaddr - ph.p_vaddr);
+          }
+        }
+        return 1;  // the main program only
+      },
+      &q);
+  return q.offset;
+}
+
+// A uretprobe on `fn` (a function of this executable) in process `pid`,
+// made with perf_event_open's uprobe PMU and no BPF program, as another
+// tracer would make it: the kernel hijacks the return address of each call
+// all the same. Invalid on failure (errno set).
+UniqueFd OpenForeignUretprobe(pid_t pid, const void* fn) {
+  auto read_first_line = [](const char* path) {
+    std::ifstream f(path);
+    std::string line;
+    std::getline(f, line);
+    return line;
+  };
+  const std::string type = read_first_line("/sys/bus/event_source/devices/uprobe/type");
+  const std::string retprobe = read_first_line("/sys/bus/event_source/devices/uprobe/format/retprobe");
+  if (type.empty() || retprobe.rfind("config:", 0) != 0) {
+    errno = ENOENT;
+    return UniqueFd();
+  }
+  char exe[PATH_MAX] = {};
+  if (readlink("/proc/self/exe", exe, sizeof(exe) - 1) <= 0) return UniqueFd();
+  perf_event_attr attr{};
+  attr.size = sizeof(attr);
+  attr.type = static_cast<uint32_t>(std::stoul(type));
+  attr.config = 1ULL << std::stoul(retprobe.substr(7));
+  attr.config1 = reinterpret_cast<uint64_t>(exe);  // uprobe_path
+  attr.config2 = ExeFileOffset(fn);                // probe_offset
+  return UniqueFd(static_cast<int>(syscall(SYS_perf_event_open, &attr, pid, -1, -1, PERF_FLAG_FD_CLOEXEC)));
+}
+
+// While a uretprobe of another tool has taken over the return address of
+// tlsprof_dw_chain3, the walk still reaches tlsprof_dw_chain1: the unwinder
+// finds the original in the kernel's record of the hijacked return (its
+// trampoline lies in no mapping, and nothing of the agent's own noted it).
+TEST(UnwindBpfTest, WalksThroughAnotherToolsUretprobe) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  UniqueFd gate_read(fds[0]), gate_write(fds[1]);
+  GatedChainChild child(tlsprof_dw_chain1, gate_read.get());
+  ASSERT_TRUE(child.ready());
+  UniqueFd probe = OpenForeignUretprobe(static_cast<pid_t>(child.pid()), reinterpret_cast<void*>(&tlsprof_dw_chain3));
+  ASSERT_TRUE(probe.valid()) << "perf_event_open of a uretprobe: " << std::strerror(errno);
+  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+  ASSERT_NE(sampler, nullptr);
+  UploadedTable table = UploadExeTable(*sampler);
+  ASSERT_GT(table.len, 0u);
+  ASSERT_TRUE(sampler->SetProcess(child.pid(), ExeProc(child.pid(), UNWIND_MAPPING_TLS, table.first, table.len)).ok());
+  ASSERT_EQ(write(gate_write.get(), "g", 1), 1);
+  EXPECT_TRUE(child.RunFor(kChildCpuSeconds)) << "the child got no CPU";
+  sampler->Stop();
+
+  // The probe did hijack the call: the kernel mapped its trampoline page.
+  std::ifstream maps(fmt::format("/proc/{}/maps", child.pid()));
+  std::string all((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("[uprobes]"), std::string::npos) << "the uretprobe never fired:\n" << all;
+  StackCounts c = CountStacks(*sampler, child.pid(), kDwarfChain);
+  Totals t = sampler->ReadTotals();
+  PrintStops(t);
+  std::printf("through a foreign uretprobe: %lu stacks sampled, %lu with the whole chain\n",
+              static_cast<unsigned long>(c.samples), static_cast<unsigned long>(c.with_chain));
+  EXPECT_GT(c.samples, 300u);
+  EXPECT_GE(c.with_chain * 10, c.samples * 9);
 }
 
 // A table that does not start on a row-index bucket (a head of 156 rows,

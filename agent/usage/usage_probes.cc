@@ -471,7 +471,7 @@ struct UsageProbes::Impl {
 UsageProbes::UsageProbes(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 UsageProbes::~UsageProbes() = default;
 
-Result<std::unique_ptr<UsageProbes>> UsageProbes::Start(int hijacked_returns_fd) {
+Result<std::unique_ptr<UsageProbes>> UsageProbes::Start() {
   auto impl = std::make_unique<Impl>();
   // Open, set up, load; with the uprobe_multi programs first, and without
   // them on a kernel that refuses them (before 6.6).
@@ -479,12 +479,6 @@ Result<std::unique_ptr<UsageProbes>> UsageProbes::Start(int hijacked_returns_fd)
     // Open: parse the object embedded in the skeleton.
     impl->skel.reset(usage__open());
     if (!impl->skel) return MakeError("opening the usage BPF object failed: {}", ErrnoText(errno));
-    // Share the sampler's hijacked_returns map instead of creating one.
-    if (hijacked_returns_fd >= 0) {
-      if (int err = bpf_map__reuse_fd(impl->skel->maps.hijacked_returns, hijacked_returns_fd); err) {
-        return MakeError("sharing the sampler's hijacked_returns map failed: {}", ErrnoText(err));
-      }
-    }
     for (bpf_program* prog :
          {impl->skel->progs.usage_handshake_enter_multi, impl->skel->progs.usage_handshake_exit_multi,
           impl->skel->progs.usage_op_enter_multi, impl->skel->progs.usage_op_exit_multi,

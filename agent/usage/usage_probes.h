@@ -135,11 +135,9 @@ std::pair<uint64_t, uint64_t> SlotBounds(uint32_t slot);
 
 class UsageProbes {
  public:
-  // `hijacked_returns_fd`: the CPU sampler's map of that name
-  // (sample::Sampler::hijacked_returns_fd), where the probes note the return
-  // addresses their uretprobes take over, so the sampler's stacks go through
-  // them; -1: a map of their own (nobody unwinds).
-  static Result<std::unique_ptr<UsageProbes>> Start(int hijacked_returns_fd = -1);
+  // The CPU sampler's stacks go through these probes' uretprobes by the
+  // kernel's own record of them (bpf/profile.bpf.c, hijacked_return).
+  static Result<std::unique_ptr<UsageProbes>> Start();
   ~UsageProbes();
   UsageProbes(const UsageProbes&) = delete;
   UsageProbes& operator=(const UsageProbes&) = delete;
