@@ -636,7 +636,6 @@ static __always_inline int op_enter(struct pt_regs *ctx, void *op_ctx, void *out
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight_op *cur, fresh = {};
 
-
 	count_total(UTOTAL_HITS);
 	count_call(USAGE_COOKIE_INSN(cookie));
 	cur = bpf_map_lookup_elem(&inflight_ops, &tid);

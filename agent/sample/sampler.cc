@@ -451,7 +451,6 @@ BpfRunStats Sampler::ReadBpfStats() const {
   return stats;
 }
 
-
 Status Sampler::CheckMapAccess() const {
   const uint32_t slot = 0;
   std::vector<uint64_t> values(static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1)));
