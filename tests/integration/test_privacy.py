@@ -248,7 +248,15 @@ class PrivacyTest(unittest.TestCase):
         self.assertIn(b"PRI * HTTP/2.0", haystacks["gRPC capture"])
         self.assertIn(b"python3", haystacks["gRPC capture"])
         self.assertIn(socket.gethostname().encode(), haystacks["gRPC capture"])
-        self.assertGreater(len(haystacks["gRPC capture"]), 10000)
+        # Every report the collector accepted crossed the relay: each Submit carries the agent's instance id
+        # (agent/ship/spool.cc), so the capture holds it at least once per accepted report.
+        with open(os.path.join(agent_state, "instance")) as f:
+            instance = bytes.fromhex(f.read().strip())
+        accepted = re.search(rb'^tlsprof_collector_reports_total\{result="accepted"\} (\S+)$',
+                             haystacks["collector /metrics"], re.M)
+        self.assertIsNotNone(accepted, "the collector's /metrics has no accepted reports")
+        self.assertGreaterEqual(float(accepted.group(1)), 2)
+        self.assertGreaterEqual(haystacks["gRPC capture"].count(instance), float(accepted.group(1)))
         self.assertIn(b"python3", haystacks["agent /metrics"])
         # And the client's own log (the positive control) has the canary, where the search finds it.
         with open(client_log, "rb") as f:
