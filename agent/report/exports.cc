@@ -55,7 +55,8 @@ std::string FoldedStacks(const aggregate::Profile& profile) {
     std::string line =
         fmt::format("{}_{};[{}];[{} {}]", FoldedFrame(CommOf(profile, s.pid)), s.pid, classify::PhaseName(s.phase),
                     classify::BucketName(s.classification.bucket), FoldedFrame(s.classification.algorithm));
-    for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) line += ";" + FoldedFrame(*it);
+    // append() rather than ";" + ...: gcc 12 at -O3 warns falsely (-Wrestrict, GCC PR 105329).
+    for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) line.append(";").append(FoldedFrame(*it));
     lines[line] += s.samples;
   }
   std::string out;

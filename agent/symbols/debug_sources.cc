@@ -40,8 +40,13 @@ std::string Join(std::string_view a, std::string_view b) {
   while (a.size() > 1 && a.back() == '/') a.remove_suffix(1);
   while (!b.empty() && b.front() == '/') b.remove_prefix(1);
   if (a.empty()) return std::string(b);
-  if (a == "/") return "/" + std::string(b);
-  return std::string(a) + "/" + std::string(b);
+  if (a == "/") a = "";
+  // append() rather than operator+: gcc 12 at -O3 warns falsely (-Wrestrict,
+  // GCC PR 105329) on "/" + std::string.
+  std::string out;
+  out.reserve(a.size() + 1 + b.size());
+  out.append(a).append("/").append(b);
+  return out;
 }
 
 }  // namespace
