@@ -17,7 +17,6 @@ namespace tlsprof::collector {
 namespace {
 
 constexpr char kSubmitPath[] = "/tlsprof.v1.Collector/Submit";
-constexpr int64_t kNsPerSecond = 1000000000;
 // gRPC sync server threads (pollers plus calls in progress; a call waiting for
 // the journal's group commit holds one) and idle pollers kept.
 constexpr int kMaxServerThreads = 1024;
