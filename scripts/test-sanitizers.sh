@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds tlsprof with ASan + UBSan into build-asan/ (clang, -DTLSPROF_FUZZ=ON: a sanitizer build that also holds the
-# libFuzzer targets, which scripts/test.sh's fuzz pass then runs from this tree) and runs the sanitizer pass's
+# libFuzzer targets, which scripts/test.sh's fuzz pass then runs from this tree; TLSPROF_WERROR=ON, as CI sets it,
+# makes clang's warnings errors here as gcc's are in the release tree) and runs the sanitizer pass's
 # part of the test suite against it (below), whose integration tests run the sanitized binaries of build-asan/bin
 # (TLSPROF_BIN comes from that build's CTest registration). A pass of scripts/test.sh, so CI runs it. Instrumented:
 # tlsprof's code (agent, collector, tools, tests); not: the workloads it measures (workloads/CMakeLists.txt says
@@ -29,6 +30,7 @@ if [[ ! -x $root/build/bin/tlsprof-demo ]]; then
   exit 1
 fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTLSPROF_SANITIZE=ON -DTLSPROF_FUZZ=ON \
+  -DTLSPROF_WERROR="${TLSPROF_WERROR:-OFF}" \
   -DTLSPROF_WORKLOADS_FROM="$root/build/bin" "${tree_flags[@]}" >/dev/null
 cmake --build "$build" -j"$jobs"
 echo "sanitizers: build took $((SECONDS - start)) s"

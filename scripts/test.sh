@@ -4,8 +4,8 @@
 #   release  the release build (warnings as errors): every CTest test, `ctest -j` on all CPUs; tests that measure
 #            CPU hold a resource lock, so no two of them ever overlap (tests/CMakeLists.txt)
 #   format   clang-format's check of every C/C++ source
-#   asan     the ASan + UBSan build (build-asan/, clang): the unit tier, every corpus replay and the integration tests
-#            labelled `asan` (scripts/test-sanitizers.sh; the README says which and why)
+#   asan     the ASan + UBSan build (build-asan/, clang, warnings as errors): the unit tier, every corpus replay and
+#            the integration tests labelled `asan` (scripts/test-sanitizers.sh; the README says which and why)
 #   fuzz     the libFuzzer targets of that same tree (it is configured with TLSPROF_FUZZ), each run for FUZZ_SECONDS
 #            (30) from its corpus, as many at once as there are CPUs
 # At the end it prints the slowest tests and the time of each pass (scripts/test-summary.py), and exits non-zero if
@@ -42,7 +42,7 @@ if stage build env TLSPROF_WERROR=ON "$root/scripts/build.sh"; then
   stage release ctest --test-dir "$root/build" --output-on-failure --timeout 900 -j"$jobs" "$@"
 fi
 stage format "$root/scripts/check-format.sh"
-stage asan "$root/scripts/test-sanitizers.sh" "$@"
+stage asan env TLSPROF_WERROR=ON "$root/scripts/test-sanitizers.sh" "$@"
 stage fuzz "$root/bench/fuzz.sh" --build "$root/build-asan" --jobs "$jobs" "${FUZZ_SECONDS:-30}"
 
 python3 "$root/scripts/test-summary.py" "$logs" || status=1
