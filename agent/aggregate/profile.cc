@@ -194,10 +194,22 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   // EVP_AEAD_CTX_seal calls aead_aes_gcm_seal_scatter or the ChaCha20-Poly1305
   // one, both unexported; only the GCM path reaches an exported, named
   // function (CRYPTO_gcm128_*), so without this the ChaCha20 samples would
-  // take AES-GCM's name. A named callee keeps the group whole, as before.
+  // take AES-GCM's name. A named callee that is itself an operation entry of
+  // the bucket splits the group by its name the same way: over a stripped
+  // libcrypto.so.3 named from its provider tables (library_tables.h),
+  // EVP_EncryptUpdate calls the ChaCha20-Poly1305 update, the AES-GCM|ARIA-GCM
+  // one or the generic block-cipher one, and the last must not take the
+  // others' names. Any other named callee keeps the group whole.
   uint64_t callee_site = 0;
-  if (operation != nullptr && operation_index > 0 && frames[operation_index - 1].name.empty()) {
-    callee_site = frame_ips[operation_index - 1];
+  std::string_view callee;
+  if (operation != nullptr && operation_index > 0) {
+    const Frame& below = frames[operation_index - 1];
+    if (below.name.empty()) {
+      callee_site = frame_ips[operation_index - 1];
+    } else if (below.tls) {
+      auto op = classify::ClassifyOperation(below.family, below.name);
+      if (op && op->bucket == sc.classification.bucket) callee = below.name;
+    }
   }
 
   ProcessProfile& p = Process(tgid);
@@ -215,7 +227,7 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
 
   if (operation != nullptr && sc.classification.bucket != classify::Bucket::kOther) {
     OperationGroup& group =
-        operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name, callee_site}];
+        operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name, callee_site, callee}];
     group.bucket = sc.classification.bucket;
     if (sc.classification.algorithm == classify::algo::kUnknown) {
       group.unknown[static_cast<size_t>(sc.phase)] += count;
@@ -269,9 +281,11 @@ void Attributor::InferFromOperations() {
     // An entry that named nothing at all (OpenSSL's ssl_generate_param_group,
     // which only looks the key-share group up) stays `unknown`: its name does
     // not say the algorithm, and the process's mix would be a guess. Groups
-    // are split by the unnamed callee's call site (AddStack), so a generic
-    // entry over stripped code (EVP_EncryptUpdate into the GCM or the
-    // ChaCha20 provider) never lends one implementation's name to another.
+    // are split by what the entry called (AddStack: an unnamed callee's call
+    // site, or a named operation entry of the bucket), so a generic entry over
+    // stripped code (EVP_EncryptUpdate into the GCM, the ChaCha20 or the
+    // generic block-cipher provider) never lends one implementation's name to
+    // another.
     if (named_total == 0) continue;
     auto pit = profile_.processes.find(key.pid);
     if (pit == profile_.processes.end()) continue;

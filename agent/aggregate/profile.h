@@ -185,6 +185,7 @@ class Attributor {
     const discovery::ImageInfo* image = nullptr;
     std::string_view entry;
     uint64_t callee_site = 0;  // return address in the unnamed function it called; 0 when that is named
+    std::string_view callee;   // the named operation entry it called, if any (of the same bucket)
     auto operator<=>(const OperationKey&) const = default;
   };
   std::map<OperationKey, OperationGroup> operations_;

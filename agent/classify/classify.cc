@@ -189,9 +189,77 @@ bool IsLibraryCName(FamilyMask mask, const CName& c) {
   return Index().Matches(mask, c.gate);
 }
 
+// ---- OpenSSL 3 provider-table names (rules.h, ProviderOperation)
+
+// An algorithm of the report's vocabulary (not unknown, not "ECDSA of any curve").
+bool IsConcrete(std::string_view a) { return a != algo::kUnknown && a != rules::kAnyEcdsa && a != rules::kAnyEcdh; }
+
+constexpr std::string_view kProviderPrefix = "provider:";
+
+struct ProviderHit {
+  Bucket bucket = Bucket::kOther;
+  std::string_view algorithm = algo::kUnknown;  // may be kAnyEcdsa/kAnyEcdh
+  bool entry = false;                           // an operation entry
+};
+
+// "provider:<operation>:<algorithm>[|<algorithm>...]:<role>"
+// (agent/symbols/library_tables.h); nullopt if `leaf` is not one.
+std::optional<ProviderHit> ClassifyProviderName(std::string_view leaf) {
+  if (!StartsWith(leaf, kProviderPrefix)) return std::nullopt;
+  std::string_view rest = leaf.substr(kProviderPrefix.size());
+  const size_t op_end = rest.find(':');
+  const size_t role_start = rest.rfind(':');  // algorithm names have no ':'
+  if (op_end == std::string_view::npos || role_start == op_end) return ProviderHit{};
+  const std::string_view operation = rest.substr(0, op_end);
+  const std::string_view algorithms = rest.substr(op_end + 1, role_start - op_end - 1);
+  const std::string_view role = rest.substr(role_start + 1);
+  const rules::ProviderOperation* op = nullptr;
+  for (const auto& row : rules::ProviderOperations()) {
+    if (row.operation == operation) op = &row;
+  }
+  if (op == nullptr || !StartsWith(role, op->entry_roles)) return ProviderHit{};
+  // A function the table shares between algorithms names one only if every
+  // one of them maps to it; an algorithm not in the table maps to nothing
+  // (so AES-GCM|ARIA-GCM is cipher/unknown, not AES-GCM).
+  ProviderHit hit{op->bucket, algo::kUnknown, true};
+  bool first = true, agree = true;
+  std::string_view common;
+  for (size_t pos = 0; pos <= algorithms.size();) {
+    size_t bar = algorithms.find('|', pos);
+    if (bar == std::string_view::npos) bar = algorithms.size();
+    const std::string_view name = algorithms.substr(pos, bar - pos);
+    pos = bar + 1;
+    Bucket bucket = op->bucket;
+    std::string_view algorithm;  // empty: not in the table
+    for (const auto& row : rules::ProviderAlgorithms()) {
+      if (row.operation == operation && row.name == name) {
+        bucket = row.bucket;
+        algorithm = row.algorithm;
+        break;
+      }
+    }
+    if (first) {
+      hit.bucket = bucket;
+      common = algorithm;
+      first = false;
+    } else if (bucket != hit.bucket) {
+      return ProviderHit{op->bucket, algo::kUnknown, true};
+    } else if (algorithm != common) {
+      agree = false;
+    }
+  }
+  if (agree && !common.empty()) hit.algorithm = common;
+  return hit;
+}
+
 std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) {
   const CName c = SplitCName(name);
   if (!IsLibraryCName(mask, c)) return std::nullopt;
+  if (mask & rules::kO) {
+    if (auto hit = ClassifyProviderName(c.leaf)) {
+      return Classification{hit->bucket, IsConcrete(hit->algorithm) ? hit->algorithm : algo::kUnknown};
+    }
+  }
   if (auto hit = ApplyRules(mask, c.leaf)) return hit;
   // mlkem::(anonymous namespace)::scalar_ntt: the namespace names the algorithm.
   if (c.cxx && !c.ns.empty()) {
@@ -259,12 +327,26 @@ bool EntryMatches(const Row& r, const EntryName& e) {
   return false;
 }
 
-const rules::Operation* FindOperation(const EntryName& e) {
-  if (e.leaf.empty()) return nullptr;
-  for (const auto& r : rules::Operations()) {
-    if (EntryMatches(r, e)) return &r;
+// What an operation entry says (a row of rules::Operations(), or a provider
+// function's table name).
+struct OperationHit {
+  Bucket bucket = Bucket::kOther;
+  std::string_view algorithm = algo::kUnknown;  // may be kAnyEcdsa/kAnyEcdh
+  bool container = false;
+};
+
+std::optional<OperationHit> FindOperation(const EntryName& e) {
+  if (e.leaf.empty()) return std::nullopt;
+  if (e.mask & rules::kO) {
+    if (auto hit = ClassifyProviderName(e.leaf)) {
+      if (!hit->entry) return std::nullopt;
+      return OperationHit{hit->bucket, hit->algorithm, false};
+    }
   }
-  return nullptr;
+  for (const auto& r : rules::Operations()) {
+    if (EntryMatches(r, e)) return OperationHit{r.bucket, r.algorithm, r.container};
+  }
+  return std::nullopt;
 }
 
 std::optional<Phase> FindPhase(const EntryName& e) {
@@ -291,8 +373,6 @@ bool IsPartOf(std::string_view inner, std::string_view outer) {
   }
   return false;
 }
-
-bool IsConcrete(std::string_view a) { return a != algo::kUnknown && a != rules::kAnyEcdsa && a != rules::kAnyEcdh; }
 
 // May a primitive labelled `a` name the algorithm of an operation of `bucket`
 // whose innermost constraining entry says `constraint`?
@@ -326,14 +406,14 @@ std::string_view PhaseName(Phase phase) {
 }
 
 std::optional<Classification> ClassifyOperation(Family family, std::string_view name) {
-  const rules::Operation* op = FindOperation(PrepareEntryName(family, name));
+  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, name));
   if (!op) return std::nullopt;
   return Classification{op->bucket, IsConcrete(op->algorithm) ? op->algorithm : algo::kUnknown};
 }
 
 bool IsSpecificOperation(Family family, std::string_view name) {
-  const rules::Operation* op = FindOperation(PrepareEntryName(family, name));
-  return op != nullptr && op->algorithm != algo::kUnknown;
+  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, name));
+  return op && op->algorithm != algo::kUnknown;
 }
 
 std::optional<Phase> ClassifyPhaseEntry(Family family, std::string_view name) {
@@ -344,9 +424,9 @@ StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
   StackClassification out;
   // Pass 1, leaf to root: TLS at all, the outermost operation (a container
   // only if no other operation is on the stack), the phase.
-  const rules::Operation* op = nullptr;
+  std::optional<OperationHit> op;
   size_t op_index = 0;
-  const rules::Operation* container = nullptr;
+  std::optional<OperationHit> container;
   size_t container_index = 0;
   bool handshake = false;
   bool record = false;
@@ -356,7 +436,7 @@ StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
     out.tls = true;
     if (f.name.empty()) continue;
     const EntryName e = PrepareEntryName(f.family, f.name);
-    if (const rules::Operation* o = FindOperation(e)) {
+    if (const std::optional<OperationHit> o = FindOperation(e)) {
       if (o->container) {
         container = o;
         container_index = i;
@@ -404,7 +484,7 @@ StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
     const FrameInfo& f = frames[i];
     if (!f.tls || f.name.empty()) continue;
     if (i != op_index) {
-      const rules::Operation* o = FindOperation(PrepareEntryName(f.family, f.name));
+      const std::optional<OperationHit> o = FindOperation(PrepareEntryName(f.family, f.name));
       if (o && o->bucket == bucket && o->algorithm != algo::kUnknown) {
         constraint = o->algorithm;
         if (IsConcrete(o->algorithm)) from_op = o->algorithm;

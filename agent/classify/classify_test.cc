@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -121,6 +122,64 @@ TEST(ClassifyOpenSsl3, EveryLibraryFunctionIsTlsExceptTheDocumentedGenericStatic
   EXPECT_TRUE(now_covered.empty()) << "remove from openssl3_not_covered.txt:" << list;
   // Coverage: all but ~9% of libcrypto.a+libssl.a (12161 names) is recognised.
   EXPECT_LT(not_covered.size(), 1200u);
+}
+
+// Names agent/symbols/library_tables.h gives a stripped libcrypto.so.3's
+// provider functions (library_tables_test checks them against the real ones).
+TEST(ClassifyOpenSsl3, ProviderTableNames) {
+  struct Case {
+    const char* name;
+    Bucket bucket;
+    std::string_view algorithm;
+    std::optional<Bucket> operation;  // nullopt: not an operation entry
+  };
+  using enum Bucket;
+  const Case cases[] = {
+      {"provider:cipher:AES-GCM:update", kCipher, algo::kAesGcm, kCipher},
+      {"provider:cipher:ChaCha20-Poly1305:update+cipher", kCipher, algo::kChaCha20Poly1305, kCipher},
+      {"provider:cipher:AES-CBC-HMAC-SHA1|AES-CBC-HMAC-SHA256:update", kCipher, algo::kAesCbc, kCipher},
+      // Shared with an algorithm the report has no name for: no algorithm.
+      {"provider:cipher:AES-GCM|ARIA-GCM:update", kCipher, algo::kUnknown, kCipher},
+      {"provider:cipher:AES-CBC|AES-CBC-CTS|AES-CFB|AES-CTR|AES-ECB:encrypt_init", kCipher, algo::kUnknown, kCipher},
+      {"provider:cipher:AES-CBC:newctx", kCipher, algo::kAesCbc, kCipher},
+      {"provider:cipher:*:update", kCipher, algo::kUnknown, kCipher},
+      {"provider:digest:SHA2-256:update", kHash, algo::kSha256, kHash},
+      {"provider:digest:SHA2-384:final", kHash, algo::kSha512, kHash},
+      {"provider:digest:SHA1:newctx", kHash, algo::kSha1, kHash},
+      {"provider:mac:HMAC:update", kHash, algo::kUnknown, kHash},
+      {"provider:kdf:TLS13-KDF:derive", kHash, algo::kUnknown, kHash},
+      {"provider:signature:ECDSA:sign", kSignature, algo::kUnknown, kSignature},
+      {"provider:signature:RSA:digest_sign_final", kSignature, algo::kRsa, kSignature},
+      {"provider:keyexch:ECDH:derive", kKeyExchange, algo::kUnknown, kKeyExchange},
+      {"provider:keyexch:X25519:newctx", kKeyExchange, algo::kX25519, kKeyExchange},
+      {"provider:keyexch:X25519|X448:derive", kKeyExchange, algo::kUnknown, kKeyExchange},
+      {"provider:keyexch:HKDF:derive", kHash, algo::kUnknown, kHash},
+      {"provider:keyexch:HKDF|SCRYPT|TLS1-PRF:derive", kHash, algo::kUnknown, kHash},
+      {"provider:digest:SHA2-512|SHA2-512/224|SHA2-512/256:update", kHash, algo::kSha512, kHash},
+      {"provider:keymgmt:X25519:gen", kKeyExchange, algo::kX25519, kKeyExchange},
+      {"provider:keymgmt:EC:gen_init", kKeyExchange, algo::kUnknown, kKeyExchange},
+      {"provider:keymgmt:EC:import", kOther, algo::kUnknown, std::nullopt},
+      {"provider:asym_cipher:RSA:decrypt", kKeyExchange, algo::kRsa, kKeyExchange},
+      {"provider:rand:CTR-DRBG:generate", kOther, algo::kUnknown, std::nullopt},
+      {"provider:decoder:RSA:fn3", kOther, algo::kUnknown, std::nullopt},
+      {"provider:*:*:*", kOther, algo::kUnknown, std::nullopt},
+      {"provider:cipher", kOther, algo::kUnknown, std::nullopt},  // malformed: no fields
+      {"provider:", kOther, algo::kUnknown, std::nullopt},
+  };
+  for (const Case& c : cases) {
+    auto got = ClassifySymbol(Family::kOpenSSL, c.name);
+    ASSERT_TRUE(got) << c.name << " is not TLS code";
+    EXPECT_EQ(BucketName(got->bucket), BucketName(c.bucket)) << c.name;
+    EXPECT_EQ(got->algorithm, c.algorithm) << c.name;
+    auto op = ClassifyOperation(Family::kOpenSSL, c.name);
+    EXPECT_EQ(op.has_value(), c.operation.has_value()) << c.name;
+    if (op && c.operation) {
+      EXPECT_EQ(BucketName(op->bucket), BucketName(*c.operation)) << c.name;
+    }
+    EXPECT_TRUE(IsTlsSymbol(c.name)) << c.name;
+  }
+  // Only OpenSSL's family: BoringSSL and Go have no provider tables.
+  EXPECT_FALSE(ClassifySymbol(Family::kGo, "provider:cipher:AES-GCM:update"));
 }
 
 // ---- BoringSSL (android shared build + upstream names)

@@ -445,6 +445,56 @@ constexpr Rule kRules[] = {
 // generic static helper names (do_*, get_*, check_*, print_*, ...) that a
 // static binary's own code may define too; they are listed, with the share of
 // libcrypto.a they cover, in testdata/openssl3_not_covered.txt.
+// OpenSSL 3 provider tables (rules.h, ProviderOperation/ProviderAlgorithm).
+constexpr ProviderOperation kProviderOperations[] = {
+  {"cipher",      kCipher, ""},
+  {"digest",      kHash,   ""},
+  {"mac",         kHash,   ""},
+  {"kdf",         kHash,   ""},
+  {"signature",   kSig,    ""},
+  {"keyexch",     kKx,     ""},
+  {"kem",         kKx,     ""},
+  {"asym_cipher", kKx,     ""},    // TLS 1.2 RSA key transport
+  {"keymgmt",     kKx,     "gen"}, // gen, gen_init, gen_set_params, ...
+};
+
+constexpr ProviderAlgorithm kProviderAlgorithms[] = {
+  {"cipher",      "AES-GCM",             kCipher, kAesGcm},
+  {"cipher",      "ChaCha20-Poly1305",   kCipher, kChaCha20Poly1305},
+  {"cipher",      "AES-CBC",             kCipher, kAesCbc},
+  {"cipher",      "AES-CBC-HMAC-SHA1",   kCipher, kAesCbc},   // the stitched TLS 1.2 CBC suites
+  {"cipher",      "AES-CBC-HMAC-SHA256", kCipher, kAesCbc},
+  {"cipher",      "AES-CTR",             kCipher, kAesCtr},
+  {"digest",      "SHA1",                kHash,   kSha1},
+  {"digest",      "SHA2-224",            kHash,   kSha256},   // SHA-256's compression function
+  {"digest",      "SHA2-256",            kHash,   kSha256},
+  {"digest",      "SHA2-384",            kHash,   kSha512},   // SHA-512's
+  {"digest",      "SHA2-512",            kHash,   kSha512},
+  {"digest",      "SHA2-512/224",        kHash,   kSha512},
+  {"digest",      "SHA2-512/256",        kHash,   kSha512},
+  {"digest",      "MD5",                 kHash,   kMd5},
+  {"signature",   "ECDSA",               kSig,    kAnyEcdsa},
+  {"signature",   "RSA",                 kSig,    kRsa},
+  {"signature",   "ED25519",             kSig,    kEd25519},
+  {"keyexch",     "ECDH",                kKx,     kAnyEcdh},
+  {"keyexch",     "X25519",              kKx,     kX25519},
+  {"keyexch",     "TLS1-PRF",            kHash,   kUnknown},  // KDFs offered as key exchange
+  {"keyexch",     "HKDF",                kHash,   kUnknown},
+  {"keyexch",     "SCRYPT",              kHash,   kUnknown},
+  {"kem",         "ML-KEM-512",          kKx,     kMlKem},    // OpenSSL 3.5
+  {"kem",         "ML-KEM-768",          kKx,     kMlKem},
+  {"kem",         "ML-KEM-1024",         kKx,     kMlKem},
+  {"kem",         "X25519MLKEM768",      kKx,     kMlKem},    // the hybrid's glue; its X25519 half names itself
+  {"kem",         "RSA",                 kKx,     kRsa},
+  {"asym_cipher", "RSA",                 kKx,     kRsa},
+  {"keymgmt",     "EC",                  kKx,     kAnyEcdh},  // generation: an ephemeral key share
+  {"keymgmt",     "X25519",              kKx,     kX25519},
+  {"keymgmt",     "ML-KEM-512",          kKx,     kMlKem},
+  {"keymgmt",     "ML-KEM-768",          kKx,     kMlKem},
+  {"keymgmt",     "ML-KEM-1024",         kKx,     kMlKem},
+  {"keymgmt",     "X25519MLKEM768",      kKx,     kMlKem},
+};
+
 constexpr LibraryPrefix kLibraryPrefixes[] = {
   // ---- TLS/DTLS protocol (libssl)
   {kOB, "SSL_"}, {kOB, "ssl_"}, {kOB, "ssl3_"}, {kOB, "SSL3_"}, {kOB, "SSLv"}, {kOB, "tls1_"}, {kOB, "tls12_"},
@@ -458,7 +508,7 @@ constexpr LibraryPrefix kLibraryPrefixes[] = {
   {kOB, "conf_value_"}, {kOB, "conf_lhash_"}, {kOB, "conf_modules_"}, {kOB, "NCONF_"},
   {kOB, "ENGINE_"}, {kOB, "engine_"}, {kOB, "DSO_"}, {kOB, "dso_"}, {kOB, "dlfcn_"}, {kOB, "UI_"}, {kOB, "ui_"},
   {kOB, "ASYNC_"}, {kOB, "async_"}, {kOB, "BUF_"}, {kOB, "buf_"}, {kOB, "COMP_"}, {kOB, "comp_"},
-  {kOB, "provider_"}, {kOB, "ossl_property_"}, {kOB, "prov_"}, {kOB, "core_provider_"}, {kOB, "core_obj_"},
+  {kOB, "provider_"}, {kO, "provider:"}, {kOB, "ossl_property_"}, {kOB, "prov_"}, {kOB, "core_provider_"}, {kOB, "core_obj_"},
   {kOB, "core_bio_"}, {kOB, "core_thread_"}, {kOB, "deflt_"},
   {kOB, "fips_"}, {kOB, "FIPS_"}, {kOB, "nullprov_"},
   {kOB, "encoder_"}, {kOB, "decoder_"}, {kOB, "keymgmt_"}, {kOB, "namemap_"}, {kOB, "ossl_method_"},
@@ -568,6 +618,8 @@ constexpr CxxNamespace kCxxNamespaces[] = {
 
 }  // namespace
 
+std::span<const ProviderOperation> ProviderOperations() { return kProviderOperations; }
+std::span<const ProviderAlgorithm> ProviderAlgorithms() { return kProviderAlgorithms; }
 std::span<const Rule> Rules() { return kRules; }
 std::span<const LibraryPrefix> LibraryPrefixes() { return kLibraryPrefixes; }
 std::span<const CxxNamespace> CxxNamespaces() { return kCxxNamespaces; }

@@ -101,6 +101,35 @@ struct PartOf {
   std::string_view whole;
 };
 
+// Names a stripped OpenSSL 3 libcrypto's provider tables give its functions
+// (agent/symbols/library_tables.h):
+//   provider:<operation>:<algorithm>[|<algorithm>...]:<role>
+// ProviderOperation says what one operation of those tables is; a function
+// of it is an operation entry (ClassifyOperation) unless `entry_roles` is set
+// and its role does not start with it (key management is key exchange only
+// where it generates keys). Operations not listed are {other, unknown} and no
+// entry (rand, encoder, decoder, store).
+struct ProviderOperation {
+  std::string_view operation;
+  Bucket bucket;
+  std::string_view entry_roles;  // "" = every role
+};
+
+// One algorithm of one provider operation, by its table name (a cipher's key
+// size dropped). `algorithm` may be kAnyEcdsa/kAnyEcdh (the curve is in the
+// key, not the table). A function shared by several algorithms (its name
+// lists them) gets an algorithm only if every one of them maps to it here;
+// an algorithm not listed maps to {operation's bucket, unknown}.
+struct ProviderAlgorithm {
+  std::string_view operation;
+  std::string_view name;
+  Bucket bucket;
+  std::string_view algorithm;
+};
+
+std::span<const ProviderOperation> ProviderOperations();
+std::span<const ProviderAlgorithm> ProviderAlgorithms();
+
 std::span<const Rule> Rules();
 std::span<const PartOf> PartsOf();
 std::span<const LibraryPrefix> LibraryPrefixes();

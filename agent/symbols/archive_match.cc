@@ -20,21 +20,10 @@
 #include <set>
 
 #include "agent/common/fd.h"
+#include "agent/symbols/x86_elf.h"
 
 namespace tlsprof::symbols {
 namespace {
-
-struct ElfDeleter {
-  void operator()(Elf* elf) const { elf_end(elf); }
-};
-using ElfPtr = std::unique_ptr<Elf, ElfDeleter>;
-
-std::string ElfErr() { return elf_errmsg(-1); }
-
-bool InitLibelf() {
-  static const bool ok = elf_version(EV_CURRENT) != EV_NONE;
-  return ok;
-}
 
 // ---------------------------------------------------------------------------
 // Hashing
@@ -564,39 +553,14 @@ struct SoView {
 };
 
 Result<SoView> ReadSo(int fd, std::string_view path) {
-  if (!InitLibelf()) return MakeError("libelf is too old (elf_version failed)");
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return MakeError("{}: fstat failed: {}", path, std::strerror(errno));
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  ElfPtr elf(elf_begin(fd, ELF_C_READ, nullptr));
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return MakeError("{}: not an ELF file", path);
-  GElf_Ehdr ehdr;
-  if (gelf_getehdr(elf.get(), &ehdr) == nullptr) return MakeError("{}: unreadable ELF header", path);
-  if (ehdr.e_machine != EM_X86_64 || gelf_getclass(elf.get()) != ELFCLASS64) {
-    return MakeError("{}: not an x86-64 ELF file", path);
-  }
+  auto opened = OpenX86Elf(fd, path);
+  if (!opened) return opened.error();
+  const ElfPtr& elf = opened->elf;
+  const uint64_t file_size = opened->file_size;
   SoView so;
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) != 0) return MakeError("{}: bad program headers", path);
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) == nullptr) return MakeError("{}: bad program header", path);
-    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X) || ph.p_filesz == 0) continue;
-    if (ph.p_offset > file_size || file_size - ph.p_offset < ph.p_filesz || ph.p_filesz > (1ull << 32)) {
-      return MakeError("{}: executable segment {} lies past the end of the file", path, i);
-    }
-    CodeImage::Segment seg;
-    seg.vaddr = ph.p_vaddr;
-    seg.bytes.resize(ph.p_filesz);
-    size_t done = 0;
-    while (done < seg.bytes.size()) {
-      ssize_t n = pread(fd, seg.bytes.data() + done, seg.bytes.size() - done, static_cast<off_t>(ph.p_offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return MakeError("{}: short read of the executable segment", path);
-      done += static_cast<size_t>(n);
-    }
-    so.code.segments.push_back(std::move(seg));
-  }
+  auto code = ReadLoadSegments(fd, *opened, path, /*code_only=*/true, /*max_bytes=*/1ull << 32);
+  if (!code) return code.error();
+  for (LoadedSegment& seg : *code) so.code.segments.push_back({seg.vaddr, std::move(seg.bytes)});
   size_t shstrndx = 0;
   if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) return MakeError("{}: no section name table", path);
   for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn != nullptr; scn = elf_nextscn(elf.get(), scn)) {

@@ -71,6 +71,7 @@ LoadOptions DynsymOnly() {
   LoadOptions o;
   o.debug.static_archive_sonames.clear();
   o.debug.use_debuginfod = false;
+  o.debug.library_tables = false;
   return o;
 }
 

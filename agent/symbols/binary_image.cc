@@ -13,6 +13,7 @@
 #include "agent/symbols/archive_match.h"
 #include "agent/symbols/debug_sources.h"
 #include "agent/symbols/go_pclntab.h"
+#include "agent/symbols/library_tables.h"
 
 namespace tlsprof::symbols {
 
@@ -34,6 +35,8 @@ std::string_view SymbolSourceName(SymbolSource source) {
       return "debuginfod";
     case SymbolSource::kStaticArchive:
       return "static-archive";
+    case SymbolSource::kLibraryTables:
+      return "library-tables";
   }
   return "none";
 }
@@ -698,13 +701,33 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
       have_primary = true;
     }
   }
+  std::vector<uint64_t> dynsym_addrs;
   if (dynsym != nullptr) {
     std::sort(primary_addrs.begin(), primary_addrs.end());
     uint64_t before = img->symbols_seen;
     auto st = ReadSymbols(f, *dynsym, sections, exec_sections, options, have_primary ? &primary_addrs : nullptr,
-                          nullptr, img->symbols, img->symbols_seen);
+                          have_primary ? nullptr : &dynsym_addrs, img->symbols, img->symbols_seen);
     if (!st) return st.error();
     if (!have_primary && img->symbols_seen > before) img->symbol_source = SymbolSource::kDynsym;
+  }
+  if (!have_primary && !img->soname.empty() && options.debug.library_tables) {
+    // Last resort for a stripped shared library: its own tables name the
+    // functions behind its exports (library_tables.h). An export's own name
+    // wins at its address.
+    auto tables = ReadLibraryTables(fd, f.path);
+    if (!tables) {
+      spdlog::debug("{}: no library tables: {}", f.path, tables.error().message);
+    } else if (!tables->functions.empty()) {
+      std::sort(dynsym_addrs.begin(), dynsym_addrs.end());
+      for (const TableFunction& t : tables->functions) {
+        if (std::binary_search(dynsym_addrs.begin(), dynsym_addrs.end(), t.addr)) continue;
+        ++img->symbols_seen;
+        if (!options.keep || options.keep(t.name)) img->symbols.Add(t.addr, t.size, t.name);
+      }
+      img->symbol_source = SymbolSource::kLibraryTables;
+      spdlog::debug("{}: {} functions named from {} provider algorithms in {} tables", f.path, tables->stats.functions,
+                    tables->stats.algorithms, tables->stats.tables);
+    }
   }
   img->symbols.Finalize();
   if (f.ehdr.e_machine == EM_X86_64 && gelf_getclass(elf) == ELFCLASS64 && f.ehdr.e_ident[EI_DATA] == ELFDATA2LSB) {

@@ -32,7 +32,8 @@ struct LoadSegment {
 // whose .symtab was used (merged with the file's own .dynsym) because the file
 // itself has none; kStaticArchive means the names were recovered by matching
 // the code against a static archive of the same build (archive_match.h), also
-// merged with .dynsym.
+// merged with .dynsym; kLibraryTables means .dynsym plus the names a stripped
+// library's own tables give its unexported functions (library_tables.h).
 enum class SymbolSource {
   kNone,
   kDynsym,
@@ -41,10 +42,11 @@ enum class SymbolSource {
   kDebugLink,
   kBuildIdDebugDir,
   kDebuginfod,
-  kStaticArchive
+  kStaticArchive,
+  kLibraryTables
 };
 // "none", "dynsym", "symtab", "gopclntab", "debuglink", "build-id-dir",
-// "debuginfod", "static-archive"
+// "debuginfod", "static-archive", "library-tables"
 std::string_view SymbolSourceName(SymbolSource source);
 
 struct BinaryImage {
@@ -128,6 +130,10 @@ struct DebugSearch {
   std::vector<std::string> static_archives;
   std::vector<std::string> static_archive_sonames = {"libcrypto.so.3", "libssl.so.3", "libcrypto.so.1.1",
                                                      "libssl.so.1.1"};
+
+  // After all of the above (and for a library no debug file or archive
+  // names): the library's own tables (library_tables.h), merged with .dynsym.
+  bool library_tables = true;
 
   static bool DefaultUseDebuginfod();
 };

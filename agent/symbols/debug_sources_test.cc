@@ -351,8 +351,10 @@ TEST(DebugLinkTest, ParseAndCandidates) {
 
 TEST_F(DebugSourcesTest, SystemLibcryptoWithoutDebugFilesIsDynsym) {
   if (!fs::exists(kLibcrypto)) GTEST_SKIP() << kLibcrypto << " is not installed";
-  // Without libssl-dev's libcrypto.a as the last resort (archive_match_test).
+  // Without libssl-dev's libcrypto.a (archive_match_test) and the library's
+  // own tables (library_tables_test) as the last resorts.
   options_.debug.static_archive_sonames.clear();
+  options_.debug.library_tables = false;
   auto img = Load(kLibcrypto, options_);
   ASSERT_TRUE(img.ok()) << img.error().message;
   EXPECT_EQ((*img)->symbol_source, SymbolSource::kDynsym);

@@ -1,20 +1,27 @@
 // Loads one binary the way the agent does and prints load time, symbol counts
 // and the RSS it cost. A manual check of the memory budget (node is ~95 MB
 // with a full .symtab), not a test:
-//   tlsprof-symbols-loadcheck /usr/bin/node [--all]
+//   tlsprof-symbols-loadcheck BINARY [--all] [--no-archive] [--no-tables]
+//   tlsprof-symbols-loadcheck BINARY --tables-only [--repeat N]
 // Without --all only OpenSSL-looking names are kept, as the agent does for
-// big statically linked binaries.
+// big statically linked binaries. --no-archive and --no-tables turn those
+// sources off (binary_image.h, DebugSearch); --tables-only times the decoding
+// of the library's own tables alone (library_tables.h), the fastest of N runs
+// (bench/library_tables.sh).
 #include <fcntl.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 
 #include "agent/common/fd.h"
 #include "agent/symbols/binary_image.h"
+#include "agent/symbols/library_tables.h"
 
 namespace {
 
@@ -33,7 +40,7 @@ bool IsTlsName(std::string_view n) {
        {"OPENSSL_", "EVP_",     "ossl_",    "SSL_",     "ssl_",    "tls1_",        "tls13_", "aesni_",
         "aes_",     "gcm_",     "sha1_",    "sha256_",  "sha512_", "ecp_nistz256", "bn_",    "BN_",
         "RSA_",     "rsa_",     "ECDSA_",   "ecdsa_",   "EC_",     "ec_",          "x25519", "X25519",
-        "ChaCha20", "chacha20", "Poly1305", "poly1305", "CRYPTO_"}) {
+        "ChaCha20", "chacha20", "Poly1305", "poly1305", "CRYPTO_", "provider:"}) {
     if (n.substr(0, p.size()) == p) return true;
   }
   return false;
@@ -42,18 +49,60 @@ bool IsTlsName(std::string_view n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s BINARY [--all]\n", argv[0]);
+  bool all = false, no_archive = false, no_tables = false, tables_only = false;
+  int repeat = 10;
+  bool bad = argc < 2;
+  for (int i = 2; i < argc && !bad; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--all") {
+      all = true;
+    } else if (a == "--no-archive") {
+      no_archive = true;
+    } else if (a == "--no-tables") {
+      no_tables = true;
+    } else if (a == "--tables-only") {
+      tables_only = true;
+    } else if (a == "--repeat" && i + 1 < argc && std::atoi(argv[i + 1]) > 0) {
+      repeat = std::atoi(argv[++i]);
+    } else {
+      bad = true;
+    }
+  }
+  if (bad) {
+    std::fprintf(stderr,
+                 "usage: %s BINARY [--all] [--no-archive] [--no-tables]\n"
+                 "       %s BINARY --tables-only [--repeat N]\n",
+                 argv[0], argv[0]);
     return 2;
   }
-  bool all = argc > 2 && std::string_view(argv[2]) == "--all";
   tlsprof::UniqueFd fd(open(argv[1], O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     std::perror(argv[1]);
     return 1;
   }
+  if (tables_only) {
+    double best = 1e30;
+    tlsprof::symbols::LibraryTablesStats st;
+    for (int i = 0; i < repeat; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto tables = tlsprof::symbols::ReadLibraryTables(fd.get(), argv[1]);
+      auto t1 = std::chrono::steady_clock::now();
+      if (!tables) {
+        std::fprintf(stderr, "error: %s\n", tables.error().message.c_str());
+        return 1;
+      }
+      st = tables->stats;
+      best = std::min(best, std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    std::printf("%s: %llu algorithms in %llu tables, %llu functions named; decode %.1f ms (fastest of %d)\n", argv[1],
+                static_cast<unsigned long long>(st.algorithms), static_cast<unsigned long long>(st.tables),
+                static_cast<unsigned long long>(st.functions), best, repeat);
+    return 0;
+  }
   tlsprof::symbols::LoadOptions options;
   if (!all) options.keep = IsTlsName;
+  if (no_archive) options.debug.static_archive_sonames.clear();
+  options.debug.library_tables = !no_tables;
   long rss_before = StatusKb("VmRSS:");
   long hwm_before = StatusKb("VmHWM:");
   auto t0 = std::chrono::steady_clock::now();

@@ -14,8 +14,10 @@ stripped library with a debug file, the way distributions do:
 The same ground-truth mix as test_stack_accuracy then runs on the stripped
 library three times:
   - no debug file: the control; the library's symbols come from .dynsym
-    (proves that the names below come from the debug file); the acceptance
-    holds with `unknown` where the entry point does not name the algorithm;
+    and its own provider tables (proves that the names below come from the
+    debug file); the acceptance holds with `unknown` where no frame names the
+    algorithm (UNNAMED_WITHOUT_DEBUG_FILE), and ChaCha20-Poly1305, which
+    .dynsym alone left unknown, is named;
   - the debug file in a .build-id tree given with --debug-dir;
   - the debug file served by a real local debuginfod (DEBUGINFOD_URLS),
     fetched through libdebuginfod into a fresh cache.
@@ -41,14 +43,14 @@ LIBCRYPTO_A = "/usr/lib/x86_64-linux-gnu/libcrypto.a"
 LIBCRYPTO_SO = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
 COMPLETE_TOLERANCE_PP = 1.0
 UNNAMED = {"unknown", "P-256 (ECDSA or ECDHE)"}
-# OpenSSL 3 over .dynsym alone: these run in unexported provider and assembly
-# code below entry points that do not name the algorithm.
-UNNAMED_DYNSYM_ONLY = {
-    "AES-CBC": "EVP_EncryptUpdate, then unexported code",
-    "ChaCha20-Poly1305": "EVP_EncryptUpdate, then unexported code",
-    "ECDSA-P256": "EVP_PKEY_sign (tail call), then unexported code",
-    "ECDHE-P256": "EVP_PKEY_derive (tail call), then unexported code",
-    "X25519": "EVP_PKEY_derive (tail call), then unexported code",
+# OpenSSL 3 over .dynsym and its own provider tables (library-tables): these
+# run below provider functions that the tables share between algorithms, or
+# whose algorithm is in the key, then in unexported code.
+UNNAMED_WITHOUT_DEBUG_FILE = {
+    "AES-CBC": "EVP_EncryptUpdate, the generic block-cipher update (provider:cipher:*:update)",
+    "ECDSA-P256": "provider:signature:ECDSA:*: the curve is in the key",
+    "ECDHE-P256": "provider:keyexch:ECDH:derive: the curve is in the key",
+    "X25519": "provider:keyexch:X25519|X448:derive, shared with X448",
 }
 
 
@@ -169,18 +171,19 @@ class DebugFilesTest(unittest.TestCase):
         self.assertEqual(failures, [], "\n".join(lines))
         self.assertLessEqual(unnamed, COMPLETE_TOLERANCE_PP, "\n".join(lines))
 
-    def test_without_debug_file_exported_api_frames(self):
-        # The control, and the last symbol source: nothing but the stripped
-        # library's .dynsym, as on a host without libssl-dev or debug files.
-        # Names come from the exported API frames found by unwinding (and from
-        # call sites, where an entry tail-called away). The acceptance
-        # then holds with `unknown` allowed exactly where the entry point does
-        # not name the algorithm (UNNAMED_DYNSYM_ONLY).
+    def test_without_debug_file_library_tables(self):
+        # The control, and the last symbol source: the stripped library's
+        # .dynsym and its own provider tables (agent/symbols/library_tables.h),
+        # as on a host without libssl-dev or debug files. Names come from the
+        # exported API frames found by unwinding (and from call sites, where an
+        # entry tail-called away) and the provider functions the tables name.
+        # The acceptance then holds with `unknown` allowed exactly where no
+        # frame names the algorithm (UNNAMED_WITHOUT_DEBUG_FILE).
         report, proc, truth, pid = self.profile_stripped()
         lib = self.library(proc)
-        lines, failures = compare(report, truth, pid, UNNAMED_DYNSYM_ONLY)
-        print("no debug file (exported API frames only):\n" + "\n".join(lines))
-        self.assertEqual(lib["symbols"], "dynsym")
+        lines, failures = compare(report, truth, pid, UNNAMED_WITHOUT_DEBUG_FILE)
+        print("no debug file (.dynsym and the provider tables):\n" + "\n".join(lines))
+        self.assertEqual(lib["symbols"], "library-tables")
         # It looks like Debian's: the same API, nothing more (a few Debian
         # names may be missing from the archive's objects).
         ours = set(exported_names(os.path.join(self.lib_dir, "libcrypto.so.3")))

@@ -1,0 +1,211 @@
+// Names for Debian's stripped libcrypto.so.3 from its provider tables: the
+// real files of this machine (libssl3 and libssl-dev from
+// scripts/install-deps.sh; without them the tests fail).
+//
+// Ground truth is libssl-dev's libcrypto.a, which names the same build's
+// functions at the same addresses (archive_match.h): a function the tables
+// name must be the provider function OpenSSL's source puts in that table.
+#include "agent/symbols/library_tables.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+
+#include "agent/common/fd.h"
+#include "agent/symbols/archive_match.h"
+#include "agent/symbols/binary_image.h"
+#include "agent/symbols/test_util.h"
+
+namespace tlsprof::symbols {
+namespace {
+
+constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
+constexpr const char* kLibcryptoA = "/usr/lib/x86_64-linux-gnu/libcrypto.a";
+constexpr const char* kLibssl = "/usr/lib/x86_64-linux-gnu/libssl.so.3";
+
+#define REQUIRE_FILES(...)                                                                                  \
+  for (const char* f : {__VA_ARGS__}) {                                                                     \
+    ASSERT_EQ(access(f, R_OK), 0) << f << " is missing: run scripts/install-deps.sh (libssl3, libssl-dev)"; \
+  }
+
+Result<LibraryTables> Read(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return MakeError("cannot open {}", path);
+  return ReadLibraryTables(fd.get(), path);
+}
+
+std::map<std::string, uint64_t> ByName(const LibraryTables& t) {
+  std::map<std::string, uint64_t> out;
+  for (const TableFunction& f : t.functions) out.emplace(f.name, f.addr);
+  return out;
+}
+
+// What the provider tables of OpenSSL 3.0 put behind the names TLS needs
+// (providers/implementations/*): the synthetic name and the function's real
+// name in libcrypto.a.
+const std::pair<const char*, const char*> kProviderFunctions[] = {
+    {"provider:signature:ECDSA:sign", "ecdsa_sign"},
+    {"provider:signature:ECDSA:digest_sign_init", "ecdsa_digest_sign_init"},
+    {"provider:signature:RSA:sign", "rsa_sign"},
+    {"provider:signature:RSA:newctx", "rsa_newctx"},
+    {"provider:keyexch:ECDH:derive", "ecdh_derive"},
+    {"provider:keyexch:ECDH:newctx", "ecdh_newctx"},
+    {"provider:keymgmt:EC:gen", "ec_gen"},
+    {"provider:keymgmt:X25519:gen", "x25519_gen"},
+    {"provider:cipher:AES-GCM|ARIA-GCM:update", "ossl_gcm_stream_update"},
+    {"provider:cipher:ChaCha20-Poly1305:newctx", "chacha20_poly1305_newctx"},
+    {"provider:cipher:ChaCha20-Poly1305:update", "chacha20_poly1305_update"},
+    {"provider:cipher:ChaCha20-Poly1305:cipher", "chacha20_poly1305_cipher"},
+    {"provider:kdf:TLS13-KDF:derive", "kdf_tls1_3_derive"},
+    {"provider:kdf:HKDF:derive", "kdf_hkdf_derive"},
+    {"provider:mac:HMAC:update", "hmac_update"},
+};
+
+TEST(LibraryTablesTest, NamesDebianLibcryptoProviderFunctions) {
+  REQUIRE_FILES(kLibcrypto, kLibcryptoA);
+  auto tables = Read(kLibcrypto);
+  ASSERT_TRUE(tables) << tables.error().message;
+  const LibraryTablesStats& st = tables->stats;
+  std::printf(
+      "libcrypto.so.3: %llu algorithms in %llu tables, %llu dispatch slots, %llu functions named, %llu "
+      "without an FDE\n",
+      (unsigned long long)st.algorithms, (unsigned long long)st.tables, (unsigned long long)st.dispatch_slots,
+      (unsigned long long)st.functions, (unsigned long long)st.no_extent);
+  // OpenSSL 3.0's default and base providers: ~500 algorithms in ~20 tables.
+  EXPECT_GE(st.algorithms, 400u);
+  EXPECT_GE(st.tables, 15u);
+  EXPECT_GE(st.functions, 1000u);
+  EXPECT_EQ(st.functions, tables->functions.size());
+
+  // The truth: names libcrypto.a gives the same addresses.
+  auto index = GetArchiveIndex(kLibcryptoA);
+  ASSERT_TRUE(index) << index.error().message;
+  UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  auto match = MatchArchive(fd.get(), kLibcrypto, **index);
+  ASSERT_TRUE(match) << match.error().message;
+  std::map<uint64_t, std::set<std::string>> truth;
+  std::map<uint64_t, uint64_t> truth_size;
+  for (const MatchedFunction& f : match->functions) {
+    truth[f.addr].insert(f.name);
+    truth_size[f.addr] = f.size;
+  }
+
+  // Every named address is the start of a function of that size (nothing is
+  // read from a table that is not one), wherever the archive names it.
+  size_t known = 0, wrong_extent = 0;
+  for (const TableFunction& f : tables->functions) {
+    auto it = truth_size.find(f.addr);
+    if (it == truth_size.end()) continue;
+    ++known;
+    if (it->second != f.size) ++wrong_extent;
+  }
+  std::printf("%zu of %zu named functions also named by libcrypto.a; %zu with another extent\n", known,
+              tables->functions.size(), wrong_extent);
+  EXPECT_GE(known, tables->functions.size() * 95 / 100);
+  EXPECT_EQ(wrong_extent, 0u);
+
+  const auto by_name = ByName(*tables);
+  for (const auto& [synthetic, real] : kProviderFunctions) {
+    auto it = by_name.find(synthetic);
+    if (it == by_name.end()) {
+      ADD_FAILURE() << synthetic << " is not among the names";
+      continue;
+    }
+    const std::set<std::string>& names = truth[it->second];
+    EXPECT_TRUE(names.count(real)) << synthetic << " at " << std::hex << it->second << " is "
+                                   << (names.empty() ? std::string("unnamed") : *names.begin()) << ", not " << real;
+  }
+
+  // Functions shared by algorithms list them all (X25519 and X448 share
+  // ecx_derive), or "*" for many (every block cipher mode the generic update).
+  auto named_as = [&](const std::string& synthetic, const std::string& real) {
+    for (const TableFunction& f : tables->functions) {
+      if (f.name == synthetic && truth[f.addr].count(real)) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(named_as("provider:keyexch:X25519|X448:derive", "ecx_derive"));
+  EXPECT_TRUE(named_as("provider:cipher:*:update", "ossl_cipher_generic_block_update"));
+}
+
+TEST(LibraryTablesTest, LibsslHasNoProviderTables) {
+  REQUIRE_FILES(kLibssl);
+  auto tables = Read(kLibssl);
+  ASSERT_TRUE(tables) << tables.error().message;
+  EXPECT_TRUE(tables->functions.empty());
+  EXPECT_EQ(tables->stats.algorithms, 0u);
+}
+
+// Through LoadBinaryImage, with no archive and no debug file: .dynsym plus
+// the tables, an export's own name kept where both name an address.
+TEST(LibraryTablesTest, LoadBinaryImageAddsThemAfterDynsym) {
+  REQUIRE_FILES(kLibcrypto);
+  LoadOptions options;
+  options.debug.static_archive_sonames.clear();
+  options.debug.use_debuginfod = false;
+  auto img = symtest::LoadPath(kLibcrypto, options);
+  ASSERT_TRUE(img) << img.error().message;
+  const BinaryImage& i = **img;
+  EXPECT_EQ(i.symbol_source, SymbolSource::kLibraryTables);
+  EXPECT_EQ(SymbolSourceName(i.symbol_source), "library-tables");
+  const Symbol* sign = symtest::SymbolNamed(i, "provider:signature:ECDSA:sign");
+  ASSERT_NE(sign, nullptr);
+  auto found = i.symbols.Find(sign->addr + sign->size / 2);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(i.symbols.at(*found).name, "provider:signature:ECDSA:sign");
+  // SHA256_Update is both exported and in the SHA2-256 dispatch table.
+  const Symbol* update = symtest::SymbolNamed(i, "SHA256_Update");
+  ASSERT_NE(update, nullptr);
+  EXPECT_EQ(i.symbols.at(*i.symbols.Find(update->addr)).name, "SHA256_Update");
+  EXPECT_EQ(symtest::SymbolNamed(i, "provider:digest:SHA2-256:update"), nullptr);
+
+  options.debug.library_tables = false;
+  auto dyn = symtest::LoadPath(kLibcrypto, options);
+  ASSERT_TRUE(dyn);
+  EXPECT_EQ((*dyn)->symbol_source, SymbolSource::kDynsym);
+  EXPECT_GT(i.symbols.size(), (*dyn)->symbols.size() + 1000);
+}
+
+// Truncated and corrupted copies: an Error or a (partial) result, never a
+// crash or a read outside the file (ASan in the sanitizer pass).
+TEST(LibraryTablesTest, MalformedCopiesGiveErrorsNotCrashes) {
+  REQUIRE_FILES(kLibcrypto);
+  const std::vector<uint8_t> bytes = symtest::ReadFileBytes(kLibcrypto);
+  ASSERT_GT(bytes.size(), 1u << 20);
+  symtest::TempDir dir;
+  const std::string path = dir.File("libcrypto.so.3");
+  for (size_t len : {size_t{0}, size_t{3}, size_t{64}, size_t{4096}, bytes.size() / 3, bytes.size() - 1}) {
+    symtest::WriteFileBytes(path, std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(len)));
+    auto t = Read(path);
+    if (len < bytes.size() / 2) {
+      EXPECT_FALSE(t) << "truncated to " << len;
+    }
+  }
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::printf("corruption seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (int round = 0; round < 8; ++round) {
+    std::vector<uint8_t> copy = bytes;
+    // Flip bytes all over the file, the headers and tables included.
+    for (int k = 0; k < 2000; ++k) copy[rng() % copy.size()] ^= static_cast<uint8_t>(1u + rng() % 255);
+    symtest::WriteFileBytes(path, copy);
+    auto t = Read(path);
+    if (t) {
+      for (const TableFunction& f : t->functions) ASSERT_EQ(f.name.rfind("provider:", 0), 0u) << "seed " << seed;
+    }
+  }
+  symtest::WriteFileBytes(path, std::vector<uint8_t>(10000, 0x41));
+  auto not_elf = Read(path);
+  ASSERT_FALSE(not_elf);
+  EXPECT_NE(not_elf.error().message.find("not an ELF"), std::string::npos) << not_elf.error().message;
+}
+
+}  // namespace
+}  // namespace tlsprof::symbols
