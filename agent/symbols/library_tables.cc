@@ -62,10 +62,12 @@ class Image {
     return v;
   }
 
-  // A NUL-terminated string of printable ASCII in a read-only segment.
+  // A NUL-terminated string of printable ASCII in a segment that is not
+  // writable (.rodata shares the code's segment when linked with -z
+  // noseparate-code, as older binutils did by default).
   std::optional<std::string_view> String(uint64_t vaddr) const {
     const Segment* s = SegmentAt(vaddr);
-    if (s == nullptr || s->kind != kReadOnly || vaddr - s->vaddr >= s->bytes.size()) return std::nullopt;
+    if (s == nullptr || s->kind == kWritable || vaddr - s->vaddr >= s->bytes.size()) return std::nullopt;
     const auto* begin = reinterpret_cast<const char*>(s->bytes.data() + (vaddr - s->vaddr));
     const size_t room = std::min<size_t>(s->bytes.size() - (vaddr - s->vaddr), 1024);
     size_t n = 0;
@@ -423,10 +425,12 @@ Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
   LibraryTables out;
 
   // Candidates: every relocated slot in a writable segment (.data.rel.ro is
-  // writable until RELRO) that points at a string; most are not algorithms.
+  // writable until RELRO) that points into a read-only one, where strings
+  // are; most are not algorithms.
   std::vector<uint64_t> slots;
   for (const auto& [slot, target] : image.pointers) {
-    if (image.KindAt(slot) == Image::kWritable && image.KindAt(target) == Image::kReadOnly) slots.push_back(slot);
+    const Image::Kind to = image.KindAt(target);
+    if (image.KindAt(slot) == Image::kWritable && (to == Image::kReadOnly || to == Image::kCode)) slots.push_back(slot);
   }
   std::sort(slots.begin(), slots.end());
   std::vector<Algorithm> algorithms;
