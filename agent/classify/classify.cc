@@ -215,41 +215,33 @@ std::optional<ProviderHit> ClassifyProviderName(std::string_view leaf) {
   const std::string_view role = rest.substr(role_start + 1);
   const rules::ProviderOperation* op = nullptr;
   for (const auto& row : rules::ProviderOperations()) {
-    if (row.operation == operation) op = &row;
+    if (row.operation == operation) {
+      op = &row;
+      break;
+    }
   }
   if (op == nullptr || !StartsWith(role, op->entry_roles)) return ProviderHit{};
-  // A function the table shares between algorithms names one only if every
-  // one of them maps to it; an algorithm not in the table maps to nothing
-  // (so AES-GCM|ARIA-GCM is cipher/unknown, not AES-GCM).
-  ProviderHit hit{op->bucket, algo::kUnknown, true};
-  bool first = true, agree = true;
-  std::string_view common;
-  for (size_t pos = 0; pos <= algorithms.size();) {
-    size_t bar = algorithms.find('|', pos);
-    if (bar == std::string_view::npos) bar = algorithms.size();
-    const std::string_view name = algorithms.substr(pos, bar - pos);
-    pos = bar + 1;
-    Bucket bucket = op->bucket;
-    std::string_view algorithm;  // empty: not in the table
+  // What the table gives one listed algorithm: its bucket and algorithm, ""
+  // for an algorithm it does not list.
+  auto lookup = [op, operation](std::string_view name) {
     for (const auto& row : rules::ProviderAlgorithms()) {
-      if (row.operation == operation && row.name == name) {
-        bucket = row.bucket;
-        algorithm = row.algorithm;
-        break;
-      }
+      if (row.operation == operation && row.name == name) return std::pair{row.bucket, row.algorithm};
     }
-    if (first) {
-      hit.bucket = bucket;
-      common = algorithm;
-      first = false;
-    } else if (bucket != hit.bucket) {
-      return ProviderHit{op->bucket, algo::kUnknown, true};
-    } else if (algorithm != common) {
-      agree = false;
-    }
+    return std::pair{op->bucket, std::string_view()};
+  };
+  // A function the table shares between algorithms names one only if every
+  // one of them maps to it (so AES-GCM|ARIA-GCM is cipher/unknown, not AES-GCM).
+  size_t bar = algorithms.find('|');
+  const auto first = lookup(algorithms.substr(0, bar));
+  std::string_view common = first.second;
+  while (bar != std::string_view::npos) {
+    const size_t next = algorithms.find('|', bar + 1);
+    const auto other = lookup(algorithms.substr(bar + 1, next == std::string_view::npos ? next : next - bar - 1));
+    if (other.first != first.first) return ProviderHit{op->bucket, algo::kUnknown, true};
+    if (other.second != common) common = {};
+    bar = next;
   }
-  if (agree && !common.empty()) hit.algorithm = common;
-  return hit;
+  return ProviderHit{first.first, common.empty() ? algo::kUnknown : common, true};
 }
 
 std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) {

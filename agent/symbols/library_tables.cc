@@ -5,10 +5,8 @@
 #include <libelf.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <optional>
 #include <set>
 #include <span>
@@ -398,8 +396,25 @@ Op ClassifyTable(std::span<const Algorithm> table) {
   return Op::kUnknown;
 }
 
-// A function shared by more algorithms than this is named with "*".
+// A function shared by more algorithms than this, or filling more slots of
+// its tables, is named with "*" there.
 constexpr size_t kMaxListed = 8;
+constexpr size_t kMaxRoles = 3;
+
+void AddDistinct(std::vector<std::string>& items, std::string item) {
+  if (std::find(items.begin(), items.end(), item) == items.end()) items.push_back(std::move(item));
+}
+
+// `items` joined by `sep`, or "*" when there are more than `max`.
+std::string JoinOrStar(const std::vector<std::string>& items, std::string_view sep, size_t max) {
+  if (items.size() > max) return "*";
+  std::string out;
+  for (const std::string& item : items) {
+    if (!out.empty()) out.append(sep);
+    out.append(item);
+  }
+  return out;
+}
 
 // The algorithm as named here: a cipher's key size is dropped, so the
 // functions AES-128-GCM and AES-256-GCM share are one algorithm's.
@@ -469,39 +484,24 @@ Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
     begin = end;
   }
 
-  for (const auto& entry : uses) {
-    // Not a structured binding: clang 14 (Debian 12) rejects lambdas that
-    // capture one, and `common` below captures the list.
-    const uint64_t addr = entry.first;
-    const std::vector<Use>& list = entry.second;
+  for (const auto& [addr, list] : uses) {
     auto size = image.FunctionSize(addr);
     if (!size) {
       ++out.stats.no_extent;
       continue;
     }
-    auto common = [&list](auto field) {
-      const std::string first(field(list.front()));
-      for (const Use& u : list) {
-        if (field(u) != first) return std::string("*");
-      }
-      return first;
-    };
-    std::string op = common([](const Use& u) { return std::string(OpName(u.op)); });
-    // Shared by several algorithms: all of them, sorted, up to kMaxListed.
-    std::set<std::string> algs;
-    for (const Use& u : list) algs.insert(u.algorithm);
-    std::string alg = algs.size() > kMaxListed ? "*" : "";
-    for (auto it = algs.begin(); algs.size() <= kMaxListed && it != algs.end(); ++it) {
-      alg += (it == algs.begin() ? "" : "|") + *it;
-    }
-    // One function may fill several slots of one table (ChaCha20-Poly1305's
-    // update and cipher): "update+cipher", up to three.
-    std::vector<std::string> roles;
+    // Several operations: "*". Several algorithms: all of them, sorted (AES-GCM|ARIA-GCM).
+    // Several slots of one table (ChaCha20-Poly1305's update and cipher): update+cipher.
+    std::vector<std::string> ops, algs, roles;
     for (const Use& u : list) {
-      if (std::find(roles.begin(), roles.end(), u.role) == roles.end()) roles.push_back(u.role);
+      AddDistinct(ops, std::string(OpName(u.op)));
+      AddDistinct(algs, u.algorithm);
+      AddDistinct(roles, u.role);
     }
-    std::string role = roles.size() > 3 ? "*" : roles.front();
-    for (size_t i = 1; i < roles.size() && roles.size() <= 3; ++i) role += "+" + roles[i];
+    std::sort(algs.begin(), algs.end());
+    const std::string op = JoinOrStar(ops, ":", 1);
+    const std::string alg = JoinOrStar(algs, "|", kMaxListed);
+    const std::string role = JoinOrStar(roles, "+", kMaxRoles);
     out.functions.push_back({addr, *size, "provider:" + op + ":" + alg + ":" + role});
   }
   out.stats.functions = out.functions.size();
