@@ -225,10 +225,15 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   for (size_t i = 0; i < m; ++i) stack.frames.push_back(FrameName(frames[i], frame_ips[i], /*leaf=*/i == 0));
   profile_.stacks.push_back(std::move(stack));
 
-  if (operation != nullptr && sc.classification.bucket != classify::Bucket::kOther) {
+  // Bucket `other` has groups only for a key's context (EVP_PKEY_CTX_new),
+  // whose bucket is inferred too.
+  if (operation != nullptr && (sc.classification.bucket != classify::Bucket::kOther ||
+                               classify::IsKeyContext(operation->family, operation->name))) {
     OperationGroup& group =
         operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name, callee_site, callee}];
     group.bucket = sc.classification.bucket;
+    group.family = operation->family;
+    group.entry = operation->name;
     if (sc.classification.algorithm == classify::algo::kUnknown) {
       group.unknown[static_cast<size_t>(sc.phase)] += count;
       group.unknown_by_library[{sc.phase, innermost_tls->where.image->tls->kind}] += count;
@@ -269,26 +274,113 @@ void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
   Account(Process(tgid), f, *f.leaf, classify::Phase::kOther, count, /*from_stack=*/false);
 }
 
+void Attributor::SplitKeyContext(pid_t pid, const OperationGroup& group, const SeenAlgorithms& seen) {
+  // The signature and key-exchange algorithms this process's stacks named,
+  // by CPU. A context is made per operation, not per CPU second, so this
+  // gives cheap operations (X25519) less than their share of it and costly
+  // ones (RSA) more; the report counts these samples as inferred_from_process.
+  std::vector<std::pair<AlgorithmKey, uint64_t>> named;  // phase set per use
+  uint64_t named_total = 0;
+  for (classify::Bucket b : {classify::Bucket::kSignature, classify::Bucket::kKeyExchange}) {
+    auto it = seen.find({pid, b});
+    if (it == seen.end()) continue;
+    for (const auto& [alg, n] : it->second) named.push_back({{b, alg, classify::Phase::kOther}, n}), named_total += n;
+  }
+  auto pit = profile_.processes.find(pid);
+  if (named_total == 0 || pit == profile_.processes.end()) return;
+  ProcessProfile& p = pit->second;
+  // The shares of `n` samples, in proportion, the remainder to the first
+  // (largest) row.
+  std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  auto shares = [&](uint64_t n) {
+    std::vector<uint64_t> out;
+    uint64_t given = 0;
+    for (const auto& row : named) out.push_back(n * row.second / named_total), given += out.back();
+    out[0] += n - given;
+    return out;
+  };
+  auto take = [](auto& rows, const auto& key, uint64_t n) {
+    auto it = rows.find(key);
+    if (it == rows.end()) return;
+    it->second -= std::min(it->second, n);
+    if (it->second == 0) rows.erase(it);
+  };
+  const AlgorithmKey unknown_other{classify::Bucket::kOther, classify::algo::kUnknown, classify::Phase::kOther};
+  for (size_t phase = 0; phase < kPhaseCount; ++phase) {
+    const uint64_t n = group.unknown[phase];
+    if (n == 0) continue;
+    const auto ph = static_cast<classify::Phase>(phase);
+    AlgorithmKey from = unknown_other;
+    from.phase = ph;
+    take(p.crypto.algorithms, from, n);
+    p.crypto.buckets[static_cast<size_t>(classify::Bucket::kOther)] -= n;
+    const std::vector<uint64_t> share = shares(n);
+    for (size_t i = 0; i < named.size(); ++i) {
+      p.crypto.algorithms[{named[i].first.bucket, named[i].first.algorithm, ph}] += share[i];
+      p.crypto.buckets[static_cast<size_t>(named[i].first.bucket)] += share[i];
+    }
+    p.inferred_from_process += n;
+  }
+  for (const auto& [phase_library, n] : group.unknown_by_library) {
+    AlgorithmKey from = unknown_other;
+    from.phase = phase_library.first;
+    take(p.crypto.library_algorithms, LibraryAlgorithmKey{from, phase_library.second}, n);
+    const std::vector<uint64_t> share = shares(n);
+    for (size_t i = 0; i < named.size(); ++i) {
+      p.crypto.library_algorithms[{{named[i].first.bucket, named[i].first.algorithm, phase_library.first},
+                                   phase_library.second}] += share[i];
+    }
+  }
+}
+
 void Attributor::InferFromOperations() {
+  // What each process's stacks named, per bucket, before any inference: the
+  // fallback for an entry that named nothing itself.
+  SeenAlgorithms seen;
+  for (const auto& [key, group] : operations_) {
+    for (const auto& [alg, n] : group.named) seen[{key.pid, group.bucket}][alg] += n;
+  }
   for (auto& entry : operations_) {
     // Plain references, not a structured binding: clang 14 (Debian 12) rejects
     // lambdas that capture structured bindings, and the splits below capture group.
     const auto& key = entry.first;
     auto& group = entry.second;
-    const std::map<std::string_view, uint64_t>& named = group.named;
+    // Groups are split by what the entry called (AddStack: an unnamed
+    // callee's call site, or a named operation entry of the bucket), so a
+    // generic entry over stripped code (EVP_EncryptUpdate into the GCM, the
+    // ChaCha20 or the generic block-cipher provider) never lends one
+    // implementation's name to another.
+    const std::map<std::string_view, uint64_t>* from = &group.named;
     uint64_t named_total = 0;
-    for (const auto& [alg, n] : named) named_total += n;
-    // An entry that named nothing at all (OpenSSL's ssl_generate_param_group,
-    // which only looks the key-share group up) stays `unknown`: its name does
-    // not say the algorithm, and the process's mix would be a guess. Groups
-    // are split by what the entry called (AddStack: an unnamed callee's call
-    // site, or a named operation entry of the bucket), so a generic entry over
-    // stripped code (EVP_EncryptUpdate into the GCM, the ChaCha20 or the
-    // generic block-cipher provider) never lends one implementation's name to
-    // another.
+    for (const auto& [alg, n] : *from) named_total += n;
+    // An entry that named nothing at all: a context's set-up or tear-down
+    // (EVP_PKEY_CTX_new, a sign or derive init, OpenSSL's
+    // ssl_generate_param_group, which only looks the key-share group up), or
+    // an operation whose curve is in the key (ECDSA over a stripped library).
+    // It takes the algorithms of its bucket, within the family its name
+    // narrows to, that this process's stacks named elsewhere, in proportion;
+    // with none, it stays `unknown`. The report counts these samples apart
+    // (inferred_from_process) from those the same entry named.
+    if (group.bucket == classify::Bucket::kOther) {
+      SplitKeyContext(key.pid, group, seen);
+      continue;
+    }
+    std::map<std::string_view, uint64_t> process_named;
+    if (named_total == 0) {
+      if (auto it = seen.find({key.pid, group.bucket}); it != seen.end()) {
+        for (const auto& [alg, n] : it->second) {
+          if (classify::MayTakeProcessAlgorithm(group.family, group.entry, alg)) process_named[alg] += n, named_total += n;
+        }
+      }
+      from = &process_named;
+    }
     if (named_total == 0) continue;
+    const std::map<std::string_view, uint64_t>& named = *from;
     auto pit = profile_.processes.find(key.pid);
     if (pit == profile_.processes.end()) continue;
+    uint64_t inferred = 0;
+    for (uint64_t n : group.unknown) inferred += n;
+    (from == &group.named ? pit->second.inferred_from_operation : pit->second.inferred_from_process) += inferred;
     auto& algorithms = pit->second.crypto.algorithms;
     for (size_t phase = 0; phase < kPhaseCount; ++phase) {
       const uint64_t unknown = group.unknown[phase];

@@ -86,6 +86,12 @@ struct ProcessProfile {
   CryptoTime crypto;
   std::vector<LibraryUse> libraries;         // the TLS libraries it maps (with or without samples)
   std::map<SymbolKey, SymbolCount> symbols;  // where its TLS samples fell, for the report's top symbols
+  // Samples whose algorithm no frame of their stack named, by how it was
+  // inferred (Attributor::InferFromOperations): from the rest of the same
+  // operation entry, or from the algorithms of the bucket (of the entry's
+  // family) this process was seen to use.
+  uint64_t inferred_from_operation = 0;
+  uint64_t inferred_from_process = 0;
 };
 
 // One unique user stack with its attribution, for the folded and pprof
@@ -173,6 +179,8 @@ class Attributor {
   // must not lend one implementation's name to another.
   struct OperationGroup {
     classify::Bucket bucket = classify::Bucket::kOther;
+    classify::Family family{};                    // the entry's rules family and name
+    std::string_view entry;
     std::map<std::string_view, uint64_t> named;   // algorithm → samples
     std::array<uint64_t, kPhaseCount> unknown{};  // samples per phase with algorithm "unknown"
     std::map<std::pair<classify::Phase, classify::LibraryKind>, uint64_t> unknown_by_library;  // the same, by library
@@ -189,6 +197,12 @@ class Attributor {
     auto operator<=>(const OperationKey&) const = default;
   };
   std::map<OperationKey, OperationGroup> operations_;
+  // Per (process, bucket): the algorithms its stacks named, before inference.
+  using SeenAlgorithms = std::map<std::pair<pid_t, classify::Bucket>, std::map<std::string_view, uint64_t>>;
+  // A key context's samples (EVP_PKEY_CTX_new: bucket `other`, algorithm
+  // unknown) moved to the signature and key-exchange algorithms the process
+  // named, in proportion.
+  void SplitKeyContext(pid_t pid, const OperationGroup& group, const SeenAlgorithms& seen);
   void InferFromOperations();
 };
 

@@ -200,7 +200,23 @@ struct ProviderHit {
   Bucket bucket = Bucket::kOther;
   std::string_view algorithm = algo::kUnknown;  // may be kAnyEcdsa/kAnyEcdh
   bool entry = false;                           // an operation entry
+  bool lifecycle = false;                       // a context's set-up or tear-down (rules::Operation)
 };
+
+// Whether a provider function's role(s), '+'-joined, all set a context up or
+// tear it down: newctx, freectx, dupctx, reset, set_peer, the *init and the
+// *params calls.
+bool IsLifecycleRole(std::string_view roles) {
+  while (!roles.empty()) {
+    const size_t plus = roles.find('+');
+    const std::string_view role = roles.substr(0, plus);
+    const bool lifecycle = role == "newctx" || role == "freectx" || role == "dupctx" || role == "reset" ||
+                           role == "set_peer" || role.ends_with("init") || role.ends_with("params");
+    if (!lifecycle) return false;
+    roles = plus == std::string_view::npos ? std::string_view() : roles.substr(plus + 1);
+  }
+  return true;
+}
 
 // "provider:<operation>:<algorithm>[|<algorithm>...]:<role>"
 // (agent/symbols/library_tables.h); nullopt if `leaf` is not one.
@@ -237,11 +253,11 @@ std::optional<ProviderHit> ClassifyProviderName(std::string_view leaf) {
   while (bar != std::string_view::npos) {
     const size_t next = algorithms.find('|', bar + 1);
     const auto other = lookup(algorithms.substr(bar + 1, next == std::string_view::npos ? next : next - bar - 1));
-    if (other.first != first.first) return ProviderHit{op->bucket, algo::kUnknown, true};
+    if (other.first != first.first) return ProviderHit{op->bucket, algo::kUnknown, true, IsLifecycleRole(role)};
     if (other.second != common) common = {};
     bar = next;
   }
-  return ProviderHit{first.first, common.empty() ? algo::kUnknown : common, true};
+  return ProviderHit{first.first, common.empty() ? algo::kUnknown : common, true, IsLifecycleRole(role)};
 }
 
 std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) {
@@ -325,6 +341,7 @@ struct OperationHit {
   Bucket bucket = Bucket::kOther;
   std::string_view algorithm = algo::kUnknown;  // may be kAnyEcdsa/kAnyEcdh
   bool container = false;
+  bool lifecycle = false;
 };
 
 std::optional<OperationHit> FindOperation(const EntryName& e) {
@@ -332,11 +349,11 @@ std::optional<OperationHit> FindOperation(const EntryName& e) {
   if (e.mask & rules::kO) {
     if (auto hit = ClassifyProviderName(e.leaf)) {
       if (!hit->entry) return std::nullopt;
-      return OperationHit{hit->bucket, hit->algorithm, false};
+      return OperationHit{hit->bucket, hit->algorithm, false, hit->lifecycle};
     }
   }
   for (const auto& r : rules::Operations()) {
-    if (EntryMatches(r, e)) return OperationHit{r.bucket, r.algorithm, r.container};
+    if (EntryMatches(r, e)) return OperationHit{r.bucket, r.algorithm, r.container, r.lifecycle};
   }
   return std::nullopt;
 }
@@ -406,6 +423,20 @@ std::optional<Classification> ClassifyOperation(Family family, std::string_view 
 bool IsSpecificOperation(Family family, std::string_view name) {
   const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, name));
   return op && op->algorithm != algo::kUnknown;
+}
+
+bool IsKeyContext(Family family, std::string_view entry) {
+  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, entry));
+  return op && op->bucket == Bucket::kOther && op->lifecycle;
+}
+
+bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_view algorithm) {
+  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, entry));
+  if (!op || algorithm == algo::kUnknown) return false;
+  if (op->algorithm == algo::kUnknown) return op->lifecycle;
+  if (op->algorithm == rules::kAnyEcdsa) return algorithm.starts_with("ECDSA-");
+  if (op->algorithm == rules::kAnyEcdh) return algorithm.starts_with("ECDHE-");
+  return op->algorithm == algorithm;
 }
 
 std::optional<Phase> ClassifyPhaseEntry(Family family, std::string_view name) {

@@ -115,6 +115,21 @@ std::optional<Classification> ClassifyOperation(Family family, std::string_view 
 // name that is no operation entry.
 bool IsSpecificOperation(Family family, std::string_view name);
 
+// Whether the samples of an operation entry that named no algorithm anywhere
+// may take `algorithm` (a report algorithm, not unknown) from what the same
+// process's stacks named elsewhere in the bucket: a context's set-up or
+// tear-down (EVP_DigestInit_ex, EVP_PKEY_sign_init, a provider's newctx) any
+// algorithm of its bucket; an ECDSA or ECDH entry whose name does not say the
+// curve (ecdsa_sign, provider:keyexch:ECDH:derive) a curve of its family; a
+// specific entry only its own. No other entry may: EVP_EncryptUpdate over
+// stripped code that names nothing would take the process's cipher mix, a guess.
+// Whether an operation entry is a key's context (EVP_PKEY_CTX_new, _free):
+// made for a signature or a derive alike, its bucket is `other` until the
+// aggregation infers it.
+bool IsKeyContext(Family family, std::string_view entry);
+
+bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_view algorithm);
+
 // The phase a TLS API or state-machine function stands for (SSL_do_handshake
 // -> handshake, SSL_write -> record); nullopt if none. Callers pass TLS
 // library frames only: some OpenSSL state-machine statics have generic names.

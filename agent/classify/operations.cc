@@ -39,9 +39,17 @@ constexpr Operation kOperations[] = {
 
   // --- Signature: sign and verify, including the digest of the message
   // (EVP_DigestSign hashes), the nonce (ECDSA's DRBG) and the padding (PSS).
-  {kOB, kPrefix, "EVP_DigestSign",               kSig, kUnknown},  // Init/Update/Final, one-shot
+  {kOB, kPrefix, "EVP_DigestSignInit",           kSig, kUnknown, false, true},
+  {kOB, kPrefix, "EVP_DigestVerifyInit",         kSig, kUnknown, false, true},
+  {kOB, kPrefix, "EVP_DigestSign",               kSig, kUnknown},  // Update/Final, one-shot
   {kOB, kPrefix, "EVP_DigestVerify",             kSig, kUnknown},
-  {kOB, kPrefix, "EVP_PKEY_sign",                kSig, kUnknown},  // also sign_init, sign_message_*
+  {kOB, kPrefix, "EVP_PKEY_sign_init",           kSig, kUnknown, false, true},  // _init, _init_ex, _init_ex2
+  {kOB, kPrefix, "EVP_PKEY_verify_init",         kSig, kUnknown, false, true},
+  {kOB, kPrefix, "EVP_PKEY_sign",                kSig, kUnknown},  // also sign_message_*
+  {kO,  kExact,  "evp_pkey_signature_init",      kSig, kUnknown, false, true},  // EVP_PKEY_sign_init/verify_init tail-call it
+  // Parameters only a signature takes (the padding, the digest to sign).
+  {kOB, kExact,  "EVP_PKEY_CTX_set_signature_md", kSig, kUnknown, false, true},
+  {kOB, kPrefix, "EVP_PKEY_CTX_set_rsa_pss_",    kSig, kRsa, false, true},
   {kOB, kPrefix, "EVP_PKEY_verify",              kSig, kUnknown},  // also verify_recover
   {kOB, kPrefix, "EVP_SignFinal",                kSig, kUnknown},
   {kOB, kPrefix, "EVP_VerifyFinal",              kSig, kUnknown},
@@ -93,10 +101,20 @@ constexpr Operation kOperations[] = {
   {kO,  kPrefix, "ossl_ed448_sign",              kSig, kUnknown},
   {kO,  kPrefix, "ossl_ed448_verify",            kSig, kUnknown},
 
+  // --- A key's context (EVP_PKEY_CTX): made and freed for a signature or a
+  // derive alike, so its bucket is not in its name. Bucket `other` here; the
+  // aggregation gives its samples the signature and key-exchange algorithms
+  // the process was seen to use (Attributor::InferFromOperations).
+  {kOB, kPrefix, "EVP_PKEY_CTX_new",             kOther, kUnknown, false, true},  // _new, _new_id, _new_from_pkey, _new_from_name
+  {kOB, kExact,  "EVP_PKEY_CTX_free",            kOther, kUnknown, false, true},
+  {kOB, kExact,  "EVP_PKEY_CTX_dup",             kOther, kUnknown, false, true},
+
   // --- Key exchange: derive, key generation (ephemeral keys in TLS; a
   // long-term key generated in the process counts here too), KEM
   // encapsulate/decapsulate, RSA key transport, peer-key validation.
-  {kOB, kPrefix, "EVP_PKEY_derive",              kKx, kUnknown},   // derive, derive_init, derive_set_peer(_ex)
+  {kOB, kPrefix, "EVP_PKEY_derive_init",         kKx, kUnknown, false, true},  // _init, _init_ex
+  {kOB, kPrefix, "EVP_PKEY_derive_set_peer",     kKx, kUnknown, false, true},  // _set_peer, _set_peer_ex
+  {kOB, kPrefix, "EVP_PKEY_derive",              kKx, kUnknown},
   {kOB, kPrefix, "EVP_PKEY_keygen",              kKx, kUnknown},
   {kOB, kExact,  "EVP_PKEY_generate",            kKx, kUnknown},
   {kOB, kExact,  "EVP_PKEY_Q_keygen",            kKx, kUnknown},
@@ -170,7 +188,19 @@ constexpr Operation kOperations[] = {
   {kB,  kContains, "X25519KeyShare",             kKx, kX25519},
   {kB,  kContains, "KeyShare",                   kKx, kUnknown},   // ECKeyShare, hybrids (both halves' leaves name themselves)
 
-  // --- Cipher: AEAD seal/open and cipher update/final.
+  // --- Cipher: the whole operation, context creation and init (with the
+  // implicit fetch and the key schedule) to update/final, ctrl and free.
+  {kOB, kPrefix, "EVP_EncryptInit",              kCipher, kUnknown, false, true},  // _ex, _ex2
+  {kOB, kPrefix, "EVP_DecryptInit",              kCipher, kUnknown, false, true},
+  {kOB, kPrefix, "EVP_CipherInit",               kCipher, kUnknown, false, true},
+  {kO,  kExact,  "evp_cipher_init_internal",     kCipher, kUnknown, false, true},  // the _ex/_ex2 entries tail-call it
+  {kOB, kPrefix, "EVP_CIPHER_CTX_",              kCipher, kUnknown, false, true},  // new, free, reset, ctrl, set_padding, params
+  {kB,  kExact,  "EVP_AEAD_CTX_new",             kCipher, kUnknown, false, true},
+  {kB,  kPrefix, "EVP_AEAD_CTX_init",            kCipher, kUnknown, false, true},  // _init, _init_with_direction
+  {kB,  kExact,  "EVP_AEAD_CTX_free",            kCipher, kUnknown, false, true},
+  {kB,  kExact,  "EVP_AEAD_CTX_cleanup",         kCipher, kUnknown, false, true},
+  {kB,  kPrefix, "EVP_AEAD_CTX_seal",            kCipher, kUnknown},  // seal, seal_scatter
+  {kB,  kPrefix, "EVP_AEAD_CTX_open",            kCipher, kUnknown},  // open, open_gather
   {kOB, kPrefix, "EVP_EncryptUpdate",            kCipher, kUnknown},
   {kOB, kPrefix, "EVP_DecryptUpdate",            kCipher, kUnknown},
   {kOB, kPrefix, "EVP_CipherUpdate",             kCipher, kUnknown},
@@ -179,15 +209,17 @@ constexpr Operation kOperations[] = {
   {kOB, kPrefix, "EVP_CipherFinal",              kCipher, kUnknown},
   {kOB, kExact,  "EVP_Cipher",                   kCipher, kUnknown},
   {kOB, kPrefix, "EVP_CipherPipeline",           kCipher, kUnknown},
-  {kB,  kPrefix, "EVP_AEAD_CTX_seal",            kCipher, kUnknown},  // seal, seal_scatter
-  {kB,  kPrefix, "EVP_AEAD_CTX_open",            kCipher, kUnknown},  // open, open_gather
   {kO,  kExact,  "tls13_enc",                    kCipher, kUnknown},  // libssl record protection
   {kO,  kExact,  "tls1_enc",                     kCipher, kUnknown},
   {kO,  kExact,  "ssl3_enc",                     kCipher, kUnknown},
   {kB,  kContains, "SSLAEADContext",             kCipher, kUnknown},  // bssl::SSLAEADContext::Seal/Open/SealScatter
 
-  // --- Hash: digests, HMAC, HKDF, the TLS PRF and the TLS 1.3 key schedule.
+  // --- Hash: digests (the whole operation: context, init with its fetch,
+  // update, final, free), HMAC, HKDF, the TLS PRF and the TLS 1.3 key schedule.
   {kOB, kExact,  "EVP_Digest",                   kHash, kUnknown},   // one-shot
+  {kOB, kPrefix, "EVP_DigestInit",               kHash, kUnknown, false, true},   // _ex, _ex2
+  {kO,  kExact,  "evp_md_init_internal",         kHash, kUnknown, false, true},   // the _ex/_ex2 entries tail-call it
+  {kOB, kPrefix, "EVP_MD_CTX_",                  kHash, kUnknown, false, true},   // new, free, reset, copy, ctrl
   {kOB, kPrefix, "EVP_DigestUpdate",             kHash, kUnknown},
   {kOB, kPrefix, "EVP_DigestFinal",              kHash, kUnknown},   // _ex, _XOF
   {kOB, kExact,  "EVP_Q_digest",                 kHash, kUnknown},

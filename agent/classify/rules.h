@@ -74,6 +74,11 @@ struct Operation {
   Bucket bucket;
   std::string_view algorithm;
   bool container = false;
+  // A context's set-up or tear-down (init, new, free, parameters): part of
+  // the operation, but its samples rarely name the algorithm, so they may
+  // take the algorithms the process's stacks named elsewhere in the bucket
+  // (aggregate::Attributor::InferFromOperations).
+  bool lifecycle = false;
 };
 
 // Operation-table algorithms that are not report vocabulary: ECDSA or ECDH with

@@ -139,6 +139,10 @@ json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const Ag
                          {"buckets", BucketsJson(p->crypto, sec_per_sample)},
                          {"phases", PhasesJson(p->crypto, sec_per_sample)},
                          {"algorithms", AlgorithmsJson(p->crypto, sec_per_sample)},
+                         // How much of its algorithm time no frame named (docs/attribution.md, "Algorithm").
+                         {"algorithm_inferred",
+                          {{"from_operation_share", Share(p->inferred_from_operation, p->crypto.tls)},
+                           {"from_process_share", Share(p->inferred_from_process, p->crypto.tls)}}},
                          {"libraries", LibrariesJson(*p)},
                          {"top_symbols", TopSymbolsJson(*p, sec_per_sample, kTopSymbols)}});
   }

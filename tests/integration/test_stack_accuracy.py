@@ -1,30 +1,42 @@
-"""Stack-aware attribution against ground truth (issue 3), on every TLS
-library build the project has a ground-truth workload for, none of them with
-debug symbols except the static archive:
+"""Stack-aware attribution against ground truth (issues 3 and 18), on every
+TLS library build the project has a ground-truth workload for, none of them
+with debug symbols except the static archive:
 
-  static   tlsprof-groundtruth           libcrypto.a (full .symtab)
-  shared   tlsprof-groundtruth-shared    Debian's stripped libcrypto.so.3
-  boring   tlsprof-groundtruth-boringssl Debian's stripped BoringSSL (android)
-  go       tlsprof-go-groundtruth        Go 1.19 crypto (frame pointers, pclntab)
+  static         tlsprof-groundtruth            libcrypto.a (full .symtab)
+  shared         tlsprof-groundtruth-shared     Debian's stripped libcrypto.so.3, libcrypto.a beside it
+  shared_hidden  tlsprof-groundtruth-shared     the same with the archive hidden (private mount namespace)
+  boring         tlsprof-groundtruth-boringssl  Debian's stripped BoringSSL (android)
+  go             tlsprof-go-groundtruth         Go 1.19 crypto (frame pointers, pclntab)
 
-Acceptance: TLS CPU rate within ±5% of ground truth; every bucket and every
-measured algorithm (ECDSA-P256 vs ECDHE-P256, RSA, X25519, AES-GCM,
-ChaCha20-Poly1305, SHA-256, SHA-1) within ±3 percentage points of TLS time.
-An algorithm may read `unknown` only where no frame of its stacks can name it:
-the operation's entry point does not, and the library exports nothing below
-it (UNNAMED_BORINGSSL). Those algorithms' truth is then compared as `unknown`
-of their bucket (so ECDSA-P256 is signature/unknown, ECDHE-P256
-key_exchange/unknown), and so must not show under their own name either.
+Mixes that cannot be tuned to: each library runs SEEDS_PER_LIBRARY ground
+truths at once, each drawing its own mix from a seed (which categories, their
+weights, and the share of operations made with a fresh context: context
+creation, init with its fetch and key schedule, the operation, free). The
+seeds are drawn fresh each run and printed; TLSPROF_SEEDS=a,b,c replays them.
+
+Acceptance, per seed: TLS CPU rate within ±5% of ground truth; every bucket
+and every measured algorithm within ±3 percentage points of TLS time; and
+`unknown`, in any bucket, at most UNKNOWN_LIMIT_PP of TLS time. An algorithm
+may read `unknown` only where no frame of its stacks names it yet (the
+variant's `unnamed`, each with the reason; issue 18 empties them). Those
+algorithms' truth is then compared as `unknown` of their bucket (so
+ECDSA-P256 is signature/unknown), and so must not show under their own name
+either.
 """
 import json
 import os
+import random
+import time
 import unittest
 
-from tlsprof_testlib import BIN, Processes, by_name, process_row, profile_json, require_root, truth_rate_in_window
+from tlsprof_testlib import BIN, Processes, process_row, profile_json, require_root, truth_rate_in_window
 
 RATE_TOLERANCE = 0.05
 SHARE_TOLERANCE_PP = 3.0
+UNKNOWN_LIMIT_PP = 2.0
 PROFILE_SECONDS = 10
+SEEDS_PER_LIBRARY = 3
+LIBCRYPTO_A = "/usr/lib/x86_64-linux-gnu/libcrypto.a"
 BUCKETS = ["cipher", "signature", "key_exchange", "hash", "other"]
 
 # Debian's android-libboringssl exports only its API: these operations run
@@ -38,10 +50,12 @@ UNNAMED_BORINGSSL = {
 }
 
 
-def compare(report, truth, pid, unnamed=None):
+def compare(report, truth, pid, unnamed=None, unknown_limit_pp=None):
     """Returns (lines, failures) comparing one process's report with its truth.
     `unnamed`: algorithm -> why no frame names it; its truth counts as its
-    bucket's `unknown`. Measured `unknown` is compared per bucket too."""
+    bucket's `unknown`. Measured `unknown` is compared per bucket too, and
+    with `unknown_limit_pp`, the `unknown` of a bucket with no unnamed
+    algorithm must stay at or below it."""
     unnamed = unnamed or {}
     proc = process_row(report, pid)
     if proc is None:
@@ -76,10 +90,64 @@ def compare(report, truth, pid, unnamed=None):
     share_rows("bucket", {b: truth_bucket.get(b, 0) for b in BUCKETS}, measured_bucket)
     measured_alg = {}
     for row in proc["algorithms"]:
-        alg = f'unknown/{row["bucket"]}' if row["algorithm"] == "unknown" else row["algorithm"]
+        # An algorithm not yet nameable throughout may be named in part (X25519
+        # by the key checks of its set_peer): compared with its bucket's unknown.
+        unnamed_here = row["algorithm"] == "unknown" or row["algorithm"] in unnamed
+        alg = f'unknown/{row["bucket"]}' if unnamed_here else row["algorithm"]
         measured_alg[alg] = measured_alg.get(alg, 0) + row["share_of_tls"]
     share_rows("algorithm", truth_alg, measured_alg)
+    if unknown_limit_pp is not None:
+        for key, m in sorted(measured_alg.items()):
+            if key.startswith("unknown/") and key not in truth_alg and m * 100 > unknown_limit_pp:
+                lines.append(f"  {key} is {m * 100:.1f}% of TLS time, over the {unknown_limit_pp} pp limit")
+                failures.append(key)
     return lines, failures
+
+
+
+def draw_seeds(count):
+    """The seeds of this run: TLSPROF_SEEDS=a,b,c replays a run, otherwise
+    fresh ones (printed by the tests)."""
+    given = os.environ.get("TLSPROF_SEEDS")
+    if given:
+        seeds = [int(s) for s in given.split(",") if s.strip()]
+        if len(seeds) < count:
+            raise AssertionError(f"TLSPROF_SEEDS={given}: {count} seeds needed")
+        return seeds[:count]
+    return [random.SystemRandom().randrange(1, 2**32) for _ in range(count)]
+
+
+def hidden_archive(argv):
+    """argv run in a private mount namespace where libcrypto.a reads as an
+    empty file (not an archive), as on a host without libssl-dev: the host's
+    own view is never changed."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount --bind /dev/null {LIBCRYPTO_A} && exec "$0" "$@"', *argv]
+
+
+class Variant:
+    def __init__(self, binary, symbols, unnamed=None, namespace=None):
+        self.binary = binary
+        self.symbols = symbols  # how the library row must say it was named
+        self.unnamed = unnamed or {}
+        self.namespace = namespace or (lambda argv: argv)
+
+
+# The algorithms each build still cannot name (issue 18 empties these), with why.
+UNNAMED_TABLES = {
+    "AES-CBC": "provider:cipher:*:update, the generic block-cipher update",
+    "ECDSA-P256": "provider:signature:ECDSA:*: the curve is in the key",
+    "ECDHE-P256": "provider:keyexch:ECDH:derive: the curve is in the key",
+    "X25519": "provider:keyexch:X25519|X448:derive, shared with X448",
+}
+
+VARIANTS = {
+    "static": Variant("tlsprof-groundtruth", "symtab"),
+    "shared": Variant("tlsprof-groundtruth-shared", "static-archive"),
+    "shared_hidden": Variant("tlsprof-groundtruth-shared", "library-tables", UNNAMED_TABLES, hidden_archive),
+    "boring": Variant("tlsprof-groundtruth-boringssl", "dynsym", UNNAMED_BORINGSSL),
+    "go": Variant("tlsprof-go-groundtruth", "symtab"),
+}
 
 
 class StackAccuracyTest(unittest.TestCase):
@@ -88,45 +156,86 @@ class StackAccuracyTest(unittest.TestCase):
         self.procs = Processes()
         self.addCleanup(self.procs.close)
 
-    def run_variant(self, binary, extra=(), unnamed=None):
-        path = os.path.join(BIN, binary)
+    def wait_ready(self, proc, ready, timeout=60):
+        """Waits for a ground truth's measured window; returns its pid (from its ready file)."""
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(ready):
+            if proc.poll() is not None:
+                raise AssertionError(f"{proc.args} exited with {proc.returncode} before its window:\n"
+                                     f"{self.procs.log(proc)}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{proc.args}: no measured window after {timeout} s")
+            time.sleep(0.05)
+        with open(ready) as f:
+            return int(f.read())
+
+    def run_variant(self, name):
+        """Runs SEEDS_PER_LIBRARY seeded ground truths of one variant at once
+        under one profile, and checks each against its own truth."""
+        v = VARIANTS[name]
+        path = os.path.join(BIN, v.binary)
         self.assertTrue(os.path.exists(path), f"{path} is not built")
-        ready = self.procs.path(f"{binary}.ready")
-        truth_file = self.procs.path(f"{binary}.json")
-        gt = self.procs.start([path, "--warmup", "2", "--duration", str(PROFILE_SECONDS + 4), "--output",
-                               truth_file, "--ready-file", ready, *extra], ready_file=ready)
-        report = profile_json(self, ["--pid", str(gt.pid), "--duration", str(PROFILE_SECONDS)])
-        gt.wait(60)
-        self.assertEqual(gt.returncode, 0, self.procs.log(gt))
-        with open(truth_file) as f:
-            truth = json.load(f)
-        lines, failures = compare(report, truth, gt.pid, unnamed)
-        proc = process_row(report, gt.pid)
-        libs = ", ".join(f'{l["kind"]} {l["linkage"]} {l["symbols"]} stack_share={l["stack_share"]:.2f}'
-                         for l in proc["libraries"]) if proc else ""
+        seeds = draw_seeds(SEEDS_PER_LIBRARY)
+        print(f"{name}: seeds {','.join(map(str, seeds))} (replay: TLSPROF_SEEDS={','.join(map(str, seeds))})")
+        runs = []
+        for seed in seeds:
+            ready = self.procs.path(f"{name}-{seed}.ready")
+            truth_file = self.procs.path(f"{name}-{seed}.json")
+            # Started together (no wait here), so that every window covers the profile's.
+            gt = self.procs.start(v.namespace([path, "--warmup", "2", "--duration", str(PROFILE_SECONDS + 8),
+                                               "--seed", str(seed), "--output", truth_file, "--ready-file", ready]))
+            runs.append((seed, gt, truth_file, ready))
+        pids = [self.wait_ready(gt, ready) for _, gt, _, ready in runs]
+        # The agent sees what the workloads see (the same hidden files).
+        report = profile_json(self, ["--duration", str(PROFILE_SECONDS)] + [a for pid in pids for a in ("--pid", str(pid))],
+                              wrap=v.namespace)
+        all_failures, text = [], []
+        for (seed, gt, truth_file, _), pid in zip(runs, pids):
+            gt.wait(60)
+            self.assertEqual(gt.returncode, 0, self.procs.log(gt))
+            with open(truth_file) as f:
+                truth = json.load(f)
+            self.assertEqual(truth["seed"], seed)
+            lines, failures = compare(report, truth, pid, v.unnamed, UNKNOWN_LIMIT_PP)
+            proc = process_row(report, pid)
+            mix = ", ".join(f"{c['name']} {c['cpu_seconds'] / truth['measured_cpu_seconds'] * 100:.0f}%"
+                            f" (fresh {c['fresh_share'] * 100:.0f}%)" for c in truth["categories"])
+            text.append(f"{name} seed {seed}: {mix}\n" + "\n".join(lines))
+            all_failures += [f"seed {seed}: {f}" for f in failures]
+            if proc is None:
+                continue
+            libs = [l for l in proc["libraries"] if l["kind"] != "libc"]
+            text.append("  libraries: " + ", ".join(f'{l["kind"]} {l["linkage"]} {l["symbols"]} '
+                                                   f'stack_share={l["stack_share"]:.2f}' for l in libs))
+            if v.symbols not in {l["symbols"] for l in libs}:
+                all_failures.append(f"seed {seed}: no library named by {v.symbols}")
         unwind = report["agent"]["unwind"]
         stops = unwind["stops"]
         broken = sum(n for reason, n in stops.items() if reason not in ("zero_ip", "end"))
-        print(f"{binary}: {libs}\n" + "\n".join(lines) + f"\n  unwind: {unwind['stacks']} stacks, stops {stops}")
-        self.assertEqual(failures, [], "\n".join(lines))
+        text.append(f"  unwind: {unwind['stacks']} stacks, stops {stops}")
+        print("\n".join(text))
+        self.assertEqual(all_failures, [], "\n".join(text))
         # Every counted stack says why it ended, and nearly all walks end
         # cleanly (an unwinder reading garbage ends in unreadable/no_row/
         # not_growing, as BoringSSL's did before its load-bias fix).
         self.assertEqual(sum(stops.values()), unwind["stacks"], stops)
         self.assertLessEqual(broken, 0.02 * unwind["stacks"], stops)
-        return report, proc
+        return report
 
     def test_static_libcrypto(self):
-        self.run_variant("tlsprof-groundtruth", ["--with-p256"])
+        self.run_variant("static")
 
-    def test_shared_stripped_libcrypto(self):
-        self.run_variant("tlsprof-groundtruth-shared", ["--with-p256"])
+    def test_shared_stripped_libcrypto_with_archive(self):
+        self.run_variant("shared")
+
+    def test_shared_stripped_libcrypto_hidden_archive(self):
+        self.run_variant("shared_hidden")
 
     def test_shared_stripped_boringssl(self):
-        self.run_variant("tlsprof-groundtruth-boringssl", ["--with-p256"], unnamed=UNNAMED_BORINGSSL)
+        self.run_variant("boring")
 
     def test_go_crypto(self):
-        self.run_variant("tlsprof-go-groundtruth", ["--with-p256"])
+        self.run_variant("go")
 
 
 if __name__ == "__main__":

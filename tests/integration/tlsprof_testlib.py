@@ -149,14 +149,16 @@ def metric_sum(text, name, **labels):
     return total
 
 
-def run_agent(args, timeout=120):
-    """Runs tlsprof-agent; returns (returncode, stdout, stderr)."""
-    proc = subprocess.run([AGENT, *args], capture_output=True, text=True, timeout=timeout)
+def run_agent(args, timeout=120, wrap=None):
+    """Runs tlsprof-agent; returns (returncode, stdout, stderr). `wrap` maps
+    the command line to the one run (e.g. into a private mount namespace)."""
+    argv = [AGENT, *args]
+    proc = subprocess.run(wrap(argv) if wrap else argv, capture_output=True, text=True, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def profile_json(test, args, timeout=120):
-    code, out, err = run_agent(["profile", "--format", "json", *args], timeout)
+def profile_json(test, args, timeout=120, wrap=None):
+    code, out, err = run_agent(["profile", "--format", "json", *args], timeout, wrap)
     test.assertEqual(code, 0, f"tlsprof-agent failed: {err}")
     report = json.loads(out)
     test.assertEqual(report["schema"], "tlsprof.report.v1")

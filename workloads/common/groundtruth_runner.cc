@@ -11,8 +11,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "workload_util.h"
@@ -27,6 +29,7 @@ struct Options {
   double warmup = 1;
   double slice_ms = 20;
   std::string mix;
+  std::optional<unsigned long long> seed;  // set when --seed is given
   bool with_p256 = false;
   std::string output;
   std::string ready_file;
@@ -60,12 +63,12 @@ bool Calibrate(GroundTruthSpec& spec) {
   for (auto& c : spec.categories) {
     if (c.weight <= 0) continue;
     for (int i = 0; i < 3; ++i) {
-      if (!c.op()) return spec.report_failure("warm-up of " + c.name), false;
+      if (!c.Run(false)) return spec.report_failure("warm-up of " + c.name), false;
     }
     const long long t0 = NowNanos(CLOCK_THREAD_CPUTIME_ID);
     int n = 0;
     while (NowNanos(CLOCK_THREAD_CPUTIME_ID) - t0 < 5'000'000) {
-      if (!c.op()) return spec.report_failure(c.name), false;
+      if (!c.Run(false)) return spec.report_failure(c.name), false;
       ++n;
     }
     const double per_op = 5e6 / n;
@@ -102,9 +105,10 @@ void Worker(GroundTruthSpec& spec, const Options& opt, Window& win, std::atomic<
     const long long t0 = NowNanos(CLOCK_THREAD_CPUTIME_ID);
     long long t1 = t0;
     long long ops = 0;
+    const bool measuring = g_measuring;
     while (t1 - t0 < slice_ns) {
       for (int i = 0; i < c.batch; ++i) {
-        if (!c.op()) {
+        if (!c.Run(measuring)) {
           spec.report_failure(c.name);
           g_failed = true;
           g_stop = true;
@@ -115,7 +119,7 @@ void Worker(GroundTruthSpec& spec, const Options& opt, Window& win, std::atomic<
       t1 = NowNanos(CLOCK_THREAD_CPUTIME_ID);
       if (g_stop) break;
     }
-    if (g_measuring) c.ops += ops;
+    if (measuring) c.ops += ops;
     return t1 - t0;
   };
   // Deficit scheduling: run next the category with the least CPU per unit
@@ -159,7 +163,43 @@ void Worker(GroundTruthSpec& spec, const Options& opt, Window& win, std::atomic<
   win.end_realtime_ns = NowNanos(CLOCK_REALTIME);
 }
 
+// splitmix64 (Steele, Lea, Flood 2014): a seed gives one sequence in every
+// language, with no library to agree on.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(unsigned long long seed) : state_(seed) {}
+  unsigned long long Next() {
+    unsigned long long z = (state_ += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+ private:
+  unsigned long long state_;
+};
+
+constexpr const char* kStandardNames[] = {"aes_gcm", "chacha20_poly1305", "aes_cbc",    "sha256",    "sha1",
+                                          "rsa",     "x25519",            "ecdsa_p256", "ecdhe_p256"};
+
 }  // namespace
+
+std::vector<SeededDraw> DrawSeededMix(unsigned long long seed) {
+  SplitMix64 rng(seed);
+  std::vector<SeededDraw> draws;
+  std::vector<double> kept_weight;
+  for (const char* name : kStandardNames) {
+    const double weight = 0.25 * std::pow(16.0, rng.Uniform());
+    const bool dropped = rng.Uniform() < 0.2;
+    const double fresh = rng.Uniform();
+    draws.push_back({name, dropped ? 0.0 : weight, fresh});
+    kept_weight.push_back(weight);
+  }
+  auto kept = [&] { return std::count_if(draws.begin(), draws.end(), [](auto& d) { return d.weight > 0; }); };
+  for (size_t i = 0; i < draws.size() && kept() < 2; ++i) draws[i].weight = kept_weight[i];
+  return draws;
+}
 
 std::vector<GroundTruthCategory> StandardCategories(GroundTruthOps ops) {
   constexpr size_t kBulk = kGroundTruthBufferBytes;
@@ -187,14 +227,25 @@ int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
   app.add_option("--slice-ms", opt.slice_ms, "Thread CPU per slice of one category")->check(CLI::PositiveNumber);
   app.add_option("--mix", opt.mix, "Target CPU shares, name=weight,... (unlisted = off). Names: " + names);
   app.add_flag("--with-p256", opt.with_p256, "Add ecdsa_p256 and ecdhe_p256 to the default mix");
+  unsigned long long seed = 0;
+  auto* seed_opt = app.add_option("--seed", seed,
+                 "Draw the mix (weights, which categories, the share of ops made with a fresh context) from this "
+                 "seed; --mix, if given too, replaces the drawn weights");
   app.add_option("--output", opt.output, "JSON written at exit");
   app.add_option("--ready-file", opt.ready_file, "Written (content: pid) when the measured window starts");
   CLI11_PARSE(app, argc, argv);
+  if (seed_opt->count() > 0) opt.seed = seed;
 
   BlockStopSignals();
 
   auto& cats = spec.categories;
   for (auto& c : cats) c.weight = (!c.needs_with_p256 || opt.with_p256) ? 1.0 : 0.0;
+  if (opt.seed) {
+    for (const auto& d : DrawSeededMix(*opt.seed)) {
+      auto it = std::find_if(cats.begin(), cats.end(), [&](auto& c) { return c.name == d.name; });
+      if (it != cats.end()) it->weight = d.weight, it->fresh_share = d.fresh_share;
+    }
+  }
   if (!opt.mix.empty() && !ApplyMix(opt.mix, cats)) return 2;
   double total_w = 0;
   for (auto& c : cats) total_w += c.weight;
@@ -207,6 +258,15 @@ int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
   auto enabled = [&](std::string_view n) {
     return std::any_of(cats.begin(), cats.end(), [&](auto& c) { return c.name == n && c.weight > 0; });
   };
+  if (opt.seed) {
+    std::string drawn;
+    for (const auto& c : cats) {
+      if (c.weight > 0) drawn += " " + c.name + "=" + std::to_string(c.weight / total_w).substr(0, 5) + "/fresh " +
+                                 std::to_string(c.fresh_share).substr(0, 4);
+    }
+    std::fprintf(stderr, "%s: seed %llu, mix (share/fresh share):%s\n", spec.program.c_str(), *opt.seed,
+                 drawn.c_str());
+  }
   if (!spec.setup(enabled) || !Calibrate(spec)) return 1;
 
   Window win;
@@ -238,6 +298,11 @@ int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
   out["pid"] = getpid();
   out["tid"] = tid.load();
   out["library"] = spec.library;
+  out["seed"] = opt.seed ? nlohmann::json(*opt.seed) : nlohmann::json(nullptr);
+  out["mix"] = nlohmann::json::object();
+  for (const auto& c : cats) {
+    if (c.weight > 0) out["mix"][c.name] = c.weight;
+  }
   out["wall_seconds"] = (win.end_mono_ns - win.start_mono_ns) * 1e-9;
   out["thread_cpu_seconds"] = win.thread_cpu_ns * 1e-9;
   out["process_cpu_seconds"] = win.process_cpu_ns * 1e-9;
@@ -259,6 +324,8 @@ int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
                                  {"target_share", c.weight / total_w},
                                  {"cpu_seconds", c.cpu_ns * 1e-9},
                                  {"ops", c.ops},
+                                 {"fresh_share", c.fresh_share},
+                                 {"fresh_ops", c.fresh_ops},
                                  {"bytes", c.ops * static_cast<long long>(c.bytes_per_op)}});
   }
   out["measured_cpu_seconds"] = sum_ns * 1e-9;

@@ -27,6 +27,7 @@
 #include <openssl/ecdh.h>
 #include <openssl/ecdsa.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/nid.h>
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
@@ -69,6 +70,8 @@ struct Primitives {
   bssl::ScopedEVP_CIPHER_CTX cbc_ctx;
   bssl::UniquePtr<RSA> rsa;
   bssl::UniquePtr<EC_KEY> ecdsa_key;
+  bssl::UniquePtr<EVP_PKEY> rsa_pkey, ecdsa_pkey, p256_pkey;  // the same keys, for the EVP_PKEY paths
+  std::vector<bssl::UniquePtr<EVP_PKEY>> p256_peer_pkeys;
   uint8_t digest[32] = {};
   uint8_t sig[512] = {};
   X25519Key x25519_key{};
@@ -121,7 +124,61 @@ struct Primitives {
     return ECDH_compute_key(secret, 32, EC_KEY_get0_public_key(p256_peers[peer_index].get()), p256_key.get(),
                             nullptr) == 32;
   }
+
+  // The fresh variants: the whole API sequence of a caller that keeps no
+  // context (an AEAD context made and freed around each seal, the EVP
+  // cipher, digest and EVP_PKEY paths with their contexts), as BoringSSL's
+  // own TLS code signs and derives through EVP_PKEY.
+  bool SealFresh(const EVP_AEAD* aead, size_t key_len) {
+    bssl::UniquePtr<EVP_AEAD_CTX> ctx(EVP_AEAD_CTX_new(aead, key, key_len, EVP_AEAD_DEFAULT_TAG_LENGTH));
+    return ctx && Seal(ctx.get());
+  }
+
+  bool CbcEncryptFresh() {
+    bssl::ScopedEVP_CIPHER_CTX ctx;
+    int len = 0, final_len = 0;
+    return EVP_EncryptInit_ex(ctx.get(), EVP_aes_128_cbc(), nullptr, key, iv) == 1 &&
+           EVP_CIPHER_CTX_set_padding(ctx.get(), 0) == 1 &&
+           EVP_EncryptUpdate(ctx.get(), out.data(), &len, in.data(), static_cast<int>(in.size())) == 1 &&
+           EVP_EncryptFinal_ex(ctx.get(), out.data() + len, &final_len) == 1;
+  }
+
+  bool DigestFresh(const EVP_MD* md) {
+    bssl::ScopedEVP_MD_CTX ctx;
+    unsigned int len = 0;
+    return EVP_DigestInit_ex(ctx.get(), md, nullptr) == 1 && EVP_DigestUpdate(ctx.get(), in.data(), in.size()) == 1 &&
+           EVP_DigestFinal_ex(ctx.get(), out.data(), &len) == 1;
+  }
+
+  bool SignFresh(EVP_PKEY* pkey, bool rsa_pss) {
+    bssl::UniquePtr<EVP_PKEY_CTX> ctx(EVP_PKEY_CTX_new(pkey, nullptr));
+    if (!ctx || EVP_PKEY_sign_init(ctx.get()) != 1) return false;
+    if (rsa_pss && (EVP_PKEY_CTX_set_rsa_padding(ctx.get(), RSA_PKCS1_PSS_PADDING) != 1 ||
+                    EVP_PKEY_CTX_set_rsa_pss_saltlen(ctx.get(), -1) != 1))
+      return false;
+    size_t len = sizeof sig;
+    digest[0]++;
+    return EVP_PKEY_CTX_set_signature_md(ctx.get(), EVP_sha256()) == 1 &&
+           EVP_PKEY_sign(ctx.get(), sig, &len, digest, sizeof digest) == 1;
+  }
+
+  bool P256DeriveFresh() {
+    peer_index = (peer_index + 1) % p256_peer_pkeys.size();
+    bssl::UniquePtr<EVP_PKEY_CTX> ctx(EVP_PKEY_CTX_new(p256_pkey.get(), nullptr));
+    size_t len = sizeof secret;
+    return ctx && EVP_PKEY_derive_init(ctx.get()) == 1 &&
+           EVP_PKEY_derive_set_peer(ctx.get(), p256_peer_pkeys[peer_index].get()) == 1 &&
+           EVP_PKEY_derive(ctx.get(), secret, &len) == 1;
+  }
 };
+
+// An EVP_PKEY holding (a reference to) `key`.
+template <typename Key, int (*Set1)(EVP_PKEY*, Key*)>
+bssl::UniquePtr<EVP_PKEY> WrapKey(Key* key) {
+  bssl::UniquePtr<EVP_PKEY> pkey(EVP_PKEY_new());
+  if (!pkey || Set1(pkey.get(), key) != 1) return nullptr;
+  return pkey;
+}
 
 bssl::UniquePtr<EC_KEY> P256Keygen() {
   bssl::UniquePtr<EC_KEY> key(EC_KEY_new_by_curve_name(NID_X9_62_prime256v1));
@@ -145,8 +202,12 @@ bool Setup(Primitives& p, const std::function<bool(std::string_view)>& enabled) 
     if (!p.rsa || !e || BN_set_word(e.get(), RSA_F4) != 1 ||
         RSA_generate_key_ex(p.rsa.get(), 2048, e.get(), nullptr) != 1)
       return Fail("RSA-2048 keygen");
+    if (!(p.rsa_pkey = WrapKey<RSA, EVP_PKEY_set1_RSA>(p.rsa.get()))) return Fail("RSA EVP_PKEY");
   }
-  if (enabled("ecdsa_p256") && !(p.ecdsa_key = P256Keygen())) return Fail("P-256 keygen");
+  if (enabled("ecdsa_p256")) {
+    if (!(p.ecdsa_key = P256Keygen())) return Fail("P-256 keygen");
+    if (!(p.ecdsa_pkey = WrapKey<EC_KEY, EVP_PKEY_set1_EC_KEY>(p.ecdsa_key.get()))) return Fail("P-256 EVP_PKEY");
+  }
   if (enabled("x25519")) {
     X25519_keypair(p.x25519_key.pub, p.x25519_key.priv);
     p.x25519_peers.resize(kPeerKeys);
@@ -154,10 +215,14 @@ bool Setup(Primitives& p, const std::function<bool(std::string_view)>& enabled) 
   }
   if (enabled("ecdhe_p256")) {
     if (!(p.p256_key = P256Keygen())) return Fail("P-256 keygen");
+    if (!(p.p256_pkey = WrapKey<EC_KEY, EVP_PKEY_set1_EC_KEY>(p.p256_key.get()))) return Fail("P-256 EVP_PKEY");
     for (int i = 0; i < kPeerKeys; ++i) {
       auto peer = P256Keygen();
       if (!peer) return Fail("P-256 peer keygen");
+      auto peer_pkey = WrapKey<EC_KEY, EVP_PKEY_set1_EC_KEY>(peer.get());
+      if (!peer_pkey) return Fail("P-256 peer EVP_PKEY");
       p.p256_peers.push_back(std::move(peer));
+      p.p256_peer_pkeys.push_back(std::move(peer_pkey));
     }
   }
   return true;
@@ -172,15 +237,18 @@ int main(int argc, char** argv) {
   spec.library = "boringssl";
   spec.report_failure = [](const std::string& what) { Fail(what); };
   spec.categories = tlsprof::workload::StandardCategories({
-      .aes_gcm = [&] { return p.Seal(p.gcm_ctx.get()); },
-      .chacha20_poly1305 = [&] { return p.Seal(p.chacha_ctx.get()); },
-      .aes_cbc = [&] { return p.CbcEncrypt(); },
-      .sha256 = [&] { return p.Sha256(); },
-      .sha1 = [&] { return p.Sha1(); },
-      .rsa = [&] { return p.RsaSign(); },
-      .x25519 = [&] { return p.X25519Derive(); },
-      .ecdsa_p256 = [&] { return p.EcdsaSign(); },
-      .ecdhe_p256 = [&] { return p.P256Derive(); },
+      .aes_gcm = {[&] { return p.Seal(p.gcm_ctx.get()); },
+                  [&] { return p.SealFresh(EVP_aead_aes_128_gcm(), 16); }},
+      .chacha20_poly1305 = {[&] { return p.Seal(p.chacha_ctx.get()); },
+                            [&] { return p.SealFresh(EVP_aead_chacha20_poly1305(), 32); }},
+      .aes_cbc = {[&] { return p.CbcEncrypt(); }, [&] { return p.CbcEncryptFresh(); }},
+      .sha256 = {[&] { return p.Sha256(); }, [&] { return p.DigestFresh(EVP_sha256()); }},
+      .sha1 = {[&] { return p.Sha1(); }, [&] { return p.DigestFresh(EVP_sha1()); }},
+      .rsa = {[&] { return p.RsaSign(); }, [&] { return p.SignFresh(p.rsa_pkey.get(), true); }},
+      // X25519() takes raw keys: there is no context to make.
+      .x25519 = {[&] { return p.X25519Derive(); }, [&] { return p.X25519Derive(); }},
+      .ecdsa_p256 = {[&] { return p.EcdsaSign(); }, [&] { return p.SignFresh(p.ecdsa_pkey.get(), false); }},
+      .ecdhe_p256 = {[&] { return p.P256Derive(); }, [&] { return p.P256DeriveFresh(); }},
   });
   spec.setup = [&](const std::function<bool(std::string_view)>& enabled) { return Setup(p, enabled); };
   return tlsprof::workload::RunGroundTruth(argc, argv, std::move(spec));

@@ -115,6 +115,42 @@ struct Primitives {
     size_t len = sizeof secret;
     return EVP_PKEY_derive_set_peer(ctx, peers[peer_index].get()) > 0 && EVP_PKEY_derive(ctx, secret, &len) > 0;
   }
+
+  // The fresh variants: the whole API sequence of a caller that keeps no
+  // context, through the legacy EVP_aes_*()/EVP_sha*() objects, so each init
+  // also does the implicit provider fetch.
+  bool SealFresh(const EVP_CIPHER* cipher) {
+    CipherCtx ctx(EVP_CIPHER_CTX_new());
+    return ctx && EVP_EncryptInit_ex(ctx.get(), cipher, nullptr, key, iv) > 0 && Seal(ctx.get());
+  }
+
+  bool CbcEncryptFresh() {
+    CipherCtx ctx(EVP_CIPHER_CTX_new());
+    int len = 0, final_len = 0;
+    return ctx && EVP_EncryptInit_ex(ctx.get(), EVP_aes_128_cbc(), nullptr, key, iv) > 0 &&
+           EVP_CIPHER_CTX_set_padding(ctx.get(), 0) > 0 &&
+           EVP_EncryptUpdate(ctx.get(), out.data(), &len, in.data(), static_cast<int>(in.size())) > 0 &&
+           EVP_EncryptFinal_ex(ctx.get(), out.data() + len, &final_len) > 0;
+  }
+
+  bool DigestFresh(const EVP_MD* md) {
+    MdCtx ctx(EVP_MD_CTX_new());
+    unsigned int len = 0;
+    return ctx && EVP_DigestInit_ex(ctx.get(), md, nullptr) > 0 &&
+           EVP_DigestUpdate(ctx.get(), in.data(), in.size()) > 0 && EVP_DigestFinal_ex(ctx.get(), out.data(), &len) > 0;
+  }
+
+  bool SignFresh(EVP_PKEY* pkey, bool rsa) {
+    PkeyCtx ctx(EVP_PKEY_CTX_new_from_pkey(nullptr, pkey, nullptr));
+    if (!ctx || EVP_PKEY_sign_init(ctx.get()) <= 0) return false;
+    if (rsa && EVP_PKEY_CTX_set_rsa_padding(ctx.get(), RSA_PKCS1_PSS_PADDING) <= 0) return false;
+    return EVP_PKEY_CTX_set_signature_md(ctx.get(), EVP_sha256()) > 0 && Sign(ctx.get());
+  }
+
+  bool DeriveFresh(EVP_PKEY* pkey, const std::vector<Pkey>& peers) {
+    PkeyCtx ctx(EVP_PKEY_CTX_new_from_pkey(nullptr, pkey, nullptr));
+    return ctx && EVP_PKEY_derive_init(ctx.get()) > 0 && Derive(ctx.get(), peers);
+  }
 };
 
 bool SetupCipher(Cipher& cipher, CipherCtx& ctx, const char* name, const unsigned char* key, const unsigned char* iv) {
@@ -161,15 +197,19 @@ int main(int argc, char** argv) {
   spec.library = "openssl";
   spec.report_failure = [](const std::string& what) { Fail(what); };
   spec.categories = tlsprof::workload::StandardCategories({
-      .aes_gcm = [&] { return p.Seal(p.gcm_ctx.get()); },
-      .chacha20_poly1305 = [&] { return p.Seal(p.chacha_ctx.get()); },
-      .aes_cbc = [&] { return p.CbcEncrypt(); },
-      .sha256 = [&] { return p.Digest(p.sha256.get()); },
-      .sha1 = [&] { return p.Digest(p.sha1.get()); },
-      .rsa = [&] { return p.Sign(p.rsa_sign_ctx.get()); },
-      .x25519 = [&] { return p.Derive(p.x25519_ctx.get(), p.x25519_peers); },
-      .ecdsa_p256 = [&] { return p.Sign(p.ecdsa_sign_ctx.get()); },
-      .ecdhe_p256 = [&] { return p.Derive(p.p256_ctx.get(), p.p256_peers); },
+      .aes_gcm = {[&] { return p.Seal(p.gcm_ctx.get()); }, [&] { return p.SealFresh(EVP_aes_128_gcm()); }},
+      .chacha20_poly1305 = {[&] { return p.Seal(p.chacha_ctx.get()); },
+                            [&] { return p.SealFresh(EVP_chacha20_poly1305()); }},
+      .aes_cbc = {[&] { return p.CbcEncrypt(); }, [&] { return p.CbcEncryptFresh(); }},
+      .sha256 = {[&] { return p.Digest(p.sha256.get()); }, [&] { return p.DigestFresh(EVP_sha256()); }},
+      .sha1 = {[&] { return p.Digest(p.sha1.get()); }, [&] { return p.DigestFresh(EVP_sha1()); }},
+      .rsa = {[&] { return p.Sign(p.rsa_sign_ctx.get()); }, [&] { return p.SignFresh(p.rsa_key.get(), true); }},
+      .x25519 = {[&] { return p.Derive(p.x25519_ctx.get(), p.x25519_peers); },
+                 [&] { return p.DeriveFresh(p.x25519_key.get(), p.x25519_peers); }},
+      .ecdsa_p256 = {[&] { return p.Sign(p.ecdsa_sign_ctx.get()); },
+                     [&] { return p.SignFresh(p.ecdsa_key.get(), false); }},
+      .ecdhe_p256 = {[&] { return p.Derive(p.p256_ctx.get(), p.p256_peers); },
+                     [&] { return p.DeriveFresh(p.p256_key.get(), p.p256_peers); }},
   });
   spec.setup = [&](const auto& enabled) {
     if (RAND_bytes(p.in.data(), static_cast<int>(p.in.size())) <= 0 || RAND_bytes(p.key, 32) <= 0)
