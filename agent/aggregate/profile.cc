@@ -369,7 +369,8 @@ void Attributor::InferFromOperations() {
     if (named_total == 0) {
       if (auto it = seen.find({key.pid, group.bucket}); it != seen.end()) {
         for (const auto& [alg, n] : it->second) {
-          if (classify::MayTakeProcessAlgorithm(group.family, group.entry, alg)) process_named[alg] += n, named_total += n;
+          if (classify::MayTakeProcessAlgorithm(group.family, group.entry, alg))
+            process_named[alg] += n, named_total += n;
         }
       }
       from = &process_named;

@@ -179,7 +179,7 @@ class Attributor {
   // must not lend one implementation's name to another.
   struct OperationGroup {
     classify::Bucket bucket = classify::Bucket::kOther;
-    classify::Family family{};                    // the entry's rules family and name
+    classify::Family family{};  // the entry's rules family and name
     std::string_view entry;
     std::map<std::string_view, uint64_t> named;   // algorithm → samples
     std::array<uint64_t, kPhaseCount> unknown{};  // samples per phase with algorithm "unknown"

@@ -180,8 +180,8 @@ class SplitMix64 {
   unsigned long long state_;
 };
 
-constexpr const char* kStandardNames[] = {"aes_gcm", "chacha20_poly1305", "aes_cbc",    "sha256",    "sha1",
-                                          "rsa",     "x25519",            "ecdsa_p256", "ecdhe_p256"};
+constexpr const char* kStandardNames[] = {"aes_gcm", "chacha20_poly1305", "aes_cbc",   "sha256", "sha1", "rsa",
+                                          "x25519",  "ecdsa_p256",        "ecdhe_p256"};
 
 }  // namespace
 
@@ -228,9 +228,10 @@ int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
   app.add_option("--mix", opt.mix, "Target CPU shares, name=weight,... (unlisted = off). Names: " + names);
   app.add_flag("--with-p256", opt.with_p256, "Add ecdsa_p256 and ecdhe_p256 to the default mix");
   unsigned long long seed = 0;
-  auto* seed_opt = app.add_option("--seed", seed,
-                 "Draw the mix (weights, which categories, the share of ops made with a fresh context) from this "
-                 "seed; --mix, if given too, replaces the drawn weights");
+  auto* seed_opt =
+      app.add_option("--seed", seed,
+                     "Draw the mix (weights, which categories, the share of ops made with a fresh context) from this "
+                     "seed; --mix, if given too, replaces the drawn weights");
   app.add_option("--output", opt.output, "JSON written at exit");
   app.add_option("--ready-file", opt.ready_file, "Written (content: pid) when the measured window starts");
   CLI11_PARSE(app, argc, argv);
@@ -261,11 +262,11 @@ int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
   if (opt.seed) {
     std::string drawn;
     for (const auto& c : cats) {
-      if (c.weight > 0) drawn += " " + c.name + "=" + std::to_string(c.weight / total_w).substr(0, 5) + "/fresh " +
-                                 std::to_string(c.fresh_share).substr(0, 4);
+      if (c.weight > 0)
+        drawn += " " + c.name + "=" + std::to_string(c.weight / total_w).substr(0, 5) + "/fresh " +
+                 std::to_string(c.fresh_share).substr(0, 4);
     }
-    std::fprintf(stderr, "%s: seed %llu, mix (share/fresh share):%s\n", spec.program.c_str(), *opt.seed,
-                 drawn.c_str());
+    std::fprintf(stderr, "%s: seed %llu, mix (share/fresh share):%s\n", spec.program.c_str(), *opt.seed, drawn.c_str());
   }
   if (!spec.setup(enabled) || !Calibrate(spec)) return 1;
 

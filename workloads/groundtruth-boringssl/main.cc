@@ -237,8 +237,7 @@ int main(int argc, char** argv) {
   spec.library = "boringssl";
   spec.report_failure = [](const std::string& what) { Fail(what); };
   spec.categories = tlsprof::workload::StandardCategories({
-      .aes_gcm = {[&] { return p.Seal(p.gcm_ctx.get()); },
-                  [&] { return p.SealFresh(EVP_aead_aes_128_gcm(), 16); }},
+      .aes_gcm = {[&] { return p.Seal(p.gcm_ctx.get()); }, [&] { return p.SealFresh(EVP_aead_aes_128_gcm(), 16); }},
       .chacha20_poly1305 = {[&] { return p.Seal(p.chacha_ctx.get()); },
                             [&] { return p.SealFresh(EVP_aead_chacha20_poly1305(), 32); }},
       .aes_cbc = {[&] { return p.CbcEncrypt(); }, [&] { return p.CbcEncryptFresh(); }},
