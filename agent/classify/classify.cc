@@ -616,15 +616,15 @@ constexpr std::string_view kOpenSsl11Markers[] = {
     "OPENSSL_init_ssl",     // libssl >= 1.1.0
     "OPENSSL_init_crypto",  // libcrypto >= 1.1.0
 };
-// A Go binary carries a TLS library only if crypto/tls is linked in; these are
-// reachable whenever a tls.Conn is used (Go 1.19-1.24).
-constexpr std::string_view kGoTlsMarkers[] = {
-    "crypto/tls.(*Conn).Read",
-    "crypto/tls.(*Conn).Write",
-    "crypto/tls.(*Conn).Handshake",
-    "crypto/tls.(*Conn).HandshakeContext",
-    "crypto/tls.(*Conn).readRecordOrCCS",
-    "crypto/tls.(*halfConn).encrypt",
+// A Go binary's crypto/* is its TLS library, as libcrypto is OpenSSL's,
+// whether or not crypto/tls is linked (a JWT signer, a key server): any
+// function of these packages marks it. crypto/tls's own functions are under
+// "crypto/" too. math/big alone (a calculator) is not crypto.
+constexpr std::string_view kGoCryptoPrefixes[] = {
+    "crypto/",
+    "vendor/golang.org/x/crypto/",  // the std's vendored copy (chacha20poly1305, curve25519, hkdf)
+    "golang.org/x/crypto/",         // a module's own copy
+    "_goboringcrypto_",             // GOEXPERIMENT=boringcrypto
 };
 
 bool AnyDefined(const std::function<bool(std::string_view)>& has_symbol, std::span<const std::string_view> names) {
@@ -664,10 +664,13 @@ std::optional<LibraryKind> KindFromFileName(std::string_view file) {
 }  // namespace
 
 std::optional<LibraryKind> DetectLibrary(const std::function<bool(std::string_view)>& has_symbol,
-                                         std::string_view soname, std::string_view file_name, bool is_go) {
-  if (is_go) {
-    if (AnyDefined(has_symbol, kGoTlsMarkers)) return LibraryKind::kGo;
-    // A Go program without crypto/tls may still link C TLS libraries via cgo;
+                                         std::string_view soname, std::string_view file_name, bool is_go,
+                                         const std::function<bool(std::string_view)>& has_symbol_prefix) {
+  if (is_go && has_symbol_prefix) {
+    for (std::string_view prefix : kGoCryptoPrefixes) {
+      if (has_symbol_prefix(prefix)) return LibraryKind::kGo;
+    }
+    // A Go program without crypto/* may still link C TLS libraries via cgo;
     // fall through to the C checks.
   }
   if (AnyDefined(has_symbol, kBoringSslMarkers)) return LibraryKind::kBoringSSL;

@@ -144,8 +144,13 @@ Family FamilyOf(LibraryKind kind);
 //   has_symbol(name): does the binary define this function/object symbol?
 //   soname / file name: e.g. "libcrypto.so.3", "libssl.so.0" (android BoringSSL).
 //   is_go: the binary has .gopclntab / .go.buildinfo.
+//   has_symbol_prefix(prefix): does it define a symbol whose name starts
+//     with prefix? A Go binary is kGo when it defines any function of
+//     crypto/* or x/crypto, with or without crypto/tls (README.md, "Library
+//     detection"); without this callback no Go binary is detected.
 // nullopt means the binary carries no TLS library.
 std::optional<LibraryKind> DetectLibrary(const std::function<bool(std::string_view)>& has_symbol,
-                                         std::string_view soname, std::string_view file_name, bool is_go);
+                                         std::string_view soname, std::string_view file_name, bool is_go,
+                                         const std::function<bool(std::string_view)>& has_symbol_prefix = {});
 
 }  // namespace tlsprof::classify

@@ -365,6 +365,12 @@ struct FakeBinary {
   std::function<bool(std::string_view)> HasSymbol() const {
     return [this](std::string_view n) { return symbols.find(n) != symbols.end(); };
   }
+  std::function<bool(std::string_view)> HasPrefix() const {
+    return [this](std::string_view p) {
+      auto it = symbols.lower_bound(p);
+      return it != symbols.end() && std::string_view(*it).starts_with(p);
+    };
+  }
 };
 
 FakeBinary FromFile(const std::string& file) {
@@ -400,15 +406,24 @@ TEST(DetectLibrary, OpenSsl3AndOpenSsl11) {
             LibraryKind::kOpenSSL11);
 }
 
-TEST(DetectLibrary, GoNeedsCryptoTls) {
+TEST(DetectLibrary, GoCryptoIsTheLibraryWithOrWithoutCryptoTls) {
   auto go = FromFile("go119_tls_names.txt");
   ASSERT_TRUE(go.symbols.count("crypto/tls.(*Conn).Write"));
-  EXPECT_EQ(DetectLibrary(go.HasSymbol(), "", "gosrv", true), LibraryKind::kGo);
-  FakeBinary no_tls;  // a Go program hashing files: crypto, but no TLS library
+  EXPECT_EQ(DetectLibrary(go.HasSymbol(), "", "gosrv", true, go.HasPrefix()), LibraryKind::kGo);
+  // A Go program hashing files or signing tokens links crypto/* alone: its
+  // crypto is its TLS library, as libcrypto is a C program's.
+  FakeBinary no_tls;
   no_tls.symbols = {"crypto/sha256.block.abi0", "main.main"};
-  EXPECT_EQ(DetectLibrary(no_tls.HasSymbol(), "", "sha256sum", true), std::nullopt);
+  EXPECT_EQ(DetectLibrary(no_tls.HasSymbol(), "", "sha256sum", true, no_tls.HasPrefix()), LibraryKind::kGo);
+  FakeBinary x_crypto;  // only the std's vendored x/crypto (ChaCha20-Poly1305)
+  x_crypto.symbols = {"vendor/golang.org/x/crypto/chacha20poly1305.New", "main.main"};
+  EXPECT_EQ(DetectLibrary(x_crypto.HasSymbol(), "", "sealer", true, x_crypto.HasPrefix()), LibraryKind::kGo);
+  // math/big without crypto (a calculator) is no crypto library.
+  FakeBinary calc;
+  calc.symbols = {"math/big.nat.mul", "main.main", "runtime.main"};
+  EXPECT_EQ(DetectLibrary(calc.HasSymbol(), "", "calc", true, calc.HasPrefix()), std::nullopt);
   // Go names in a non-Go binary mean nothing.
-  EXPECT_EQ(DetectLibrary(go.HasSymbol(), "", "gosrv", false), std::nullopt);
+  EXPECT_EQ(DetectLibrary(go.HasSymbol(), "", "gosrv", false, go.HasPrefix()), std::nullopt);
 }
 
 TEST(DetectLibrary, FileNameHintsWhenSymbolsAreMissing) {

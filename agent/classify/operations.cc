@@ -289,12 +289,24 @@ constexpr Operation kOperations[] = {
   // x/crypto/curve25519 and crypto/elliptic; Go 1.20+: crypto/ecdh.
   {kG, kPrefix, "crypto/tls.(*x25519Parameters).",       kKx, kX25519},
   {kG, kPrefix, "crypto/tls.(*nistParameters).",         kKx, kAnyEcdh},
-  // Go 1.19 crypto/tls derives the ECDHE-P256 secret with elliptic's
-  // ScalarMult on the peer's point; ECDSA never calls it there (signing uses
-  // ScalarBaseMult, verification CombinedMult), so it names the operation.
-  {kG, kExact,  "crypto/elliptic.(*p256Curve).ScalarMult", kKx, kEcdheP256},
-  {kG, kExact,  "crypto/elliptic.(*nistCurve[*crypto/internal/nistec.P256Point]).ScalarMult", kKx, kEcdheP256},
-  {kG, kExact,  "crypto/elliptic.(*CurveParams).ScalarMult", kKx, kAnyEcdh},
+  // ECDH wherever it is entered, with or without crypto/tls above (a key
+  // server, a JWT library's ECDH-ES): crypto/elliptic's point API. Inside
+  // crypto/ecdsa these are parts of a signature, and the outermost
+  // operation (crypto/ecdsa.Sign, .Verify, below) keeps the sample a
+  // signature: ECDSA signs through ScalarBaseMult (and the P-256 Inverse),
+  // verifies through CombinedMult. Outside it, ScalarMult is a shared
+  // secret, ScalarBaseMult and GenerateKey an ephemeral key, Unmarshal the
+  // peer's share. Caveat: Go 1.19's crypto/x509 parses an EC certificate's
+  // key with elliptic.Unmarshal, which then counts as key exchange (a point
+  // check, once per parse). The P-256 rows name the curve; the generic
+  // ones (nistCurve's GC-shape instances, CurveParams) leave it to the
+  // nistec frames below.
+  {kG, kPrefix, "crypto/elliptic.(*p256Curve).",         kKx, kEcdheP256},  // ScalarMult, ScalarBaseMult, Unmarshal, ...
+  {kG, kPrefix, "crypto/elliptic.(*nistCurve[*crypto/internal/nistec.P256Point]).", kKx, kEcdheP256},
+  {kG, kPrefix, "crypto/elliptic.(*nistCurve[",          kKx, kAnyEcdh},    // other curves; go.shape.* instances
+  {kG, kPrefix, "crypto/elliptic.(*CurveParams).Scalar", kKx, kAnyEcdh},    // ScalarMult, ScalarBaseMult
+  {kG, kPrefix, "crypto/elliptic.Unmarshal",             kKx, kAnyEcdh},    // Unmarshal, UnmarshalCompressed
+  {kG, kExact,  "crypto/elliptic.GenerateKey",           kKx, kAnyEcdh},
   {kG, kPrefix, "crypto/tls.generateECDHE",              kKx, kUnknown},    // generateECDHEParameters (1.19), generateECDHEKey (1.20+)
   {kG, kPrefix, "crypto/tls.(*ecdheKeyAgreement).generateClientKeyExchange", kKx, kUnknown},
   {kG, kPrefix, "crypto/tls.(*ecdheKeyAgreement).processClientKeyExchange",  kKx, kUnknown},

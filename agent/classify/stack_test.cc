@@ -83,6 +83,7 @@ void ExpectStacks(const std::string& file, size_t min_cases) {
 TEST(ClassifyStackFixtures, OpenSsl3RealChains) { ExpectStacks("stacks_openssl3.txt", 20); }
 TEST(ClassifyStackFixtures, Go119RealChains) { ExpectStacks("stacks_go119.txt", 8); }
 TEST(ClassifyStackFixtures, BoringSslAndroidRealChains) { ExpectStacks("stacks_boringssl_android.txt", 13); }
+TEST(ClassifyStackFixtures, Go119CryptoWithoutCryptoTlsRealChains) { ExpectStacks("stacks_go119_crypto.txt", 8); }
 
 // ---- Hand-built stacks (leaf first) from real names.
 
@@ -255,6 +256,36 @@ TEST(ClassifyStack, GoReadThatRunsTheHandshakeIsHandshake) {
 
 // Entries that narrow the algorithm pool their samples for inference; the
 // generic EVP entries, shared by every algorithm, must not.
+// ECDH is key exchange wherever it is entered: crypto/elliptic's point API
+// outside crypto/ecdsa, with no crypto/tls frame (ScalarBaseMult: a key
+// server's ephemeral key); inside crypto/ecdsa the same call is the
+// signature's.
+TEST(ClassifyStack, GoEllipticPointApiIsKeyExchangeOutsideEcdsa) {
+  auto got =
+      Classify(Family::kGo, {{"p256MulInternal", true},
+                             {"crypto/internal/nistec.(*P256Point).p256BaseMult", true},
+                             {"crypto/internal/nistec.(*P256Point).ScalarBaseMult", true},
+                             {"crypto/elliptic.(*nistCurve[go.shape.*uint8_0]).ScalarBaseMult", true},
+                             {"crypto/elliptic.(*nistCurve[*crypto/internal/nistec.P256Point]).ScalarBaseMult", true},
+                             {"crypto/elliptic.GenerateKey", true},
+                             {"main.newKeyShare", false}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kEcdheP256, Phase::kOther);
+  // P-384 through the generic GC-shape instance: the curve comes from nistec.
+  got = Classify(Family::kGo, {{"crypto/internal/nistec/fiat.p384Mul", true},
+                               {"crypto/internal/nistec/fiat.(*P384Element).Mul", true},
+                               {"crypto/internal/nistec.(*P384Point).ScalarMult", true},
+                               {"crypto/elliptic.(*nistCurve[go.shape.*uint8_0]).ScalarMult", true},
+                               {"main.derive", false}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kEcdheP384, Phase::kOther);
+  got = Classify(Family::kGo, {{"p256MulInternal", true},
+                               {"crypto/internal/nistec.(*P256Point).ScalarBaseMult", true},
+                               {"crypto/elliptic.(*nistCurve[*crypto/internal/nistec.P256Point]).ScalarBaseMult", true},
+                               {"crypto/ecdsa.signGeneric", true},
+                               {"crypto/ecdsa.Sign", true},
+                               {"crypto/ecdsa.(*PrivateKey).Sign", true}});
+  ExpectResult(got, Bucket::kSignature, algo::kEcdsaP256, Phase::kOther);
+}
+
 TEST(ClassifyOperation, SpecificVersusGenericEntries) {
   EXPECT_TRUE(IsSpecificOperation(Family::kOpenSSL, "ecdsa_sign"));
   EXPECT_TRUE(IsSpecificOperation(Family::kOpenSSL, "ECDSA_do_sign"));

@@ -246,6 +246,87 @@ TEST(Registry, TellsAProcessThatExecedAnotherProgram) {
   EXPECT_FALSE(registry.Replaced(child));
 }
 
+// A Go ground truth (workloads/go-groundtruth) started for a test and
+// stopped, by its pid, when the test ends.
+class GoGroundTruth {
+ public:
+  explicit GoGroundTruth(const std::string& binary)
+      : path_(std::string(TLSPROF_BINARY_DIR) + "/bin/" + binary),
+        ready_(std::filesystem::temp_directory_path() / fmt::format("tlsprof-discovery-{}-{}", getpid(), binary)) {
+    std::filesystem::remove(ready_);
+    pid_ = fork();
+    if (pid_ == 0) {
+      // SHA-256 alone: no key generation, ready at once; 0 = until SIGTERM.
+      execl(path_.c_str(), path_.c_str(), "--mix", "sha256=1", "--warmup", "0", "--duration", "0", "--output",
+            "/dev/null", "--ready-file", ready_.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~GoGroundTruth() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove(ready_);
+  }
+  const std::string& path() const { return path_; }
+  pid_t pid() const { return pid_; }
+  // Waits (bounded) for the ready file; false if the process exited first.
+  bool WaitReady() {
+    for (int i = 0; i < 2000; ++i) {
+      if (std::filesystem::exists(ready_)) return true;
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return false;
+      }
+      usleep(5000);
+    }
+    return false;
+  }
+
+ private:
+  std::string path_;
+  std::filesystem::path ready_;
+  pid_t pid_ = -1;
+};
+
+// A Go binary's crypto/* is its TLS library whether or not crypto/tls is
+// linked (docs/attribution.md): the ground truth with crypto/tls, the same
+// linked -s -w (names from .gopclntab only) and tlsprof-go-crypto, which
+// links crypto/* without crypto/tls, are each found as Go.
+TEST(Registry, FindsGoCryptoWithAndWithoutCryptoTls) {
+  for (const char* binary : {"tlsprof-go-groundtruth", "tlsprof-go-groundtruth-stripped", "tlsprof-go-crypto"}) {
+    SCOPED_TRACE(binary);
+    GoGroundTruth gt(binary);
+    ASSERT_TRUE(std::filesystem::exists(gt.path()))
+        << gt.path() << " is not built (cmake --build build --target " << binary << ")";
+    ASSERT_TRUE(gt.WaitReady()) << gt.path() << " exited or was not ready in 10 s";
+    ProcessRegistry registry;
+    ASSERT_TRUE(registry.Refresh(gt.pid()).ok());
+    const ProcessSnapshot* snap = registry.Get(gt.pid());
+    ASSERT_NE(snap, nullptr);
+    EXPECT_TRUE(snap->has_tls());
+    const auto exe = std::filesystem::canonical(gt.path()).string();
+    bool found = false;
+    for (const auto& m : snap->mappings) {
+      if (m.mapping.path != exe) continue;
+      ASSERT_TRUE(m.image && m.image->tls.has_value());
+      EXPECT_EQ(m.image->tls->kind, classify::LibraryKind::kGo);
+      EXPECT_FALSE(m.image->tls->whole_file_is_tls);
+      bool tls_linked = false;
+      bool sha256 = false;
+      for (const auto& sym : m.image->image->symbols.all()) {
+        tls_linked = tls_linked || sym.name.starts_with("crypto/tls.");
+        sha256 = sha256 || sym.name.starts_with("crypto/sha256.");
+      }
+      EXPECT_TRUE(sha256);
+      EXPECT_EQ(tls_linked, std::string_view(binary) != "tlsprof-go-crypto");
+      found = true;
+    }
+    EXPECT_TRUE(found) << "no mapping of " << exe;
+  }
+}
+
 // Maps `path` executable into this process; returns the address (or null).
 void* MapExecutable(const std::string& path, size_t& length) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);

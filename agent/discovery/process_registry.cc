@@ -52,8 +52,16 @@ std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, st
   names.reserve(image.symbols.size());
   for (const auto& sym : image.symbols.all()) names.insert(sym.name);
   auto has_symbol = [&names](std::string_view name) { return names.contains(name); };
+  // Asked only of Go binaries, a few times: a scan of the kept (TLS-gated)
+  // symbols is cheap enough.
+  auto has_symbol_prefix = [&image](std::string_view prefix) {
+    for (const auto& sym : image.symbols.all()) {
+      if (sym.name.starts_with(prefix)) return true;
+    }
+    return false;
+  };
   std::string_view file_name = BaseName(path);
-  auto kind = classify::DetectLibrary(has_symbol, image.soname, file_name, image.is_go);
+  auto kind = classify::DetectLibrary(has_symbol, image.soname, file_name, image.is_go, has_symbol_prefix);
   if (!kind) return std::nullopt;
   TlsLibrary lib;
   lib.kind = *kind;

@@ -13,8 +13,18 @@
 // importable from the standard library in Go 1.19: ChaCha20-Poly1305 and
 // X25519 live only in the std's vendored golang.org/x/crypto (which crypto/tls
 // uses), and x/crypto cannot be downloaded here. They are reached with
-// go:linkname into the vendored packages (see below); Go 1.20+ has
-// crypto/ecdh for X25519, but still no public ChaCha20-Poly1305.
+// go:linkname into the vendored packages (tls.go); Go 1.20+ has crypto/ecdh
+// for X25519, but still no public ChaCha20-Poly1305.
+//
+// Built three ways (workloads/go-groundtruth/CMakeLists.txt): with symbols,
+// with -ldflags=-s -w, and with -tags notls (tlsprof-go-crypto: crypto/*
+// without crypto/tls, as a JWT signer or a key server links it; notls.go).
+// A category the build lacks is never run and never in the JSON.
+//
+// --seed N draws the mix and each category's share of fresh-context
+// operations with the same algorithm, bit for bit, as the C runner
+// (workloads/common/groundtruth_runner.cc), so one seed is one mix in every
+// ground truth.
 package main
 
 import (
@@ -27,13 +37,14 @@ import (
 	"crypto/rsa"
 	"crypto/sha1"
 	"crypto/sha256"
-	"crypto/tls"
-	_ "crypto/tls" // links the vendored x/crypto packages the linknames below name
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"hash"
+	"math"
+	"math/big"
 	"os"
 	"os/signal"
 	"runtime"
@@ -45,19 +56,13 @@ import (
 	"unsafe"
 )
 
-// The std's vendored x/crypto, as crypto/tls calls it (Go 1.19 only: from
-// Go 1.23 the linker refuses pull-only linknames into the std by default).
-//
-//go:linkname x25519 vendor/golang.org/x/crypto/curve25519.X25519
-func x25519(scalar, point []byte) ([]byte, error)
-
-//go:linkname newChaCha20Poly1305 vendor/golang.org/x/crypto/chacha20poly1305.New
-func newChaCha20Poly1305(key []byte) (cipher.AEAD, error)
+// The program's name in messages and the JSON; each build sets its own
+// (go build -ldflags=-X main.program=NAME).
+var program = "tlsprof-go-groundtruth"
 
 const (
 	bufferBytes = 16 * 1024
 	peerKeys    = 64
-	program     = "tlsprof-go-groundtruth"
 
 	clockProcessCPUTime = 2 // CLOCK_PROCESS_CPUTIME_ID
 	clockThreadCPUTime  = 3 // CLOCK_THREAD_CPUTIME_ID
@@ -78,31 +83,54 @@ type category struct {
 	name, bucket, algorithm string
 	needsWithP256           bool
 	bytesPerOp              int64
-	op                      func() error
+	// absent: this build does not have the primitive (notls.go).
+	absent bool
+	// op runs one operation; fresh: with a context made for it alone, as a
+	// caller that keeps nothing does (the same as reused where Go has no
+	// context object).
+	op func(fresh bool) error
 
 	weight     float64
+	freshShare float64 // fraction of operations run fresh (--seed), in [0, 1)
+	freshAcc   float64 // accumulates freshShare per op; an op is fresh when it reaches 1
 	batch      int
 	cpuNs, ops int64
+	freshOps   int64
 	warmCPUNs  int64
+}
+
+// nextFresh says whether the category's next operation is a fresh one: an
+// accumulator, so fresh operations are spread evenly at freshShare.
+func (c *category) nextFresh() bool {
+	c.freshAcc += c.freshShare
+	if c.freshAcc >= 1 {
+		c.freshAcc--
+		return true
+	}
+	return false
 }
 
 // primitives holds the state behind the category closures.
 type primitives struct {
-	in, out     []byte
-	nonce       []byte
-	aad         [13]byte
-	counter     uint64
-	gcm, chacha cipher.AEAD
-	cbc         cipher.BlockMode
-	rsaKey      *rsa.PrivateKey
-	ecdsaKey    *ecdsa.PrivateKey
-	digest      [32]byte
-	x25519Priv  []byte
-	x25519Peers [][]byte
-	p256Priv    []byte
-	p256Peers   [][]byte // uncompressed points, unmarshalled per op as crypto/tls does
-	peerIndex   int
-	secretSink  byte
+	in, out      []byte
+	nonce        []byte
+	aad          [13]byte
+	counter      uint64
+	key          []byte // the symmetric key; fresh contexts are made from it per op
+	iv           []byte
+	gcm, chacha  cipher.AEAD
+	cbc          cipher.BlockMode
+	sha256, sha1 hash.Hash // reused: Reset per op
+	sum          [64]byte
+	rsaKey       *rsa.PrivateKey
+	ecdsaKey     *ecdsa.PrivateKey
+	hashed       [32]byte // the "message digest" that is signed
+	x25519Priv   []byte
+	x25519Peers  [][]byte
+	p256Priv     []byte
+	p256Peers    [][]byte // uncompressed points, unmarshalled per op as crypto/tls does
+	peerIndex    int
+	secretSink   byte
 }
 
 // seal encrypts one 16 KiB record with a fresh nonce and 13-byte AAD, as a
@@ -123,24 +151,27 @@ func (p *primitives) nextPeer(n int) int {
 // setup makes keys, peers, contexts and buffers for the enabled categories.
 func (p *primitives) setup(enabled func(string) bool) error {
 	p.in, p.out, p.nonce = make([]byte, bufferBytes), make([]byte, 0, bufferBytes+64), make([]byte, 12)
-	key := make([]byte, 32)
+	p.key, p.iv = make([]byte, 32), make([]byte, aes.BlockSize)
 	if _, err := rand.Read(p.in); err != nil {
 		return err
 	}
-	if _, err := rand.Read(key); err != nil {
+	if _, err := rand.Read(p.key); err != nil {
 		return err
 	}
-	block, err := aes.NewCipher(key[:16])
+	block, err := aes.NewCipher(p.key[:16])
 	if err != nil {
 		return err
 	}
 	if p.gcm, err = cipher.NewGCM(block); err != nil {
 		return err
 	}
-	if p.chacha, err = newChaCha20Poly1305(key); err != nil {
-		return err
+	if enabled("chacha20_poly1305") {
+		if p.chacha, err = newChaCha20Poly1305(p.key); err != nil {
+			return err
+		}
 	}
-	p.cbc = cipher.NewCBCEncrypter(block, make([]byte, aes.BlockSize))
+	p.cbc = cipher.NewCBCEncrypter(block, p.iv)
+	p.sha256, p.sha1 = sha256.New(), sha1.New()
 	if enabled("rsa") {
 		if p.rsaKey, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
 			return fmt.Errorf("RSA-2048 keygen: %w", err)
@@ -182,41 +213,99 @@ func (p *primitives) setup(enabled func(string) bool) error {
 
 var curve25519Basepoint = append([]byte{9}, make([]byte, 31)...)
 
+// digest hashes one buffer with h (reused: Reset first; fresh: a new h).
+func (p *primitives) digest(h hash.Hash) error {
+	h.Write(p.in)
+	p.secretSink ^= h.Sum(p.sum[:0])[0]
+	return nil
+}
+
+// The categories in report order (the C runner's StandardCategories). The
+// public-key categories have no fresh variant: Go's rsa, ecdsa, elliptic and
+// x/crypto/curve25519 take the key per call and keep no context object, so
+// every call is already what a caller that keeps nothing runs.
 func (p *primitives) categories() []*category {
 	return []*category{
 		{name: "aes_gcm", bucket: "cipher", algorithm: "AES-GCM", bytesPerOp: bufferBytes,
-			op: func() error { return p.seal(p.gcm) }},
+			op: func(fresh bool) error {
+				if !fresh {
+					return p.seal(p.gcm)
+				}
+				block, err := aes.NewCipher(p.key[:16])
+				if err != nil {
+					return err
+				}
+				gcm, err := cipher.NewGCM(block)
+				if err != nil {
+					return err
+				}
+				return p.seal(gcm)
+			}},
 		{name: "chacha20_poly1305", bucket: "cipher", algorithm: "ChaCha20-Poly1305", bytesPerOp: bufferBytes,
-			op: func() error { return p.seal(p.chacha) }},
+			absent: newChaCha20Poly1305 == nil, op: func(fresh bool) error {
+				if !fresh {
+					return p.seal(p.chacha)
+				}
+				a, err := newChaCha20Poly1305(p.key)
+				if err != nil {
+					return err
+				}
+				return p.seal(a)
+			}},
 		{name: "aes_cbc", bucket: "cipher", algorithm: "AES-CBC", bytesPerOp: bufferBytes,
-			// The mode keeps chaining across calls, like a CBC record stream.
-			op: func() error { p.cbc.CryptBlocks(p.out[:bufferBytes], p.in); return nil }},
+			op: func(fresh bool) error {
+				// Reused, the mode keeps chaining across calls, like a CBC
+				// record stream; fresh, a new cipher and mode per buffer.
+				mode := p.cbc
+				if fresh {
+					block, err := aes.NewCipher(p.key[:16])
+					if err != nil {
+						return err
+					}
+					mode = cipher.NewCBCEncrypter(block, p.iv)
+				}
+				mode.CryptBlocks(p.out[:bufferBytes], p.in)
+				return nil
+			}},
 		{name: "sha256", bucket: "hash", algorithm: "SHA-256", bytesPerOp: bufferBytes,
-			op: func() error { s := sha256.Sum256(p.in); p.secretSink ^= s[0]; return nil }},
+			op: func(fresh bool) error {
+				if fresh {
+					return p.digest(sha256.New())
+				}
+				p.sha256.Reset()
+				return p.digest(p.sha256)
+			}},
 		{name: "sha1", bucket: "hash", algorithm: "SHA-1", bytesPerOp: bufferBytes,
-			op: func() error { s := sha1.Sum(p.in); p.secretSink ^= s[0]; return nil }},
+			op: func(fresh bool) error {
+				if fresh {
+					return p.digest(sha1.New())
+				}
+				p.sha1.Reset()
+				return p.digest(p.sha1)
+			}},
 		// RSA-2048 PSS/SHA-256, salt = hash length, as TLS 1.3 signs.
-		{name: "rsa", bucket: "signature", algorithm: "RSA", op: func() error {
-			p.digest[0]++
-			_, err := rsa.SignPSS(rand.Reader, p.rsaKey, crypto.SHA256, p.digest[:],
+		{name: "rsa", bucket: "signature", algorithm: "RSA", op: func(bool) error {
+			p.hashed[0]++
+			_, err := rsa.SignPSS(rand.Reader, p.rsaKey, crypto.SHA256, p.hashed[:],
 				&rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash})
 			return err
 		}},
-		{name: "x25519", bucket: "key_exchange", algorithm: "X25519", op: func() error {
+		{name: "x25519", bucket: "key_exchange", algorithm: "X25519", absent: x25519 == nil, op: func(bool) error {
 			s, err := x25519(p.x25519Priv, p.x25519Peers[p.nextPeer(len(p.x25519Peers))])
 			if err == nil {
 				p.secretSink ^= s[0]
 			}
 			return err
 		}},
-		{name: "ecdsa_p256", bucket: "signature", algorithm: "ECDSA-P256", needsWithP256: true, op: func() error {
-			p.digest[0]++
-			_, err := ecdsa.SignASN1(rand.Reader, p.ecdsaKey, p.digest[:])
+		{name: "ecdsa_p256", bucket: "signature", algorithm: "ECDSA-P256", needsWithP256: true, op: func(bool) error {
+			p.hashed[0]++
+			_, err := ecdsa.SignASN1(rand.Reader, p.ecdsaKey, p.hashed[:])
 			return err
 		}},
 		// What crypto/tls 1.19 does for a P-256 key share (there is no
-		// crypto/ecdh before Go 1.20): unmarshal the peer, scalar-multiply.
-		{name: "ecdhe_p256", bucket: "key_exchange", algorithm: "ECDHE-P256", needsWithP256: true, op: func() error {
+		// crypto/ecdh before Go 1.20), and what a key server does: unmarshal
+		// the peer, scalar-multiply.
+		{name: "ecdhe_p256", bucket: "key_exchange", algorithm: "ECDHE-P256", needsWithP256: true, op: func(bool) error {
 			curve := elliptic.P256()
 			x, y := elliptic.Unmarshal(curve, p.p256Peers[p.nextPeer(len(p.p256Peers))])
 			if x == nil {
@@ -249,6 +338,10 @@ func applyMix(mix string, cats []*category) error {
 		found := false
 		for _, c := range cats {
 			if c.name == name {
+				if c.absent && weight > 0 {
+					return fmt.Errorf("--mix: '%s' is not in %s (built without crypto/tls, whose vendored "+
+						"x/crypto it needs); give it weight 0 or leave it out", name, program)
+				}
 				c.weight, found = weight, true
 			}
 		}
@@ -263,6 +356,94 @@ func applyMix(mix string, cats []*category) error {
 	return nil
 }
 
+// splitmix64 (Steele, Lea and Flood 2014; the C runner's generator): a seed
+// gives the same sequence in every ground truth.
+type splitmix64 struct{ state uint64 }
+
+func (r *splitmix64) next() uint64 {
+	r.state += 0x9E3779B97F4A7C15
+	z := r.state
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+// uniform is a double in [0, 1) from the top 53 bits.
+func (r *splitmix64) uniform() float64 { return float64(r.next()>>11) * (1.0 / (1 << 53)) }
+
+// Drawn mixes: a weight log-uniform in [minDrawnWeight, maxDrawnWeight], a
+// category dropped with probability dropChance, at least minKept kept.
+const (
+	minDrawnWeight = 0.25
+	drawnRange     = 16.0 // max/min weight
+	dropChance     = 0.2
+	minKept        = 2
+)
+
+// pow16 is 16^u for u in [0, 1), correctly rounded. Go's math.Pow is not
+// correctly rounded (it differs from glibc's pow, which the C runner calls,
+// in the last bit of about 1 draw in 120); computed to 192 bits and rounded
+// once, it differs from glibc's in about 1 draw in 1,300 (where glibc's is
+// off by one ulp), and never by more than one ulp.
+func pow16(u float64) float64 {
+	const prec = 192
+	num := func(i int64) *big.Float { return new(big.Float).SetPrec(prec).SetInt64(i) }
+	// ln 2 = sum over k >= 1 of 1/(k 2^k), 1 bit per term.
+	ln2 := num(0)
+	for k := 1; k <= prec+16; k++ {
+		t := num(1)
+		t.SetMantExp(t, -k)
+		ln2.Add(ln2, t.Quo(t, num(int64(k))))
+	}
+	// 16^u = 2^(4u) = 2^i * e^(f ln 2) with 4u = i + f exactly (u < 1).
+	i, f := math.Modf(4 * u)
+	y := new(big.Float).SetPrec(prec).SetFloat64(f)
+	y.Mul(y, ln2)
+	sum, term := num(1), num(1)
+	for n := int64(1); n < 80; n++ { // y < 0.7: 0.7^80/80! is far below 2^-192
+		term.Mul(term, y)
+		term.Quo(term, num(n))
+		sum.Add(sum, term)
+	}
+	r, _ := sum.SetMantExp(sum, int(i)).Float64()
+	return r
+}
+
+// drawMix draws every standard category's weight and fresh share from seed,
+// in report order, absent ones included, so the sequence does not depend on
+// the build; then absent categories get weight 0 and, if fewer than minKept
+// of the rest are kept, dropped ones come back in report order.
+func drawMix(seed uint64, cats []*category) {
+	rng := splitmix64{state: seed}
+	dropped := make([]bool, len(cats))
+	for i, c := range cats {
+		u1, u2, u3 := rng.uniform(), rng.uniform(), rng.uniform()
+		c.weight = minDrawnWeight * pow16(u1)
+		dropped[i] = u2 < dropChance
+		c.freshShare = u3
+	}
+	kept := 0
+	for i, c := range cats {
+		if !c.absent && !dropped[i] {
+			kept++
+		}
+	}
+	for i, c := range cats {
+		if kept >= minKept {
+			break
+		}
+		if !c.absent && dropped[i] {
+			dropped[i] = false
+			kept++
+		}
+	}
+	for i, c := range cats {
+		if c.absent || dropped[i] {
+			c.weight = 0
+		}
+	}
+}
+
 // calibrate sizes each batch to about 200 us (see groundtruth_runner.cc).
 func calibrate(cats []*category) error {
 	for _, c := range cats {
@@ -270,14 +451,14 @@ func calibrate(cats []*category) error {
 			continue
 		}
 		for i := 0; i < 3; i++ {
-			if err := c.op(); err != nil {
+			if err := c.op(c.nextFresh()); err != nil {
 				return fmt.Errorf("warm-up of %s: %w", c.name, err)
 			}
 		}
 		t0 := nowNanos(clockThreadCPUTime)
 		n := 0
 		for nowNanos(clockThreadCPUTime)-t0 < 5_000_000 {
-			if err := c.op(); err != nil {
+			if err := c.op(c.nextFresh()); err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
 			n++
@@ -326,10 +507,14 @@ type worker struct {
 func (w *worker) runSlice(c *category, measuring bool) int64 {
 	t0 := nowNanos(clockThreadCPUTime)
 	t1 := t0
-	var ops int64
+	var ops, freshOps int64
 	for t1-t0 < w.sliceNs {
 		for i := 0; i < c.batch; i++ {
-			if err := c.op(); err != nil {
+			fresh := c.nextFresh()
+			if fresh {
+				freshOps++
+			}
+			if err := c.op(fresh); err != nil {
 				fmt.Fprintf(os.Stderr, "%s: %s failed: %v\n", program, c.name, err)
 				w.failed.Store(true)
 				w.stop.Store(true)
@@ -344,6 +529,7 @@ func (w *worker) runSlice(c *category, measuring bool) int64 {
 	}
 	if measuring {
 		c.ops += ops
+		c.freshOps += freshOps
 	}
 	return t1 - t0
 }
@@ -431,6 +617,8 @@ type categoryJSON struct {
 	CPUSeconds  float64 `json:"cpu_seconds"`
 	Ops         int64   `json:"ops"`
 	Bytes       int64   `json:"bytes"`
+	FreshShare  float64 `json:"fresh_share"`
+	FreshOps    int64   `json:"fresh_ops"`
 }
 
 type windowJSON struct {
@@ -441,23 +629,24 @@ type windowJSON struct {
 }
 
 type reportJSON struct {
-	Pid                  int            `json:"pid"`
-	Tid                  int            `json:"tid"`
-	Library              string         `json:"library"`
-	WallSeconds          float64        `json:"wall_seconds"`
-	ThreadCPUSeconds     float64        `json:"thread_cpu_seconds"`
-	ProcessCPUSeconds    float64        `json:"process_cpu_seconds"`
-	Window               windowJSON     `json:"window"`
-	Timeline             [][2]int64     `json:"timeline"`
-	SliceMs              float64        `json:"slice_ms"`
-	BufferBytes          int            `json:"buffer_bytes"`
-	Categories           []categoryJSON `json:"categories"`
-	MeasuredCPUSeconds   float64        `json:"measured_cpu_seconds"`
-	UnmeasuredCPUSeconds float64        `json:"unmeasured_cpu_seconds"`
-	OK                   bool           `json:"ok"`
+	Pid                  int                `json:"pid"`
+	Tid                  int                `json:"tid"`
+	Library              string             `json:"library"`
+	Program              string             `json:"program"`
+	Seed                 *uint64            `json:"seed"` // null without --seed
+	Mix                  map[string]float64 `json:"mix"`  // the weights used, enabled categories
+	WallSeconds          float64            `json:"wall_seconds"`
+	ThreadCPUSeconds     float64            `json:"thread_cpu_seconds"`
+	ProcessCPUSeconds    float64            `json:"process_cpu_seconds"`
+	Window               windowJSON         `json:"window"`
+	Timeline             [][2]int64         `json:"timeline"`
+	SliceMs              float64            `json:"slice_ms"`
+	BufferBytes          int                `json:"buffer_bytes"`
+	Categories           []categoryJSON     `json:"categories"`
+	MeasuredCPUSeconds   float64            `json:"measured_cpu_seconds"`
+	UnmeasuredCPUSeconds float64            `json:"unmeasured_cpu_seconds"`
+	OK                   bool               `json:"ok"`
 }
-
-var tlsHandshake = (*tls.Conn).Handshake
 
 func main() {
 	duration := flag.Float64("duration", 20, "Measured window in seconds (after warm-up); 0 = until SIGTERM")
@@ -466,28 +655,44 @@ func main() {
 	mix := flag.String("mix", "", "Target CPU shares, name=weight,... (unlisted = off). Names: aes_gcm, "+
 		"chacha20_poly1305, aes_cbc, sha256, sha1, rsa, x25519, ecdsa_p256, ecdhe_p256")
 	withP256 := flag.Bool("with-p256", false, "Add ecdsa_p256 and ecdhe_p256 to the default mix")
+	seedText := flag.String("seed", "", "Draw the mix and each category's share of fresh-context ops from this "+
+		"uint64 (decimal), as the C ground truths do; implies --with-p256. With --mix, its weights replace "+
+		"the drawn ones")
 	output := flag.String("output", "", "JSON written at exit")
 	readyFile := flag.String("ready-file", "", "Written (content: pid) when the measured window starts")
 	flag.Parse()
-	// Link crypto/tls's connection code in, as in every Go TLS server:
-	// tlsprof recognises a Go binary's crypto as TLS library code only when
-	// crypto/tls is there.
-	if tlsHandshake == nil {
+	// The TLS build links crypto/tls's connection code in, as every Go TLS
+	// server does (tls.go); the no-TLS build links none (notls.go).
+	if !linkTLS() {
 		os.Exit(1)
 	}
 	if flag.NArg() != 0 || *duration < 0 || *warmup < 0 || !(*sliceMs > 0) {
 		fmt.Fprintf(os.Stderr, "%s: bad arguments (see --help)\n", program)
 		os.Exit(2)
 	}
+	var seed *uint64
+	if *seedText != "" {
+		s, err := strconv.ParseUint(*seedText, 10, 64)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: --seed '%s' is not a decimal uint64 (0 to 18446744073709551615)\n",
+				program, *seedText)
+			os.Exit(2)
+		}
+		seed = &s
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
 	p := &primitives{}
 	cats := p.categories()
-	for _, c := range cats {
-		c.weight = 1
-		if c.needsWithP256 && !*withP256 {
-			c.weight = 0
+	if seed != nil {
+		drawMix(*seed, cats)
+	} else {
+		for _, c := range cats {
+			c.weight = 1
+			if c.absent || (c.needsWithP256 && !*withP256) {
+				c.weight = 0
+			}
 		}
 	}
 	if *mix != "" {
@@ -498,13 +703,33 @@ func main() {
 	}
 	totalW := 0.0
 	enabled := map[string]bool{}
+	mixUsed := map[string]float64{}
+	var mixText []string
 	for _, c := range cats {
 		totalW += c.weight
 		enabled[c.name] = c.weight > 0
+		if c.weight > 0 {
+			mixUsed[c.name] = c.weight
+			mixText = append(mixText, fmt.Sprintf("%s=%s", c.name, strconv.FormatFloat(c.weight, 'g', -1, 64)))
+		}
 	}
 	if totalW <= 0 {
 		fmt.Fprintln(os.Stderr, "--mix: at least one category needs a weight > 0")
 		os.Exit(2)
+	}
+	// The mix on stderr as --mix would take it, so a run can be replayed or
+	// read without its JSON.
+	if seed != nil {
+		var fresh []string
+		for _, c := range cats {
+			if c.weight > 0 {
+				fresh = append(fresh, fmt.Sprintf("%s=%.3f", c.name, c.freshShare))
+			}
+		}
+		fmt.Fprintf(os.Stderr, "%s: seed %d, mix %s, fresh shares %s\n", program, *seed,
+			strings.Join(mixText, ","), strings.Join(fresh, ","))
+	} else {
+		fmt.Fprintf(os.Stderr, "%s: seed none, mix %s\n", program, strings.Join(mixText, ","))
 	}
 	if err := p.setup(func(n string) bool { return enabled[n] }); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: setup failed: %v\n", program, err)
@@ -539,7 +764,7 @@ func main() {
 	w.stop.Store(true)
 	<-w.done
 
-	rep := reportJSON{Pid: os.Getpid(), Tid: w.tid, Library: "go",
+	rep := reportJSON{Pid: os.Getpid(), Tid: w.tid, Library: "go", Program: program, Seed: seed, Mix: mixUsed,
 		WallSeconds:       float64(w.win.endMonoNs-w.win.startMonoNs) * 1e-9,
 		ThreadCPUSeconds:  float64(w.win.threadCPUNs) * 1e-9,
 		ProcessCPUSeconds: float64(w.win.processCPUNs) * 1e-9,
@@ -553,7 +778,7 @@ func main() {
 		}
 		sumNs += c.cpuNs
 		rep.Categories = append(rep.Categories, categoryJSON{c.name, c.bucket, c.algorithm, c.weight / totalW,
-			float64(c.cpuNs) * 1e-9, c.ops, c.ops * c.bytesPerOp})
+			float64(c.cpuNs) * 1e-9, c.ops, c.ops * c.bytesPerOp, c.freshShare, c.freshOps})
 	}
 	rep.MeasuredCPUSeconds = float64(sumNs) * 1e-9
 	rep.UnmeasuredCPUSeconds = float64(w.win.threadCPUNs-sumNs) * 1e-9

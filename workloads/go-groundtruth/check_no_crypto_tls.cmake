@@ -1,0 +1,35 @@
+# ctest go_crypto_links_no_crypto_tls: `go tool nm` of BINARY
+# (tlsprof-go-crypto) lists no crypto/tls symbol, while that of WITH_TLS
+# (tlsprof-go-groundtruth, the same source with crypto/tls) does: so the
+# check can see crypto/tls when it is there.
+foreach(var GO BINARY WITH_TLS)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "check_no_crypto_tls.cmake: pass -D${var}=...")
+  endif()
+endforeach()
+
+function(crypto_tls_symbols binary out)
+  if(NOT EXISTS ${binary})
+    message(FATAL_ERROR "${binary} is not built (cmake --build build --target ${binary})")
+  endif()
+  execute_process(COMMAND ${GO} tool nm ${binary} OUTPUT_VARIABLE nm RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "go tool nm ${binary} failed: ${err}")
+  endif()
+  string(REGEX MATCHALL "[^\n]* crypto/tls[.][^\n]*" hits "${nm}")
+  set(${out} "${hits}" PARENT_SCOPE)
+endfunction()
+
+crypto_tls_symbols(${WITH_TLS} with_tls)
+list(LENGTH with_tls n_with)
+if(n_with EQUAL 0)
+  message(FATAL_ERROR "no crypto/tls symbol in ${WITH_TLS}: the check cannot see crypto/tls at all")
+endif()
+crypto_tls_symbols(${BINARY} hits)
+list(LENGTH hits n)
+if(NOT n EQUAL 0)
+  list(SUBLIST hits 0 5 first)
+  string(REPLACE ";" "\n" first "${first}")
+  message(FATAL_ERROR "${BINARY} links crypto/tls (${n} symbols), e.g.:\n${first}")
+endif()
+message(STATUS "${BINARY}: no crypto/tls symbol (${WITH_TLS} has ${n_with})")
