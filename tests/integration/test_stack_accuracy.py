@@ -27,15 +27,11 @@ SHARE_TOLERANCE_PP = 3.0
 PROFILE_SECONDS = 10
 BUCKETS = ["cipher", "signature", "key_exchange", "hash", "other"]
 
-# Debian's android-libboringssl exports only its API: these operations run
-# entirely in unexported code below an entry point that does not name the
-# algorithm (the curve, for ECDSA_sign/ECDH_compute_key).
-UNNAMED_BORINGSSL = {
-    "AES-CBC": "EVP_EncryptUpdate, then unexported code",
-    "ChaCha20-Poly1305": "EVP_AEAD_CTX_seal, then unexported code",
-    "ECDSA-P256": "ECDSA_sign/ECDSA_do_sign, then unexported code",
-    "ECDHE-P256": "ECDH_compute_key, then unexported code",
-}
+# Debian's android-libboringssl exports only its API; the agent names the
+# unexported functions behind it from its method structs (method-tables:
+# EVP_AEAD, EVP_CIPHER, EVP_MD, the curves' EC_METHODs), so no algorithm of
+# this mix is left without a frame that names it.
+UNNAMED_BORINGSSL = {}
 
 
 def compare(report, truth, pid, unnamed=None):
