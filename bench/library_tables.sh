@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # What naming a stripped TLS library from its own tables costs at discovery
-# (agent/symbols/library_tables.h), side by side with the other symbol
-# sources for the same file, all through tlsprof-symbols-loadcheck:
-#   tables   ReadLibraryTables alone, the fastest of --repeat runs
+# (agent/symbols/library_tables.h for OpenSSL 3, boringssl_tables.h for
+# BoringSSL), side by side with the other symbol sources for the same file,
+# all through tlsprof-symbols-loadcheck:
+#   tables   ReadLibraryTables / ReadBoringSslTables alone, the fastest of
+#            --repeat runs (the reader that names something in the file)
 #   dynsym   LoadBinaryImage with .dynsym only (no archive, no tables)
 #   +tables  LoadBinaryImage with .dynsym and the tables (a host without libssl-dev)
-#   archive  LoadBinaryImage with libssl-dev's libcrypto.a (parse + match)
+#   archive  LoadBinaryImage with libssl-dev's libcrypto.a (parse + match;
+#            a BoringSSL has none, so this is its dynsym line again)
 # Each LoadBinaryImage line is one cold run (a fresh process), repeated
 # --repeat times; the fastest is printed, with the ratio to `dynsym`.
 #
 # Usage: bench/library_tables.sh [--build DIR] [--repeat N] [LIBRARY...]
-#   (default LIBRARY: Debian's /usr/lib/x86_64-linux-gnu/libcrypto.so.3)
+#   (default LIBRARY: Debian's /usr/lib/x86_64-linux-gnu/libcrypto.so.3 and
+#   android-libboringssl's /usr/lib/x86_64-linux-gnu/android/libcrypto.so.0)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build"
@@ -20,12 +24,12 @@ while (($#)); do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) libs+=("$1"); shift ;;
   esac
 done
-((${#libs[@]})) || libs=(/usr/lib/x86_64-linux-gnu/libcrypto.so.3)
+((${#libs[@]})) || libs=(/usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/lib/x86_64-linux-gnu/android/libcrypto.so.0)
 check="$build/bin/tlsprof-symbols-loadcheck"
 [[ -x $check ]] || check=$(find "$build" -name tlsprof-symbols-loadcheck -type f -perm -u+x | head -1)
 if [[ -z $check || ! -x $check ]]; then

@@ -260,6 +260,50 @@ std::optional<ProviderHit> ClassifyProviderName(std::string_view leaf) {
   return ProviderHit{first.first, common.empty() ? algo::kUnknown : common, true, IsLifecycleRole(role)};
 }
 
+// ---- BoringSSL method-table names (rules.h, BoringTableKind)
+
+constexpr std::string_view kBoringTablePrefix = "boringssl:";
+
+// "boringssl:<kind>:<algorithm>[|<algorithm>...]:<role>"
+// (agent/symbols/boringssl_tables.h); nullopt if `leaf` is not one.
+std::optional<Classification> ClassifyBoringTableName(std::string_view leaf) {
+  if (!StartsWith(leaf, kBoringTablePrefix)) return std::nullopt;
+  const std::string_view rest = leaf.substr(kBoringTablePrefix.size());
+  const size_t kind_end = rest.find(':');
+  const size_t role_start = rest.rfind(':');  // algorithm names have no ':'
+  if (kind_end == std::string_view::npos || role_start == kind_end) return Classification{};
+  const std::string_view kind = rest.substr(0, kind_end);
+  const std::string_view algorithms = rest.substr(kind_end + 1, role_start - kind_end - 1);
+  const rules::BoringTableKind* k = nullptr;
+  for (const auto& row : rules::BoringTableKinds()) {
+    if (row.kind == kind) {
+      k = &row;
+      break;
+    }
+  }
+  if (k == nullptr) return Classification{};
+  // One listed algorithm's bucket and algorithm ("" if the table lacks it).
+  auto lookup = [k](std::string_view name) {
+    for (const auto& row : rules::BoringTableAlgorithms()) {
+      if (row.kind == k->kind && row.name == name) return std::pair{row.bucket, row.algorithm};
+    }
+    return std::pair{k->bucket, std::string_view()};
+  };
+  // Named only if every listed algorithm maps to the same one (so
+  // P-224|P-256|P-384|P-521, the generic Montgomery code, names no curve).
+  size_t bar = algorithms.find('|');
+  const auto first = lookup(algorithms.substr(0, bar));
+  std::string_view common = first.second;
+  while (bar != std::string_view::npos) {
+    const size_t next = algorithms.find('|', bar + 1);
+    const auto other = lookup(algorithms.substr(bar + 1, next == std::string_view::npos ? next : next - bar - 1));
+    if (other.first != first.first) return Classification{k->bucket, algo::kUnknown};
+    if (other.second != common) common = {};
+    bar = next;
+  }
+  return Classification{first.first, common.empty() ? algo::kUnknown : common};
+}
+
 std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) {
   const CName c = SplitCName(name);
   if (!IsLibraryCName(mask, c)) return std::nullopt;
@@ -267,6 +311,9 @@ std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) 
     if (auto hit = ClassifyProviderName(c.leaf)) {
       return Classification{hit->bucket, IsConcrete(hit->algorithm) ? hit->algorithm : algo::kUnknown};
     }
+  }
+  if (mask & rules::kB) {
+    if (auto hit = ClassifyBoringTableName(c.leaf)) return hit;
   }
   if (auto hit = ApplyRules(mask, c.leaf)) return hit;
   // mlkem::(anonymous namespace)::scalar_ntt: the namespace names the algorithm.

@@ -188,6 +188,52 @@ TEST(ClassifyBoringSsl, HotPrimitivesMapToBucketAndAlgorithm) {
   ExpectPrimitives(Family::kBoringSSL, "boringssl_primitives.tsv");
 }
 
+// Names agent/symbols/boringssl_tables.h gives a stripped BoringSSL's method
+// functions (boringssl_tables_test checks them against the structs read by
+// hand). Primitives, never operation entries.
+TEST(ClassifyBoringSsl, MethodTableNames) {
+  struct Case {
+    const char* name;
+    Bucket bucket;
+    std::string_view algorithm;
+  };
+  using enum Bucket;
+  const Case cases[] = {
+      {"boringssl:aead:ChaCha20-Poly1305:seal_scatter", kCipher, algo::kChaCha20Poly1305},
+      {"boringssl:aead:ChaCha20-Poly1305|XChaCha20-Poly1305:init", kCipher, algo::kChaCha20Poly1305},
+      {"boringssl:aead:AES-GCM:seal_scatter", kCipher, algo::kAesGcm},
+      {"boringssl:aead:AES-CBC-HMAC-SHA1|DES-EDE3-CBC-HMAC-SHA1|NULL-HMAC-SHA1:open", kCipher, algo::kUnknown},
+      {"boringssl:aead:AES-GCM-SIV:seal_scatter", kCipher, algo::kUnknown},  // not in the report's vocabulary
+      {"boringssl:cipher:AES-CBC:cipher", kCipher, algo::kAesCbc},
+      {"boringssl:cipher:AES-CBC|AES-CTR|AES-OFB:init", kCipher, algo::kUnknown},
+      {"boringssl:cipher:DES-EDE3-CBC:cipher", kCipher, algo::kUnknown},
+      {"boringssl:md:SHA-256:update", kHash, algo::kSha256},
+      {"boringssl:md:SHA-384:final", kHash, algo::kSha512},
+      {"boringssl:md:MD5-SHA1:update", kHash, algo::kUnknown},
+      // The curve, ECDSA or ECDH by the operation above (stack_test).
+      {"boringssl:ec:P-256:mul_base", kSignature, algo::kP256Ambiguous},
+      {"boringssl:ec:P-384:mul", kSignature, algo::kP384Ambiguous},
+      // The generic Montgomery code serves every curve: no curve.
+      {"boringssl:ec:P-224|P-256|P-384|P-521:scalar_inv0_montgomery", kSignature, algo::kUnknown},
+      {"boringssl:ec:P-224|P-384|P-521:mul", kSignature, algo::kUnknown},
+      {"boringssl:*:AES-GCM|SHA-256:init", kOther, algo::kUnknown},
+      {"boringssl:hpke:X25519:encap", kOther, algo::kUnknown},  // a kind not listed
+      {"boringssl:md", kOther, algo::kUnknown},                 // malformed: no fields
+      {"boringssl:", kOther, algo::kUnknown},
+  };
+  for (const Case& c : cases) {
+    auto got = ClassifySymbol(Family::kBoringSSL, c.name);
+    ASSERT_TRUE(got) << c.name << " is not TLS code";
+    EXPECT_EQ(BucketName(got->bucket), BucketName(c.bucket)) << c.name;
+    EXPECT_EQ(got->algorithm, c.algorithm) << c.name;
+    EXPECT_FALSE(ClassifyOperation(Family::kBoringSSL, c.name)) << c.name;
+    EXPECT_TRUE(IsTlsSymbol(c.name)) << c.name;
+  }
+  // Only BoringSSL's family has these names.
+  EXPECT_FALSE(ClassifySymbol(Family::kOpenSSL, "boringssl:aead:AES-GCM:seal_scatter"));
+  EXPECT_FALSE(ClassifySymbol(Family::kGo, "boringssl:aead:AES-GCM:seal_scatter"));
+}
+
 TEST(ClassifyBoringSsl, EveryAndroidExportIsTls) {
   const auto names = ReadLines("boringssl_android_exports.txt");
   ASSERT_GT(names.size(), 2500u);

@@ -495,6 +495,35 @@ constexpr ProviderAlgorithm kProviderAlgorithms[] = {
   {"keymgmt",     "X25519MLKEM768",      kKx,     kMlKem},
 };
 
+// ---- BoringSSL method tables (rules.h, BoringTableKind/BoringTableAlgorithm;
+// names from agent/symbols/boringssl_tables.h).
+constexpr BoringTableKind kBoringTableKinds[] = {
+  {"aead",   kCipher},
+  {"cipher", kCipher},
+  {"md",     kHash},
+  {"ec",     kSig},     // the curve's arithmetic; ECDSA or ECDH by the operation above
+};
+
+constexpr BoringTableAlgorithm kBoringTableAlgorithms[] = {
+  {"aead",   "AES-GCM",              kCipher, kAesGcm},
+  {"aead",   "ChaCha20-Poly1305",    kCipher, kChaCha20Poly1305},
+  {"aead",   "XChaCha20-Poly1305",   kCipher, kChaCha20Poly1305},  // the same cipher with a longer nonce; shares init/cleanup
+  {"aead",   "AES-CBC-HMAC-SHA1",    kCipher, kAesCbc},            // TLS 1.2 CBC suites
+  {"aead",   "AES-CTR-HMAC-SHA256",  kCipher, kAesCtr},
+  {"cipher", "AES-CBC",              kCipher, kAesCbc},
+  {"cipher", "AES-CTR",              kCipher, kAesCtr},
+  {"cipher", "AES-GCM",              kCipher, kAesGcm},
+  {"md",     "SHA-1",                kHash,   kSha1},
+  {"md",     "SHA-224",              kHash,   kSha256},            // SHA-256's compression function
+  {"md",     "SHA-256",              kHash,   kSha256},
+  {"md",     "SHA-384",              kHash,   kSha512},            // SHA-512's
+  {"md",     "SHA-512",              kHash,   kSha512},
+  {"md",     "SHA-512-256",          kHash,   kSha512},
+  {"md",     "MD5",                  kHash,   kMd5},
+  {"ec",     "P-256",                kSig,    kP256Ambiguous},
+  {"ec",     "P-384",                kSig,    kP384Ambiguous},
+};
+
 constexpr LibraryPrefix kLibraryPrefixes[] = {
   // ---- TLS/DTLS protocol (libssl)
   {kOB, "SSL_"}, {kOB, "ssl_"}, {kOB, "ssl3_"}, {kOB, "SSL3_"}, {kOB, "SSLv"}, {kOB, "tls1_"}, {kOB, "tls12_"},
@@ -594,6 +623,8 @@ constexpr LibraryPrefix kLibraryPrefixes[] = {
   {kB, "BCM_"}, {kB, "bcm_"}, {kB, "aead_"}, {kB, "EVP_AEAD_"}, {kB, "HPKE_"}, {kB, "hpke_"},
   {kB, "POLYVAL_"}, {kB, "CRYPTO_BUFFER"}, {kB, "ERR_"}, {kB, "BUF_MEM_"}, {kB, "keccak_"},
   {kOB, "sk_"}, {kOB, "SSLeay"}, {kB, "asn1_get_string_table"},  // BoringSSL exports its stack API as sk_*; OpenSSL has sk_* statics
+  // ---- BoringSSL method tables: the names agent/symbols/boringssl_tables.h gives
+  {kB, "boringssl:"},
 
   // ---- Go: package paths (after a leading "vendor/" is dropped). crypto/
   // holds crypto/tls, crypto/x509 and every primitive; math/big is Go 1.19's
@@ -620,6 +651,8 @@ constexpr CxxNamespace kCxxNamespaces[] = {
 
 std::span<const ProviderOperation> ProviderOperations() { return kProviderOperations; }
 std::span<const ProviderAlgorithm> ProviderAlgorithms() { return kProviderAlgorithms; }
+std::span<const BoringTableKind> BoringTableKinds() { return kBoringTableKinds; }
+std::span<const BoringTableAlgorithm> BoringTableAlgorithms() { return kBoringTableAlgorithms; }
 std::span<const Rule> Rules() { return kRules; }
 std::span<const LibraryPrefix> LibraryPrefixes() { return kLibraryPrefixes; }
 std::span<const CxxNamespace> CxxNamespaces() { return kCxxNamespaces; }

@@ -135,6 +135,35 @@ struct ProviderAlgorithm {
 std::span<const ProviderOperation> ProviderOperations();
 std::span<const ProviderAlgorithm> ProviderAlgorithms();
 
+// ---- BoringSSL method tables
+// Names a stripped BoringSSL libcrypto's method structs give its functions
+// (agent/symbols/boringssl_tables.h):
+//   boringssl:<kind>:<algorithm>[|<algorithm>...]:<role>
+// Such a function is what an exported entry point (EVP_AEAD_CTX_seal,
+// EVP_EncryptUpdate, ECDSA_sign, ...) dispatches to: a primitive of its
+// kind's bucket, never an operation entry (the entry above it picks the
+// bucket). Kinds not listed are {other, unknown}.
+struct BoringTableKind {
+  std::string_view kind;
+  Bucket bucket;
+};
+
+// One algorithm of one kind, as the getter's name gives it (key size
+// dropped), or the curve for kind "ec". A function shared by several
+// algorithms gets an algorithm only if every one of them maps to it here; an
+// algorithm not listed maps to {kind's bucket, unknown}. An EC_METHOD
+// function names the curve only (kP256Ambiguous): the operation above it says
+// ECDSA or ECDH.
+struct BoringTableAlgorithm {
+  std::string_view kind;
+  std::string_view name;
+  Bucket bucket;
+  std::string_view algorithm;
+};
+
+std::span<const BoringTableKind> BoringTableKinds();
+std::span<const BoringTableAlgorithm> BoringTableAlgorithms();
+
 std::span<const Rule> Rules();
 std::span<const PartOf> PartsOf();
 std::span<const LibraryPrefix> LibraryPrefixes();

@@ -214,6 +214,63 @@ TEST(ClassifyStack, BoringSsl) {
   EXPECT_FALSE(ClassifyOperation(Family::kBoringSSL, "EVP_aead_aes_128_gcm"));
 }
 
+// Debian's stripped android libcrypto.so.0 named from its method structs
+// (agent/symbols/boringssl_tables.h): the frame the exported entry point
+// dispatched through names the algorithm (or the curve) of the unexported
+// code beneath; the entry keeps the bucket.
+TEST(ClassifyStack, BoringSslMethodTables) {
+  // ECDSA_sign -> ECDSA_do_sign -> (unexported) -> the P-256 method's mul_base.
+  auto got = Classify(Family::kBoringSSL, {{"", true},
+                                           {"boringssl:ec:P-256:mul_base", true},
+                                           {"", true},
+                                           {"ECDSA_do_sign", true},
+                                           {"ECDSA_sign", true},
+                                           {"app", false}});
+  ExpectResult(got, Bucket::kSignature, algo::kEcdsaP256, Phase::kOther);
+  // ECDH_compute_key through the same method: key exchange, ECDHE-P256.
+  got =
+      Classify(Family::kBoringSSL,
+               {{"", true}, {"boringssl:ec:P-256:mul", true}, {"", true}, {"ECDH_compute_key", true}, {"app", false}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kEcdheP256, Phase::kOther);
+  got = Classify(Family::kBoringSSL, {{"", true},
+                                      {"boringssl:ec:P-256:point_get_affine_coordinates", true},
+                                      {"", true},
+                                      {"ECDH_compute_key", true},
+                                      {"bssl::ssl_run_handshake(bssl::SSL_HANDSHAKE*, bool*)", true},
+                                      {"SSL_do_handshake", true}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kEcdheP256, Phase::kHandshake);
+  // The scalar inversion every curve shares names no curve: unknown here
+  // (aggregate's InferFromOperations then gives it ECDSA_sign's named share).
+  got = Classify(Family::kBoringSSL, {{"", true},
+                                      {"boringssl:ec:P-224|P-256|P-384|P-521:scalar_inv0_montgomery", true},
+                                      {"", true},
+                                      {"ECDSA_do_sign", true},
+                                      {"ECDSA_sign", true}});
+  ExpectResult(got, Bucket::kSignature, algo::kUnknown, Phase::kOther);
+  // An EC method function under no operation: leaf-only rules, as for nistp256.
+  got = Classify(Family::kBoringSSL, {{"", true}, {"boringssl:ec:P-256:mul", true}, {"", true}});
+  ExpectResult(got, Bucket::kSignature, algo::kP256Ambiguous, Phase::kOther);
+  // ChaCha20-Poly1305 and AES-CBC records.
+  got = Classify(Family::kBoringSSL, {{"", true},
+                                      {"", true},
+                                      {"boringssl:aead:ChaCha20-Poly1305:seal_scatter", true},
+                                      {"EVP_AEAD_CTX_seal", true},
+                                      {"app", false}});
+  ExpectResult(got, Bucket::kCipher, algo::kChaCha20Poly1305, Phase::kOther);
+  got = Classify(
+      Family::kBoringSSL,
+      {{"", true}, {"boringssl:cipher:AES-CBC:cipher", true}, {"", true}, {"EVP_EncryptUpdate", true}, {"app", false}});
+  ExpectResult(got, Bucket::kCipher, algo::kAesCbc, Phase::kOther);
+  // A digest's update under a signature is the signature's, never SHA-256.
+  got = Classify(
+      Family::kBoringSSL,
+      {{"", true}, {"boringssl:md:SHA-256:update", true}, {"", true}, {"RSA_sign_pss_mgf1", true}, {"app", false}});
+  ExpectResult(got, Bucket::kSignature, algo::kRsa, Phase::kOther);
+  // The same update alone (EVP_DigestUpdate's callee, no operation of its own here).
+  got = Classify(Family::kBoringSSL, {{"", true}, {"boringssl:md:SHA-256:update", true}, {"app", false}});
+  ExpectResult(got, Bucket::kHash, algo::kSha256, Phase::kOther);
+}
+
 TEST(ClassifyStack, GoCbcRecordMacStaysHashInsideTheHalfConnContainer) {
   auto got = Classify(Family::kGo, {{"crypto/sha1.block", true},
                                     {"crypto/sha1.(*digest).Write", true},

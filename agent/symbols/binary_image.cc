@@ -11,6 +11,7 @@
 #include <span>
 
 #include "agent/symbols/archive_match.h"
+#include "agent/symbols/boringssl_tables.h"
 #include "agent/symbols/debug_sources.h"
 #include "agent/symbols/go_pclntab.h"
 #include "agent/symbols/library_tables.h"
@@ -37,6 +38,8 @@ std::string_view SymbolSourceName(SymbolSource source) {
       return "static-archive";
     case SymbolSource::kLibraryTables:
       return "library-tables";
+    case SymbolSource::kMethodTables:
+      return "method-tables";
   }
   return "none";
 }
@@ -712,21 +715,42 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
   }
   if (!have_primary && !img->soname.empty() && options.debug.library_tables) {
     // Last resort for a stripped shared library: its own tables name the
-    // functions behind its exports (library_tables.h). An export's own name
+    // functions behind its exports (library_tables.h for OpenSSL 3,
+    // boringssl_tables.h for BoringSSL, told apart by a BoringSSL-only
+    // export so that only one of them reads the file). An export's own name
     // wins at its address.
-    auto tables = ReadLibraryTables(fd, f.path);
-    if (!tables) {
-      spdlog::debug("{}: no library tables: {}", f.path, tables.error().message);
-    } else if (!tables->functions.empty()) {
-      std::sort(dynsym_addrs.begin(), dynsym_addrs.end());
-      for (const TableFunction& t : tables->functions) {
+    std::sort(dynsym_addrs.begin(), dynsym_addrs.end());
+    auto add = [&](const std::vector<TableFunction>& functions) {
+      for (const TableFunction& t : functions) {
         if (std::binary_search(dynsym_addrs.begin(), dynsym_addrs.end(), t.addr)) continue;
         ++img->symbols_seen;
         if (!options.keep || options.keep(t.name)) img->symbols.Add(t.addr, t.size, t.name);
       }
-      img->symbol_source = SymbolSource::kLibraryTables;
-      spdlog::debug("{}: {} functions named from {} provider algorithms in {} tables", f.path, tables->stats.functions,
-                    tables->stats.algorithms, tables->stats.tables);
+    };
+    const bool boringssl = std::any_of(img->symbols.all().begin(), img->symbols.all().end(), [](const Symbol& s) {
+      return s.name == "BORINGSSL_self_test" || s.name == "CRYPTO_is_confidential_build" ||
+             s.name == "EVP_AEAD_CTX_seal_scatter";
+    });
+    if (boringssl) {
+      auto tables = ReadBoringSslTables(fd, f.path);
+      if (!tables) {
+        spdlog::debug("{}: no method tables: {}", f.path, tables.error().message);
+      } else if (!tables->functions.empty()) {
+        add(tables->functions);
+        img->symbol_source = SymbolSource::kMethodTables;
+        spdlog::debug("{}: {} functions named from {} getters and {} curves", f.path, tables->stats.functions,
+                      tables->stats.getters, tables->stats.curves);
+      }
+    } else {
+      auto tables = ReadLibraryTables(fd, f.path);
+      if (!tables) {
+        spdlog::debug("{}: no library tables: {}", f.path, tables.error().message);
+      } else if (!tables->functions.empty()) {
+        add(tables->functions);
+        img->symbol_source = SymbolSource::kLibraryTables;
+        spdlog::debug("{}: {} functions named from {} provider algorithms in {} tables", f.path,
+                      tables->stats.functions, tables->stats.algorithms, tables->stats.tables);
+      }
     }
   }
   img->symbols.Finalize();

@@ -33,7 +33,9 @@ struct LoadSegment {
 // itself has none; kStaticArchive means the names were recovered by matching
 // the code against a static archive of the same build (archive_match.h), also
 // merged with .dynsym; kLibraryTables means .dynsym plus the names a stripped
-// library's own tables give its unexported functions (library_tables.h).
+// OpenSSL 3 library's own provider tables give its unexported functions
+// (library_tables.h); kMethodTables the same from a stripped BoringSSL's
+// method structs (boringssl_tables.h).
 enum class SymbolSource {
   kNone,
   kDynsym,
@@ -43,10 +45,11 @@ enum class SymbolSource {
   kBuildIdDebugDir,
   kDebuginfod,
   kStaticArchive,
-  kLibraryTables
+  kLibraryTables,
+  kMethodTables
 };
 // "none", "dynsym", "symtab", "gopclntab", "debuglink", "build-id-dir",
-// "debuginfod", "static-archive", "library-tables"
+// "debuginfod", "static-archive", "library-tables", "method-tables"
 std::string_view SymbolSourceName(SymbolSource source);
 
 struct BinaryImage {
@@ -132,7 +135,8 @@ struct DebugSearch {
                                                      "libssl.so.1.1"};
 
   // After all of the above (and for a library no debug file or archive
-  // names): the library's own tables (library_tables.h), merged with .dynsym.
+  // names): the library's own tables (library_tables.h for OpenSSL 3,
+  // boringssl_tables.h for BoringSSL), merged with .dynsym.
   bool library_tables = true;
 
   static bool DefaultUseDebuginfod();

@@ -1,177 +1,18 @@
 #include "agent/symbols/library_tables.h"
 
-#include <elf.h>
-#include <gelf.h>
-#include <libelf.h>
-
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
 #include <span>
-#include <unordered_map>
 
-#include "agent/common/eh_frame.h"
-#include "agent/symbols/x86_elf.h"
+#include "agent/symbols/loader_image.h"
 
 namespace tlsprof::symbols {
 namespace {
 
-// Largest loadable image read into memory. libcrypto.so.3 is 4.7 MB; a
-// "library" of gigabytes is not one this module should decode.
-constexpr uint64_t kMaxImageBytes = 256ull << 20;
-
-// The loaded image as the dynamic loader would see it before running it:
-// PT_LOAD bytes, and the pointers that dynamic relocations put into them.
-class Image {
- public:
-  enum Kind : uint8_t { kNone, kCode, kReadOnly, kWritable };
-
-  struct Segment {
-    uint64_t vaddr = 0;
-    std::vector<uint8_t> bytes;  // p_filesz bytes; the rest of p_memsz is zero
-    Kind kind = kNone;
-  };
-
-  std::vector<Segment> segments;
-  std::unordered_map<uint64_t, uint64_t> pointers;  // slot vaddr -> target vaddr
-  std::vector<std::pair<uint64_t, uint64_t>> fdes;  // (start, length), sorted
-
-  Kind KindAt(uint64_t vaddr) const {
-    const Segment* s = SegmentAt(vaddr);
-    return s == nullptr ? kNone : s->kind;
-  }
-
-  std::optional<uint64_t> PointerAt(uint64_t slot) const {
-    auto it = pointers.find(slot);
-    if (it == pointers.end()) return std::nullopt;
-    return it->second;
-  }
-
-  // The 4 or 8 bytes at vaddr as the file holds them (before relocation).
-  std::optional<uint64_t> Read(uint64_t vaddr, size_t len) const {
-    const Segment* s = SegmentAt(vaddr);
-    if (s == nullptr || vaddr - s->vaddr > s->bytes.size() || s->bytes.size() - (vaddr - s->vaddr) < len) {
-      return std::nullopt;
-    }
-    uint64_t v = 0;
-    std::memcpy(&v, s->bytes.data() + (vaddr - s->vaddr), len);
-    return v;
-  }
-
-  // A NUL-terminated string of printable ASCII in a segment that is not
-  // writable (.rodata shares the code's segment when linked with -z
-  // noseparate-code, as older binutils did by default).
-  std::optional<std::string_view> String(uint64_t vaddr) const {
-    const Segment* s = SegmentAt(vaddr);
-    if (s == nullptr || s->kind == kWritable || vaddr - s->vaddr >= s->bytes.size()) return std::nullopt;
-    const auto* begin = reinterpret_cast<const char*>(s->bytes.data() + (vaddr - s->vaddr));
-    const size_t room = std::min<size_t>(s->bytes.size() - (vaddr - s->vaddr), 1024);
-    size_t n = 0;
-    while (n < room && begin[n] != '\0') {
-      if (begin[n] < 0x20 || begin[n] > 0x7e) return std::nullopt;
-      ++n;
-    }
-    if (n == 0 || n == room) return std::nullopt;
-    return std::string_view(begin, n);
-  }
-
-  // The FDE that starts exactly at vaddr: its length.
-  std::optional<uint64_t> FunctionSize(uint64_t vaddr) const {
-    auto it = std::lower_bound(fdes.begin(), fdes.end(), std::make_pair(vaddr, uint64_t{0}));
-    if (it == fdes.end() || it->first != vaddr || it->second == 0) return std::nullopt;
-    return it->second;
-  }
-
- private:
-  const Segment* SegmentAt(uint64_t vaddr) const {
-    for (const Segment& s : segments) {
-      if (vaddr >= s.vaddr && vaddr - s.vaddr < s.bytes.size()) return &s;
-    }
-    return nullptr;
-  }
-};
-
-Result<Image> LoadImage(int fd, std::string_view path) {
-  auto opened = OpenX86Elf(fd, path);
-  if (!opened) return opened.error();
-  const ElfPtr& elf = opened->elf;
-  const uint64_t file_size = opened->file_size;
-  Image image;
-  auto segments = ReadLoadSegments(fd, *opened, path, /*code_only=*/false, kMaxImageBytes);
-  if (!segments) return segments.error();
-  for (LoadedSegment& seg : *segments) {
-    const Image::Kind kind = (seg.flags & PF_X)   ? Image::kCode
-                             : (seg.flags & PF_W) ? Image::kWritable
-                                                  : Image::kReadOnly;
-    image.segments.push_back({seg.vaddr, std::move(seg.bytes), kind});
-  }
-
-  // Sections: .dynsym (for R_X86_64_64 targets), the dynamic relocations
-  // against it, and .eh_frame (function extents).
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) return MakeError("{}: no section name table", path);
-  struct Rela {
-    Elf_Scn* scn;
-    GElf_Shdr sh;
-  };
-  std::vector<Rela> relas;
-  std::vector<uint64_t> dynsym_values;  // st_value of defined symbols, 0 for undefined
-  size_t dynsym_index = 0;
-  for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn != nullptr; scn = elf_nextscn(elf.get(), scn)) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr) return MakeError("{}: unreadable section header", path);
-    if (sh.sh_type == SHT_NOBITS || sh.sh_size == 0) continue;
-    if (sh.sh_offset > file_size || file_size - sh.sh_offset < sh.sh_size) {
-      return MakeError("{}: section {} extends past the end of the file", path, elf_ndxscn(scn));
-    }
-    const char* name = elf_strptr(elf.get(), shstrndx, sh.sh_name);
-    if (sh.sh_type == SHT_DYNSYM) {
-      Elf_Data* d = elf_getdata(scn, nullptr);
-      if (d == nullptr) continue;
-      dynsym_index = elf_ndxscn(scn);
-      const size_t n = d->d_size / sizeof(Elf64_Sym);
-      dynsym_values.assign(n, 0);
-      for (size_t k = 1; k < n; ++k) {
-        GElf_Sym sym;
-        if (gelf_getsym(d, static_cast<int>(k), &sym) == nullptr) break;
-        if (sym.st_shndx != SHN_UNDEF) dynsym_values[k] = sym.st_value;
-      }
-    } else if (sh.sh_type == SHT_RELA) {
-      relas.push_back({scn, sh});
-    } else if (sh.sh_type == SHT_PROGBITS && name != nullptr && std::strcmp(name, ".eh_frame") == 0) {
-      Elf_Data* d = elf_getdata(scn, nullptr);
-      uint64_t errors = 0;  // an undecodable FDE just gives no extent
-      if (d != nullptr) {
-        eh::ForEachFde(elf.get(), d, /*eh_frame=*/true, sh.sh_addr, &errors,
-                       [&image](uint64_t start, uint64_t len) { image.fdes.emplace_back(start, len); });
-      }
-    }
-  }
-  std::sort(image.fdes.begin(), image.fdes.end());
-  for (const Rela& r : relas) {
-    // Only the dynamic relocations (.rela.dyn, linked to .dynsym, or with no
-    // symbols at all); .rela.plt holds JUMP_SLOTs, which are not data.
-    if (r.sh.sh_link != dynsym_index && r.sh.sh_link != 0) continue;
-    Elf_Data* d = elf_getdata(r.scn, nullptr);
-    if (d == nullptr) continue;
-    const size_t n = d->d_size / sizeof(Elf64_Rela);
-    for (size_t k = 0; k < n; ++k) {
-      GElf_Rela rel;
-      if (gelf_getrela(d, static_cast<int>(k), &rel) == nullptr) break;
-      const uint32_t type = GELF_R_TYPE(rel.r_info);
-      const uint64_t sym = GELF_R_SYM(rel.r_info);
-      if (type == R_X86_64_RELATIVE) {
-        image.pointers[rel.r_offset] = static_cast<uint64_t>(rel.r_addend);
-      } else if ((type == R_X86_64_64 || type == R_X86_64_GLOB_DAT) && sym < dynsym_values.size() &&
-                 dynsym_values[sym] != 0) {
-        image.pointers[rel.r_offset] = dynsym_values[sym] + static_cast<uint64_t>(rel.r_addend);
-      }
-    }
-  }
-  return image;
-}
+// The image these tables are decoded from (loader_image.h).
+using Image = LoaderImage;
 
 // ---------------------------------------------------------------------------
 // OpenSSL 3 provider tables
@@ -401,21 +242,6 @@ Op ClassifyTable(std::span<const Algorithm> table) {
 constexpr size_t kMaxListed = 8;
 constexpr size_t kMaxRoles = 3;
 
-void AddDistinct(std::vector<std::string>& items, std::string item) {
-  if (std::find(items.begin(), items.end(), item) == items.end()) items.push_back(std::move(item));
-}
-
-// `items` joined by `sep`, or "*" when there are more than `max`.
-std::string JoinOrStar(const std::vector<std::string>& items, std::string_view sep, size_t max) {
-  if (items.size() > max) return "*";
-  std::string out;
-  for (const std::string& item : items) {
-    if (!out.empty()) out.append(sep);
-    out.append(item);
-  }
-  return out;
-}
-
 // The algorithm as named here: a cipher's key size is dropped, so the
 // functions AES-128-GCM and AES-256-GCM share are one algorithm's.
 std::string AlgorithmName(Op op, std::string_view names) {
@@ -434,7 +260,7 @@ std::string AlgorithmName(Op op, std::string_view names) {
 }  // namespace
 
 Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
-  auto loaded = LoadImage(fd, path);
+  auto loaded = LoadLoaderImage(fd, path);
   if (!loaded) return loaded.error();
   const Image& image = *loaded;
   LibraryTables out;

@@ -142,6 +142,10 @@ no_cfi:
 # library_tables_test builds the same file): stripped, only these tables name
 # its functions.
 PROVIDER_C = os.path.join(ROOT, "agent", "symbols", "testdata", "provider_tables.c")
+# BoringSSL's method structs in miniature (agent/symbols/boringssl_tables.h;
+# boringssl_tables_test builds the same file): getters, once-inits and a
+# curve table, decoded from the machine code.
+BORINGSSL_C = os.path.join(ROOT, "agent", "symbols", "testdata", "boringssl_methods.c")
 
 SMALL = ["-Os", "-Wl,-z,noseparate-code", "-Wl,-z,norelro", "-Wl,--hash-style=gnu"]
 
@@ -169,6 +173,8 @@ def build_native(tmp):
     run("gcc", "-c", "-Os", "-o", p("lib.o"), lib)
     run("gcc", *SMALL, "-Wl,--build-id", "-shared", "-nostdlib", "-o", p("libcfi.so"), asm)
     run("gcc", *SMALL, "-Wl,--build-id", "-shared", "-fPIC", "-Wl,-soname,libprov.so.1", "-o", p("libprov.so"), prov)
+    run("gcc", *SMALL, "-Wl,--build-id", "-shared", "-fPIC", "-Wl,-soname,libbssl.so.0", "-o", p("libbssl.so"),
+        BORINGSSL_C, "-lpthread")
     # CFI only in .debug_frame (as in Go binaries and some assembly).
     run("gcc", *SMALL, "-g1", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-Wl,--build-id",
         "-o", p("hello-debug-frame"), src)
@@ -178,7 +184,7 @@ def build_native(tmp):
     for name in ["hello", "hello-nopie", "libfuzz.so", "lib.o", "libcfi.so", "hello-debug-frame"]:
         out[name] = p(name)
     # Stripped copies keep only .dynsym (and .eh_frame).
-    for name in ["hello", "libfuzz.so", "libprov.so"]:
+    for name in ["hello", "libfuzz.so", "libprov.so", "libbssl.so"]:
         run("strip", "--strip-all", "-o", p(name + ".stripped"), p(name))
         out[name + ".stripped"] = p(name + ".stripped")
     return out
@@ -371,7 +377,7 @@ def main():
 
         # ELF symbol tables.
         for name in ["hello", "hello-nopie", "libfuzz.so", "lib.o", "hello.stripped", "libfuzz.so.stripped",
-                     "libcfi.so", "libprov.so.stripped"]:
+                     "libcfi.so", "libprov.so.stripped", "libbssl.so.stripped"]:
             write(args.out, "elf_symbols", name, read(elf[name]))
         # A stripped binary whose names come from a .gopclntab.
         go_elf = with_section(tmp, elf["hello.stripped"], ".go", ".gopclntab", tables["go120-pie"])

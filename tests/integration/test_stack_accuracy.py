@@ -7,6 +7,8 @@ with debug symbols except the static archive:
   shared_hidden  tlsprof-groundtruth-shared     the same with the archive hidden (private mount namespace)
   boring         tlsprof-groundtruth-boringssl  Debian's stripped BoringSSL (android)
   go             tlsprof-go-groundtruth         Go 1.19 crypto (frame pointers, pclntab)
+  go_stripped    tlsprof-go-groundtruth-stripped  the same linked with -s -w
+  go_crypto      tlsprof-go-crypto              Go crypto/* without crypto/tls (a key server, a JWT signer)
 
 Mixes that cannot be tuned to: each library runs SEEDS_PER_LIBRARY ground
 truths at once, each drawing its own mix from a seed (which categories, their
@@ -38,16 +40,6 @@ PROFILE_SECONDS = 10
 SEEDS_PER_LIBRARY = 3
 LIBCRYPTO_A = "/usr/lib/x86_64-linux-gnu/libcrypto.a"
 BUCKETS = ["cipher", "signature", "key_exchange", "hash", "other"]
-
-# Debian's android-libboringssl exports only its API: these operations run
-# entirely in unexported code below an entry point that does not name the
-# algorithm (the curve, for ECDSA_sign/ECDH_compute_key).
-UNNAMED_BORINGSSL = {
-    "AES-CBC": "EVP_EncryptUpdate, then unexported code",
-    "ChaCha20-Poly1305": "EVP_AEAD_CTX_seal, then unexported code",
-    "ECDSA-P256": "ECDSA_sign/ECDSA_do_sign, then unexported code",
-    "ECDHE-P256": "ECDH_compute_key, then unexported code",
-}
 
 
 def compare(report, truth, pid, unnamed=None, unknown_limit_pp=None):
@@ -145,8 +137,13 @@ VARIANTS = {
     "static": Variant("tlsprof-groundtruth", "symtab"),
     "shared": Variant("tlsprof-groundtruth-shared", "static-archive"),
     "shared_hidden": Variant("tlsprof-groundtruth-shared", "library-tables", UNNAMED_TABLES, hidden_archive),
-    "boring": Variant("tlsprof-groundtruth-boringssl", "dynsym", UNNAMED_BORINGSSL),
-    "go": Variant("tlsprof-go-groundtruth", "symtab"),
+    # Debian's android-libboringssl exports only its API; the agent names the
+    # unexported functions behind it from its method structs (EVP_AEAD,
+    # EVP_CIPHER, EVP_MD, the curves' EC_METHODs).
+    "boring": Variant("tlsprof-groundtruth-boringssl", "method-tables"),
+    "go": Variant("tlsprof-go-groundtruth", "gopclntab"),
+    "go_stripped": Variant("tlsprof-go-groundtruth-stripped", "gopclntab"),  # -ldflags=-s -w
+    "go_crypto": Variant("tlsprof-go-crypto", "gopclntab"),  # crypto/* without crypto/tls
 }
 
 
@@ -236,6 +233,12 @@ class StackAccuracyTest(unittest.TestCase):
 
     def test_go_crypto(self):
         self.run_variant("go")
+
+    def test_go_crypto_stripped(self):
+        self.run_variant("go_stripped")
+
+    def test_go_crypto_without_crypto_tls(self):
+        self.run_variant("go_crypto")
 
 
 if __name__ == "__main__":

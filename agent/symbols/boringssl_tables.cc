@@ -1,0 +1,586 @@
+#include "agent/symbols/boringssl_tables.h"
+
+#include <capstone/capstone.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "agent/symbols/loader_image.h"
+
+namespace tlsprof::symbols {
+namespace {
+
+// ---------------------------------------------------------------------------
+// A straight-line x86-64 interpreter, just enough for getters and once-inits:
+// constants loaded into registers (lea [rip+X], mov imm, xor r,r, mov r,r),
+// the stores of such constants to rip-relative memory, and direct calls with
+// their first two arguments. It stops at `ret` (the run returned) or at the
+// first branch, indirect jump or unknown control flow (it did not). Nothing
+// it does not model is trusted: an instruction it does not know forgets the
+// registers it writes.
+
+// Longest run decoded; a getter is a handful of instructions, a curve table's
+// init about a hundred.
+constexpr size_t kMaxInstructions = 512;
+
+struct Store {
+  uint64_t addr = 0;
+  uint8_t size = 0;
+  std::optional<uint64_t> value;  // nullopt: something not a constant (a vector register, a load)
+};
+
+struct Call {
+  uint64_t target = 0;
+  std::optional<uint64_t> rdi, rsi;
+};
+
+struct Run {
+  std::vector<Store> stores;
+  std::vector<Call> calls;
+  std::optional<uint64_t> rax;  // at `ret`
+  bool returned = false;
+};
+
+// 0..15 for the general-purpose registers (rax, rcx, rdx, rbx, rsp, rbp, rsi,
+// rdi, r8..r15) at any width, with the width in bytes.
+struct Gpr {
+  int index = -1;
+  int width = 0;
+};
+
+Gpr GprOf(unsigned reg) {
+  static constexpr std::array<std::array<x86_reg, 4>, 16> kNames = {{
+      {X86_REG_RAX, X86_REG_EAX, X86_REG_AX, X86_REG_AL},
+      {X86_REG_RCX, X86_REG_ECX, X86_REG_CX, X86_REG_CL},
+      {X86_REG_RDX, X86_REG_EDX, X86_REG_DX, X86_REG_DL},
+      {X86_REG_RBX, X86_REG_EBX, X86_REG_BX, X86_REG_BL},
+      {X86_REG_RSP, X86_REG_ESP, X86_REG_SP, X86_REG_SPL},
+      {X86_REG_RBP, X86_REG_EBP, X86_REG_BP, X86_REG_BPL},
+      {X86_REG_RSI, X86_REG_ESI, X86_REG_SI, X86_REG_SIL},
+      {X86_REG_RDI, X86_REG_EDI, X86_REG_DI, X86_REG_DIL},
+      {X86_REG_R8, X86_REG_R8D, X86_REG_R8W, X86_REG_R8B},
+      {X86_REG_R9, X86_REG_R9D, X86_REG_R9W, X86_REG_R9B},
+      {X86_REG_R10, X86_REG_R10D, X86_REG_R10W, X86_REG_R10B},
+      {X86_REG_R11, X86_REG_R11D, X86_REG_R11W, X86_REG_R11B},
+      {X86_REG_R12, X86_REG_R12D, X86_REG_R12W, X86_REG_R12B},
+      {X86_REG_R13, X86_REG_R13D, X86_REG_R13W, X86_REG_R13B},
+      {X86_REG_R14, X86_REG_R14D, X86_REG_R14W, X86_REG_R14B},
+      {X86_REG_R15, X86_REG_R15D, X86_REG_R15W, X86_REG_R15B},
+  }};
+  static constexpr std::array<int, 4> kWidths = {8, 4, 2, 1};
+  for (int i = 0; i < 16; ++i) {
+    for (int w = 0; w < 4; ++w) {
+      if (kNames[i][w] == reg) return {i, kWidths[w]};
+    }
+  }
+  return {};
+}
+
+constexpr int kRax = 0, kRsi = 6, kRdi = 7;
+
+uint64_t Truncate(uint64_t v, int width) { return width >= 8 ? v : v & ((uint64_t{1} << (width * 8)) - 1); }
+
+class Interpreter {
+ public:
+  explicit Interpreter(const LoaderImage& image) : image_(image) {
+    if (cs_open(CS_ARCH_X86, CS_MODE_64, &cs_) != CS_ERR_OK) return;
+    cs_option(cs_, CS_OPT_DETAIL, CS_OPT_ON);
+    insn_ = cs_malloc(cs_);
+  }
+  ~Interpreter() {
+    if (insn_ != nullptr) cs_free(insn_, 1);
+    if (cs_ != 0) cs_close(&cs_);
+  }
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  bool ok() const { return insn_ != nullptr; }
+
+  // Runs the code at `fn` (in a code segment) from its first instruction.
+  Run Execute(uint64_t fn) {
+    Run run;
+    if (!ok() || image_.KindAt(fn) != LoaderImage::kCode) return run;
+    std::array<std::optional<uint64_t>, 16> regs{};
+    auto [bytes, size] = image_.Bytes(fn, kMaxInstructions * 16);
+    const uint8_t* code = bytes;
+    size_t left = size;
+    uint64_t address = fn;
+    for (size_t n = 0; n < kMaxInstructions; ++n) {
+      if (!cs_disasm_iter(cs_, &code, &left, &address, insn_)) return run;
+      const cs_x86& x = insn_->detail->x86;
+      const uint64_t next = insn_->address + insn_->size;
+      const cs_x86_op* ops = x.operands;
+      // rip-relative [rip+disp] with no index: its address.
+      auto rip_address = [next](const cs_x86_op& op) -> std::optional<uint64_t> {
+        if (op.type != X86_OP_MEM || op.mem.base != X86_REG_RIP || op.mem.index != X86_REG_INVALID ||
+            op.mem.segment != X86_REG_INVALID) {
+          return std::nullopt;
+        }
+        return next + static_cast<uint64_t>(op.mem.disp);
+      };
+      auto set = [&regs](Gpr r, std::optional<uint64_t> v) {
+        if (r.index < 0) return;
+        // A 32-bit write zero-extends; an 8- or 16-bit one keeps the rest, unknown here.
+        regs[r.index] = (v && r.width >= 4) ? std::optional<uint64_t>(Truncate(*v, r.width)) : std::nullopt;
+      };
+      switch (insn_->id) {
+        case X86_INS_RET:
+          run.returned = true;
+          run.rax = regs[kRax];
+          return run;
+        case X86_INS_NOP:
+        case X86_INS_ENDBR64:
+        case X86_INS_PUSH:
+          continue;
+        case X86_INS_CALL: {
+          if (x.op_count != 1 || ops[0].type != X86_OP_IMM) return run;
+          run.calls.push_back({static_cast<uint64_t>(ops[0].imm), regs[kRdi], regs[kRsi]});
+          // The System V ABI's caller-saved registers hold nothing known after a call.
+          for (int r : {0, 1, 2, 6, 7, 8, 9, 10, 11}) regs[r].reset();
+          continue;
+        }
+        case X86_INS_LEA: {
+          if (x.op_count != 2 || ops[0].type != X86_OP_REG) return run;
+          set(GprOf(ops[0].reg), rip_address(ops[1]));
+          continue;
+        }
+        case X86_INS_XOR: {
+          if (x.op_count == 2 && ops[0].type == X86_OP_REG && ops[1].type == X86_OP_REG && ops[0].reg == ops[1].reg) {
+            set(GprOf(ops[0].reg), 0);
+            continue;
+          }
+          break;
+        }
+        case X86_INS_MOV:
+        case X86_INS_MOVABS: {
+          if (x.op_count != 2) return run;
+          if (ops[0].type == X86_OP_REG) {
+            const Gpr dst = GprOf(ops[0].reg);
+            if (ops[1].type == X86_OP_IMM) {
+              set(dst, static_cast<uint64_t>(ops[1].imm));
+            } else if (ops[1].type == X86_OP_REG) {
+              const Gpr src = GprOf(ops[1].reg);
+              set(dst, src.index >= 0 && src.width == dst.width ? regs[src.index] : std::nullopt);
+            } else {
+              set(dst, std::nullopt);
+            }
+            continue;
+          }
+          if (ops[0].type == X86_OP_MEM) {
+            if (auto at = rip_address(ops[0])) {
+              std::optional<uint64_t> v;
+              if (ops[1].type == X86_OP_IMM) {
+                v = Truncate(static_cast<uint64_t>(ops[1].imm), ops[0].size);
+              } else if (ops[1].type == X86_OP_REG) {
+                const Gpr src = GprOf(ops[1].reg);
+                if (src.index >= 0) v = regs[src.index] ? std::optional(Truncate(*regs[src.index], src.width)) : v;
+              }
+              run.stores.push_back({*at, ops[0].size, v});
+            }
+            continue;  // a store elsewhere (the stack) changes no register
+          }
+          return run;
+        }
+        default:
+          break;
+      }
+      // Control flow the run does not follow: stop.
+      if (cs_insn_group(cs_, insn_, CS_GRP_JUMP) || cs_insn_group(cs_, insn_, CS_GRP_CALL) ||
+          cs_insn_group(cs_, insn_, CS_GRP_RET) || cs_insn_group(cs_, insn_, CS_GRP_INT) ||
+          cs_insn_group(cs_, insn_, CS_GRP_IRET)) {
+        return run;
+      }
+      // Anything else: its stores to rip-relative memory have no known value
+      // (vector stores of zeroes or of a constant from .rodata), and the
+      // registers it writes are forgotten.
+      if (x.op_count >= 1) {
+        if (auto at = rip_address(ops[0]); at && (ops[0].access & CS_AC_WRITE)) {
+          run.stores.push_back({*at, ops[0].size, std::nullopt});
+        }
+      }
+      cs_regs read{}, written{};
+      uint8_t nread = 0, nwritten = 0;
+      if (cs_regs_access(cs_, insn_, read, &nread, written, &nwritten) != CS_ERR_OK) return run;
+      for (uint8_t i = 0; i < nwritten; ++i) {
+        const Gpr r = GprOf(written[i]);
+        if (r.index >= 0) regs[r.index].reset();
+      }
+    }
+    return run;
+  }
+
+  // The function a direct call reaches: `target` itself, or what its PLT
+  // stub jumps to (`jmp [rip+slot]`, after an endbr64 or with a bnd prefix),
+  // named by the slot's JUMP_SLOT relocation.
+  bool CallsExport(uint64_t target, std::string_view name) {
+    if (auto it = image_.exports.find(std::string(name)); it != image_.exports.end() && it->second == target) {
+      return true;
+    }
+    if (!ok()) return false;
+    auto [bytes, size] = image_.Bytes(target, 32);
+    const uint8_t* code = bytes;
+    size_t left = size;
+    uint64_t address = target;
+    for (int n = 0; n < 2 && cs_disasm_iter(cs_, &code, &left, &address, insn_); ++n) {
+      if (insn_->id == X86_INS_ENDBR64) continue;
+      const cs_x86& x = insn_->detail->x86;
+      if (insn_->id != X86_INS_JMP || x.op_count != 1 || x.operands[0].type != X86_OP_MEM ||
+          x.operands[0].mem.base != X86_REG_RIP || x.operands[0].mem.index != X86_REG_INVALID) {
+        return false;
+      }
+      const uint64_t slot = insn_->address + insn_->size + static_cast<uint64_t>(x.operands[0].mem.disp);
+      auto it = image_.plt_slots.find(slot);
+      return it != image_.plt_slots.end() && it->second == name;
+    }
+    return false;
+  }
+
+ private:
+  const LoaderImage& image_;
+  csh cs_ = 0;
+  cs_insn* insn_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------
+// The structs, as BoringSSL lays them out (crypto/fipsmodule/cipher/internal.h,
+// include/openssl/cipher.h, crypto/fipsmodule/digest/internal.h,
+// crypto/fipsmodule/ec/internal.h). EVP_AEAD, EVP_CIPHER and EVP_MD have kept
+// these offsets since 2017.
+
+enum class Kind : uint8_t { kAead, kCipher, kMd, kEc };
+
+std::string_view KindName(Kind k) {
+  switch (k) {
+    case Kind::kAead:
+      return "aead";
+    case Kind::kCipher:
+      return "cipher";
+    case Kind::kMd:
+      return "md";
+    case Kind::kEc:
+      return "ec";
+  }
+  return "*";
+}
+
+struct Field {
+  uint64_t offset;
+  std::string_view name;
+};
+
+constexpr Field kAeadFields[] = {{8, "init"},          {16, "init_with_direction"}, {24, "cleanup"}, {32, "open"},
+                                 {40, "seal_scatter"}, {48, "open_gather"},         {56, "get_iv"},  {64, "tag_len"}};
+constexpr Field kCipherFields[] = {{32, "init"}, {40, "cipher"}, {48, "cleanup"}, {56, "ctrl"}};
+constexpr Field kMdFields[] = {{16, "init"}, {24, "update"}, {32, "final"}};
+// EC_METHOD of BoringSSL 2021-2023 (Android 13, 14): 23 function pointers.
+constexpr std::string_view kEcMethodFields[] = {"group_init",
+                                                "group_finish",
+                                                "group_set_curve",
+                                                "point_get_affine_coordinates",
+                                                "jacobian_to_affine_batch",
+                                                "add",
+                                                "dbl",
+                                                "mul",
+                                                "mul_base",
+                                                "mul_batch",
+                                                "mul_public",
+                                                "mul_public_batch",
+                                                "init_precomp",
+                                                "mul_precomp",
+                                                "felem_mul",
+                                                "felem_sqr",
+                                                "felem_to_bytes",
+                                                "felem_from_bytes",
+                                                "felem_reduce",
+                                                "felem_exp",
+                                                "scalar_inv0_montgomery",
+                                                "scalar_to_montgomery_inv_vartime",
+                                                "cmp_x_coordinate"};
+constexpr uint64_t kEcMethodBytes = std::size(kEcMethodFields) * 8;
+// An EC_METHOD init that stores this far past its start is some other layout;
+// its slots are then named by offset.
+constexpr uint64_t kMaxEcMethodBytes = 64 * 8;
+
+// The built-in curves by NID (include/openssl/nid.h; NIDs never change).
+struct Curve {
+  uint32_t nid;
+  std::string_view name;
+};
+constexpr Curve kCurves[] = {{415, "P-256"}, {715, "P-384"}, {716, "P-521"}, {713, "P-224"}};
+
+// Exported getters by name prefix, and the struct each returns.
+struct GetterPrefix {
+  std::string_view prefix;
+  Kind kind;
+};
+constexpr GetterPrefix kGetterPrefixes[] = {
+    {"EVP_aead_", Kind::kAead},  {"EVP_aes_", Kind::kCipher},  {"EVP_des_", Kind::kCipher},
+    {"EVP_rc2_", Kind::kCipher}, {"EVP_rc4", Kind::kCipher},   {"EVP_enc_null", Kind::kCipher},
+    {"EVP_sha", Kind::kMd},      {"EVP_md4", Kind::kMd},       {"EVP_md5", Kind::kMd},
+    {"EVP_blake2b", Kind::kMd},  {"EVP_ripemd160", Kind::kMd},
+};
+
+// Algorithm names for getters (prefix and key size dropped, see AlgorithmOf)
+// whose plain upper-casing would not give the usual spelling.
+struct Spelling {
+  Kind kind;
+  std::string_view getter;
+  std::string_view algorithm;
+};
+constexpr Spelling kSpellings[] = {
+    {Kind::kAead, "chacha20_poly1305", "ChaCha20-Poly1305"},
+    {Kind::kAead, "xchacha20_poly1305", "XChaCha20-Poly1305"},
+    {Kind::kAead, "aes_cbc_sha1_tls", "AES-CBC-HMAC-SHA1"},
+    {Kind::kAead, "des_ede3_cbc_sha1_tls", "DES-EDE3-CBC-HMAC-SHA1"},
+    {Kind::kAead, "null_sha1_tls", "NULL-HMAC-SHA1"},
+    {Kind::kAead, "aes_ccm_bluetooth", "AES-CCM"},
+    {Kind::kCipher, "enc_null", "NULL"},
+    {Kind::kMd, "sha1", "SHA-1"},
+    {Kind::kMd, "sha224", "SHA-224"},
+    {Kind::kMd, "sha256", "SHA-256"},
+    {Kind::kMd, "sha384", "SHA-384"},
+    {Kind::kMd, "sha512", "SHA-512"},
+    {Kind::kMd, "sha512_256", "SHA-512-256"},
+    {Kind::kMd, "md5_sha1", "MD5-SHA1"},
+    {Kind::kMd, "blake2b256", "BLAKE2b-256"},
+    {Kind::kMd, "ripemd160", "RIPEMD-160"},
+};
+
+bool EndsWith(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+// The algorithm a getter returns: its name less the prefix, a cipher's key
+// size and an AEAD's variant (the TLS nonce handling, a random nonce, the
+// implicit IV, a short tag), spelled as kSpellings says or upper-cased with
+// '-' for '_' (aes_128_gcm -> AES-GCM, aes_256_cbc -> AES-CBC, md5 -> MD5).
+std::string AlgorithmOf(Kind kind, std::string_view getter) {
+  std::string_view rest = getter.substr(kind == Kind::kAead ? 9 : 4);  // "EVP_aead_" / "EVP_"
+  std::string s(rest);
+  if (kind != Kind::kMd) {
+    for (std::string_view size : {"_128", "_192", "_256"}) {
+      for (size_t at = s.find(size); at != std::string::npos; at = s.find(size, at)) {
+        if (at + size.size() == s.size() || s[at + size.size()] == '_') {
+          s.erase(at, size.size());
+        } else {
+          at += size.size();
+        }
+      }
+    }
+  }
+  if (kind == Kind::kAead) {
+    for (std::string_view variant : {"_tls12", "_tls13", "_randnonce", "_implicit_iv", "_8"}) {
+      if (EndsWith(s, variant)) s.erase(s.size() - variant.size());
+    }
+  }
+  for (const Spelling& sp : kSpellings) {
+    if (sp.kind == kind && sp.getter == s) return std::string(sp.algorithm);
+  }
+  for (char& c : s) c = c == '_' ? '-' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A library is BoringSSL's libcrypto if it exports one of these (OpenSSL and
+// LibreSSL define none of them).
+constexpr std::string_view kBoringSslOnly[] = {"BORINGSSL_self_test", "CRYPTO_is_confidential_build",
+                                               "EVP_AEAD_CTX_seal_scatter"};
+
+// A function shared by more algorithms than this, or filling more fields,
+// is named with "*" there.
+constexpr size_t kMaxListed = 8;
+constexpr size_t kMaxRoles = 3;
+
+struct Use {
+  Kind kind;
+  std::string algorithm;
+  std::string role;
+};
+
+class Reader {
+ public:
+  explicit Reader(const LoaderImage& image) : image_(image), cpu_(image) {}
+
+  bool ok() const { return cpu_.ok(); }
+
+  // A getter: the struct it returns, and the stores of the once-inits it
+  // ran first (empty for a static struct).
+  struct Struct {
+    uint64_t addr = 0;
+    std::map<uint64_t, Store> stores;  // by address, the last store wins
+  };
+
+  std::optional<Struct> Getter(uint64_t fn) {
+    const Run run = cpu_.Execute(fn);
+    if (!run.returned || !run.rax) return std::nullopt;
+    const LoaderImage::Kind at = image_.MemoryKindAt(*run.rax);
+    if (at != LoaderImage::kWritable && at != LoaderImage::kReadOnly) return std::nullopt;
+    Struct s;
+    s.addr = *run.rax;
+    for (const Call& c : run.calls) AddInit(c, s.stores);
+    return s;
+  }
+
+  // What the once-init a call hands to CRYPTO_once stores, added to `stores`.
+  // False if the call is not such a call or its init does not decode.
+  bool AddInit(const Call& call, std::map<uint64_t, Store>& stores) {
+    if (!call.rsi || !cpu_.CallsExport(call.target, "CRYPTO_once")) return false;
+    const Run init = cpu_.Execute(*call.rsi);
+    if (!init.returned) return false;
+    for (const Store& st : init.stores) stores[st.addr] = st;
+    return true;
+  }
+
+  // The function at a struct's field: what its init stored there, else the
+  // file's relocation; only the start of a function in code.
+  std::optional<uint64_t> FunctionAt(const Struct& s, uint64_t offset) const {
+    std::optional<uint64_t> v;
+    if (auto it = s.stores.find(s.addr + offset); it != s.stores.end()) {
+      if (it->second.size == 8) v = it->second.value;
+    } else {
+      v = image_.PointerAt(s.addr + offset);
+    }
+    if (!v || *v == 0 || image_.KindAt(*v) != LoaderImage::kCode) return std::nullopt;
+    return v;
+  }
+
+  // EC_GROUP_new_by_curve_name's built-in curves: its first once-init fills
+  // an array of { nid, oid, ..., method } entries, calling the method
+  // getters' once-inits on the way (the getters are inlined). For each curve
+  // found, its method struct.
+  std::vector<std::pair<std::string_view, Struct>> Curves(uint64_t fn) {
+    std::vector<std::pair<std::string_view, Struct>> out;
+    const Run entry = cpu_.Execute(fn);  // stops at the first branch, after the CRYPTO_once
+    for (const Call& c : entry.calls) {
+      if (!c.rsi || !cpu_.CallsExport(c.target, "CRYPTO_once")) continue;
+      const Run table = cpu_.Execute(*c.rsi);
+      if (!table.returned) continue;
+      // The method structs: the memory each once-init called here fills.
+      std::vector<Struct> methods;
+      for (const Call& m : table.calls) {
+        Struct s;
+        if (!AddInit(m, s.stores) || s.stores.empty()) continue;
+        s.addr = s.stores.begin()->first;
+        methods.push_back(std::move(s));
+      }
+      // The entries: 32-bit stores of a curve's NID, at a constant stride.
+      std::vector<std::pair<uint64_t, std::string_view>> nids;
+      for (const Store& st : table.stores) {
+        if (st.size != 4 || !st.value) continue;
+        for (const Curve& cv : kCurves) {
+          if (cv.nid == *st.value) nids.emplace_back(st.addr, cv.name);
+        }
+      }
+      std::sort(nids.begin(), nids.end());
+      uint64_t stride = 128;  // one entry: look this far for its method
+      for (size_t i = 1; i < nids.size(); ++i) stride = std::min(stride, nids[i].first - nids[i - 1].first);
+      for (const auto& [nid_at, curve] : nids) {
+        for (const Store& st : table.stores) {
+          if (st.size != 8 || !st.value || st.addr <= nid_at || st.addr - nid_at >= stride) continue;
+          // A method filled by an init above, or a static one (relocated pointers).
+          const uint64_t v = *st.value;
+          auto m = std::find_if(methods.begin(), methods.end(), [v](const Struct& s) { return s.addr == v; });
+          if (m != methods.end()) {
+            out.emplace_back(curve, *m);
+            break;
+          }
+          if (image_.PointerAt(v) && FunctionAt(Struct{v, {}}, 0)) {
+            out.emplace_back(curve, Struct{v, {}});
+            break;
+          }
+        }
+      }
+      if (!out.empty()) break;
+    }
+    return out;
+  }
+
+ private:
+  const LoaderImage& image_;
+  Interpreter cpu_;
+};
+
+}  // namespace
+
+Result<BoringSslTables> ReadBoringSslTables(int fd, std::string_view path) {
+  auto loaded = LoadLoaderImage(fd, path, {.symbol_names = true});
+  if (!loaded) return loaded.error();
+  const LoaderImage& image = *loaded;
+  BoringSslTables out;
+  if (std::none_of(std::begin(kBoringSslOnly), std::end(kBoringSslOnly),
+                   [&image](std::string_view n) { return image.exports.count(std::string(n)) != 0; })) {
+    return out;
+  }
+  Reader reader(image);
+  if (!reader.ok()) return MakeError("{}: the disassembler (capstone) failed to start", path);
+
+  std::map<uint64_t, std::vector<Use>> uses;
+  auto use = [&](const Reader::Struct& s, uint64_t offset, Kind kind, const std::string& algorithm, std::string role) {
+    if (auto fn = reader.FunctionAt(s, offset)) {
+      ++out.stats.slots;
+      uses[*fn].push_back({kind, algorithm, std::move(role)});
+    }
+  };
+
+  // Exported getters, in name order so the result does not depend on the
+  // hash map's.
+  std::map<std::string_view, uint64_t> exports;
+  for (const auto& [name, addr] : image.exports) exports.emplace(name, addr);
+  for (const auto& [name, addr] : exports) {
+    const GetterPrefix* g = nullptr;
+    for (const GetterPrefix& p : kGetterPrefixes) {
+      if (name.substr(0, p.prefix.size()) == p.prefix) g = &p;
+    }
+    if (g == nullptr) continue;
+    auto s = reader.Getter(addr);
+    if (!s) continue;
+    ++out.stats.getters;
+    const std::string algorithm = AlgorithmOf(g->kind, name);
+    std::span<const Field> fields = g->kind == Kind::kAead     ? std::span<const Field>(kAeadFields)
+                                    : g->kind == Kind::kCipher ? std::span<const Field>(kCipherFields)
+                                                               : std::span<const Field>(kMdFields);
+    for (const Field& f : fields) use(*s, f.offset, g->kind, algorithm, std::string(f.name));
+  }
+
+  if (auto it = image.exports.find("EC_GROUP_new_by_curve_name"); it != image.exports.end()) {
+    for (const auto& [curve, method] : reader.Curves(it->second)) {
+      ++out.stats.curves;
+      // The layout above, unless the init stores past it.
+      const uint64_t extent = method.stores.empty() ? kEcMethodBytes : method.stores.rbegin()->first - method.addr + 8;
+      const bool known_layout = extent <= kEcMethodBytes;
+      for (uint64_t off = 0; off < (known_layout ? kEcMethodBytes : std::min(extent, kMaxEcMethodBytes)); off += 8) {
+        use(method, off, Kind::kEc, std::string(curve),
+            known_layout ? std::string(kEcMethodFields[off / 8]) : "slot" + std::to_string(off));
+      }
+    }
+  }
+
+  for (const auto& [addr, list] : uses) {
+    auto size = image.FunctionSize(addr);
+    if (!size) {
+      ++out.stats.no_extent;
+      continue;
+    }
+    // Several kinds: "*". Several algorithms: all of them, sorted. Several
+    // fields: joined by '+'.
+    std::vector<std::string> kinds, algs, roles;
+    for (const Use& u : list) {
+      AddDistinct(kinds, std::string(KindName(u.kind)));
+      AddDistinct(algs, u.algorithm);
+      AddDistinct(roles, u.role);
+    }
+    std::sort(algs.begin(), algs.end());
+    out.functions.push_back({addr, *size,
+                             "boringssl:" + JoinOrStar(kinds, ":", 1) + ":" + JoinOrStar(algs, "|", kMaxListed) + ":" +
+                                 JoinOrStar(roles, "+", kMaxRoles)});
+  }
+  out.stats.functions = out.functions.size();
+  return out;
+}
+
+}  // namespace tlsprof::symbols
