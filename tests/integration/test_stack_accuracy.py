@@ -141,9 +141,9 @@ VARIANTS = {
     # unexported functions behind it from its method structs (EVP_AEAD,
     # EVP_CIPHER, EVP_MD, the curves' EC_METHODs).
     "boring": Variant("tlsprof-groundtruth-boringssl", "method-tables"),
-    "go": Variant("tlsprof-go-groundtruth", "gopclntab"),
+    "go": Variant("tlsprof-go-groundtruth", "symtab"),
     "go_stripped": Variant("tlsprof-go-groundtruth-stripped", "gopclntab"),  # -ldflags=-s -w
-    "go_crypto": Variant("tlsprof-go-crypto", "gopclntab"),  # crypto/* without crypto/tls
+    "go_crypto": Variant("tlsprof-go-crypto", "symtab"),  # crypto/* without crypto/tls
 }
 
 
