@@ -212,6 +212,14 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
     }
   }
 
+  // A provider function below the entry that the tables share with
+  // algorithms that have no report name: the one that has (innermost first).
+  std::string_view candidate;
+  for (size_t i = 0; i < operation_index && candidate.empty(); ++i) {
+    if (frames[i].tls && !frames[i].name.empty())
+      candidate = classify::SoleNamedCandidate(frames[i].family, frames[i].name);
+  }
+
   ProcessProfile& p = Process(tgid);
   Account(p, *innermost_tls, sc.classification, sc.phase, count, /*from_stack=*/true);
   profile_.stack_samples += count;
@@ -229,8 +237,8 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   // whose bucket is inferred too.
   if (operation != nullptr && (sc.classification.bucket != classify::Bucket::kOther ||
                                classify::IsKeyContext(operation->family, operation->name))) {
-    OperationGroup& group =
-        operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name, callee_site, callee}];
+    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name, callee_site,
+                                         callee, candidate}];
     group.bucket = sc.classification.bucket;
     group.family = operation->family;
     group.entry = operation->name;
@@ -369,7 +377,7 @@ void Attributor::InferFromOperations() {
     if (named_total == 0) {
       if (auto it = seen.find({key.pid, group.bucket}); it != seen.end()) {
         for (const auto& [alg, n] : it->second) {
-          if (classify::MayTakeProcessAlgorithm(group.family, group.entry, alg))
+          if (classify::MayTakeProcessAlgorithm(group.family, group.entry, key.candidate, alg))
             process_named[alg] += n, named_total += n;
         }
       }

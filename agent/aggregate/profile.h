@@ -194,6 +194,9 @@ class Attributor {
     std::string_view entry;
     uint64_t callee_site = 0;  // return address in the unnamed function it called; 0 when that is named
     std::string_view callee;   // the named operation entry it called, if any (of the same bucket)
+    // The one report algorithm a provider function below the entry may be
+    // (classify::SoleNamedCandidate: AES-GCM for AES-GCM|ARIA-GCM), if any.
+    std::string_view candidate;
     auto operator<=>(const OperationKey&) const = default;
   };
   std::map<OperationKey, OperationGroup> operations_;

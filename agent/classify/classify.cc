@@ -413,6 +413,29 @@ std::optional<Phase> FindPhase(const EntryName& e) {
   return std::nullopt;
 }
 
+// The part of `other` for a stack with no crypto operation (operations.cc,
+// kOtherParts): x509 anywhere, else rng anywhere, else library anywhere, else
+// the phase's part, else unknown.
+std::string_view OtherPartOf(std::span<const FrameInfo> frames, Phase phase) {
+  bool rng = false, library = false;
+  for (const FrameInfo& f : frames) {
+    if (!f.tls || f.name.empty()) continue;
+    const EntryName e = PrepareEntryName(f.family, f.name);
+    for (const auto& r : rules::OtherParts()) {
+      if (!EntryMatches(r, e)) continue;
+      if (r.part == algo::kOtherX509) return algo::kOtherX509;
+      rng = rng || r.part == algo::kOtherRng;
+      library = library || r.part == algo::kOtherLibrary;
+      break;
+    }
+  }
+  if (rng) return algo::kOtherRng;
+  if (library) return algo::kOtherLibrary;
+  if (phase == Phase::kHandshake) return algo::kOtherHandshake;
+  if (phase == Phase::kRecord) return algo::kOtherRecord;
+  return algo::kUnknown;
+}
+
 bool IsAmbiguousCurve(std::string_view a) { return a == algo::kP256Ambiguous || a == algo::kP384Ambiguous; }
 
 // The shared P-256/P-384 code, once the operation says which one it serves.
@@ -477,9 +500,35 @@ bool IsKeyContext(Family family, std::string_view entry) {
   return op && op->bucket == Bucket::kOther && op->lifecycle;
 }
 
-bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_view algorithm) {
+std::string_view SoleNamedCandidate(Family family, std::string_view name) {
+  if (family != Family::kOpenSSL || !StartsWith(name, kProviderPrefix)) return {};
+  std::string_view rest = name.substr(kProviderPrefix.size());
+  const size_t op_end = rest.find(':');
+  const size_t role_start = rest.rfind(':');
+  if (op_end == std::string_view::npos || role_start == op_end) return {};
+  const std::string_view operation = rest.substr(0, op_end);
+  std::string_view algorithms = rest.substr(op_end + 1, role_start - op_end - 1);
+  if (algorithms.find('|') == std::string_view::npos) return {};
+  std::string_view sole;
+  while (!algorithms.empty()) {
+    const size_t bar = algorithms.find('|');
+    const std::string_view listed = algorithms.substr(0, bar);
+    for (const auto& row : rules::ProviderAlgorithms()) {
+      if (row.operation != operation || row.name != listed) continue;
+      if (!IsConcrete(row.algorithm) || (!sole.empty() && sole != row.algorithm)) return {};
+      sole = row.algorithm;
+    }
+    algorithms = bar == std::string_view::npos ? std::string_view() : algorithms.substr(bar + 1);
+  }
+  return sole;
+}
+
+bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_view candidate,
+                             std::string_view algorithm) {
+  if (algorithm == algo::kUnknown) return false;
+  if (!candidate.empty()) return algorithm == candidate;
   const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, entry));
-  if (!op || algorithm == algo::kUnknown) return false;
+  if (!op) return false;
   if (op->algorithm == algo::kUnknown) return op->lifecycle;
   if (op->algorithm == rules::kAnyEcdsa) return algorithm.starts_with("ECDSA-");
   if (op->algorithm == rules::kAnyEcdh) return algorithm.starts_with("ECDHE-");
@@ -539,6 +588,7 @@ StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
         return out;
       }
     }
+    out.classification.algorithm = OtherPartOf(frames, out.phase);
     return out;
   }
 

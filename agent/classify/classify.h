@@ -49,6 +49,13 @@ inline constexpr std::string_view kP384Ambiguous = "P-384 (ECDSA or ECDHE)";
 // ECDSA whose curve it does not show are reported as kUnknown within their
 // bucket: the report's vocabulary stays the canonical list.
 inline constexpr std::string_view kUnknown = "unknown";
+// The parts of bucket `other`, given in its algorithm column (README.md,
+// "The parts of other"): outside every crypto operation, what the time went to.
+inline constexpr std::string_view kOtherX509 = "x509";        // certificates and ASN.1: parse, encode, verify, chains
+inline constexpr std::string_view kOtherRng = "rng";          // the DRBG and entropy outside any operation
+inline constexpr std::string_view kOtherLibrary = "library";  // provider lookup, error queue, memory, locks, params
+inline constexpr std::string_view kOtherHandshake = "handshake";  // state machine, extensions, transcript
+inline constexpr std::string_view kOtherRecord = "record";        // framing, copy, BIO
 }  // namespace algo
 
 // Which family of rules applies to a binary.
@@ -121,14 +128,23 @@ bool IsSpecificOperation(Family family, std::string_view name);
 // tear-down (EVP_DigestInit_ex, EVP_PKEY_sign_init, a provider's newctx) any
 // algorithm of its bucket; an ECDSA or ECDH entry whose name does not say the
 // curve (ecdsa_sign, provider:keyexch:ECDH:derive) a curve of its family; a
-// specific entry only its own. No other entry may: EVP_EncryptUpdate over
-// stripped code that names nothing would take the process's cipher mix, a guess.
+// specific entry only its own. With a `candidate` (SoleNamedCandidate of a
+// frame below the entry), that one only, whatever the entry. No other entry
+// may: EVP_EncryptUpdate over stripped code that names nothing would take the
+// process's cipher mix, a guess.
+bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_view candidate,
+                             std::string_view algorithm);
+
+// For a function OpenSSL's provider tables share between algorithms of which
+// one alone has a report name (provider:cipher:AES-GCM|ARIA-GCM:update,
+// provider:keyexch:X25519|X448:derive): that one; else "". Its samples are
+// that algorithm only where the process was seen to use it.
+std::string_view SoleNamedCandidate(Family family, std::string_view name);
+
 // Whether an operation entry is a key's context (EVP_PKEY_CTX_new, _free):
 // made for a signature or a derive alike, its bucket is `other` until the
 // aggregation infers it.
 bool IsKeyContext(Family family, std::string_view entry);
-
-bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_view algorithm);
 
 // The phase a TLS API or state-machine function stands for (SSL_do_handshake
 // -> handshake, SSL_write -> record); nullopt if none. Callers pass TLS

@@ -209,9 +209,13 @@ constexpr Operation kOperations[] = {
   {kOB, kPrefix, "EVP_CipherFinal",              kCipher, kUnknown},
   {kOB, kExact,  "EVP_Cipher",                   kCipher, kUnknown},
   {kOB, kPrefix, "EVP_CipherPipeline",           kCipher, kUnknown},
-  {kO,  kExact,  "tls13_enc",                    kCipher, kUnknown},  // libssl record protection
-  {kO,  kExact,  "tls1_enc",                     kCipher, kUnknown},
-  {kO,  kExact,  "ssl3_enc",                     kCipher, kUnknown},
+  // libssl's record protection: the nonce, the AAD and the calls into the
+  // cipher. Its own samples name nothing, but serve the connection's suite:
+  // like a context's set-up, they take the cipher mix the process's stacks
+  // named (the lifecycle flag).
+  {kO,  kExact,  "tls13_enc",                    kCipher, kUnknown, false, true},  // libssl record protection
+  {kO,  kExact,  "tls1_enc",                     kCipher, kUnknown, false, true},
+  {kO,  kExact,  "ssl3_enc",                     kCipher, kUnknown, false, true},
   {kB,  kContains, "SSLAEADContext",             kCipher, kUnknown},  // bssl::SSLAEADContext::Seal/Open/SealScatter
 
   // --- Hash: digests (the whole operation: context, init with its fetch,
@@ -454,6 +458,105 @@ constexpr PhaseEntry kPhaseEntries[] = {
   {kG,  kPrefix, "crypto/tls.(*halfConn).",                      kRecord},
 };
 
+// The parts of `other` (README.md, "The parts of other"). A stack with no
+// crypto operation is x509 if any frame is certificate or ASN.1 code, else
+// rng if any frame is the DRBG, else library if any is library plumbing
+// (so a handshake's provider fetch or malloc is library: OpenSSL 3's lookup
+// cost shows as its own part), else handshake or record by its phase, else
+// unknown.
+constexpr std::string_view kX509 = kOtherX509;
+constexpr std::string_view kRng = kOtherRng;
+constexpr std::string_view kLib = kOtherLibrary;
+constexpr OtherPart kOtherParts[] = {
+  // ---- certificates, keys on the wire, ASN.1
+  {kOB, kPrefix, "X509",                         kX509},   // X509_*, X509V3_*, X509_STORE_*, X509_verify_cert
+  {kOB, kPrefix, "x509",                         kX509},
+  {kOB, kPrefix, "ossl_x509",                    kX509},
+  {kOB, kPrefix, "ASN1_",                        kX509},
+  {kOB, kPrefix, "asn1_",                        kX509},
+  {kOB, kPrefix, "ossl_asn1",                    kX509},
+  {kOB, kPrefix, "d2i_",                         kX509},
+  {kOB, kPrefix, "i2d_",                         kX509},
+  {kOB, kPrefix, "PEM_",                         kX509},
+  {kOB, kPrefix, "OSSL_DECODER",                 kX509},
+  {kOB, kPrefix, "OSSL_ENCODER",                 kX509},
+  {kO,  kPrefix, "provider:decoder:",            kX509},
+  {kO,  kPrefix, "provider:encoder:",            kX509},
+  {kO,  kPrefix, "ssl_verify_cert_chain",        kX509},
+  {kO,  kPrefix, "ssl_add_cert",                 kX509},   // ssl_add_cert_chain, ssl_add_cert_to_wpacket
+  {kO,  kPrefix, "tls_process_server_certificate", kX509},
+  {kO,  kPrefix, "tls_process_client_certificate", kX509},
+  {kO,  kPrefix, "tls_construct_server_certificate", kX509},
+  {kB,  kContains, "ssl_crypto_x509",            kX509},
+  {kB,  kContains, "ssl_parse_cert_chain",       kX509},
+  {kB,  kContains, "ssl_cert_",                  kX509},
+  {kB,  kPrefix, "CBB_",                         kX509},   // BoringSSL's ASN.1 builder
+  {kG,  kPrefix, "crypto/x509.",                 kX509},
+  {kG,  kPrefix, "encoding/asn1.",               kX509},
+  {kG,  kPrefix, "encoding/pem.",                kX509},
+  {kG,  kPrefix, "golang.org/x/crypto/cryptobyte.", kX509},
+  // ---- randomness
+  {kOB, kPrefix, "RAND_",                        kRng},
+  {kOB, kPrefix, "rand_",                        kRng},
+  {kOB, kPrefix, "drbg_",                        kRng},
+  {kOB, kPrefix, "ossl_drbg_",                   kRng},
+  {kOB, kPrefix, "ossl_rand_",                   kRng},
+  {kOB, kPrefix, "ossl_prov_drbg_",              kRng},
+  {kOB, kPrefix, "EVP_RAND_",                    kRng},
+  {kOB, kPrefix, "evp_rand_",                    kRng},
+  {kO,  kPrefix, "provider:rand:",               kRng},
+  {kB,  kPrefix, "CTR_DRBG_",                    kRng},
+  {kOB, kContains, "rdrand",                     kRng},
+  {kG,  kPrefix, "crypto/rand.",                 kRng},
+  // ---- library plumbing: provider and method lookup, parameters, the error
+  // queue, memory, locks and thread-local state, containers, initialisation
+  {kOB, kPrefix, "evp_generic_fetch",            kLib},
+  {kOB, kContains, "_fetch",                     kLib},    // EVP_*_fetch, evp_*_fetch_from_prov
+  {kOB, kPrefix, "ossl_namemap",                 kLib},
+  {kOB, kPrefix, "namemap_",                     kLib},
+  {kOB, kPrefix, "ossl_method_",                 kLib},
+  {kOB, kPrefix, "ossl_provider",                kLib},
+  {kOB, kPrefix, "OSSL_PROVIDER",                kLib},
+  {kOB, kPrefix, "ossl_lib_ctx",                 kLib},
+  {kOB, kPrefix, "OSSL_PARAM",                   kLib},
+  {kOB, kPrefix, "ossl_param",                   kLib},
+  {kOB, kPrefix, "ossl_property",                kLib},
+  {kOB, kPrefix, "ossl_decoder",                 kLib},
+  {kOB, kPrefix, "evp_keymgmt",                  kLib},
+  {kOB, kPrefix, "EVP_KEYMGMT",                  kLib},
+  {kO,  kPrefix, "provider:keymgmt:",            kLib},
+  {kOB, kPrefix, "ERR_",                         kLib},
+  {kOB, kPrefix, "err_",                         kLib},
+  {kOB, kPrefix, "ossl_err",                     kLib},
+  {kOB, kPrefix, "CRYPTO_malloc",                kLib},
+  {kOB, kPrefix, "CRYPTO_zalloc",                kLib},
+  {kOB, kPrefix, "CRYPTO_realloc",               kLib},
+  {kOB, kPrefix, "CRYPTO_free",                  kLib},
+  {kOB, kPrefix, "CRYPTO_clear_free",            kLib},
+  {kOB, kPrefix, "CRYPTO_strdup",                kLib},
+  {kOB, kPrefix, "CRYPTO_strndup",               kLib},
+  {kOB, kPrefix, "CRYPTO_THREAD",                kLib},
+  {kOB, kPrefix, "CRYPTO_atomic",                kLib},
+  {kOB, kPrefix, "CRYPTO_get_ex",                kLib},
+  {kOB, kPrefix, "CRYPTO_set_ex",                kLib},
+  {kOB, kPrefix, "CRYPTO_new_ex",                kLib},
+  {kOB, kPrefix, "CRYPTO_free_ex",               kLib},
+  {kOB, kPrefix, "OPENSSL_malloc",               kLib},   // BoringSSL's allocator
+  {kOB, kPrefix, "OPENSSL_zalloc",               kLib},
+  {kOB, kPrefix, "OPENSSL_free",                 kLib},
+  {kOB, kPrefix, "OPENSSL_cleanse",              kLib},
+  {kOB, kPrefix, "OPENSSL_sk_",                  kLib},
+  {kOB, kPrefix, "OPENSSL_LH_",                  kLib},
+  {kOB, kPrefix, "OPENSSL_init",                 kLib},
+  {kOB, kPrefix, "OPENSSL_strcasecmp",           kLib},
+  {kOB, kPrefix, "OPENSSL_strncasecmp",          kLib},
+  {kOB, kPrefix, "OBJ_",                         kLib},    // name and OID lookups
+  {kOB, kPrefix, "ossl_bsearch",                 kLib},
+  {kOB, kExact,  "EVP_PKEY_CTX_new",             kLib},    // key contexts inference did not place
+  {kOB, kPrefix, "EVP_PKEY_CTX_new_",            kLib},
+  {kOB, kExact,  "EVP_PKEY_CTX_free",            kLib},
+};
+
 // Building blocks (rules.h, PartOf). A bare AES-CTR leaf with no GCM frame
 // above it (the CTR-DRBG) stays AES-CTR.
 constexpr PartOf kPartsOf[] = {
@@ -466,5 +569,6 @@ constexpr PartOf kPartsOf[] = {
 std::span<const PartOf> PartsOf() { return kPartsOf; }
 std::span<const Operation> Operations() { return kOperations; }
 std::span<const PhaseEntry> PhaseEntries() { return kPhaseEntries; }
+std::span<const OtherPart> OtherParts() { return kOtherParts; }
 
 }  // namespace tlsprof::classify::rules

@@ -171,4 +171,16 @@ std::span<const CxxNamespace> CxxNamespaces();
 std::span<const Operation> Operations();
 std::span<const PhaseEntry> PhaseEntries();
 
+// One row of the `other` parts table (operations.cc): a TLS library function
+// whose presence on a stack with no crypto operation says what part of
+// `other` the time is: algo::kOtherX509, kOtherRng or kOtherLibrary. The
+// handshake and record parts come from the phase entries.
+struct OtherPart {
+  FamilyMask families;
+  Match match;
+  std::string_view pattern;
+  std::string_view part;
+};
+std::span<const OtherPart> OtherParts();
+
 }  // namespace tlsprof::classify::rules

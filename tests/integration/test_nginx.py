@@ -1,24 +1,26 @@
-"""Real traffic (issue 3): Debian's nginx on its stripped shared OpenSSL,
-serving HTTPS under wrk keep-alive load plus full handshakes. The report must
-split handshake from record time and name where the crypto went.
+"""Real traffic (issues 3 and 18): Debian's nginx on its stripped shared
+OpenSSL with no libcrypto.a visible (nginx and the agent run in a private
+mount namespace that hides it, as on a host without libssl-dev), serving
+HTTPS under wrk keep-alive load plus full handshakes. The report must split
+handshake from record time and name where the crypto went.
 
-Issue 3 asks for `unknown` algorithms and the `other` bucket together at most
-15% of TLS time. That does not hold here, and is printed rather than
-asserted: on this VAES/AVX-512 machine AES-GCM seals a 16 KiB record in about
-the time OpenSSL 3's record layer spends copying the plaintext into its write
-buffer (do_ssl3_write's memcpy), framing it and handing it to the socket BIO,
-all of which is `other` by the attribution rules (docs/attribution.md);
-record-phase `other` is ~40% of record-phase TLS time whatever the traffic
-mix. The test asserts what the split must show, and bounds other + unknown
-at OTHER_UNKNOWN_LIMIT as a regression guard."""
+Issue 18's acceptance: `unknown`, in any bucket, at most UNKNOWN_LIMIT of TLS
+time, and every part of `other` named (record, handshake, x509, rng,
+library; docs/attribution.md, "The parts of other"). `other` itself stays
+large here, and rightly: on this VAES/AVX-512 machine AES-GCM seals a 16 KiB
+record in about the time OpenSSL 3's record layer spends copying the
+plaintext into its write buffer, framing it and handing it to the socket BIO
+(`other/record`)."""
 import os
 import subprocess
 import unittest
 
+from test_stack_accuracy import hidden_archive
 from tlsprof_testlib import SRC, Processes, by_name, free_port, profile_json, require_root
 
 PROFILE_SECONDS = 8
-OTHER_UNKNOWN_LIMIT = 0.50
+UNKNOWN_LIMIT = 0.03
+OTHER_PARTS = {"record", "handshake", "x509", "rng", "library"}
 
 
 class NginxTest(unittest.TestCase):
@@ -31,8 +33,8 @@ class NginxTest(unittest.TestCase):
         port = free_port()
         root = self.procs.path("nginx")
         os.makedirs(root)
-        self.procs.start(["bash", os.path.join(SRC, "workloads/nginx/run-nginx.sh"), root, str(port), "rsa"],
-                         ready_file=os.path.join(root, "ready"))
+        self.procs.start(hidden_archive(["bash", os.path.join(SRC, "workloads/nginx/run-nginx.sh"), root, str(port),
+                                         "rsa"]), ready_file=os.path.join(root, "ready"))
         self.procs.start(["bash", os.path.join(SRC, "workloads/nginx/load-nginx.sh"), str(port),
                           str(PROFILE_SECONDS + 6)])
         # This nginx's workers only (another nginx may run on the machine):
@@ -45,18 +47,20 @@ class NginxTest(unittest.TestCase):
         args = ["--duration", str(PROFILE_SECONDS)]
         for pid in pids:
             args += ["--pid", pid]
-        report = profile_json(self, args)
+        report = profile_json(self, args, wrap=hidden_archive)
         phases = by_name(report["phases"], "phase")
         buckets = by_name(report["buckets"], "bucket")
-        unknown = sum(a["share_of_tls"] for a in report["algorithms"]
-                      if a["algorithm"] == "unknown" and a["bucket"] != "other")
+        unknown = {}
+        for a in report["algorithms"]:
+            if a["algorithm"] == "unknown":
+                unknown[a["bucket"]] = unknown.get(a["bucket"], 0) + a["share_of_tls"]
         other = buckets["other"]["share_of_tls"]
         summary = (f"TLS {report['tls_share'] * 100:.1f}% of nginx CPU; handshake "
                    f"{phases['handshake']['share_of_tls'] * 100:.1f}%, record {phases['record']['share_of_tls'] * 100:.1f}%"
                    f", other phase {phases['other']['share_of_tls'] * 100:.1f}%; other bucket {other * 100:.1f}%, "
-                   f"unknown algorithm {unknown * 100:.1f}%")
+                   f"unknown {', '.join(f'{b} {u * 100:.1f}%' for b, u in sorted(unknown.items())) or 'none'}")
         print(summary)
-        for row in report["algorithms"][:15]:
+        for row in report["algorithms"][:25]:
             print(f"  {row['algorithm']:<24} {row['bucket']:<13} {row['phase']:<10} {row['share_of_tls'] * 100:5.1f}%")
         self.assertGreater(phases["handshake"]["samples"], 0, summary)
         self.assertGreater(phases["record"]["samples"], 0, summary)
@@ -77,8 +81,13 @@ class NginxTest(unittest.TestCase):
         self.assertGreaterEqual(share("RSA", "signature", "handshake"), 0.9 * bucket_phase("signature", "handshake"),
                                 summary)
         self.assertGreater(share("X25519", "key_exchange", "handshake"), 0.0, summary)
-        print(f"issue 3's bound (other + unknown <= 15%): {(unknown + other) * 100:.1f}% -- not met, see the docstring")
-        self.assertLessEqual(unknown + other, OTHER_UNKNOWN_LIMIT, summary)
+        libraries = {(l["kind"], l["symbols"]) for p in report["processes"] for l in p["libraries"]}
+        self.assertIn(("openssl-3", "library-tables"), libraries, f"libcrypto not named by its own tables: {libraries}")
+        # Every part of `other` named, and no bucket's unknown above the limit.
+        parts = {a["algorithm"] for a in report["algorithms"] if a["bucket"] == "other"}
+        self.assertLessEqual(parts - {"unknown"}, OTHER_PARTS, summary)
+        for bucket, u in unknown.items():
+            self.assertLessEqual(u, UNKNOWN_LIMIT, f"{bucket}/unknown: {summary}")
 
 if __name__ == "__main__":
     unittest.main()
