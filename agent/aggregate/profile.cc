@@ -361,13 +361,14 @@ void Attributor::InferFromOperations() {
     const std::map<std::string_view, uint64_t>* from = &group.named;
     uint64_t named_total = 0;
     for (const auto& [alg, n] : *from) named_total += n;
-    // An entry that named nothing at all: a context's set-up or tear-down
-    // (EVP_PKEY_CTX_new, a sign or derive init, OpenSSL's
-    // ssl_generate_param_group, which only looks the key-share group up), or
-    // an operation whose curve is in the key (ECDSA over a stripped library).
-    // It takes the algorithms of its bucket, within the family its name
-    // narrows to, that this process's stacks named elsewhere, in proportion;
-    // with none, it stays `unknown`. The report counts these samples apart
+    // An entry that named nothing at all takes, where
+    // classify::MayTakeProcessAlgorithm allows (a context's set-up or
+    // tear-down, libssl's record protection, an ECDSA/ECDH entry whose curve
+    // is in the key, a provider function shared with algorithms that have no
+    // report name), the algorithms this process's stacks named elsewhere in
+    // its bucket, in proportion; otherwise (EVP_EncryptUpdate into stripped
+    // code) it stays `unknown`. A key context (bucket `other`) takes the
+    // signature and key-exchange ones. The report counts these samples apart
     // (inferred_from_process) from those the same entry named.
     if (group.bucket == classify::Bucket::kOther) {
       SplitKeyContext(key.pid, group, seen);
