@@ -17,10 +17,15 @@ prints the medians side by side with their ratio:
     frames per walk, and the unwinding cost spread over every sample;
   - set-up and report CPU outside the window, peak RSS, report latency.
 
+With --baseline-agent PATH the leaf-only column is replaced by another
+agent binary with stacks (an earlier build), so a change's cost per sample is
+read side by side on the same running workload: "baseline" against "stacks".
+
 Must run as root (BPF). Python 3 standard library only.
 
     sudo python3 bench/unwind_cost.py [--workload node|static|shared|all]
         [--frequency 999] [--duration 10] [--repeat 3] [--bin DIR] [--json FILE] [--keep DIR]
+        [--baseline-agent PATH]
 """
 
 import argparse
@@ -41,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead_vs_perf import (NODE_DIR, PhaseError, cpu_jiffies, host_busy, node_load, node_load_result,  # noqa: E402
                               run_workloads, start, stop, table, tail, wait_file, wait_rusage)
 
-MODES = ("leaf", "stacks")
+MODES = ["leaf", "stacks"]  # "leaf" becomes "baseline" with --baseline-agent
 GROUNDTRUTH = {"static": "tlsprof-groundtruth", "shared": "tlsprof-groundtruth-shared"}
 
 
@@ -51,7 +56,8 @@ GROUNDTRUTH = {"static": "tlsprof-groundtruth", "shared": "tlsprof-groundtruth-s
 def run_agent(args, pid, tmp, tag, mode):
     out = os.path.join(tmp, f"{tag}.json")
     err = os.path.join(tmp, f"{tag}.stderr")
-    argv = [os.path.join(args.bin, "tlsprof-agent"), "profile", "--pid", str(pid),
+    agent = args.baseline_agent if mode == "baseline" else os.path.join(args.bin, "tlsprof-agent")
+    argv = [agent, "profile", "--pid", str(pid),
             "--duration", str(args.duration), "--frequency", str(args.frequency),
             "--format", "json", "-o", out]
     if mode == "leaf":
@@ -73,7 +79,7 @@ def run_agent(args, pid, tmp, tag, mode):
         raise PhaseError("BPF run-time stats are off: the agent's BPF time would read as 0")
     u = a.get("unwind", {})
     # An agent older than this script has no walk counters: those rows read "-".
-    walked = mode == "stacks" and "walks" in u
+    walked = mode != "leaf" and "walks" in u
     proc = next((x for x in rep.get("processes", []) if x.get("pid") == pid), None)
     return {
         "argv": argv,
@@ -228,14 +234,16 @@ def ratio(a, b):
 
 
 def render(args, res):
-    leaf, stk = summarize(res["runs"]["leaf"]), summarize(res["runs"]["stacks"])
+    base = MODES[0]
+    leaf, stk = summarize(res["runs"][base]), summarize(res["runs"]["stacks"])
     rows = []
 
     def row(label, key, spec, scale=1.0, suffix="", with_ratio=True):
         rows.append((label, fmt(leaf[key], spec, scale, suffix), fmt(stk[key], spec, scale, suffix),
                      ratio(stk[key], leaf[key]) if with_ratio else ""))
 
-    rows.append(("-- agent CPU in the profiled window (the acceptance: stacks <= 2x leaf-only)",))
+    rows.append(("-- agent CPU in the profiled window" + (
+        " (the acceptance: stacks <= 2x leaf-only)" if base == "leaf" else " (this build against --baseline-agent)"),))
     row("agent share of one core (user+sys + BPF)", "share", ".2f", 100, "%")
     row("agent user+sys CPU (s)", "user_sys", ".3f")
     row("BPF run time (s)", "bpf", ".3f")
@@ -262,9 +270,15 @@ def render(args, res):
     row("TLS samples of the workload process", "tls_samples", ".0f")
     row("host CPU busy during the run", "host_busy", ".0f", 100, "%")
     if res["workload"] == "node":
-        rows.append(("wrk requests/s", fmt(med(res["runs"]["leaf"], lambda r: r["load"]["wrk_rps"]), ",.0f"),
+        rows.append(("wrk requests/s", fmt(med(res["runs"][base], lambda r: r["load"]["wrk_rps"]), ",.0f"),
                      fmt(med(res["runs"]["stacks"], lambda r: r["load"]["wrk_rps"]), ",.0f"), ""))
     title = f"{res['workload']} @{args.frequency} Hz, {args.duration:g} s, median of {args.repeat}"
+    if base == "baseline":
+        text = table(title, ["baseline", "this build", "this/base"], rows)
+        shares = {m: " ".join(f"{r['cpu_share_of_core'] * 100:.2f}" for r in res["runs"][m]) for m in MODES}
+        text += f"\nshare of a core per run (%): baseline {shares['baseline']} | this build {shares['stacks']}"
+        r = per(stk["ns_per_sample"], leaf["ns_per_sample"])
+        return text + f"\nBPF ns per sample, this build / baseline (medians): {fmt(r, '.2f', suffix='x')}"
     text = table(title, ["leaf-only", "stacks", "stacks/leaf"], rows)
     shares = {m: " ".join(f"{r['cpu_share_of_core'] * 100:.2f}" for r in res["runs"][m]) for m in MODES}
     text += f"\nshare of a core per run (%): leaf-only {shares['leaf']} | stacks {shares['stacks']}"
@@ -285,10 +299,15 @@ def main():
     ap.add_argument("--bin", default=os.environ.get("TLSPROF_BIN", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin")),
                     help="directory with tlsprof-agent and the groundtruth workloads")
     ap.add_argument("--json", help="also write every run's numbers to this file")
+    ap.add_argument("--baseline-agent", help="compare with this tlsprof-agent (with stacks) instead of leaf-only")
     ap.add_argument("--keep", help="keep the agent's JSON reports and logs in this directory")
     args = ap.parse_args()
     if args.duration < 1 or args.frequency < 1 or args.repeat < 1:
         ap.error("--duration, --frequency and --repeat must be >= 1")
+    if args.baseline_agent:
+        if not os.access(args.baseline_agent, os.X_OK):
+            ap.error(f"--baseline-agent {args.baseline_agent}: not an executable")
+        MODES[0] = "baseline"
 
     cmd = "sudo python3 " + shlex.join([os.path.relpath(os.path.abspath(sys.argv[0]), os.getcwd())] + sys.argv[1:])
     print(f"# reproduce: {cmd}")
