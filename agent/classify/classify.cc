@@ -196,6 +196,54 @@ bool IsConcrete(std::string_view a) { return a != algo::kUnknown && a != rules::
 
 constexpr std::string_view kProviderPrefix = "provider:";
 
+// The parts of a name the library-table readers give a function:
+// "<prefix><kind>:<algorithm>[|<algorithm>...]:<role>" (provider:...,
+// agent/symbols/library_tables.h; boringssl:..., boringssl_tables.h).
+struct TableName {
+  std::string_view kind, algorithms, role;
+};
+// nullopt if `name` lacks `prefix`; a TableName with an empty kind if it has
+// the prefix but not the shape.
+std::optional<TableName> SplitTableName(std::string_view name, std::string_view prefix) {
+  if (!StartsWith(name, prefix)) return std::nullopt;
+  const std::string_view rest = name.substr(prefix.size());
+  const size_t kind_end = rest.find(':');
+  const size_t role_start = rest.rfind(':');  // algorithm names have no ':'
+  if (kind_end == std::string_view::npos || role_start == kind_end) return TableName{};
+  return TableName{rest.substr(0, kind_end), rest.substr(kind_end + 1, role_start - kind_end - 1),
+                   rest.substr(role_start + 1)};
+}
+
+// What a function the table shares between the '|'-listed algorithms names:
+// `lookup(listed)` gives one's {bucket, algorithm}, algorithm "" where the
+// table has no report name for it. Same bucket for all, else nullopt; the
+// algorithm only if every listed one maps to it (so AES-GCM|ARIA-GCM names
+// none), else "".
+template <typename Lookup>
+std::optional<std::pair<Bucket, std::string_view>> Common(std::string_view algorithms, Lookup lookup) {
+  size_t bar = algorithms.find('|');
+  const auto first = lookup(algorithms.substr(0, bar));
+  std::string_view common = first.second;
+  while (bar != std::string_view::npos) {
+    const size_t next = algorithms.find('|', bar + 1);
+    const auto other = lookup(algorithms.substr(bar + 1, next == std::string_view::npos ? next : next - bar - 1));
+    if (other.first != first.first) return std::nullopt;
+    if (other.second != common) common = {};
+    bar = next;
+  }
+  return std::pair{first.first, common};
+}
+
+// One listed algorithm of a provider operation: its bucket and algorithm from
+// kProviderAlgorithms, {`bucket`, ""} if the table does not list it.
+std::pair<Bucket, std::string_view> ProviderAlgorithm(std::string_view operation, Bucket bucket,
+                                                      std::string_view name) {
+  for (const auto& row : rules::ProviderAlgorithms()) {
+    if (row.operation == operation && row.name == name) return {row.bucket, row.algorithm};
+  }
+  return {bucket, std::string_view()};
+}
+
 struct ProviderHit {
   Bucket bucket = Bucket::kOther;
   std::string_view algorithm = algo::kUnknown;  // may be kAnyEcdsa/kAnyEcdh
@@ -221,43 +269,21 @@ bool IsLifecycleRole(std::string_view roles) {
 // "provider:<operation>:<algorithm>[|<algorithm>...]:<role>"
 // (agent/symbols/library_tables.h); nullopt if `leaf` is not one.
 std::optional<ProviderHit> ClassifyProviderName(std::string_view leaf) {
-  if (!StartsWith(leaf, kProviderPrefix)) return std::nullopt;
-  std::string_view rest = leaf.substr(kProviderPrefix.size());
-  const size_t op_end = rest.find(':');
-  const size_t role_start = rest.rfind(':');  // algorithm names have no ':'
-  if (op_end == std::string_view::npos || role_start == op_end) return ProviderHit{};
-  const std::string_view operation = rest.substr(0, op_end);
-  const std::string_view algorithms = rest.substr(op_end + 1, role_start - op_end - 1);
-  const std::string_view role = rest.substr(role_start + 1);
+  const std::optional<TableName> name = SplitTableName(leaf, kProviderPrefix);
+  if (!name || name->kind.empty()) return name ? std::optional(ProviderHit{}) : std::nullopt;
   const rules::ProviderOperation* op = nullptr;
   for (const auto& row : rules::ProviderOperations()) {
-    if (row.operation == operation) {
+    if (row.operation == name->kind) {
       op = &row;
       break;
     }
   }
-  if (op == nullptr || !StartsWith(role, op->entry_roles)) return ProviderHit{};
-  // What the table gives one listed algorithm: its bucket and algorithm, ""
-  // for an algorithm it does not list.
-  auto lookup = [op, operation](std::string_view name) {
-    for (const auto& row : rules::ProviderAlgorithms()) {
-      if (row.operation == operation && row.name == name) return std::pair{row.bucket, row.algorithm};
-    }
-    return std::pair{op->bucket, std::string_view()};
-  };
-  // A function the table shares between algorithms names one only if every
-  // one of them maps to it (so AES-GCM|ARIA-GCM is cipher/unknown, not AES-GCM).
-  size_t bar = algorithms.find('|');
-  const auto first = lookup(algorithms.substr(0, bar));
-  std::string_view common = first.second;
-  while (bar != std::string_view::npos) {
-    const size_t next = algorithms.find('|', bar + 1);
-    const auto other = lookup(algorithms.substr(bar + 1, next == std::string_view::npos ? next : next - bar - 1));
-    if (other.first != first.first) return ProviderHit{op->bucket, algo::kUnknown, true, IsLifecycleRole(role)};
-    if (other.second != common) common = {};
-    bar = next;
-  }
-  return ProviderHit{first.first, common.empty() ? algo::kUnknown : common, true, IsLifecycleRole(role)};
+  if (op == nullptr || !StartsWith(name->role, op->entry_roles)) return ProviderHit{};
+  const bool lifecycle = IsLifecycleRole(name->role);
+  const auto common = Common(
+      name->algorithms, [&](std::string_view listed) { return ProviderAlgorithm(name->kind, op->bucket, listed); });
+  if (!common) return ProviderHit{op->bucket, algo::kUnknown, true, lifecycle};
+  return ProviderHit{common->first, common->second.empty() ? algo::kUnknown : common->second, true, lifecycle};
 }
 
 // ---- BoringSSL method-table names (rules.h, BoringTableKind)
@@ -267,41 +293,26 @@ constexpr std::string_view kBoringTablePrefix = "boringssl:";
 // "boringssl:<kind>:<algorithm>[|<algorithm>...]:<role>"
 // (agent/symbols/boringssl_tables.h); nullopt if `leaf` is not one.
 std::optional<Classification> ClassifyBoringTableName(std::string_view leaf) {
-  if (!StartsWith(leaf, kBoringTablePrefix)) return std::nullopt;
-  const std::string_view rest = leaf.substr(kBoringTablePrefix.size());
-  const size_t kind_end = rest.find(':');
-  const size_t role_start = rest.rfind(':');  // algorithm names have no ':'
-  if (kind_end == std::string_view::npos || role_start == kind_end) return Classification{};
-  const std::string_view kind = rest.substr(0, kind_end);
-  const std::string_view algorithms = rest.substr(kind_end + 1, role_start - kind_end - 1);
+  const std::optional<TableName> name = SplitTableName(leaf, kBoringTablePrefix);
+  if (!name || name->kind.empty()) return name ? std::optional(Classification{}) : std::nullopt;
   const rules::BoringTableKind* k = nullptr;
   for (const auto& row : rules::BoringTableKinds()) {
-    if (row.kind == kind) {
+    if (row.kind == name->kind) {
       k = &row;
       break;
     }
   }
   if (k == nullptr) return Classification{};
-  // One listed algorithm's bucket and algorithm ("" if the table lacks it).
-  auto lookup = [k](std::string_view name) {
-    for (const auto& row : rules::BoringTableAlgorithms()) {
-      if (row.kind == k->kind && row.name == name) return std::pair{row.bucket, row.algorithm};
-    }
-    return std::pair{k->bucket, std::string_view()};
-  };
   // Named only if every listed algorithm maps to the same one (so
   // P-224|P-256|P-384|P-521, the generic Montgomery code, names no curve).
-  size_t bar = algorithms.find('|');
-  const auto first = lookup(algorithms.substr(0, bar));
-  std::string_view common = first.second;
-  while (bar != std::string_view::npos) {
-    const size_t next = algorithms.find('|', bar + 1);
-    const auto other = lookup(algorithms.substr(bar + 1, next == std::string_view::npos ? next : next - bar - 1));
-    if (other.first != first.first) return Classification{k->bucket, algo::kUnknown};
-    if (other.second != common) common = {};
-    bar = next;
-  }
-  return Classification{first.first, common.empty() ? algo::kUnknown : common};
+  const auto common = Common(name->algorithms, [k](std::string_view listed) {
+    for (const auto& row : rules::BoringTableAlgorithms()) {
+      if (row.kind == k->kind && row.name == listed) return std::pair{row.bucket, row.algorithm};
+    }
+    return std::pair{k->bucket, std::string_view()};
+  });
+  if (!common) return Classification{k->bucket, algo::kUnknown};
+  return Classification{common->first, common->second.empty() ? algo::kUnknown : common->second};
 }
 
 std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) {
@@ -501,26 +512,20 @@ bool IsKeyContext(Family family, std::string_view entry) {
 }
 
 std::string_view SoleNamedCandidate(Family family, std::string_view name) {
-  if (family != Family::kOpenSSL || !StartsWith(name, kProviderPrefix)) return {};
-  std::string_view rest = name.substr(kProviderPrefix.size());
-  const size_t op_end = rest.find(':');
-  const size_t role_start = rest.rfind(':');
-  if (op_end == std::string_view::npos || role_start == op_end) return {};
-  const std::string_view operation = rest.substr(0, op_end);
-  std::string_view algorithms = rest.substr(op_end + 1, role_start - op_end - 1);
-  if (algorithms.find('|') == std::string_view::npos) return {};
+  if (family != Family::kOpenSSL) return {};
+  const std::optional<TableName> table = SplitTableName(name, kProviderPrefix);
+  if (!table || table->kind.empty() || table->algorithms.find('|') == std::string_view::npos) return {};
+  // The listed algorithms with a report name, "" standing for those without.
   std::string_view sole;
-  while (!algorithms.empty()) {
-    const size_t bar = algorithms.find('|');
-    const std::string_view listed = algorithms.substr(0, bar);
-    for (const auto& row : rules::ProviderAlgorithms()) {
-      if (row.operation != operation || row.name != listed) continue;
-      if (!IsConcrete(row.algorithm) || (!sole.empty() && sole != row.algorithm)) return {};
-      sole = row.algorithm;
+  const auto common = Common(table->algorithms, [&](std::string_view listed) {
+    const auto hit = ProviderAlgorithm(table->kind, Bucket::kOther, listed);
+    if (IsConcrete(hit.second)) {
+      if (!sole.empty() && sole != hit.second) sole = "|";  // two different ones: none
+      if (sole.empty()) sole = hit.second;
     }
-    algorithms = bar == std::string_view::npos ? std::string_view() : algorithms.substr(bar + 1);
-  }
-  return sole;
+    return std::pair{Bucket::kOther, std::string_view()};
+  });
+  return common && sole != "|" ? sole : std::string_view();
 }
 
 bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_view candidate,
