@@ -260,22 +260,28 @@ std::optional<ProviderHit> ClassifyProviderName(std::string_view leaf) {
   return ProviderHit{first.first, common.empty() ? algo::kUnknown : common, true, IsLifecycleRole(role)};
 }
 
-// ---- BoringSSL method-table names (rules.h, BoringTableKind)
+// ---- Method-table names (rules.h, BoringTableKind and OpenSslTableKinds)
 
 constexpr std::string_view kBoringTablePrefix = "boringssl:";
+constexpr std::string_view kOpenSslTablePrefix = "openssl:";
 
-// "boringssl:<kind>:<algorithm>[|<algorithm>...]:<role>"
-// (agent/symbols/boringssl_tables.h); nullopt if `leaf` is not one.
-std::optional<Classification> ClassifyBoringTableName(std::string_view leaf) {
-  if (!StartsWith(leaf, kBoringTablePrefix)) return std::nullopt;
-  const std::string_view rest = leaf.substr(kBoringTablePrefix.size());
+// "<prefix><kind>:<algorithm>[|<algorithm>...]:<role>", read with `kinds`
+// and `table`: BoringSSL's method structs ("boringssl:",
+// agent/symbols/boringssl_tables.h) and the code tables below OpenSSL 3's
+// providers ("openssl:", agent/symbols/library_tables.h). nullopt if `leaf`
+// is not one.
+std::optional<Classification> ClassifyMethodTableName(std::string_view leaf, std::string_view prefix,
+                                                      std::span<const rules::BoringTableKind> kinds,
+                                                      std::span<const rules::BoringTableAlgorithm> table) {
+  if (!StartsWith(leaf, prefix)) return std::nullopt;
+  const std::string_view rest = leaf.substr(prefix.size());
   const size_t kind_end = rest.find(':');
   const size_t role_start = rest.rfind(':');  // algorithm names have no ':'
   if (kind_end == std::string_view::npos || role_start == kind_end) return Classification{};
   const std::string_view kind = rest.substr(0, kind_end);
   const std::string_view algorithms = rest.substr(kind_end + 1, role_start - kind_end - 1);
   const rules::BoringTableKind* k = nullptr;
-  for (const auto& row : rules::BoringTableKinds()) {
+  for (const auto& row : kinds) {
     if (row.kind == kind) {
       k = &row;
       break;
@@ -283,8 +289,8 @@ std::optional<Classification> ClassifyBoringTableName(std::string_view leaf) {
   }
   if (k == nullptr) return Classification{};
   // One listed algorithm's bucket and algorithm ("" if the table lacks it).
-  auto lookup = [k](std::string_view name) {
-    for (const auto& row : rules::BoringTableAlgorithms()) {
+  auto lookup = [k, table](std::string_view name) {
+    for (const auto& row : table) {
       if (row.kind == k->kind && row.name == name) return std::pair{row.bucket, row.algorithm};
     }
     return std::pair{k->bucket, std::string_view()};
@@ -312,8 +318,17 @@ std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) 
       return Classification{hit->bucket, IsConcrete(hit->algorithm) ? hit->algorithm : algo::kUnknown};
     }
   }
+  if (mask & rules::kO) {
+    if (auto hit = ClassifyMethodTableName(c.leaf, kOpenSslTablePrefix, rules::OpenSslTableKinds(),
+                                           rules::OpenSslTableAlgorithms())) {
+      return hit;
+    }
+  }
   if (mask & rules::kB) {
-    if (auto hit = ClassifyBoringTableName(c.leaf)) return hit;
+    if (auto hit = ClassifyMethodTableName(c.leaf, kBoringTablePrefix, rules::BoringTableKinds(),
+                                           rules::BoringTableAlgorithms())) {
+      return hit;
+    }
   }
   if (auto hit = ApplyRules(mask, c.leaf)) return hit;
   // mlkem::(anonymous namespace)::scalar_ntt: the namespace names the algorithm.
