@@ -125,13 +125,10 @@ class Variant:
         self.namespace = namespace or (lambda argv: argv)
 
 
-# The algorithms each build still cannot name (issue 18 empties these), with why.
-UNNAMED_TABLES = {
-    "AES-CBC": "provider:cipher:*:update, the generic block-cipher update",
-    "ECDSA-P256": "provider:signature:ECDSA:*: the curve is in the key",
-    "ECDHE-P256": "provider:keyexch:ECDH:derive: the curve is in the key",
-    "X25519": "provider:keyexch:X25519|X448:derive, shared with X448",
-}
+# The algorithms each build still cannot name, with why. None: the code below
+# the shared provider functions names them (openssl:ec:P-256:*,
+# openssl:cipher-hw:AES-CBC..., openssl:ecx:X25519:derive; docs/attribution.md).
+UNNAMED_TABLES = {}
 
 VARIANTS = {
     "static": Variant("tlsprof-groundtruth", "symtab"),
