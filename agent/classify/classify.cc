@@ -286,17 +286,23 @@ std::optional<ProviderHit> ClassifyProviderName(std::string_view leaf) {
   return ProviderHit{common->first, common->second.empty() ? algo::kUnknown : common->second, true, lifecycle};
 }
 
-// ---- BoringSSL method-table names (rules.h, BoringTableKind)
+// ---- Method-table names (rules.h, BoringTableKind and OpenSslTableKinds)
 
 constexpr std::string_view kBoringTablePrefix = "boringssl:";
+constexpr std::string_view kOpenSslTablePrefix = "openssl:";
 
-// "boringssl:<kind>:<algorithm>[|<algorithm>...]:<role>"
-// (agent/symbols/boringssl_tables.h); nullopt if `leaf` is not one.
-std::optional<Classification> ClassifyBoringTableName(std::string_view leaf) {
-  const std::optional<TableName> name = SplitTableName(leaf, kBoringTablePrefix);
+// "<prefix><kind>:<algorithm>[|<algorithm>...]:<role>", read with `kinds`
+// and `table`: BoringSSL's method structs ("boringssl:",
+// agent/symbols/boringssl_tables.h) and the code tables below OpenSSL 3's
+// providers ("openssl:", agent/symbols/library_tables.h). nullopt if `leaf`
+// is not one.
+std::optional<Classification> ClassifyMethodTableName(std::string_view leaf, std::string_view prefix,
+                                                      std::span<const rules::BoringTableKind> kinds,
+                                                      std::span<const rules::BoringTableAlgorithm> table) {
+  const std::optional<TableName> name = SplitTableName(leaf, prefix);
   if (!name || name->kind.empty()) return name ? std::optional(Classification{}) : std::nullopt;
   const rules::BoringTableKind* k = nullptr;
-  for (const auto& row : rules::BoringTableKinds()) {
+  for (const auto& row : kinds) {
     if (row.kind == name->kind) {
       k = &row;
       break;
@@ -305,8 +311,8 @@ std::optional<Classification> ClassifyBoringTableName(std::string_view leaf) {
   if (k == nullptr) return Classification{};
   // Named only if every listed algorithm maps to the same one (so
   // P-224|P-256|P-384|P-521, the generic Montgomery code, names no curve).
-  const auto common = Common(name->algorithms, [k](std::string_view listed) {
-    for (const auto& row : rules::BoringTableAlgorithms()) {
+  const auto common = Common(name->algorithms, [k, table](std::string_view listed) {
+    for (const auto& row : table) {
       if (row.kind == k->kind && row.name == listed) return std::pair{row.bucket, row.algorithm};
     }
     return std::pair{k->bucket, std::string_view()};
@@ -323,8 +329,17 @@ std::optional<Classification> ClassifyC(FamilyMask mask, std::string_view name) 
       return Classification{hit->bucket, IsConcrete(hit->algorithm) ? hit->algorithm : algo::kUnknown};
     }
   }
+  if (mask & rules::kO) {
+    if (auto hit = ClassifyMethodTableName(c.leaf, kOpenSslTablePrefix, rules::OpenSslTableKinds(),
+                                           rules::OpenSslTableAlgorithms())) {
+      return hit;
+    }
+  }
   if (mask & rules::kB) {
-    if (auto hit = ClassifyBoringTableName(c.leaf)) return hit;
+    if (auto hit = ClassifyMethodTableName(c.leaf, kBoringTablePrefix, rules::BoringTableKinds(),
+                                           rules::BoringTableAlgorithms())) {
+      return hit;
+    }
   }
   if (auto hit = ApplyRules(mask, c.leaf)) return hit;
   // mlkem::(anonymous namespace)::scalar_ntt: the namespace names the algorithm.

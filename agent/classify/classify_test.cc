@@ -182,6 +182,48 @@ TEST(ClassifyOpenSsl3, ProviderTableNames) {
   EXPECT_FALSE(ClassifySymbol(Family::kGo, "provider:cipher:AES-GCM:update"));
 }
 
+// Names agent/symbols/library_tables.h gives the code below a stripped
+// libcrypto.so.3's providers (library_tables_test checks them against
+// libcrypto.a): primitives, never operation entries.
+TEST(ClassifyOpenSsl3, CodeTableNames) {
+  struct Case {
+    const char* name;
+    Bucket bucket;
+    std::string_view algorithm;
+  };
+  using enum Bucket;
+  const Case cases[] = {
+      // The curve; ECDSA or ECDH by the operation above (stack_test).
+      {"openssl:ec:P-256:mul", kSignature, algo::kP256Ambiguous},
+      {"openssl:ec:P-256:field_inverse_mod_ord", kSignature, algo::kP256Ambiguous},
+      // Shared with other curves' methods: no curve (never P-384, as the
+      // archive's ec_GFp_mont_* names would read).
+      {"openssl:ec:P-224|P-521:field_mul", kSignature, algo::kUnknown},
+      {"openssl:ec:*:field_mul", kSignature, algo::kUnknown},
+      {"openssl:ec:P-224:mul", kSignature, algo::kUnknown},
+      {"openssl:cipher-hw:AES-CBC|AES-CBC-CTS:cipher", kCipher, algo::kAesCbc},
+      {"openssl:cipher-hw:AES-CBC-HMAC-SHA1:cipher", kCipher, algo::kAesCbc},
+      {"openssl:cipher-hw:AES-GCM:cipherupdate", kCipher, algo::kAesGcm},
+      {"openssl:cipher-hw:ChaCha20-Poly1305:aead_cipher", kCipher, algo::kChaCha20Poly1305},
+      {"openssl:cipher-hw:AES-CBC|AES-CBC-CTS|CAMELLIA-CBC|CAMELLIA-CBC-CTS:cipher", kCipher, algo::kUnknown},
+      {"openssl:cipher-hw:ChaCha20|ChaCha20-Poly1305:cipher", kCipher, algo::kUnknown},
+      {"openssl:ecx:X25519:derive", kKeyExchange, algo::kX25519},
+      {"openssl:bn:RSA:mul", kOther, algo::kUnknown},  // a kind not listed
+      {"openssl:ec", kOther, algo::kUnknown},          // malformed: no fields
+  };
+  for (const Case& c : cases) {
+    auto got = ClassifySymbol(Family::kOpenSSL, c.name);
+    ASSERT_TRUE(got) << c.name << " is not TLS code";
+    EXPECT_EQ(BucketName(got->bucket), BucketName(c.bucket)) << c.name;
+    EXPECT_EQ(got->algorithm, c.algorithm) << c.name;
+    EXPECT_FALSE(ClassifyOperation(Family::kOpenSSL, c.name)) << c.name;
+    EXPECT_TRUE(IsTlsSymbol(c.name)) << c.name;
+  }
+  // Only OpenSSL's family has these names.
+  EXPECT_FALSE(ClassifySymbol(Family::kBoringSSL, "openssl:ec:P-256:mul"));
+  EXPECT_FALSE(ClassifySymbol(Family::kGo, "openssl:ec:P-256:mul"));
+}
+
 // ---- BoringSSL (android shared build + upstream names)
 
 TEST(ClassifyBoringSsl, HotPrimitivesMapToBucketAndAlgorithm) {

@@ -524,6 +524,30 @@ constexpr BoringTableAlgorithm kBoringTableAlgorithms[] = {
   {"ec",     "P-384",                kSig,    kP384Ambiguous},
 };
 
+// ---- OpenSSL 3 code tables below the providers (rules.h, OpenSslTableKinds;
+// names from agent/symbols/library_tables.h).
+constexpr BoringTableKind kOpenSslTableKinds[] = {
+  {"ec",        kSig},     // an EC_METHOD's function: the curve; ECDSA or ECDH by the operation above
+  {"cipher-hw", kCipher},  // a cipher's hw struct (PROV_CIPHER_HW, PROV_GCM_HW, ...)
+  {"ecx",       kKx},      // the X25519 function below the derive X25519 and X448 share
+};
+
+constexpr BoringTableAlgorithm kOpenSslTableAlgorithms[] = {
+  // Curves: only P-256's and P-384's names are the report's. A function
+  // shared with another curve's method (the generic Montgomery code under
+  // P-384 and most others) lists them and names no curve.
+  {"ec",        "P-256",               kSig,    kP256Ambiguous},
+  {"ec",        "P-384",               kSig,    kP384Ambiguous},
+  {"cipher-hw", "AES-CBC",             kCipher, kAesCbc},
+  {"cipher-hw", "AES-CBC-CTS",         kCipher, kAesCbc},   // CBC with ciphertext stealing: the same hw (newctx is shared)
+  {"cipher-hw", "AES-CBC-HMAC-SHA1",   kCipher, kAesCbc},   // the stitched TLS 1.2 CBC suites
+  {"cipher-hw", "AES-CBC-HMAC-SHA256", kCipher, kAesCbc},
+  {"cipher-hw", "AES-CTR",             kCipher, kAesCtr},
+  {"cipher-hw", "AES-GCM",             kCipher, kAesGcm},
+  {"cipher-hw", "ChaCha20-Poly1305",   kCipher, kChaCha20Poly1305},
+  {"ecx",       "X25519",              kKx,     kX25519},
+};
+
 constexpr LibraryPrefix kLibraryPrefixes[] = {
   // ---- TLS/DTLS protocol (libssl)
   {kOB, "SSL_"}, {kOB, "ssl_"}, {kOB, "ssl3_"}, {kOB, "SSL3_"}, {kOB, "SSLv"}, {kOB, "tls1_"}, {kOB, "tls12_"},
@@ -537,7 +561,7 @@ constexpr LibraryPrefix kLibraryPrefixes[] = {
   {kOB, "conf_value_"}, {kOB, "conf_lhash_"}, {kOB, "conf_modules_"}, {kOB, "NCONF_"},
   {kOB, "ENGINE_"}, {kOB, "engine_"}, {kOB, "DSO_"}, {kOB, "dso_"}, {kOB, "dlfcn_"}, {kOB, "UI_"}, {kOB, "ui_"},
   {kOB, "ASYNC_"}, {kOB, "async_"}, {kOB, "BUF_"}, {kOB, "buf_"}, {kOB, "COMP_"}, {kOB, "comp_"},
-  {kOB, "provider_"}, {kO, "provider:"}, {kOB, "ossl_property_"}, {kOB, "prov_"}, {kOB, "core_provider_"}, {kOB, "core_obj_"},
+  {kOB, "provider_"}, {kO, "provider:"}, {kO, "openssl:"}, {kOB, "ossl_property_"}, {kOB, "prov_"}, {kOB, "core_provider_"}, {kOB, "core_obj_"},
   {kOB, "core_bio_"}, {kOB, "core_thread_"}, {kOB, "deflt_"},
   {kOB, "fips_"}, {kOB, "FIPS_"}, {kOB, "nullprov_"},
   {kOB, "encoder_"}, {kOB, "decoder_"}, {kOB, "keymgmt_"}, {kOB, "namemap_"}, {kOB, "ossl_method_"},
@@ -653,6 +677,8 @@ std::span<const ProviderOperation> ProviderOperations() { return kProviderOperat
 std::span<const ProviderAlgorithm> ProviderAlgorithms() { return kProviderAlgorithms; }
 std::span<const BoringTableKind> BoringTableKinds() { return kBoringTableKinds; }
 std::span<const BoringTableAlgorithm> BoringTableAlgorithms() { return kBoringTableAlgorithms; }
+std::span<const BoringTableKind> OpenSslTableKinds() { return kOpenSslTableKinds; }
+std::span<const BoringTableAlgorithm> OpenSslTableAlgorithms() { return kOpenSslTableAlgorithms; }
 std::span<const Rule> Rules() { return kRules; }
 std::span<const LibraryPrefix> LibraryPrefixes() { return kLibraryPrefixes; }
 std::span<const CxxNamespace> CxxNamespaces() { return kCxxNamespaces; }

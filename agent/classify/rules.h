@@ -164,6 +164,17 @@ struct BoringTableAlgorithm {
 std::span<const BoringTableKind> BoringTableKinds();
 std::span<const BoringTableAlgorithm> BoringTableAlgorithms();
 
+// ---- OpenSSL 3 code tables below the providers
+// Names a stripped OpenSSL 3 libcrypto's EC methods, cipher hw structs and
+// X25519 primitive give its functions (agent/symbols/library_tables.h):
+//   openssl:<kind>:<algorithm>[|<algorithm>...]:<role>
+// Read as the BoringSSL method tables are (same row types): each is a
+// primitive of its kind's bucket, never an operation entry; an "ec" function
+// names the curve only, and the operation above it (ECDSA sign, ECDH derive,
+// EC key generation) says ECDSA or ECDH.
+std::span<const BoringTableKind> OpenSslTableKinds();
+std::span<const BoringTableAlgorithm> OpenSslTableAlgorithms();
+
 std::span<const Rule> Rules();
 std::span<const PartOf> PartsOf();
 std::span<const LibraryPrefix> LibraryPrefixes();

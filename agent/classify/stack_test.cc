@@ -271,6 +271,68 @@ TEST(ClassifyStack, BoringSslMethodTables) {
   ExpectResult(got, Bucket::kHash, algo::kSha256, Phase::kOther);
 }
 
+// Debian's stripped libcrypto.so.3 with the code below its providers named
+// (agent/symbols/library_tables.h): the provider function keeps the
+// bucket, the EC method, cipher hw or X25519 frame beneath it names the
+// algorithm.
+TEST(ClassifyStack, OpenSsl3CodeTables) {
+  // ECDSA sign through the P-256 method's mul (ecp_nistz256_points_mul);
+  // the sign_setup every curve's method shares names nothing.
+  auto got = Classify(Family::kOpenSSL, {{"", true},
+                                         {"openssl:ec:P-256:mul", true},
+                                         {"EC_POINT_mul", true},
+                                         {"openssl:ec:*:ecdsa_sign_setup", true},
+                                         {"openssl:ec:*:ecdsa_sign_sig", true},
+                                         {"ECDSA_do_sign_ex", true},
+                                         {"provider:signature:ECDSA:sign", true},
+                                         {"EVP_DigestSignFinal", true},
+                                         {"app", false}});
+  ExpectResult(got, Bucket::kSignature, algo::kEcdsaP256, Phase::kOther);
+  // ECDH derive through the same method: ECDHE-P256, and a generic
+  // Montgomery function beneath it (shared with P-384) keeps it P-256.
+  got = Classify(Family::kOpenSSL, {{"", true},
+                                    {"openssl:ec:*:field_mul", true},
+                                    {"openssl:ec:P-256:mul", true},
+                                    {"EC_POINT_mul", true},
+                                    {"openssl:ec:*:ecdh_compute_key", true},
+                                    {"ECDH_compute_key", true},
+                                    {"provider:keyexch:ECDH:derive", true},
+                                    {"EVP_PKEY_derive", true},
+                                    {"app", false}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kEcdheP256, Phase::kOther);
+  // ECDSA's inversion mod the order (ecp_nistz256_inv_mod_ord).
+  got = Classify(Family::kOpenSSL, {{"", true},
+                                    {"openssl:ec:P-256:field_inverse_mod_ord", true},
+                                    {"", true},
+                                    {"openssl:ec:*:ecdsa_sign_sig", true},
+                                    {"ECDSA_do_sign_ex", true},
+                                    {"provider:signature:ECDSA:sign", true},
+                                    {"app", false}});
+  ExpectResult(got, Bucket::kSignature, algo::kEcdsaP256, Phase::kOther);
+  // Only shared EC code on the stack: the curve stays unknown.
+  got = Classify(Family::kOpenSSL, {{"", true},
+                                    {"openssl:ec:P-224|P-521:field_mul", true},
+                                    {"openssl:ec:*:ecdh_compute_key", true},
+                                    {"provider:keyexch:ECDH:derive", true},
+                                    {"app", false}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kUnknown, Phase::kOther);
+  // AES-CBC records: the generic block update every mode shares, then the
+  // AES-NI CBC hw function (cipher_hw_aesni_cbc) above aesni_cbc_encrypt.
+  got = Classify(Family::kOpenSSL, {{"", true},
+                                    {"openssl:cipher-hw:AES-CBC|AES-CBC-CTS:cipher", true},
+                                    {"provider:cipher:*:update", true},
+                                    {"EVP_EncryptUpdate", true},
+                                    {"app", false}});
+  ExpectResult(got, Bucket::kCipher, algo::kAesCbc, Phase::kOther);
+  // X25519 derive: ecx_derive is X25519's and X448's, ossl_x25519 below it only X25519's.
+  got = Classify(Family::kOpenSSL, {{"", true},
+                                    {"openssl:ecx:X25519:derive", true},
+                                    {"provider:keyexch:X25519|X448:derive", true},
+                                    {"EVP_PKEY_derive", true},
+                                    {"app", false}});
+  ExpectResult(got, Bucket::kKeyExchange, algo::kX25519, Phase::kOther);
+}
+
 TEST(ClassifyStack, GoCbcRecordMacStaysHashInsideTheHalfConnContainer) {
   auto got = Classify(Family::kGo, {{"crypto/sha1.block", true},
                                     {"crypto/sha1.(*digest).Write", true},

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "agent/symbols/loader_image.h"
+#include "agent/symbols/x86_interpreter.h"
 
 namespace tlsprof::symbols {
 namespace {
@@ -257,10 +258,403 @@ std::string AlgorithmName(Op op, std::string_view names) {
   return n;
 }
 
+void AddDistinctAddr(std::vector<uint64_t>& items, uint64_t item) {
+  if (std::find(items.begin(), items.end(), item) == items.end()) items.push_back(item);
+}
+
+// ---------------------------------------------------------------------------
+// What the provider functions reach: the code tables below them
+// (library_tables.h, "openssl:" names).
+
+enum class CodeKind : uint8_t { kEc, kCipherHw, kEcx };
+
+std::string_view CodeKindName(CodeKind k) {
+  switch (k) {
+    case CodeKind::kEc:
+      return "ec";
+    case CodeKind::kCipherHw:
+      return "cipher-hw";
+    case CodeKind::kEcx:
+      return "ecx";
+  }
+  return "*";
+}
+
+struct CodeUse {
+  CodeKind kind;
+  std::string algorithm;
+  std::string role;
+};
+
+// EC_METHOD of OpenSSL 3.0-3.5 (crypto/ec/ec_local.h): int flags, int
+// field_type, then these function pointers, 8 bytes each from offset 8.
+constexpr std::string_view kEcMethodFields[] = {
+    "group_init",
+    "group_finish",
+    "group_clear_finish",
+    "group_copy",
+    "group_set_curve",
+    "group_get_curve",
+    "group_get_degree",
+    "group_order_bits",
+    "group_check_discriminant",
+    "point_init",
+    "point_finish",
+    "point_clear_finish",
+    "point_copy",
+    "point_set_to_infinity",
+    "point_set_affine_coordinates",
+    "point_get_affine_coordinates",
+    "point_set_compressed_coordinates",
+    "point2oct",
+    "oct2point",
+    "add",
+    "dbl",
+    "invert",
+    "is_at_infinity",
+    "is_on_curve",
+    "point_cmp",
+    "make_affine",
+    "points_make_affine",
+    "mul",
+    "precompute_mult",
+    "have_precompute_mult",
+    "field_mul",
+    "field_sqr",
+    "field_div",
+    "field_inv",
+    "field_encode",
+    "field_decode",
+    "field_set_to_one",
+    "priv2oct",
+    "oct2priv",
+    "set_private",
+    "keygen",
+    "keycheck",
+    "keygenpub",
+    "keycopy",
+    "keyfinish",
+    "ecdh_compute_key",
+    "ecdsa_sign_setup",
+    "ecdsa_sign_sig",
+    "ecdsa_verify_sig",
+    "field_inverse_mod_ord",
+    "blind_coordinates",
+    "ladder_pre",
+    "ladder_step",
+    "ladder_post",
+};
+
+// NIDs (openssl/obj_mac.h; they never change).
+constexpr uint32_t kNidPrimeField = 406;  // NID_X9_62_prime_field: an EC_METHOD's field_type
+constexpr uint32_t kNidChar2Field = 407;  // NID_X9_62_characteristic_two_field
+constexpr uint32_t kNidX25519 = 1034;     // EVP_PKEY_X25519: a legacy EVP_PKEY_METHOD's pkey_id
+constexpr uint32_t kNidX448 = 1035;       // EVP_PKEY_X448
+struct CurveName {
+  uint32_t nid;
+  std::string_view name;
+};
+constexpr CurveName kCurveNames[] = {{415, "P-256"}, {715, "P-384"}, {716, "P-521"}, {713, "P-224"}};
+
+std::string CurveLabel(uint32_t nid) {
+  for (const CurveName& c : kCurveNames) {
+    if (c.nid == nid) return std::string(c.name);
+  }
+  return "nid" + std::to_string(nid);
+}
+
+// An entry of the built-in curve table (crypto/ec/ec_curve.c curve_list):
+// { int nid; const EC_CURVE_DATA *data; const EC_METHOD *(*meth)(void);
+//   const char *comment; }, 32 bytes, meth NULL for a curve built on the
+// generic method of its field; EC_CURVE_DATA starts with the field type.
+struct CurveEntry {
+  uint64_t at = 0;
+  uint32_t nid = 0;
+  uint32_t field_type = 0;
+  uint64_t getter = 0;  // 0: none
+};
+
+std::optional<CurveEntry> ReadCurveEntry(const Image& image, uint64_t at) {
+  auto nid = image.Read(at, 8);
+  if (!nid || *nid == 0 || *nid >= 0x10000) return std::nullopt;  // an int NID, zero padding
+  auto data = image.PointerAt(at + 8);
+  auto comment = image.PointerAt(at + 24);
+  // The comment is text, but not always printable ASCII (the IPSec curves' have tabs and newlines).
+  if (!data || !comment || image.KindAt(*data) != Image::kReadOnly || image.KindAt(*comment) != Image::kReadOnly) {
+    return std::nullopt;
+  }
+  auto field = image.Read(*data, 4);
+  if (!field || (*field != kNidPrimeField && *field != kNidChar2Field)) return std::nullopt;
+  CurveEntry e{at, static_cast<uint32_t>(*nid), static_cast<uint32_t>(*field), 0};
+  if (auto meth = image.PointerAt(at + 16)) {
+    if (image.KindAt(*meth) != Image::kCode) return std::nullopt;
+    e.getter = *meth;
+  } else if (image.Read(at + 16, 8).value_or(1) != 0) {
+    return std::nullopt;
+  }
+  return e;
+}
+
+// The curve table: the longest run of entries 32 bytes apart that holds
+// P-256. Found from the comment pointers, one per entry.
+std::vector<CurveEntry> FindCurveTable(const Image& image) {
+  std::vector<CurveEntry> entries;
+  for (const auto& [slot, target] : image.pointers) {
+    if (slot < 24 || image.KindAt(slot) != Image::kWritable || image.KindAt(target) != Image::kReadOnly) continue;
+    if (auto e = ReadCurveEntry(image, slot - 24)) entries.push_back(*e);
+  }
+  std::sort(entries.begin(), entries.end(), [](const CurveEntry& a, const CurveEntry& b) { return a.at < b.at; });
+  std::vector<CurveEntry> best;
+  for (size_t begin = 0; begin < entries.size();) {
+    size_t end = begin + 1;
+    while (end < entries.size() && entries[end].at - entries[end - 1].at == 32) ++end;
+    const bool has_p256 =
+        std::any_of(entries.begin() + static_cast<ptrdiff_t>(begin), entries.begin() + static_cast<ptrdiff_t>(end),
+                    [](const CurveEntry& e) { return e.nid == kCurveNames[0].nid; });
+    if (has_p256 && end - begin > best.size()) {
+      best.assign(entries.begin() + static_cast<ptrdiff_t>(begin), entries.begin() + static_cast<ptrdiff_t>(end));
+    }
+    begin = end;
+  }
+  return best;
+}
+
+// The structs a provider's cipher newctx gets from its hw getter
+// (ossl_prov_cipher_hw_aes_cbc(keybits) -> &aesni_cbc or &aes_cbc, picked by
+// cpuid): PROV_CIPHER_HW { init, cipher, copyctx }, or a mode's own
+// (providers/implementations/include/prov/ciphercommon_{gcm,ccm}.h). At most
+// this many pointers are read from one; the scan also stops at the first
+// that is not code, and at the next struct found.
+struct HwLayout {
+  std::string_view mode;  // algorithm name suffix; "" for the rest
+  std::span<const std::string_view> fields;
+};
+constexpr std::string_view kCipherHwFields[] = {"init", "cipher", "copyctx"};
+constexpr std::string_view kGcmHwFields[] = {"setkey", "setiv", "aadupdate", "cipherupdate", "cipherfinal", "oneshot"};
+constexpr std::string_view kCcmHwFields[] = {"setkey", "setiv", "setaad", "auth_encrypt", "auth_decrypt", "gettag"};
+// PROV_CIPHER_HW_CHACHA20_POLY1305: PROV_CIPHER_HW, then its AEAD's own.
+constexpr std::string_view kChaChaPolyHwFields[] = {"init",   "cipher",   "copyctx",         "aead_cipher",
+                                                    "initiv", "tls_init", "tls_iv_set_fixed"};
+constexpr HwLayout kHwLayouts[] = {
+    {"ChaCha20-Poly1305", kChaChaPolyHwFields}, {"-GCM", kGcmHwFields}, {"-CCM", kCcmHwFields}, {"", kCipherHwFields}};
+// The most slots a struct above has: how far a struct is looked at for a
+// second function.
+constexpr uint64_t kMaxHwSlots = std::size(kChaChaPolyHwFields);
+
+std::span<const std::string_view> HwFields(std::string_view algorithm) {
+  for (const HwLayout& l : kHwLayouts) {
+    if (algorithm.ends_with(l.mode)) return l.fields;
+  }
+  return kCipherHwFields;
+}
+
+// A hw getter is a few instructions; a callee of newctx longer than this is
+// not one (ossl_cipher_generic_initkey and the like are not scanned).
+constexpr uint64_t kMaxHwGetterBytes = 256;
+
+// The code tables below the provider functions. `provider` maps each
+// provider function to its table uses.
+template <typename ProviderUses>
+std::map<uint64_t, std::vector<CodeUse>> ReadCodeTables(const Image& image, const ProviderUses& provider,
+                                                        LibraryTablesStats& stats) {
+  std::map<uint64_t, std::vector<CodeUse>> uses;
+  X86Interpreter cpu(image);
+  if (!cpu.ok()) return uses;
+  std::set<uint64_t> exported;
+  for (const auto& [name, addr] : image.exports) exported.insert(addr);
+  auto is_function = [&image](uint64_t addr) { return image.KindAt(addr) == Image::kCode && image.FunctionSize(addr); };
+  auto export_at = [&image](std::string_view name) -> std::optional<uint64_t> {
+    auto it = image.exports.find(std::string(name));
+    if (it == image.exports.end()) return std::nullopt;
+    return it->second;
+  };
+  // Direct callees of `fn` that are functions of this file, not exports
+  // (those have their own names) and not PLT stubs (no FDE starts there).
+  auto callees = [&](uint64_t fn) {
+    std::set<uint64_t> out;
+    auto size = image.FunctionSize(fn);
+    if (!size) return out;
+    for (uint64_t t : cpu.Scan(fn, *size).calls) {
+      if (!exported.count(t) && is_function(t)) out.insert(t);
+    }
+    return out;
+  };
+
+  // --- EC: the curve table's methods, and the generic method of each field
+  // for the curves that name none (EC_GROUP_new_curve_GFp/GF2m pick it; on
+  // x86-64 the Montgomery one). A curve's method is where its arithmetic is:
+  // ECDSA and ECDH reach it through EC_POINT_mul and the group's inverse.
+  std::map<uint64_t, std::vector<std::string>> method_curves;  // EC_METHOD -> curves
+  auto method_of = [&](uint64_t getter) -> std::optional<uint64_t> {
+    const X86Run run = cpu.Execute(getter);
+    if (!run.returned || !run.rax || image.KindAt(*run.rax) != Image::kWritable) return std::nullopt;
+    auto field = image.Read(*run.rax + 4, 4);
+    if (!field || (*field != kNidPrimeField && *field != kNidChar2Field)) return std::nullopt;
+    return *run.rax;
+  };
+  // The generic getters EC_GROUP_new_curve_GFp/GF2m call (through the PLT).
+  auto generic_methods = [&](std::string_view constructor, std::initializer_list<std::string_view> getters) {
+    std::vector<uint64_t> out;
+    auto fn = export_at(constructor);
+    if (!fn || !image.FunctionSize(*fn)) return out;
+    for (uint64_t t : cpu.Scan(*fn, *image.FunctionSize(*fn)).calls) {
+      for (std::string_view g : getters) {
+        auto addr = export_at(g);
+        if (addr && cpu.CallsExport(t, g)) {
+          if (auto m = method_of(*addr)) AddDistinctAddr(out, *m);
+        }
+      }
+    }
+    return out;
+  };
+  const std::vector<CurveEntry> curves = FindCurveTable(image);
+  if (!curves.empty()) {
+    const std::vector<uint64_t> prime =
+        generic_methods("EC_GROUP_new_curve_GFp", {"EC_GFp_mont_method", "EC_GFp_nist_method", "EC_GFp_simple_method"});
+    const std::vector<uint64_t> char2 = generic_methods("EC_GROUP_new_curve_GF2m", {"EC_GF2m_simple_method"});
+    for (const CurveEntry& c : curves) {
+      ++stats.curves;
+      std::vector<uint64_t> methods;
+      if (c.getter != 0) {
+        if (auto m = method_of(c.getter)) methods.push_back(*m);
+      } else {
+        methods = c.field_type == kNidPrimeField ? prime : char2;
+      }
+      for (uint64_t m : methods) method_curves[m].push_back(CurveLabel(c.nid));
+    }
+  }
+  for (const auto& [method, curve_list] : method_curves) {
+    ++stats.ec_methods;
+    for (size_t i = 0; i < std::size(kEcMethodFields); ++i) {
+      auto fn = image.PointerAt(method + 8 + 8 * i);
+      if (!fn || !is_function(*fn)) continue;
+      for (const std::string& curve : curve_list) {
+        uses[*fn].push_back({CodeKind::kEc, curve, std::string(kEcMethodFields[i])});
+      }
+    }
+  }
+
+  // --- Cipher hw structs, from each cipher's newctx through its hw getter:
+  // a callee of newctx, or of the helper newctx tail-calls (aes128gcm_newctx
+  // -> aes_gcm_newctx -> ossl_prov_aes_hw_gcm), that takes the address of a
+  // struct whose first slot is a function. Every algorithm whose newctx
+  // reaches a struct is its (AES-CBC and AES-CBC-CTS share newctx).
+  std::map<uint64_t, std::vector<std::string>> hw_structs;   // struct -> algorithms
+  std::map<uint64_t, std::vector<uint64_t>> getter_structs;  // function -> structs its leas take
+  std::map<uint64_t, std::set<uint64_t>> callee_cache;
+  auto cached_callees = [&](uint64_t fn) -> const std::set<uint64_t>& {
+    auto it = callee_cache.find(fn);
+    if (it == callee_cache.end()) it = callee_cache.emplace(fn, callees(fn)).first;
+    return it->second;
+  };
+  auto structs_of = [&](uint64_t fn) -> const std::vector<uint64_t>& {
+    auto it = getter_structs.find(fn);
+    if (it != getter_structs.end()) return it->second;
+    std::vector<uint64_t> found;
+    if (auto size = image.FunctionSize(fn); size && *size <= kMaxHwGetterBytes) {
+      for (uint64_t x : cpu.Scan(fn, *size).leas) {
+        if (image.KindAt(x) != Image::kWritable) continue;
+        auto first = image.PointerAt(x);
+        if (!first || !is_function(*first)) continue;
+        // PROV_CIPHER_HW's cipher and copyctx may be NULL in a mode's own
+        // struct (ChaCha20-Poly1305's), whose functions follow it.
+        bool more = false;
+        for (uint64_t i = 1; i < kMaxHwSlots && !more; ++i) {
+          auto p = image.PointerAt(x + 8 * i);
+          more = p && is_function(*p);
+        }
+        if (more) AddDistinctAddr(found, x);
+      }
+    }
+    return getter_structs.emplace(fn, std::move(found)).first->second;
+  };
+  for (const auto& [fn, list] : provider) {
+    std::vector<std::string> algs;
+    bool newctx = false, cipher = !list.empty();
+    for (const auto& u : list) {
+      cipher = cipher && u.op == Op::kCipher;
+      newctx = newctx || u.role == "newctx";
+      AddDistinct(algs, u.algorithm);
+    }
+    if (!cipher || !newctx || algs.size() > kMaxListed) continue;
+    std::set<uint64_t> reached;
+    for (uint64_t callee : cached_callees(fn)) {
+      reached.insert(callee);
+      for (uint64_t c2 : cached_callees(callee)) reached.insert(c2);
+    }
+    for (uint64_t f : reached) {
+      for (uint64_t st : structs_of(f)) {
+        for (const std::string& a : algs) AddDistinct(hw_structs[st], a);
+      }
+    }
+  }
+  for (auto it = hw_structs.begin(); it != hw_structs.end(); ++it) {
+    ++stats.hw_structs;
+    const auto next = std::next(it);
+    // The layout of its algorithms' mode; PROV_CIPHER_HW's three fields if
+    // they differ (ChaCha20's struct, reached from ChaCha20-Poly1305 too).
+    std::span<const std::string_view> fields = HwFields(it->second.front());
+    for (const std::string& alg : it->second) {
+      if (HwFields(alg).data() != fields.data()) fields = kCipherHwFields;
+    }
+    for (const std::string& alg : it->second) {
+      for (size_t i = 0; i < fields.size(); ++i) {
+        const uint64_t slot = it->first + 8 * i;
+        if (next != hw_structs.end() && slot >= next->first) break;
+        auto fn = image.PointerAt(slot);
+        if (!fn) {
+          if (image.Read(slot, 8).value_or(1) != 0) break;
+          continue;  // a NULL slot
+        }
+        if (!is_function(*fn)) break;
+        uses[*fn].push_back({CodeKind::kCipherHw, alg, std::string(fields[i])});
+      }
+    }
+  }
+
+  // --- X25519: the provider's derive is shared with X448 (ecx_derive picks
+  // ossl_x25519 or ossl_x448 by key length). The function it calls that the
+  // legacy X25519 EVP_PKEY_METHOD's derive calls too, and X448's does not,
+  // is X25519's. EVP_PKEY_METHOD (crypto/evp/evp_local.h): int pkey_id, int
+  // flags, then function pointers with derive at offset 184, ctrl at 192.
+  std::optional<uint64_t> shared_derive;
+  for (const auto& [fn, list] : provider) {
+    std::vector<std::string> algs;
+    bool derive = !list.empty();
+    for (const auto& u : list) {
+      derive = derive && u.op == Op::kKeyexch && u.role == "derive";
+      AddDistinct(algs, u.algorithm);
+    }
+    std::sort(algs.begin(), algs.end());
+    if (derive && algs == std::vector<std::string>{"X25519", "X448"}) shared_derive = fn;
+  }
+  if (shared_derive) {
+    std::set<uint64_t> legacy25519, legacy448;
+    for (const auto& [slot, target] : image.pointers) {
+      if (slot < 184 || image.KindAt(slot) != Image::kWritable || !is_function(target)) continue;
+      const uint64_t base = slot - 184;
+      auto id = image.Read(base, 8);  // pkey_id, and flags 0
+      auto ctrl = image.PointerAt(base + 192);
+      if (!id || !ctrl || !is_function(*ctrl)) continue;
+      if (*id == kNidX25519) legacy25519.insert(target);
+      if (*id == kNidX448) legacy448.insert(target);
+    }
+    std::set<uint64_t> x25519_callees, x448_callees;
+    for (uint64_t fn : legacy25519) x25519_callees.merge(callees(fn));
+    for (uint64_t fn : legacy448) x448_callees.merge(callees(fn));
+    for (uint64_t fn : callees(*shared_derive)) {
+      if (x25519_callees.count(fn) && !x448_callees.count(fn)) {
+        uses[fn].push_back({CodeKind::kEcx, "X25519", "derive"});
+      }
+    }
+  }
+  return uses;
+}
+
 }  // namespace
 
 Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
-  auto loaded = LoadLoaderImage(fd, path);
+  auto loaded = LoadLoaderImage(fd, path, {.symbol_names = true});
   if (!loaded) return loaded.error();
   const Image& image = *loaded;
   LibraryTables out;
@@ -331,6 +725,30 @@ Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
     out.functions.push_back({addr, *size, "provider:" + op + ":" + alg + ":" + role});
   }
   out.stats.functions = out.functions.size();
+
+  // Only a library with provider tables has the code tables below them.
+  if (out.functions.empty()) return out;
+  const auto code = ReadCodeTables(image, uses, out.stats);
+  for (const auto& [addr, list] : code) {
+    // A provider function keeps its provider name.
+    if (uses.count(addr)) continue;
+    auto size = image.FunctionSize(addr);
+    if (!size) continue;  // ReadCodeTables takes only functions with an FDE
+    std::vector<std::string> kinds, algs, roles;
+    for (const CodeUse& u : list) {
+      AddDistinct(kinds, std::string(CodeKindName(u.kind)));
+      AddDistinct(algs, u.algorithm);
+      AddDistinct(roles, u.role);
+    }
+    std::sort(algs.begin(), algs.end());
+    out.functions.push_back({addr, *size,
+                             "openssl:" + JoinOrStar(kinds, ":", 1) + ":" + JoinOrStar(algs, "|", kMaxListed) + ":" +
+                                 JoinOrStar(roles, "+", kMaxRoles)});
+    ++out.stats.code_functions;
+  }
+  out.stats.functions = out.functions.size();
+  std::sort(out.functions.begin(), out.functions.end(),
+            [](const TableFunction& a, const TableFunction& b) { return a.addr < b.addr; });
   return out;
 }
 

@@ -35,6 +35,35 @@
 // No compiler emits "provider:" names, so classify (rules.cc, operations.cc)
 // can match them as they are.
 //
+// Some provider functions are shared in a way that hides the algorithm (the
+// generic block-cipher update, ECDSA and ECDH of any curve, the derive X25519
+// and X448 share), so the code below them is named too, from the structs the
+// library reaches it through (machine code read with x86_interpreter.h):
+//   openssl:<kind>:<algorithm>:<role>
+//     kind ec         an EC_METHOD's function pointers (role: the field,
+//                     mul, field_inverse_mod_ord, ...). The methods are those
+//                     of the built-in curve table (crypto/ec/ec_curve.c, found
+//                     by its {nid, curve data, method getter, comment}
+//                     entries): a curve's own getter (P-256's
+//                     EC_GFp_nistz256_method on x86-64), else the generic
+//                     method EC_GROUP_new_curve_GFp/GF2m call. Algorithm: the
+//                     curve (P-224, P-256, P-384, P-521, nid<N> for others),
+//                     or all of them when methods share the function, "*"
+//                     for more than 8 (the Montgomery code of most curves).
+//     kind cipher-hw  the hw struct a cipher's newctx gets from its hw getter
+//                     (ossl_prov_cipher_hw_aes_cbc -> aesni_cbc/aes_cbc:
+//                     init, cipher, copyctx; GCM's, CCM's and
+//                     ChaCha20-Poly1305's own layouts), reached through
+//                     newctx's direct callees and theirs. Algorithm: every
+//                     algorithm whose newctx reaches the struct, key size
+//                     dropped (AES-CBC|AES-CBC-CTS share newctx).
+//     kind ecx        the function both the provider's X25519|X448 derive
+//                     and the legacy X25519 EVP_PKEY_METHOD's derive call,
+//                     and X448's does not (ossl_x25519); algorithm X25519.
+//   e.g. openssl:ec:P-256:mul, openssl:cipher-hw:AES-CBC|AES-CBC-CTS:cipher,
+//        openssl:ec:*:field_mul, openssl:ecx:X25519:derive.
+// A function that has a provider name keeps it.
+//
 // Everything is read with pread into memory (no mapping: a file truncated
 // while it is read must not SIGBUS the agent); a malformed file gives an
 // Error, never a crash; a table that does not decode is skipped, so the result
@@ -60,8 +89,12 @@ struct LibraryTablesStats {
   uint64_t algorithms = 0;      // OSSL_ALGORITHM entries decoded
   uint64_t tables = 0;          // arrays of them
   uint64_t dispatch_slots = 0;  // OSSL_DISPATCH entries with a function
-  uint64_t functions = 0;       // distinct functions named (with an extent)
-  uint64_t no_extent = 0;       // functions with no FDE starting at them (not named)
+  uint64_t functions = 0;       // distinct functions named (with an extent), both kinds of name
+  uint64_t no_extent = 0;       // table functions with no FDE starting at them (not named)
+  uint64_t curves = 0;          // entries of the built-in curve table
+  uint64_t ec_methods = 0;      // EC_METHOD structs read (the curves' and the generic ones)
+  uint64_t hw_structs = 0;      // cipher hw structs reached from a newctx
+  uint64_t code_functions = 0;  // functions given an "openssl:" name
 };
 
 struct LibraryTables {
@@ -70,7 +103,7 @@ struct LibraryTables {
 };
 
 // Decodes the provider algorithm tables of the x86-64 ELF shared library open
-// at `fd`. A library without such tables (libssl, BoringSSL, not OpenSSL 3)
+// at `fd`, and the code tables below them. A library without such tables (libssl, BoringSSL, not OpenSSL 3)
 // gives an empty result, not an error. Errors: not an x86-64 ELF64 file, or
 // its headers are malformed.
 Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path);

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -134,6 +135,99 @@ TEST(LibraryTablesTest, NamesDebianLibcryptoProviderFunctions) {
   EXPECT_TRUE(named_as("provider:cipher:*:update", "ossl_cipher_generic_block_update"));
 }
 
+// Below the providers (library_tables.h, "openssl:" names): the EC methods
+// of the built-in curves, the cipher hw structs and X25519's primitive, the
+// same ground truth.
+const std::pair<const char*, const char*> kCodeFunctions[] = {
+    // P-256's own method (ecp_nistz256.c on x86-64).
+    {"openssl:ec:P-256:mul", "ecp_nistz256_points_mul"},
+    {"openssl:ec:P-256:field_inverse_mod_ord", "ecp_nistz256_inv_mod_ord"},
+    {"openssl:ec:P-256:point_get_affine_coordinates", "ecp_nistz256_get_affine"},
+    {"openssl:ec:P-224:mul", "ossl_ec_GFp_nistp224_points_mul"},
+    {"openssl:ec:P-521:mul", "ossl_ec_GFp_nistp521_points_mul"},
+    // AES-CBC's AES-NI hw (AES-CBC-CTS shares its newctx and so its hw).
+    {"openssl:cipher-hw:AES-CBC|AES-CBC-CTS:cipher", "cipher_hw_aesni_cbc"},
+    {"openssl:cipher-hw:AES-CBC-HMAC-SHA1:cipher", "aesni_cbc_hmac_sha1_cipher"},
+    {"openssl:cipher-hw:AES-GCM:cipherupdate", "generic_aes_gcm_cipher_update"},
+    {"openssl:cipher-hw:AES-GCM:setkey", "aesni_gcm_initkey"},
+    {"openssl:cipher-hw:ChaCha20-Poly1305:aead_cipher", "chacha20_poly1305_aead_cipher"},
+    {"openssl:ecx:X25519:derive", "ossl_x25519"},
+};
+
+TEST(LibraryTablesTest, NamesTheCodeBelowTheProviders) {
+  REQUIRE_FILES(kLibcrypto, kLibcryptoA);
+  auto tables = Read(kLibcrypto);
+  ASSERT_TRUE(tables) << tables.error().message;
+  const LibraryTablesStats& st = tables->stats;
+  std::printf("libcrypto.so.3: %llu curves, %llu EC methods, %llu cipher hw structs, %llu functions named below\n",
+              (unsigned long long)st.curves, (unsigned long long)st.ec_methods, (unsigned long long)st.hw_structs,
+              (unsigned long long)st.code_functions);
+  // OpenSSL 3.0's curve_list: 82 curves (ec_curve.c), whose methods are
+  // nistp224, nistz256, nistp521, and the generic GFp (Montgomery) and GF2m.
+  EXPECT_EQ(st.curves, 82u);
+  EXPECT_EQ(st.ec_methods, 5u);
+  EXPECT_GE(st.hw_structs, 40u);
+
+  auto index = GetArchiveIndex(kLibcryptoA);
+  ASSERT_TRUE(index) << index.error().message;
+  UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  auto match = MatchArchive(fd.get(), kLibcrypto, **index);
+  ASSERT_TRUE(match) << match.error().message;
+  std::map<uint64_t, std::set<std::string>> truth;
+  for (const MatchedFunction& f : match->functions) truth[f.addr].insert(f.name);
+
+  // Several functions may share a name (aes_gcm_initkey and
+  // aesni_gcm_initkey are both AES-GCM's setkey): one of them is `real`.
+  for (const auto& [synthetic, real] : kCodeFunctions) {
+    bool found = false;
+    std::string other = "not among the names";
+    for (const TableFunction& f : tables->functions) {
+      if (f.name != synthetic) continue;
+      if (truth[f.addr].count(real)) {
+        found = true;
+        break;
+      }
+      other = truth[f.addr].empty() ? "unnamed" : *truth[f.addr].begin();
+    }
+    EXPECT_TRUE(found) << synthetic << " is " << other << ", not " << real;
+  }
+
+  // Every name that says one curve, one TLS cipher or X25519 is that code in
+  // the archive; shared code never names one curve.
+  auto any_contains = [](const std::set<std::string>& names, std::string_view part) {
+    return std::any_of(names.begin(), names.end(),
+                       [part](const std::string& n) { return n.find(part) != std::string::npos; });
+  };
+  size_t p256 = 0, cbc = 0, checked = 0;
+  for (const TableFunction& f : tables->functions) {
+    if (f.name.rfind("openssl:", 0) != 0) continue;
+    const std::set<std::string>& names = truth[f.addr];
+    if (names.empty()) continue;
+    ++checked;
+    if (f.name.rfind("openssl:ec:P-256:", 0) == 0) {
+      ++p256;
+      EXPECT_TRUE(any_contains(names, "nistz256")) << f.name << " is " << *names.begin();
+    }
+    if (any_contains(names, "ec_GFp_mont_") || any_contains(names, "ec_GFp_simple_")) {
+      const bool several = f.name.find('|') != std::string::npos || f.name.find(":*:") != std::string::npos;
+      EXPECT_TRUE(several) << f.name << " (" << *names.begin() << ") is shared code but names one curve";
+    }
+    if (f.name.rfind("openssl:cipher-hw:AES-CBC|AES-CBC-CTS:", 0) == 0) {
+      ++cbc;
+      EXPECT_TRUE(any_contains(names, "cbc")) << f.name << " is " << *names.begin();
+    }
+    if (f.name.rfind("openssl:ecx:X25519:", 0) == 0) {
+      EXPECT_TRUE(any_contains(names, "x25519")) << f.name << " is " << *names.begin();
+    }
+  }
+  std::printf("%zu of %zu named below the providers also named by libcrypto.a\n", checked,
+              static_cast<size_t>(st.code_functions));
+  EXPECT_GE(checked, st.code_functions * 95 / 100);
+  EXPECT_GE(p256, 5u);
+  EXPECT_GE(cbc, 1u);
+}
+
 // A provider laid out the way OpenSSL 3 lays one out, built here from
 // testdata/provider_tables.c: the names depend on the tables alone, not on
 // Debian's build.
@@ -253,7 +347,11 @@ TEST(LibraryTablesTest, MalformedCopiesGiveErrorsNotCrashes) {
     symtest::WriteFileBytes(path, copy);
     auto t = Read(path);
     if (t) {
-      for (const TableFunction& f : t->functions) ASSERT_EQ(f.name.rfind("provider:", 0), 0u) << "seed " << seed;
+      for (const TableFunction& f : t->functions) {
+        ASSERT_TRUE(f.name.rfind("provider:", 0) == 0 || f.name.rfind("openssl:", 0) == 0)
+            << f.name << " seed " << seed;
+        ASSERT_GT(f.size, 0u) << f.name << " seed " << seed;
+      }
     }
   }
   symtest::WriteFileBytes(path, std::vector<uint8_t>(10000, 0x41));

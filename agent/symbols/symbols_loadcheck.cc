@@ -103,9 +103,13 @@ int main(int argc, char** argv) {
       best_boring = std::min(best_boring, std::chrono::duration<double, std::milli>(t2 - t1).count());
     }
     if (st.functions != 0 || bst.functions == 0) {
-      std::printf("%s: %llu algorithms in %llu tables, %llu functions named; decode %.1f ms (fastest of %d)\n", argv[1],
-                  static_cast<unsigned long long>(st.algorithms), static_cast<unsigned long long>(st.tables),
-                  static_cast<unsigned long long>(st.functions), best, repeat);
+      std::printf(
+          "%s: %llu algorithms in %llu tables, %llu curves, %llu EC methods, %llu cipher hw structs, %llu functions "
+          "named (%llu below the providers); decode %.1f ms (fastest of %d)\n",
+          argv[1], static_cast<unsigned long long>(st.algorithms), static_cast<unsigned long long>(st.tables),
+          static_cast<unsigned long long>(st.curves), static_cast<unsigned long long>(st.ec_methods),
+          static_cast<unsigned long long>(st.hw_structs), static_cast<unsigned long long>(st.functions),
+          static_cast<unsigned long long>(st.code_functions), best, repeat);
     }
     if (bst.functions != 0) {
       std::printf(

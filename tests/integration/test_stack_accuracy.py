@@ -18,12 +18,8 @@ seeds are drawn fresh each run and printed; TLSPROF_SEEDS=a,b,c replays them.
 
 Acceptance, per seed: TLS CPU rate within ±5% of ground truth; every bucket
 and every measured algorithm within ±3 percentage points of TLS time; and
-`unknown`, in any bucket, at most UNKNOWN_LIMIT_PP of TLS time. An algorithm
-may read `unknown` only where no frame of its stacks names it yet (the
-variant's `unnamed`, each with the reason; issue 18 empties them). Those
-algorithms' truth is then compared as `unknown` of their bucket (so
-ECDSA-P256 is signature/unknown), and so must not show under their own name
-either.
+`unknown`, in any bucket, at most UNKNOWN_LIMIT_PP of TLS time: every
+algorithm of every build is named.
 """
 import json
 import os
@@ -118,25 +114,19 @@ def hidden_archive(argv):
 
 
 class Variant:
-    def __init__(self, binary, symbols, unnamed=None, namespace=None):
+    def __init__(self, binary, symbols, namespace=None):
         self.binary = binary
         self.symbols = symbols  # how the library row must say it was named
-        self.unnamed = unnamed or {}
         self.namespace = namespace or (lambda argv: argv)
 
-
-# The algorithms each build still cannot name (issue 18 empties these), with why.
-UNNAMED_TABLES = {
-    "AES-CBC": "provider:cipher:*:update, the generic block-cipher update",
-    "ECDSA-P256": "provider:signature:ECDSA:*: the curve is in the key",
-    "ECDHE-P256": "provider:keyexch:ECDH:derive: the curve is in the key",
-    "X25519": "provider:keyexch:X25519|X448:derive, shared with X448",
-}
 
 VARIANTS = {
     "static": Variant("tlsprof-groundtruth", "symtab"),
     "shared": Variant("tlsprof-groundtruth-shared", "static-archive"),
-    "shared_hidden": Variant("tlsprof-groundtruth-shared", "library-tables", UNNAMED_TABLES, hidden_archive),
+    # The provider tables and the code tables below them (openssl:ec:P-256:*,
+    # openssl:cipher-hw:AES-CBC..., openssl:ecx:X25519:derive) name every
+    # algorithm of the mix (docs/attribution.md).
+    "shared_hidden": Variant("tlsprof-groundtruth-shared", "library-tables", hidden_archive),
     # Debian's android-libboringssl exports only its API; the agent names the
     # unexported functions behind it from its method structs (EVP_AEAD,
     # EVP_CIPHER, EVP_MD, the curves' EC_METHODs).
@@ -193,7 +183,7 @@ class StackAccuracyTest(unittest.TestCase):
             with open(truth_file) as f:
                 truth = json.load(f)
             self.assertEqual(truth["seed"], seed)
-            lines, failures = compare(report, truth, pid, v.unnamed, UNKNOWN_LIMIT_PP)
+            lines, failures = compare(report, truth, pid, unknown_limit_pp=UNKNOWN_LIMIT_PP)
             proc = process_row(report, pid)
             mix = ", ".join(f"{c['name']} {c['cpu_seconds'] / truth['measured_cpu_seconds'] * 100:.0f}%"
                             f" (fresh {c['fresh_share'] * 100:.0f}%)" for c in truth["categories"])
