@@ -248,7 +248,7 @@ struct ProviderHit {
   Bucket bucket = Bucket::kOther;
   std::string_view algorithm = algo::kUnknown;  // may be kAnyEcdsa/kAnyEcdh
   bool entry = false;                           // an operation entry
-  bool lifecycle = false;                       // a context's set-up or tear-down (rules::Operation)
+  bool takes_process_mix = false;               // rules::Operation::takes_process_mix
 };
 
 // Whether a provider function's role(s), '+'-joined, all set a context up or
@@ -279,11 +279,11 @@ std::optional<ProviderHit> ClassifyProviderName(std::string_view leaf) {
     }
   }
   if (op == nullptr || !StartsWith(name->role, op->entry_roles)) return ProviderHit{};
-  const bool lifecycle = IsLifecycleRole(name->role);
+  const bool takes_mix = IsLifecycleRole(name->role);
   const auto common = Common(
       name->algorithms, [&](std::string_view listed) { return ProviderAlgorithm(name->kind, op->bucket, listed); });
-  if (!common) return ProviderHit{op->bucket, algo::kUnknown, true, lifecycle};
-  return ProviderHit{common->first, common->second.empty() ? algo::kUnknown : common->second, true, lifecycle};
+  if (!common) return ProviderHit{op->bucket, algo::kUnknown, true, takes_mix};
+  return ProviderHit{common->first, common->second.empty() ? algo::kUnknown : common->second, true, takes_mix};
 }
 
 // ---- Method-table names (rules.h, BoringTableKind and OpenSslTableKinds)
@@ -414,7 +414,7 @@ struct OperationHit {
   Bucket bucket = Bucket::kOther;
   std::string_view algorithm = algo::kUnknown;  // may be kAnyEcdsa/kAnyEcdh
   bool container = false;
-  bool lifecycle = false;
+  bool takes_process_mix = false;
 };
 
 std::optional<OperationHit> FindOperation(const EntryName& e) {
@@ -422,11 +422,11 @@ std::optional<OperationHit> FindOperation(const EntryName& e) {
   if (e.mask & rules::kO) {
     if (auto hit = ClassifyProviderName(e.leaf)) {
       if (!hit->entry) return std::nullopt;
-      return OperationHit{hit->bucket, hit->algorithm, false, hit->lifecycle};
+      return OperationHit{hit->bucket, hit->algorithm, false, hit->takes_process_mix};
     }
   }
   for (const auto& r : rules::Operations()) {
-    if (EntryMatches(r, e)) return OperationHit{r.bucket, r.algorithm, r.container, r.lifecycle};
+    if (EntryMatches(r, e)) return OperationHit{r.bucket, r.algorithm, r.container, r.takes_process_mix};
   }
   return std::nullopt;
 }
@@ -523,7 +523,7 @@ bool IsSpecificOperation(Family family, std::string_view name) {
 
 bool IsKeyContext(Family family, std::string_view entry) {
   const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, entry));
-  return op && op->bucket == Bucket::kOther && op->lifecycle;
+  return op && op->bucket == Bucket::kOther && op->takes_process_mix;
 }
 
 std::string_view SoleNamedCandidate(Family family, std::string_view name) {
@@ -549,7 +549,7 @@ bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_
   if (!candidate.empty()) return algorithm == candidate;
   const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, entry));
   if (!op) return false;
-  if (op->algorithm == algo::kUnknown) return op->lifecycle;
+  if (op->algorithm == algo::kUnknown) return op->takes_process_mix;
   if (op->algorithm == rules::kAnyEcdsa) return algorithm.starts_with("ECDSA-");
   if (op->algorithm == rules::kAnyEcdh) return algorithm.starts_with("ECDHE-");
   return op->algorithm == algorithm;

@@ -115,9 +115,9 @@ constexpr Operation kOperations[] = {
   {kOB, kPrefix, "EVP_PKEY_derive_init",         kKx, kUnknown, false, true},  // _init, _init_ex
   {kOB, kPrefix, "EVP_PKEY_derive_set_peer",     kKx, kUnknown, false, true},  // _set_peer, _set_peer_ex
   {kOB, kPrefix, "EVP_PKEY_derive",              kKx, kUnknown},
-  {kOB, kPrefix, "EVP_PKEY_keygen",              kKx, kUnknown},
-  {kOB, kExact,  "EVP_PKEY_generate",            kKx, kUnknown},
-  {kOB, kExact,  "EVP_PKEY_Q_keygen",            kKx, kUnknown},
+  {kOB, kPrefix, "EVP_PKEY_keygen",              kKx, kUnknown, false, true},
+  {kOB, kExact,  "EVP_PKEY_generate",            kKx, kUnknown, false, true},
+  {kOB, kExact,  "EVP_PKEY_Q_keygen",            kKx, kUnknown, false, true},
   {kOB, kPrefix, "EVP_PKEY_encapsulate",         kKx, kUnknown},
   {kOB, kPrefix, "EVP_PKEY_decapsulate",         kKx, kUnknown},
   {kOB, kPrefix, "EVP_PKEY_auth_encapsulate",    kKx, kUnknown},
@@ -166,17 +166,21 @@ constexpr Operation kOperations[] = {
   {kO,  kPrefix, "ossl_dh_compute_key",          kKx, kUnknown},
   {kO,  kExact,  "dh_derive",                    kKx, kUnknown},
   {kO,  kPrefix, "pkey_dh_derive",               kKx, kUnknown},
+  // Ephemeral key generation and libssl's key-share calls name no group
+  // (X25519's keygen tail-calls into code shared with X448): they take the
+  // key-exchange algorithms the process named, as each handshake generates
+  // and derives with the same group (takes_process_mix).
   // libssl functions that do key exchange and nothing else. (TLS 1.2
   // ServerKeyExchange is left out: it generates a key AND signs it.)
   {kO,  kExact,  "ssl_derive",                   kKx, kUnknown},
-  {kO,  kPrefix, "ssl_generate_pkey",            kKx, kUnknown},   // ssl_generate_pkey, ssl_generate_pkey_group
+  {kO,  kPrefix, "ssl_generate_pkey",            kKx, kUnknown, false, true},   // ssl_generate_pkey, ssl_generate_pkey_group
   {kO,  kExact,  "ssl_gensecret",                kKx, kUnknown},
   {kO,  kExact,  "ssl_encapsulate",              kKx, kUnknown},
   {kO,  kExact,  "ssl_decapsulate",              kKx, kUnknown},
-  {kO,  kExact,  "tls_construct_ctos_key_share", kKx, kUnknown},
-  {kO,  kExact,  "tls_construct_stoc_key_share", kKx, kUnknown},
-  {kO,  kExact,  "tls_parse_ctos_key_share",     kKx, kUnknown},
-  {kO,  kExact,  "tls_parse_stoc_key_share",     kKx, kUnknown},
+  {kO,  kExact,  "tls_construct_ctos_key_share", kKx, kUnknown, false, true},
+  {kO,  kExact,  "tls_construct_stoc_key_share", kKx, kUnknown, false, true},
+  {kO,  kExact,  "tls_parse_ctos_key_share",     kKx, kUnknown, false, true},
+  {kO,  kExact,  "tls_parse_stoc_key_share",     kKx, kUnknown, false, true},
   {kO,  kPrefix, "tls_construct_cke_",           kKx, kUnknown},   // ClientKeyExchange: _ecdhe, _rsa, _dhe, ...
   {kO,  kPrefix, "tls_process_cke_",             kKx, kUnknown},
   {kO,  kExact,  "tls_construct_client_key_exchange", kKx, kUnknown},
@@ -212,7 +216,7 @@ constexpr Operation kOperations[] = {
   // libssl's record protection: the nonce, the AAD and the calls into the
   // cipher. Its own samples name nothing, but serve the connection's suite:
   // like a context's set-up, they take the cipher mix the process's stacks
-  // named (the lifecycle flag).
+  // named (takes_process_mix).
   {kO,  kExact,  "tls13_enc",                    kCipher, kUnknown, false, true},  // libssl record protection
   {kO,  kExact,  "tls1_enc",                     kCipher, kUnknown, false, true},
   {kO,  kExact,  "ssl3_enc",                     kCipher, kUnknown, false, true},

@@ -74,11 +74,13 @@ struct Operation {
   Bucket bucket;
   std::string_view algorithm;
   bool container = false;
-  // A context's set-up or tear-down (init, new, free, parameters): part of
-  // the operation, but its samples rarely name the algorithm, so they may
-  // take the algorithms the process's stacks named elsewhere in the bucket
+  // Samples that serve whichever algorithm of the bucket the process uses,
+  // and rarely name it: a context's set-up or tear-down (init, new, free,
+  // parameters), libssl's record protection, ephemeral key generation and
+  // libssl's key-share calls. Where they name nothing they may take the
+  // algorithms the process's stacks named elsewhere in the bucket
   // (aggregate::Attributor::InferFromOperations).
-  bool lifecycle = false;
+  bool takes_process_mix = false;
 };
 
 // Operation-table algorithms that are not report vocabulary: ECDSA or ECDH with
