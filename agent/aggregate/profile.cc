@@ -374,15 +374,22 @@ void Attributor::InferFromOperations() {
       SplitKeyContext(key.pid, group, seen);
       continue;
     }
+    // A context's set-up (takes_process_mix) is one entry for every key type
+    // and cipher: EVP_PKEY_derive_set_peer serves X25519 and P-256 alike, and
+    // only P-256's point check names itself there. Its own named samples
+    // would lend that name to the others' set-up, so its unknown samples take
+    // the process's mix instead, like an entry that named nothing.
+    const bool takes_mix = classify::TakesProcessMix(group.family, group.entry);
     std::map<std::string_view, uint64_t> process_named;
-    if (named_total == 0) {
+    if (named_total == 0 || takes_mix) {
+      uint64_t process_total = 0;
       if (auto it = seen.find({key.pid, group.bucket}); it != seen.end()) {
         for (const auto& [alg, n] : it->second) {
           if (classify::MayTakeProcessAlgorithm(group.family, group.entry, key.candidate, alg))
-            process_named[alg] += n, named_total += n;
+            process_named[alg] += n, process_total += n;
         }
       }
-      from = &process_named;
+      if (process_total > 0) from = &process_named, named_total = process_total;
     }
     if (named_total == 0) continue;
     const std::map<std::string_view, uint64_t>& named = *from;

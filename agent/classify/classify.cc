@@ -192,7 +192,9 @@ bool IsLibraryCName(FamilyMask mask, const CName& c) {
 // ---- OpenSSL 3 provider-table names (rules.h, ProviderOperation)
 
 // An algorithm of the report's vocabulary (not unknown, not "ECDSA of any curve").
-bool IsConcrete(std::string_view a) { return a != algo::kUnknown && a != rules::kAnyEcdsa && a != rules::kAnyEcdh; }
+bool IsConcrete(std::string_view a) {
+  return a != algo::kUnknown && a != rules::kAnyEcdsa && a != rules::kAnyEcdh && a != rules::kAnyAes;
+}
 
 constexpr std::string_view kProviderPrefix = "provider:";
 
@@ -493,6 +495,7 @@ bool Compatible(Bucket prim_bucket, std::string_view a, Bucket bucket, std::stri
   if (constraint == algo::kUnknown) return true;
   if (constraint == rules::kAnyEcdsa) return resolved == algo::kEcdsaP256 || resolved == algo::kEcdsaP384;
   if (constraint == rules::kAnyEcdh) return resolved == algo::kEcdheP256 || resolved == algo::kEcdheP384;
+  if (constraint == rules::kAnyAes) return resolved.starts_with("AES-");
   return resolved == constraint;
 }
 
@@ -519,6 +522,11 @@ std::optional<Classification> ClassifyOperation(Family family, std::string_view 
 bool IsSpecificOperation(Family family, std::string_view name) {
   const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, name));
   return op && op->algorithm != algo::kUnknown;
+}
+
+bool TakesProcessMix(Family family, std::string_view entry) {
+  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, entry));
+  return op && op->takes_process_mix;
 }
 
 bool IsKeyContext(Family family, std::string_view entry) {
@@ -552,6 +560,7 @@ bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_
   if (op->algorithm == algo::kUnknown) return op->takes_process_mix;
   if (op->algorithm == rules::kAnyEcdsa) return algorithm.starts_with("ECDSA-");
   if (op->algorithm == rules::kAnyEcdh) return algorithm.starts_with("ECDHE-");
+  if (op->algorithm == rules::kAnyAes) return algorithm.starts_with("AES-");
   return op->algorithm == algorithm;
 }
 

@@ -141,6 +141,11 @@ bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_
 // that algorithm only where the process was seen to use it.
 std::string_view SoleNamedCandidate(Family family, std::string_view name);
 
+// Whether an operation entry's samples serve whichever algorithm of its bucket
+// the process uses (rules::Operation::takes_process_mix: a context's set-up
+// or tear-down, key generation, libssl's key-share and record calls).
+bool TakesProcessMix(Family family, std::string_view entry);
+
 // Whether an operation entry is a key's context (EVP_PKEY_CTX_new, _free):
 // made for a signature or a derive alike, its bucket is `other` until the
 // aggregation infers it.

@@ -332,6 +332,9 @@ constexpr Operation kOperations[] = {
 
   // --- Cipher. halfConn.encrypt/decrypt is a container: for TLS 1.2 CBC
   // suites it also computes the record MAC, which stays hash.
+  // A fresh AES context: the key schedule and its allocation, for GCM or
+  // CBC alike; it takes the AES modes the process named (takes_process_mix).
+  {kG, kExact,  "crypto/aes.NewCipher",                  kCipher, kAnyAes, false, true},
   {kG, kPrefix, "crypto/cipher.(*gcm).",                 kCipher, kAesGcm},
   {kG, kPrefix, "crypto/aes.(*gcmAsm).",                 kCipher, kAesGcm},
   {kG, kPrefix, "crypto/internal/fips140/aes/gcm.",      kCipher, kAesGcm},

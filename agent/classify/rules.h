@@ -87,6 +87,9 @@ struct Operation {
 // the curve not named. They constrain primitives and are reported as kUnknown.
 inline constexpr std::string_view kAnyEcdsa = "ECDSA (any curve)";
 inline constexpr std::string_view kAnyEcdh = "ECDH (any curve)";
+// AES with the mode not named: a key schedule (Go's aes.NewCipher) that GCM
+// and CBC alike run.
+inline constexpr std::string_view kAnyAes = "AES (any mode)";
 
 // One row of the phase table (operations.cc): a TLS API or state-machine
 // function that says whether its callees serve the handshake or the record

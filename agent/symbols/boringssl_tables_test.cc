@@ -280,24 +280,14 @@ class SyntheticBoringSslTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(SyntheticBoringSslTest, NamesEveryMethodFunction) {
   ASSERT_TRUE(symtest::HaveTool("cc")) << "cc is missing: run scripts/install-deps.sh";
   symtest::TempDir dir;
-  auto built = symtest::RunCommand("cd " + dir.path() + " && cc -fPIC -shared -Wl,-soname,libbssl.so.0 " + GetParam() +
-                                   " -o libbssl.so " TLSPROF_SOURCE_DIR
-                                   "/agent/symbols/testdata/boringssl_methods.c -lpthread"
-                                   " && strip --strip-all -o libbssl.stripped.so libbssl.so");
+  auto built =
+      symtest::BuildTestLibrary(dir, "libbssl", "libbssl.so.0", GetParam(), "boringssl_methods.c", "-lpthread");
   ASSERT_EQ(built.status, 0) << built.output;
   auto full = symtest::LoadPath(dir.File("libbssl.so"));  // .symtab: the truth
   ASSERT_TRUE(full) << full.error().message;
   auto tables = Read(dir.File("libbssl.stripped.so"));
   ASSERT_TRUE(tables) << tables.error().message;
-  std::map<std::string, std::string> got;  // real name -> table name
-  for (const TableFunction& f : tables->functions) {
-    auto i = (*full)->symbols.Find(f.addr);
-    ASSERT_TRUE(i) << f.name << " is not at a function";
-    const Symbol& real = (*full)->symbols.at(*i);
-    EXPECT_EQ(real.addr, f.addr) << f.name;
-    EXPECT_EQ(real.size, f.size) << f.name;
-    got[real.name] = f.name;
-  }
+  const std::map<std::string, std::string> got = symtest::TableNamesByRealName(**full, tables->functions);
   const std::map<std::string, std::string> want = {
       // A static struct, through its relocations.
       {"chacha_init", "boringssl:aead:ChaCha20-Poly1305:init"},

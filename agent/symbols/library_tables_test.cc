@@ -239,24 +239,13 @@ TEST_P(SyntheticProviderTest, NamesEveryTableFunction) {
   ASSERT_TRUE(symtest::HaveTool("cc")) << "cc is missing: run scripts/install-deps.sh";
   symtest::TempDir dir;
   auto built =
-      symtest::RunCommand("cd " + dir.path() + " && cc -O2 -fPIC -shared -Wl,-soname,libprov.so.1 " + GetParam() +
-                          " -o libprov.so " TLSPROF_SOURCE_DIR
-                          "/agent/symbols/testdata/provider_tables.c"
-                          " && strip --strip-all -o libprov.stripped.so libprov.so");
+      symtest::BuildTestLibrary(dir, "libprov", "libprov.so.1", std::string("-O2 ") + GetParam(), "provider_tables.c");
   ASSERT_EQ(built.status, 0) << built.output;
   auto full = symtest::LoadPath(dir.File("libprov.so"));  // .symtab: the truth
   ASSERT_TRUE(full) << full.error().message;
   auto tables = Read(dir.File("libprov.stripped.so"));
   ASSERT_TRUE(tables) << tables.error().message;
-  std::map<std::string, std::string> got;  // real name -> table name
-  for (const TableFunction& f : tables->functions) {
-    auto i = (*full)->symbols.Find(f.addr);
-    ASSERT_TRUE(i) << f.name << " is not at a function";
-    const Symbol& real = (*full)->symbols.at(*i);
-    EXPECT_EQ(real.addr, f.addr) << f.name;
-    EXPECT_EQ(real.size, f.size) << f.name;
-    got[real.name] = f.name;
-  }
+  const std::map<std::string, std::string> got = symtest::TableNamesByRealName(**full, tables->functions);
   const std::map<std::string, std::string> want = {
       // Shared by two digests: both listed.
       {"sha_newctx", "provider:digest:SHA1|SHA2-256:newctx"},

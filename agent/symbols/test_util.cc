@@ -9,6 +9,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 #include "agent/common/fd.h"
 
 namespace tlsprof::symbols::symtest {
@@ -65,6 +67,30 @@ const Symbol* SymbolNamed(const BinaryImage& image, const std::string& name) {
 uint64_t AddrOf(const BinaryImage& image, const std::string& name) {
   const Symbol* s = SymbolNamed(image, name);
   return s != nullptr ? s->addr : 0;
+}
+
+CommandResult BuildTestLibrary(const TempDir& dir, const std::string& stem, const std::string& soname,
+                               const std::string& cflags, const std::string& source, const std::string& libs) {
+  return RunCommand("cd " + dir.path() + " && cc " + cflags + " -fPIC -shared -Wl,-soname," + soname + " -o " + stem +
+                    ".so " TLSPROF_SOURCE_DIR "/agent/symbols/testdata/" + source + " " + libs +
+                    " && strip --strip-all -o " + stem + ".stripped.so " + stem + ".so");
+}
+
+std::map<std::string, std::string> TableNamesByRealName(const BinaryImage& full,
+                                                        const std::vector<TableFunction>& functions) {
+  std::map<std::string, std::string> got;
+  for (const TableFunction& f : functions) {
+    auto i = full.symbols.Find(f.addr);
+    if (!i) {
+      ADD_FAILURE() << f.name << " is not at a function";
+      continue;
+    }
+    const Symbol& real = full.symbols.at(*i);
+    EXPECT_EQ(real.addr, f.addr) << f.name;
+    EXPECT_EQ(real.size, f.size) << f.name;
+    got[real.name] = f.name;
+  }
+  return got;
 }
 
 }  // namespace tlsprof::symbols::symtest

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "agent/common/result.h"
 #include "agent/symbols/binary_image.h"
+#include "agent/symbols/library_tables.h"
 
 namespace tlsprof::symbols::symtest {
 
@@ -43,5 +45,19 @@ Result<std::shared_ptr<const BinaryImage>> LoadPath(const std::string& path, con
 // Address of the symbol named `name` (first match), or 0.
 uint64_t AddrOf(const BinaryImage& image, const std::string& name);
 const Symbol* SymbolNamed(const BinaryImage& image, const std::string& name);
+
+// Builds agent/symbols/testdata/`source` into DIR/`stem`.so with
+// `cc -fPIC -shared -Wl,-soname,<soname> <cflags> ... <libs>` (keeping its
+// .symtab: the truth of a tables test) and strips a copy to
+// DIR/`stem`.stripped.so (what the reader sees).
+CommandResult BuildTestLibrary(const TempDir& dir, const std::string& stem, const std::string& soname,
+                               const std::string& cflags, const std::string& source, const std::string& libs = "");
+
+// The functions a tables reader named, by the name `full` (the same library
+// with its .symtab) gives their address: real name -> table name. Adds a test
+// failure for a function at no real function's address or with another
+// extent.
+std::map<std::string, std::string> TableNamesByRealName(const BinaryImage& full,
+                                                        const std::vector<TableFunction>& functions);
 
 }  // namespace tlsprof::symbols::symtest

@@ -17,14 +17,16 @@ constexpr size_t kMaxInstructions = 512;
 // hw getter, a derive) are a few hundred bytes.
 constexpr uint64_t kMaxScanBytes = 64 * 1024;
 
-// 0..15 for the general-purpose registers (rax, rcx, rdx, rbx, rsp, rbp, rsi,
-// rdi, r8..r15) at any width, with the width in bytes.
-struct Gpr {
-  int index = -1;
-  int width = 0;
-};
+using Gpr = X86Gpr;
+Gpr GprOf(unsigned reg) { return X86GprOf(reg); }
 
-Gpr GprOf(unsigned reg) {
+constexpr int kRax = 0, kRsi = 6, kRdi = 7;
+
+uint64_t Truncate(uint64_t v, int width) { return width >= 8 ? v : v & ((uint64_t{1} << (width * 8)) - 1); }
+
+}  // namespace
+
+X86Gpr X86GprOf(unsigned reg) {
   static constexpr std::array<std::array<x86_reg, 4>, 16> kNames = {{
       {X86_REG_RAX, X86_REG_EAX, X86_REG_AX, X86_REG_AL},
       {X86_REG_RCX, X86_REG_ECX, X86_REG_CX, X86_REG_CL},
@@ -51,12 +53,6 @@ Gpr GprOf(unsigned reg) {
   }
   return {};
 }
-
-constexpr int kRax = 0, kRsi = 6, kRdi = 7;
-
-uint64_t Truncate(uint64_t v, int width) { return width >= 8 ? v : v & ((uint64_t{1} << (width * 8)) - 1); }
-
-}  // namespace
 
 struct X86Interpreter::Impl {
   explicit Impl(const LoaderImage& image) : image_(image) {

@@ -27,6 +27,15 @@
 
 namespace tlsprof::symbols {
 
+// A general-purpose register as capstone names it at any width (x86_reg):
+// its index 0..15 (rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8..r15) and its
+// width in bytes; index -1 for any other register.
+struct X86Gpr {
+  int index = -1;
+  int width = 0;
+};
+X86Gpr X86GprOf(unsigned capstone_reg);
+
 struct X86Store {
   uint64_t addr = 0;
   uint8_t size = 0;

@@ -7,6 +7,7 @@
 
 #include <capstone/capstone.h>
 
+#include "agent/symbols/x86_interpreter.h"
 #include "bpf/usage.h"
 
 namespace tlsprof::usage {
@@ -121,31 +122,9 @@ struct Reg {
 };
 
 std::optional<Reg> RegOf(x86_reg r) {
-  static constexpr std::array<std::array<x86_reg, 4>, 16> kNames = {{
-      {X86_REG_RAX, X86_REG_EAX, X86_REG_AX, X86_REG_AL},
-      {X86_REG_RCX, X86_REG_ECX, X86_REG_CX, X86_REG_CL},
-      {X86_REG_RDX, X86_REG_EDX, X86_REG_DX, X86_REG_DL},
-      {X86_REG_RBX, X86_REG_EBX, X86_REG_BX, X86_REG_BL},
-      {X86_REG_RSP, X86_REG_ESP, X86_REG_SP, X86_REG_SPL},
-      {X86_REG_RBP, X86_REG_EBP, X86_REG_BP, X86_REG_BPL},
-      {X86_REG_RSI, X86_REG_ESI, X86_REG_SI, X86_REG_SIL},
-      {X86_REG_RDI, X86_REG_EDI, X86_REG_DI, X86_REG_DIL},
-      {X86_REG_R8, X86_REG_R8D, X86_REG_R8W, X86_REG_R8B},
-      {X86_REG_R9, X86_REG_R9D, X86_REG_R9W, X86_REG_R9B},
-      {X86_REG_R10, X86_REG_R10D, X86_REG_R10W, X86_REG_R10B},
-      {X86_REG_R11, X86_REG_R11D, X86_REG_R11W, X86_REG_R11B},
-      {X86_REG_R12, X86_REG_R12D, X86_REG_R12W, X86_REG_R12B},
-      {X86_REG_R13, X86_REG_R13D, X86_REG_R13W, X86_REG_R13B},
-      {X86_REG_R14, X86_REG_R14D, X86_REG_R14W, X86_REG_R14B},
-      {X86_REG_R15, X86_REG_R15D, X86_REG_R15W, X86_REG_R15B},
-  }};
-  static constexpr std::array<int, 4> kWidths = {8, 4, 2, 1};
-  for (int i = 0; i < 16; ++i) {
-    for (int w = 0; w < 4; ++w) {
-      if (kNames[i][w] == r) return Reg{i, kWidths[w]};
-    }
-  }
-  return std::nullopt;
+  const symbols::X86Gpr g = symbols::X86GprOf(r);
+  if (g.index < 0) return std::nullopt;
+  return Reg{g.index, g.width};
 }
 
 // A register operand of 4 or 8 bytes (the widths modelled; a 16-bit
