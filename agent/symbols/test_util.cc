@@ -93,4 +93,14 @@ std::map<std::string, std::string> TableNamesByRealName(const BinaryImage& full,
   return got;
 }
 
+void ExpectTruncatedCopiesFail(const std::vector<uint8_t>& bytes, const std::string& path,
+                               const std::function<bool(const std::string&)>& reads) {
+  for (size_t len : {size_t{0}, size_t{3}, size_t{64}, size_t{4096}, bytes.size() / 3, bytes.size() - 1}) {
+    WriteFileBytes(path, std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(len)));
+    if (len < bytes.size() / 2) {
+      EXPECT_FALSE(reads(path)) << "truncated to " << len;
+    }
+  }
+}
+
 }  // namespace tlsprof::symbols::symtest

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,5 +60,11 @@ CommandResult BuildTestLibrary(const TempDir& dir, const std::string& stem, cons
 // extent.
 std::map<std::string, std::string> TableNamesByRealName(const BinaryImage& full,
                                                         const std::vector<TableFunction>& functions);
+
+// Writes truncated copies of `bytes` (0, 3, 64 and 4096 bytes, a third, all
+// but the last byte) to `path` and adds a test failure for each copy shorter
+// than half the file that `reads(path)` accepts.
+void ExpectTruncatedCopiesFail(const std::vector<uint8_t>& bytes, const std::string& path,
+                               const std::function<bool(const std::string&)>& reads);
 
 }  // namespace tlsprof::symbols::symtest
