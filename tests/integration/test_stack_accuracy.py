@@ -124,12 +124,10 @@ class Variant:
 
 
 VARIANTS = {
-    # Issue 18's open item: in a static binary the TLS code is told by its
-    # symbol names, and libcrypto's static helpers with no library prefix
-    # (do_name, getrn, bn2binpad, copy_conditional, WPACKET_*) fall outside
-    # it: 1-3% of TLS time is missed, most in ECDSA (an ECDSA-heavy seed read
-    # ECDSA-P256 -3.1 pp). Asserted at 4 pp until fixed; lines over the 3 pp
-    # target are marked.
+    # A static binary's TLS code is told by symbol names, which miss
+    # libcrypto's unprefixed static helpers (do_name, bn2binpad, WPACKET_*):
+    # asserted at 4 pp until that gate covers them; lines over the 3 pp target
+    # are marked. Figures and cause: bench/README.md.
     "static": Variant("tlsprof-groundtruth", "symtab", tolerance_pp=4.0),
     "shared": Variant("tlsprof-groundtruth-shared", "static-archive"),
     # The provider tables and the code tables below them (openssl:ec:P-256:*,
