@@ -100,8 +100,9 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
     f.leaf = it->second;
   }
   // A shared libssl/libcrypto is TLS code throughout, named or not; in a
-  // static link only the TLS symbols are.
-  f.tls = info.tls->whole_file_is_tls || f.leaf.has_value();
+  // static link the kept symbols are (the TLS names and the helpers of their
+  // objects, LoadOptions::keep_whole_objects), as the unwinder's rows say.
+  f.tls = info.tls->whole_file_is_tls || index.has_value();
   if (f.tls && !f.leaf) f.leaf = classify::Classification{};  // {other, unknown}
   return f;
 }

@@ -89,6 +89,16 @@ constexpr Operation kOperations[] = {
   {kO,  kPrefix, "ossl_ecdsa_simple_verify",     kSig, kAnyEcdsa},
   {kO,  kPrefix, "pkey_ec_sign",                 kSig, kAnyEcdsa},
   {kO,  kPrefix, "pkey_ec_verify",               kSig, kAnyEcdsa},
+  // The 3.x ECDSA provider's context set-up and tear-down, by their own names
+  // in a static link (a stripped library names them provider:signature:ECDSA:*).
+  // EVP_PKEY_CTX_set_signature_md tail-calls into ecdsa_set_ctx_params, so
+  // often nothing above them says signature.
+  {kO,  kExact,  "ecdsa_newctx",                 kSig, kAnyEcdsa, false, true},
+  {kO,  kExact,  "ecdsa_freectx",                kSig, kAnyEcdsa, false, true},
+  {kO,  kExact,  "ecdsa_dupctx",                 kSig, kAnyEcdsa, false, true},
+  {kO,  kExact,  "ecdsa_set_ctx_params",         kSig, kAnyEcdsa, false, true},
+  {kO,  kExact,  "ecdsa_get_ctx_params",         kSig, kAnyEcdsa, false, true},
+  {kO,  kExact,  "ecdsa_signverify_init",        kSig, kAnyEcdsa, false, true},
   // Ed25519 (Ed448 has no canonical name: unknown).
   {kOB, kPrefix, "ED25519_sign",                 kSig, kEd25519},  // BoringSSL
   {kOB, kPrefix, "ED25519_verify",               kSig, kEd25519},
@@ -108,6 +118,7 @@ constexpr Operation kOperations[] = {
   {kOB, kPrefix, "EVP_PKEY_CTX_new",             kOther, kUnknown, false, true},  // _new, _new_id, _new_from_pkey, _new_from_name
   {kOB, kExact,  "EVP_PKEY_CTX_free",            kOther, kUnknown, false, true},
   {kOB, kExact,  "EVP_PKEY_CTX_dup",             kOther, kUnknown, false, true},
+  {kO,  kExact,  "int_ctx_new",                  kOther, kUnknown, false, true},  // 3.x: EVP_PKEY_CTX_new_* tail-call it
 
   // --- Key exchange: derive, key generation (ephemeral keys in TLS; a
   // long-term key generated in the process counts here too), KEM
@@ -562,6 +573,7 @@ constexpr OtherPart kOtherParts[] = {
   {kOB, kExact,  "EVP_PKEY_CTX_new",             kLib},    // key contexts inference did not place
   {kOB, kPrefix, "EVP_PKEY_CTX_new_",            kLib},
   {kOB, kExact,  "EVP_PKEY_CTX_free",            kLib},
+  {kO,  kExact,  "int_ctx_new",                  kLib},
 };
 
 // Building blocks (rules.h, PartOf). A bare AES-CTR leaf with no GCM frame

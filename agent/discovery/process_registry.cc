@@ -27,8 +27,10 @@ symbols::LoadOptions MakeLoadOptions(symbols::DebugSearch debug) {
   symbols::LoadOptions options;
   options.debug = std::move(debug);
   // Keep only TLS library code: node's 100 MB binary then costs a few hundred
-  // kilobytes of symbols instead of tens of megabytes.
+  // kilobytes of symbols instead of tens of megabytes. Names select it; the
+  // link's layout adds the library's helpers whose names are generic.
   options.keep = [](std::string_view name) { return classify::IsTlsSymbol(name); };
+  options.keep_whole_objects = true;
   return options;
 }
 

@@ -15,6 +15,7 @@
 #include "agent/symbols/debug_sources.h"
 #include "agent/symbols/go_pclntab.h"
 #include "agent/symbols/library_tables.h"
+#include "agent/symbols/object_layout.h"
 
 namespace tlsprof::symbols {
 
@@ -243,11 +244,13 @@ struct Section {
 //  - `skip_addrs` (sorted) are addresses the primary table already covers:
 //    .dynsym only fills holes of .symtab/pclntab, so its versioned aliases are
 //    neither counted twice nor stored twice;
-//  - `addrs_out`, if set, collects every function address seen (pre-filter).
+//  - `addrs_out`, if set, collects every function address seen (pre-filter);
+//  - `whole_objects`: options.keep_whole_objects applies (a .symtab of a
+//    binary that is not Go).
 Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Section>& sections,
                    const std::vector<bool>& exec_sections, const LoadOptions& options,
                    const std::vector<uint64_t>* skip_addrs, std::vector<uint64_t>* addrs_out, SymbolTable& out,
-                   uint64_t& seen) {
+                   uint64_t& seen, bool whole_objects = false) {
   Elf* elf = f.elf.get();
   const size_t sym_size = gelf_fsize(elf, ELF_T_SYM, 1, EV_CURRENT);
   if (sec.shdr.sh_entsize != sym_size) {
@@ -272,13 +275,20 @@ Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Secti
 
   const size_t count = syms->size() / sym_size;
   const char* strings = reinterpret_cast<const char*>(strtab->data());
+  whole_objects = whole_objects && options.keep && sec.shdr.sh_type == SHT_SYMTAB;
+  std::vector<LinkedFunction> linked;   // every sized function, when whole_objects
+  int32_t object = -1;                  // the last STT_FILE's index
   for (size_t i = 1; i < count; ++i) {  // entry 0 is the reserved null symbol
     GElf_Sym sym;
     if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) {
       return MakeError("{}: cannot read symbol {} of {}: {}", f.path, i, sec.name, ElfErr());
     }
-    if (sym.st_shndx == SHN_UNDEF || sym.st_name == 0) continue;  // imports, unnamed
     const int type = GELF_ST_TYPE(sym.st_info);
+    if (type == STT_FILE) {
+      ++object;
+      continue;
+    }
+    if (sym.st_shndx == SHN_UNDEF || sym.st_name == 0) continue;  // imports, unnamed
     bool is_func = type == STT_FUNC || type == STT_GNU_IFUNC;
     // Assembly often leaves code labels untyped; keep those that have a size
     // and sit in a code section.
@@ -306,8 +316,19 @@ Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Secti
     // Size 0 means unknown extent; such a symbol can never be matched, so it is
     // counted but not stored.
     if (sym.st_size == 0) continue;
-    if (options.keep && !options.keep(name)) continue;
-    out.Add(sym.st_value, sym.st_size, name);
+    const bool kept = !options.keep || options.keep(name);
+    if (whole_objects) {
+      const bool local = GELF_ST_BIND(sym.st_info) == STB_LOCAL;
+      linked.push_back({sym.st_value, sym.st_size, name, local && object >= 0 ? object : -1, kept});
+    } else if (kept) {
+      out.Add(sym.st_value, sym.st_size, name);
+    }
+  }
+  if (whole_objects) {
+    SelectWholeObjects(linked);
+    for (const LinkedFunction& l : linked) {
+      if (l.selected) out.Add(l.addr, l.size, l.name);
+    }
   }
   return OkStatus();
 }
@@ -506,7 +527,8 @@ bool TryDebugFile(std::string_view binary, int fd, const std::string& path, cons
   SymbolTable table;
   uint64_t seen = 0;
   std::vector<uint64_t> found;
-  auto st = ReadSymbols(d, *symtab, sections->sections, sections->exec, options, nullptr, &found, table, seen);
+  auto st = ReadSymbols(d, *symtab, sections->sections, sections->exec, options, nullptr, &found, table, seen,
+                        options.keep_whole_objects && !img.is_go);
   if (!st) {
     spdlog::debug("{}: skipping debug file: {}", binary, st.error().message);
     return false;
@@ -674,7 +696,7 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
   bool have_primary = false;
   if (symtab != nullptr) {
     auto st = ReadSymbols(f, *symtab, sections, exec_sections, options, nullptr, &primary_addrs, img->symbols,
-                          img->symbols_seen);
+                          img->symbols_seen, options.keep_whole_objects && !img->is_go);
     if (!st) return st.error();
     img->symbol_source = SymbolSource::kSymtab;
     have_primary = true;

@@ -144,6 +144,11 @@ struct DebugSearch {
 
 struct LoadOptions {
   SymbolFilter keep;  // may be empty
+  // With `keep`: a .symtab (the binary's or its debug file's) also keeps the
+  // functions that share object files with kept ones, by the link's layout
+  // (object_layout.h): a static link's library helpers with generic names.
+  // Not for Go binaries.
+  bool keep_whole_objects = false;
   DebugSearch debug;
 };
 

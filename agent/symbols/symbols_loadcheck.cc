@@ -1,10 +1,11 @@
 // Loads one binary the way the agent does and prints load time, symbol counts
 // and the RSS it cost. A manual check of the memory budget (node is ~95 MB
 // with a full .symtab), not a test:
-//   tlsprof-symbols-loadcheck BINARY [--all] [--no-archive] [--no-tables]
+//   tlsprof-symbols-loadcheck BINARY [--all|--names-only] [--no-archive] [--no-tables]
 //   tlsprof-symbols-loadcheck BINARY --tables-only [--repeat N]
-// Without --all only OpenSSL-looking names are kept, as the agent does for
-// big statically linked binaries. --no-archive and --no-tables turn those
+// Without --all only TLS code is kept, as the agent keeps it (its name test,
+// classify::IsTlsSymbol, widened by the link's layout, object_layout.h);
+// --names-only keeps the names alone. --no-archive and --no-tables turn those
 // sources off (binary_image.h, DebugSearch); --tables-only times the decoding
 // of the library's own tables alone (library_tables.h), the fastest of N runs
 // (bench/library_tables.sh).
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <string>
 
+#include "agent/classify/classify.h"
 #include "agent/common/fd.h"
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/boringssl_tables.h"
@@ -36,27 +38,18 @@ long StatusKb(const char* field) {
   return -1;
 }
 
-bool IsTlsName(std::string_view n) {
-  for (std::string_view p :
-       {"OPENSSL_", "EVP_",     "ossl_",    "SSL_",     "ssl_",    "tls1_",        "tls13_", "aesni_",
-        "aes_",     "gcm_",     "sha1_",    "sha256_",  "sha512_", "ecp_nistz256", "bn_",    "BN_",
-        "RSA_",     "rsa_",     "ECDSA_",   "ecdsa_",   "EC_",     "ec_",          "x25519", "X25519",
-        "ChaCha20", "chacha20", "Poly1305", "poly1305", "CRYPTO_", "provider:"}) {
-    if (n.substr(0, p.size()) == p) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool all = false, no_archive = false, no_tables = false, tables_only = false;
+  bool all = false, names_only = false, no_archive = false, no_tables = false, tables_only = false;
   int repeat = 10;
   bool bad = argc < 2;
   for (int i = 2; i < argc && !bad; ++i) {
     std::string_view a = argv[i];
     if (a == "--all") {
       all = true;
+    } else if (a == "--names-only") {
+      names_only = true;
     } else if (a == "--no-archive") {
       no_archive = true;
     } else if (a == "--no-tables") {
@@ -71,7 +64,7 @@ int main(int argc, char** argv) {
   }
   if (bad) {
     std::fprintf(stderr,
-                 "usage: %s BINARY [--all] [--no-archive] [--no-tables]\n"
+                 "usage: %s BINARY [--all|--names-only] [--no-archive] [--no-tables]\n"
                  "       %s BINARY --tables-only [--repeat N]\n",
                  argv[0], argv[0]);
     return 2;
@@ -122,7 +115,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   tlsprof::symbols::LoadOptions options;
-  if (!all) options.keep = IsTlsName;
+  if (!all) {
+    options.keep = tlsprof::classify::IsTlsSymbol;
+    options.keep_whole_objects = !names_only;
+  }
   if (no_archive) options.debug.static_archive_sonames.clear();
   options.debug.library_tables = !no_tables;
   long rss_before = StatusKb("VmRSS:");

@@ -124,11 +124,9 @@ class Variant:
 
 
 VARIANTS = {
-    # A static binary's TLS code is told by symbol names, which miss
-    # libcrypto's unprefixed static helpers (do_name, bn2binpad, WPACKET_*):
-    # asserted at 4 pp until that gate covers them; lines over the 3 pp target
-    # are marked. Figures and cause: bench/README.md.
-    "static": Variant("tlsprof-groundtruth", "symtab", tolerance_pp=4.0),
+    # A static binary's TLS code: the TLS names and the helpers of their
+    # objects (getrn, bn2binpad, copy_conditional), by the link's layout.
+    "static": Variant("tlsprof-groundtruth", "symtab"),
     "shared": Variant("tlsprof-groundtruth-shared", "static-archive"),
     # The provider tables and the code tables below them (openssl:ec:P-256:*,
     # openssl:cipher-hw:AES-CBC..., openssl:ecx:X25519:derive) name every
