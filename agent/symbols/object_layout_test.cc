@@ -81,12 +81,10 @@ TEST(ObjectLayoutTest, RunsThatMixObjectsOrTouchTheEndsAreNotSelected) {
 
 TEST(ObjectLayoutTest, ColdPartsFollowTheirParents) {
   std::vector<LinkedFunction> fs = {
-      {0x100, 0x10, "getrn.cold", 7, false},   // cold parts first: .text.unlikely
-      {0x110, 0x10, "main.cold", 0, false},
-      {0x120, 0x10, "SSL_read.cold", 2, false},  // a global's part is local to its object
-      {0x200, 0x10, "main", -1, false},
-      {0x300, 0x10, "EVP_x", -1, true},
-      {0x310, 0x10, "getrn", 7, false},
+      {0x100, 0x10, "getrn.cold", 7, false},  // cold parts first: .text.unlikely
+      {0x110, 0x10, "main.cold", 0, false},  {0x120, 0x10, "SSL_read.cold", 2, false},  // a global's part is local to
+                                                                                        // its object
+      {0x200, 0x10, "main", -1, false},      {0x300, 0x10, "EVP_x", -1, true},         {0x310, 0x10, "getrn", 7, false},
       {0x320, 0x10, "SSL_read", -1, true},
   };
   SelectWholeObjects(fs);
@@ -193,8 +191,8 @@ int main(int argc, char** argv) {
     EXPECT_EQ(symtest::SymbolNamed(**layout, own), nullptr) << own;
   }
   EXPECT_GT(added, 100u);
-  std::printf("static link: %zu functions kept by name, %zu more by object layout\n",
-              (*named)->symbols.all().size(), added);
+  std::printf("static link: %zu functions kept by name, %zu more by object layout\n", (*named)->symbols.all().size(),
+              added);
 }
 
 }  // namespace
