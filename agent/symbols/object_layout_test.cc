@@ -79,14 +79,17 @@ TEST(ObjectLayoutTest, RunsThatMixObjectsOrTouchTheEndsAreNotSelected) {
             (std::set<std::string>{"SSL_new", "EVP_EncryptUpdate"}));
 }
 
+// The cold parts sit first (.text.unlikely), away from their objects; a
+// global's part (SSL_read.cold) is a local of the global's object.
 TEST(ObjectLayoutTest, ColdPartsFollowTheirParents) {
-  std::vector<LinkedFunction> fs = {
-      {0x100, 0x10, "getrn.cold", 7, false},  // cold parts first: .text.unlikely
-      {0x110, 0x10, "main.cold", 0, false},  {0x120, 0x10, "SSL_read.cold", 2, false},  // a global's part is local to
-                                                                                        // its object
-      {0x200, 0x10, "main", -1, false},      {0x300, 0x10, "EVP_x", -1, true},         {0x310, 0x10, "getrn", 7, false},
-      {0x320, 0x10, "SSL_read", -1, true},
-  };
+  std::vector<LinkedFunction> fs;
+  fs.push_back({0x100, 0x10, "getrn.cold", 7, false});
+  fs.push_back({0x110, 0x10, "main.cold", 0, false});
+  fs.push_back({0x120, 0x10, "SSL_read.cold", 2, false});
+  fs.push_back({0x200, 0x10, "main", -1, false});
+  fs.push_back({0x300, 0x10, "EVP_x", -1, true});
+  fs.push_back({0x310, 0x10, "getrn", 7, false});
+  fs.push_back({0x320, 0x10, "SSL_read", -1, true});
   SelectWholeObjects(fs);
   std::set<std::string> got;
   for (const auto& f : fs) {
