@@ -23,27 +23,43 @@ void CryptoTime::Merge(const CryptoTime& other) {
 
 namespace {
 
+// The shares of `n` samples in proportion to `weights` (which sum to
+// `total` > 0), the rounding remainder to the heaviest (the first of equals).
+std::vector<uint64_t> Shares(const std::vector<uint64_t>& weights, uint64_t total, uint64_t n) {
+  std::vector<uint64_t> out;
+  out.reserve(weights.size());
+  uint64_t given = 0;
+  size_t heaviest = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    out.push_back(n * weights[i] / total);
+    given += out.back();
+    if (weights[i] > weights[heaviest]) heaviest = i;
+  }
+  if (!out.empty()) out[heaviest] += n - given;
+  return out;
+}
+
+// Takes `n` samples off rows[key] (at most what it has), dropping an emptied row.
+template <typename Key>
+void Take(std::map<Key, uint64_t>& rows, const Key& key, uint64_t n) {
+  auto it = rows.find(key);
+  if (it == rows.end()) return;
+  it->second -= std::min(it->second, n);
+  if (it->second == 0) rows.erase(it);
+}
+
 // Moves `unknown` samples of (bucket, unknown algorithm, phase) in `rows` to
-// the algorithms `named` (algorithm → samples), in proportion, the rounding
-// remainder to the largest; `key(algorithm)` makes a row key.
+// the algorithms `named` (algorithm → samples), in proportion (Shares);
+// `key(algorithm)` makes a row key.
 template <typename Key, typename MakeKey>
 void SplitUnknown(std::map<Key, uint64_t>& rows, const std::map<std::string_view, uint64_t>& named,
                   uint64_t named_total, uint64_t unknown, MakeKey key) {
-  uint64_t given = 0;
-  std::string_view largest;
-  uint64_t largest_n = 0;
-  for (const auto& [alg, n] : named) {
-    const uint64_t share = unknown * n / named_total;
-    rows[key(alg)] += share;
-    given += share;
-    if (n > largest_n) largest_n = n, largest = alg;
-  }
-  rows[key(largest)] += unknown - given;
-  auto it = rows.find(key(classify::algo::kUnknown));
-  if (it != rows.end()) {
-    it->second -= std::min(it->second, unknown);
-    if (it->second == 0) rows.erase(it);
-  }
+  std::vector<uint64_t> weights;
+  for (const auto& [alg, n] : named) weights.push_back(n);
+  const std::vector<uint64_t> share = Shares(weights, named_total, unknown);
+  size_t i = 0;
+  for (const auto& [alg, n] : named) rows[key(alg)] += share[i++];
+  Take(rows, key(classify::algo::kUnknown), unknown);
 }
 
 }  // namespace
@@ -298,22 +314,8 @@ void Attributor::SplitKeyContext(pid_t pid, const OperationGroup& group, const S
   auto pit = profile_.processes.find(pid);
   if (named_total == 0 || pit == profile_.processes.end()) return;
   ProcessProfile& p = pit->second;
-  // The shares of `n` samples, in proportion, the remainder to the first
-  // (largest) row.
-  std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  auto shares = [&](uint64_t n) {
-    std::vector<uint64_t> out;
-    uint64_t given = 0;
-    for (const auto& row : named) out.push_back(n * row.second / named_total), given += out.back();
-    out[0] += n - given;
-    return out;
-  };
-  auto take = [](auto& rows, const auto& key, uint64_t n) {
-    auto it = rows.find(key);
-    if (it == rows.end()) return;
-    it->second -= std::min(it->second, n);
-    if (it->second == 0) rows.erase(it);
-  };
+  std::vector<uint64_t> weights;
+  for (const auto& row : named) weights.push_back(row.second);
   const AlgorithmKey unknown_other{classify::Bucket::kOther, classify::algo::kUnknown, classify::Phase::kOther};
   for (size_t phase = 0; phase < kPhaseCount; ++phase) {
     const uint64_t n = group.unknown[phase];
@@ -321,9 +323,9 @@ void Attributor::SplitKeyContext(pid_t pid, const OperationGroup& group, const S
     const auto ph = static_cast<classify::Phase>(phase);
     AlgorithmKey from = unknown_other;
     from.phase = ph;
-    take(p.crypto.algorithms, from, n);
+    Take(p.crypto.algorithms, from, n);
     p.crypto.buckets[static_cast<size_t>(classify::Bucket::kOther)] -= n;
-    const std::vector<uint64_t> share = shares(n);
+    const std::vector<uint64_t> share = Shares(weights, named_total, n);
     for (size_t i = 0; i < named.size(); ++i) {
       p.crypto.algorithms[{named[i].first.bucket, named[i].first.algorithm, ph}] += share[i];
       p.crypto.buckets[static_cast<size_t>(named[i].first.bucket)] += share[i];
@@ -333,8 +335,8 @@ void Attributor::SplitKeyContext(pid_t pid, const OperationGroup& group, const S
   for (const auto& [phase_library, n] : group.unknown_by_library) {
     AlgorithmKey from = unknown_other;
     from.phase = phase_library.first;
-    take(p.crypto.library_algorithms, LibraryAlgorithmKey{from, phase_library.second}, n);
-    const std::vector<uint64_t> share = shares(n);
+    Take(p.crypto.library_algorithms, LibraryAlgorithmKey{from, phase_library.second}, n);
+    const std::vector<uint64_t> share = Shares(weights, named_total, n);
     for (size_t i = 0; i < named.size(); ++i) {
       p.crypto.library_algorithms[{{named[i].first.bucket, named[i].first.algorithm, phase_library.first},
                                    phase_library.second}] += share[i];
