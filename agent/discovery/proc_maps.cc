@@ -136,6 +136,18 @@ Result<UniqueFd> OpenMappedFile(pid_t pid, const Mapping& mapping, const std::st
   return fd;
 }
 
+Result<std::string> HostPathOf(pid_t pid, const Mapping& mapping, const std::string& proc_root) {
+  if (!mapping.is_file())
+    return MakeError("mapping {:x}-{:x} of process {} has no file", mapping.start, mapping.end, pid);
+  if (!mapping.deleted) {
+    for (std::string candidate : {fmt::format("{}/{}/root{}", proc_root, pid, mapping.path), mapping.path}) {
+      struct stat st {};
+      if (::stat(candidate.c_str(), &st) == 0 && st.st_ino == mapping.inode) return candidate;
+    }
+  }
+  return fmt::format("{}/{}/map_files/{:x}-{:x}", proc_root, pid, mapping.start, mapping.end);
+}
+
 Result<uint64_t> ParseStatStartTime(std::string_view text) {
   const size_t paren = text.rfind(')');
   if (paren == std::string_view::npos) return MakeError("malformed stat: no ')' after the command name");

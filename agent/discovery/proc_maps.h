@@ -24,7 +24,10 @@ struct Mapping {
   uint64_t inode = 0;
   bool executable = false;
   bool deleted = false;  // the kernel appended " (deleted)": the file was unlinked or replaced
-  std::string path;      // as the process sees it (inside its mount namespace), without " (deleted)"
+  // Without " (deleted)". The kernel prints it relative to the READER's root:
+  // the path inside a container with its own mount namespace (pivot_root),
+  // but the host's path for a process in a plain chroot (HostPathOf).
+  std::string path;
 
   bool contains(uint64_t addr) const { return addr >= start && addr < end; }
   bool is_file() const { return inode != 0 && !path.empty() && path.front() == '/'; }
@@ -46,6 +49,17 @@ std::string ReadComm(pid_t pid, const std::string& proc_root = "/proc");
 // container), work. Falls back to /proc/PID/root/PATH, which also reaches into
 // containers, and checks that the inode matches the mapping.
 Result<UniqueFd> OpenMappedFile(pid_t pid, const Mapping& mapping, const std::string& proc_root = "/proc");
+
+// A path the agent can open, and hand to the kernel (uprobes), that names the
+// file a mapping maps; the first whose inode matches the mapping's of:
+//  - PROC/PID/root/PATH: a process in its own mount namespace (pivot_root),
+//    whose maps name files by their paths inside it;
+//  - PATH: a process in a plain chroot, whose maps name files by host paths
+//    (under PROC/PID/root they would be looked up twice rooted);
+//  - PROC/PID/map_files/START-END, which always names the mapped inode: a
+//    deleted or replaced file, or one that neither path reaches.
+// An Error when the mapping has no file.
+Result<std::string> HostPathOf(pid_t pid, const Mapping& mapping, const std::string& proc_root = "/proc");
 
 // Which process a pid names, and which program it runs: pids are reused
 // (pid_max wraps, or a pid namespace hands out low pids again), and a process

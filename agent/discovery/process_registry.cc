@@ -141,10 +141,15 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
     }
   }
   // Debug files next to a library (debuglink) are looked up where the
-  // process sees them: inside its mount namespace, through /proc/PID/root.
+  // process sees them: inside its mount namespace, through /proc/PID/root, or
+  // at the host path a plain chroot's maps show (HostPathOf).
   const size_t slash = mapping.path.rfind('/');
-  const std::string host_dir =
+  std::string host_dir =
       fmt::format("{}/{}/root{}", proc_root_, pid, slash == std::string::npos ? "" : mapping.path.substr(0, slash));
+  if (auto host_path = HostPathOf(pid, mapping, proc_root_);
+      host_path.ok() && !host_path->starts_with(fmt::format("{}/{}/map_files/", proc_root_, pid))) {
+    host_dir = host_path->substr(0, host_path->rfind('/'));
+  }
   auto image = cache_.Get(fd->get(), mapping.path, host_dir);
   if (budget_ != nullptr) budget_->AfterLoad(version.size);
   if (image.ok()) {

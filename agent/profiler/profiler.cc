@@ -58,12 +58,11 @@ void Profiler::AttachUsage(const discovery::ProcessSnapshot& snap) {
     if (!m.image || !m.image->tls || !m.mapping.is_file()) continue;
     const uint64_t dev = makedev(m.mapping.dev_major, m.mapping.dev_minor);
     if (!seen.insert({dev, m.mapping.inode}).second) continue;
-    // The file as this process maps it: through its root (containers), or
-    // through map_files when it was replaced on disk since.
-    std::string host_path = m.mapping.deleted
-                                ? fmt::format("/proc/{}/map_files/{:x}-{:x}", snap.pid, m.mapping.start, m.mapping.end)
-                                : fmt::format("/proc/{}/root{}", snap.pid, m.mapping.path);
-    files.push_back({std::move(host_path), m.mapping.path, dev, m.mapping.inode,
+    // The file as this process maps it, in a container of either kind, or
+    // replaced on disk since.
+    auto host_path = discovery::HostPathOf(snap.pid, m.mapping);
+    if (!host_path.ok()) continue;
+    files.push_back({std::move(host_path).value(), m.mapping.path, dev, m.mapping.inode,
                      std::string(classify::LibraryKindName(m.image->tls->kind))});
   }
   if (files.empty()) return;
