@@ -3,7 +3,19 @@
 # packages, and Debian 11's OpenSSL 1.1 unpacked into /opt/tlsprof-openssl-1.1
 # (below). The README's commands and .ci/run both call this script; nothing is
 # fetched from anywhere but the Debian archive.
+#   scripts/install-deps.sh [--tests]
+# --tests (scripts/test.sh) also makes the Debian 13 root that the tests of today's TLS stacks run in
+# (scripts/make-trixie-root.sh, a few minutes the first time); the demo does not need it.
 set -euo pipefail
+tests=0
+case ${1:-} in
+  --tests) tests=1 ;;
+  "") ;;
+  *)
+    echo "usage: $0 [--tests]" >&2
+    exit 2
+    ;;
+esac
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "install-deps: run as root (apt-get needs it)" >&2
@@ -37,6 +49,8 @@ packages=(
   libcap-dev
   # fault tests: an agent whose clock is skewed (LD_PRELOAD libfaketime)
   faketime
+  # the Debian 13 root of today's TLS stacks (scripts/make-trixie-root.sh)
+  debootstrap
 )
 
 # OpenSSL 1.1, which Debian 12 no longer ships: Debian 11's libssl1.1 and
@@ -47,16 +61,8 @@ packages=(
 openssl11=/opt/tlsprof-openssl-1.1
 openssl11_packages=(libssl1.1 "openssl=1.1.1*")
 
-# The URI of this machine's main Debian archive (not the security one), from
-# its apt sources: deb822 (sources.list.d/debian.sources) or one-line style.
-debian_archive_uri() {
-  local f=/etc/apt/sources.list.d/debian.sources
-  if [[ -f $f ]]; then
-    awk 'tolower($1) == "uris:" && $2 !~ /security/ { print $2; exit }' "$f"
-  elif [[ -f /etc/apt/sources.list ]]; then
-    awk '$1 == "deb" { uri = ($2 ~ /^\[/) ? $3 : $2; if (uri !~ /security/) { print uri; exit } }' /etc/apt/sources.list
-  fi
-}
+# debian_archive_uri
+source "$(dirname "$0")/debian-archive.sh"
 
 install_openssl11() {
   local want_stamp
@@ -97,8 +103,14 @@ install_openssl11() {
 
 stamp=/var/lib/tlsprof-deps.stamp
 want=$(printf '%s\n' "${packages[@]}" | sha256sum | cut -d' ' -f1)
-if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && dpkg -s "${packages[@]}" >/dev/null 2>&1; then
+# What the tests need beyond Debian 12's packages.
+install_extras() {
   install_openssl11
+  if ((tests)); then "$(dirname "$0")/make-trixie-root.sh"; fi
+}
+
+if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && dpkg -s "${packages[@]}" >/dev/null 2>&1; then
+  install_extras
   exit 0
 fi
 
@@ -110,4 +122,4 @@ if command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now nginx debuginfod prometheus >/dev/null 2>&1 || true
 fi
 echo "$want" >"$stamp"
-install_openssl11
+install_extras

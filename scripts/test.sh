@@ -37,7 +37,7 @@ stage() {
 mkdir -p "$logs"
 : >"$logs/passes.tsv"
 # Without the dependencies nothing below can build: the only stage whose failure ends the run.
-stage deps "$root/scripts/install-deps.sh" || exit 1
+stage deps "$root/scripts/install-deps.sh" --tests || exit 1
 if stage build env TLSPROF_WERROR=ON "$root/scripts/build.sh"; then
   stage release ctest --test-dir "$root/build" --output-on-failure --timeout 900 -j"$jobs" "$@"
 fi
