@@ -3,19 +3,9 @@
 # packages, and Debian 11's OpenSSL 1.1 unpacked into /opt/tlsprof-openssl-1.1
 # (below). The README's commands and .ci/run both call this script; nothing is
 # fetched from anywhere but the Debian archive.
-#   scripts/install-deps.sh [--tests]
-# --tests (scripts/test.sh) also makes the Debian 13 root that the tests of today's TLS stacks run in
-# (scripts/make-trixie-root.sh, a few minutes the first time); the demo does not need it.
+# The Debian 13 root the tests of today's TLS stacks run in is made by scripts/make-trixie-root.sh, which
+# scripts/test.sh runs beside the build; the demo does not need it.
 set -euo pipefail
-tests=0
-case ${1:-} in
-  --tests) tests=1 ;;
-  "") ;;
-  *)
-    echo "usage: $0 [--tests]" >&2
-    exit 2
-    ;;
-esac
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "install-deps: run as root (apt-get needs it)" >&2
@@ -103,14 +93,8 @@ install_openssl11() {
 
 stamp=/var/lib/tlsprof-deps.stamp
 want=$(printf '%s\n' "${packages[@]}" | sha256sum | cut -d' ' -f1)
-# What the tests need beyond Debian 12's packages.
-install_extras() {
-  install_openssl11
-  if ((tests)); then "$(dirname "$0")/make-trixie-root.sh"; fi
-}
-
 if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && dpkg -s "${packages[@]}" >/dev/null 2>&1; then
-  install_extras
+  install_openssl11
   exit 0
 fi
 
@@ -122,4 +106,4 @@ if command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now nginx debuginfod prometheus >/dev/null 2>&1 || true
 fi
 echo "$want" >"$stamp"
-install_extras
+install_openssl11
