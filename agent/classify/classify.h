@@ -34,6 +34,7 @@ inline constexpr std::string_view kEcdheP256 = "ECDHE-P256";
 inline constexpr std::string_view kEcdheP384 = "ECDHE-P384";
 inline constexpr std::string_view kX25519 = "X25519";
 inline constexpr std::string_view kMlKem = "ML-KEM";
+inline constexpr std::string_view kMlDsa = "ML-DSA";
 inline constexpr std::string_view kSha1 = "SHA-1";
 inline constexpr std::string_view kSha256 = "SHA-256";
 inline constexpr std::string_view kSha512 = "SHA-512";

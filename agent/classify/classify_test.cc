@@ -369,9 +369,10 @@ TEST(ClassifyNames, EmptyAndOddNamesAreNotTls) {
 
 TEST(ClassifyTable, EveryRowIsWellFormed) {
   const std::set<std::string_view> vocabulary = {
-      algo::kAesGcm,    algo::kAesCbc,        algo::kAesCtr,        algo::kChaCha20Poly1305, algo::kRsa,
-      algo::kEcdsaP256, algo::kEcdsaP384,     algo::kEd25519,       algo::kEcdheP256,        algo::kEcdheP384,
-      algo::kX25519,    algo::kMlKem,         algo::kSha1,          algo::kSha256,           algo::kSha512,
+      algo::kAesGcm,    algo::kAesCbc,        algo::kAesCtr,        algo::kChaCha20Poly1305,
+      algo::kRsa,       algo::kEcdsaP256,     algo::kEcdsaP384,     algo::kEd25519,
+      algo::kEcdheP256, algo::kEcdheP384,     algo::kX25519,        algo::kMlKem,
+      algo::kMlDsa,     algo::kSha1,          algo::kSha256,        algo::kSha512,
       algo::kMd5,       algo::kP256Ambiguous, algo::kP384Ambiguous, algo::kUnknown};
   for (const auto& r : rules::Rules()) {
     EXPECT_FALSE(r.pattern.empty());

@@ -99,6 +99,15 @@ constexpr Operation kOperations[] = {
   {kO,  kExact,  "ecdsa_set_ctx_params",         kSig, kAnyEcdsa, false, true},
   {kO,  kExact,  "ecdsa_get_ctx_params",         kSig, kAnyEcdsa, false, true},
   {kO,  kExact,  "ecdsa_signverify_init",        kSig, kAnyEcdsa, false, true},
+  // ML-DSA (OpenSSL 3.5): the signature, its provider, and key generation.
+  {kO,  kPrefix, "ossl_ml_dsa_sign",             kSig, kMlDsa},
+  {kO,  kPrefix, "ossl_ml_dsa_verify",           kSig, kMlDsa},
+  {kO,  kExact,  "ossl_ml_dsa_generate_key",     kSig, kMlDsa},
+  {kO,  kPrefix, "ml_dsa_sign",                  kSig, kMlDsa},    // ml_dsa_sign, _sign_msg_init
+  {kO,  kPrefix, "ml_dsa_verify",                kSig, kMlDsa},
+  {kO,  kPrefix, "ml_dsa_digest_sign",           kSig, kMlDsa},    // also _signverify_init
+  {kO,  kPrefix, "ml_dsa_digest_verify",         kSig, kMlDsa},
+  {kO,  kExact,  "ml_dsa_gen",                   kSig, kMlDsa},
   // Ed25519 (Ed448 has no canonical name: unknown).
   {kOB, kPrefix, "ED25519_sign",                 kSig, kEd25519},  // BoringSSL
   {kOB, kPrefix, "ED25519_verify",               kSig, kEd25519},
@@ -171,6 +180,14 @@ constexpr Operation kOperations[] = {
   {kB,  kPrefix, "MLKEM768_",                    kKx, kMlKem},
   {kB,  kPrefix, "MLKEM1024_",                   kKx, kMlKem},
   {kO,  kPrefix, "ossl_ml_kem_",                 kKx, kMlKem},     // OpenSSL 3.5
+  {kO,  kPrefix, "ml_kem_encapsulate",           kKx, kMlKem},     // 3.5 provider (also _init)
+  {kO,  kPrefix, "ml_kem_decapsulate",           kKx, kMlKem},
+  {kO,  kExact,  "ml_kem_gen",                   kKx, kMlKem},
+  // The hybrids (X25519MLKEM768, SecP256r1MLKEM768) run an ML-KEM and an
+  // X25519/ECDH operation inside: each names its own half.
+  {kO,  kPrefix, "mlx_kem_encapsulate",          kKx, kUnknown},
+  {kO,  kPrefix, "mlx_kem_decapsulate",          kKx, kUnknown},
+  {kO,  kExact,  "mlx_kem_gen",                  kKx, kUnknown},
   // Finite-field DH.
   {kOB, kPrefix, "DH_compute_key",               kKx, kUnknown},
   {kOB, kExact,  "DH_generate_key",              kKx, kUnknown},

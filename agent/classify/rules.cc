@@ -63,6 +63,18 @@ constexpr Rule kRules[] = {
   // itself never hashes with SHA-3. OpenSSL's keccak is plain SHA-3 (below).
   {kB,  kPrefix,   "BORINGSSL_keccak",        "", kKx, kMlKem},
   {kB,  kPrefix,   "keccak_f",                "", kKx, kMlKem},
+  // OpenSSL 3.5: the ML-KEM code (ossl_ml_kem_*), its provider (ml_kem_*) and
+  // the hybrids' glue (mlx_kem_*: X25519MLKEM768, SecP256r1MLKEM768), whose
+  // X25519/ECDH half runs in that curve's own leaves.
+  {kO,  kPrefix,   "ossl_ml_kem_",            "", kKx, kMlKem},
+  {kO,  kPrefix,   "ml_kem_",                 "", kKx, kMlKem},
+  {kO,  kPrefix,   "mlx_",                    "", kKx, kMlKem},
+  // --- ML-DSA signatures: OpenSSL 3.5 (ossl_ml_dsa_*, provider ml_dsa_*),
+  // BoringSSL (MLDSA65_*, mldsa::).
+  {kO,  kPrefix,   "ossl_ml_dsa_",            "", kSig, kMlDsa},
+  {kO,  kPrefix,   "ml_dsa_",                 "", kSig, kMlDsa},
+  {kOB, kContains, "mldsa",                   "", kSig, kMlDsa},
+  {kOB, kContains, "MLDSA",                   "", kSig, kMlDsa},
 
   // --- AES-GCM: the stitched AES-CTR+GHASH asm (aesni_gcm_*, _aesni_ctr32_ghash_6x,
   // BoringSSL/OpenSSL 3.x VAES aes_gcm_*_vaes_*), GHASH (gcm_ghash_*, gcm_gmult_*,
@@ -476,6 +488,9 @@ constexpr ProviderAlgorithm kProviderAlgorithms[] = {
   {"signature",   "ECDSA",               kSig,    kAnyEcdsa},
   {"signature",   "RSA",                 kSig,    kRsa},
   {"signature",   "ED25519",             kSig,    kEd25519},
+  {"signature",   "ML-DSA-44",           kSig,    kMlDsa},    // OpenSSL 3.5
+  {"signature",   "ML-DSA-65",           kSig,    kMlDsa},
+  {"signature",   "ML-DSA-87",           kSig,    kMlDsa},
   {"keyexch",     "ECDH",                kKx,     kAnyEcdh},
   {"keyexch",     "X25519",              kKx,     kX25519},
   {"keyexch",     "TLS1-PRF",            kHash,   kUnknown},  // KDFs offered as key exchange
@@ -493,6 +508,9 @@ constexpr ProviderAlgorithm kProviderAlgorithms[] = {
   {"keymgmt",     "ML-KEM-768",          kKx,     kMlKem},
   {"keymgmt",     "ML-KEM-1024",         kKx,     kMlKem},
   {"keymgmt",     "X25519MLKEM768",      kKx,     kMlKem},
+  {"keymgmt",     "ML-DSA-44",           kSig,    kMlDsa},    // generation of a signing key
+  {"keymgmt",     "ML-DSA-65",           kSig,    kMlDsa},
+  {"keymgmt",     "ML-DSA-87",           kSig,    kMlDsa},
 };
 
 // ---- BoringSSL method tables (rules.h, BoringTableKind/BoringTableAlgorithm;
@@ -614,7 +632,7 @@ constexpr LibraryPrefix kLibraryPrefixes[] = {
   {kOB, "mulx4x_internal"}, {kOB, "mul4x_internal"}, {kOB, "sqr8x_internal"}, {kOB, "_mul_1x1"},
   {kOB, "__bn_"}, {kOB, "__ecp_nistz256_"},
   {kOB, "curve25519_"}, {kOB, "curve448_"}, {kOB, "sm2_"}, {kOB, "SM2_"}, {kOB, "KYBER"}, {kOB, "kyber"},
-  {kOB, "MLKEM"}, {kOB, "mlkem"}, {kOB, "MLDSA"}, {kOB, "mldsa"}, {kOB, "SLHDSA"}, {kOB, "slhdsa"},
+  {kOB, "MLKEM"}, {kOB, "mlkem"}, {kOB, "MLDSA"}, {kOB, "mldsa"}, {kO, "ml_kem_"}, {kO, "ml_dsa_"}, {kO, "mlx_"}, {kOB, "SLHDSA"}, {kOB, "slhdsa"},
   {kOB, "SPAKE2_"}, {kOB, "spake2"}, {kOB, "HRSS_"}, {kOB, "hrss_"}, {kOB, "TRUST_TOKEN"}, {kOB, "trust_token"},
   {kOB, "pmbtoken_"}, {kOB, "voprf_"}, {kOB, "DLEQ"},
   // ---- symmetric ciphers, MACs, hashes, KDFs, randomness (perlasm included)

@@ -139,6 +139,47 @@ TEST(ClassifyStack, OutermostOperationPicksTheBucket) {
   ExpectResult(got, Bucket::kKeyExchange, algo::kUnknown, Phase::kOther);
 }
 
+// OpenSSL 3.5 (Debian 13), names from its libcrypto.a: ML-KEM, ML-DSA, and
+// the X25519MLKEM768 hybrid, whose two halves keep their own names.
+TEST(ClassifyStack, OpenSsl35PostQuantum) {
+  ExpectResult(Classify(Family::kOpenSSL, {{"ossl_ml_kem_encap_seed", true},
+                                           {"ossl_ml_kem_encap_rand", true},
+                                           {"ml_kem_encapsulate", true},
+                                           {"EVP_PKEY_encapsulate", true},
+                                           {"app", false}}),
+               Bucket::kKeyExchange, algo::kMlKem, Phase::kOther);
+  // The hybrid's X25519 half, then its ML-KEM half, then its own glue.
+  ExpectResult(Classify(Family::kOpenSSL, {{"x25519_fe51_mul", true},
+                                           {"ossl_x25519", true},
+                                           {"ecx_derive", true},
+                                           {"EVP_PKEY_derive", true},
+                                           {"mlx_kem_encapsulate", true},
+                                           {"EVP_PKEY_encapsulate", true},
+                                           {"tls_construct_stoc_key_share", true}}),
+               Bucket::kKeyExchange, algo::kX25519, Phase::kHandshake);
+  ExpectResult(Classify(Family::kOpenSSL, {{"", true},
+                                           {"ossl_ml_kem_encap_rand", true},
+                                           {"ml_kem_encapsulate", true},
+                                           {"mlx_kem_encapsulate", true},
+                                           {"EVP_PKEY_encapsulate", true}}),
+               Bucket::kKeyExchange, algo::kMlKem, Phase::kOther);
+  ExpectResult(
+      Classify(Family::kOpenSSL,
+               {{"__memcpy_avx_unaligned_erms", false}, {"mlx_kem_encapsulate", true}, {"EVP_PKEY_encapsulate", true}}),
+      Bucket::kKeyExchange, algo::kMlKem, Phase::kOther);
+  // ML-DSA: its SHAKE is the signature's.
+  ExpectResult(Classify(Family::kOpenSSL, {{"KeccakF1600_avx512vl", true},
+                                           {"ossl_ml_dsa_poly_expand_mask", true},
+                                           {"ossl_ml_dsa_sign", true},
+                                           {"ml_dsa_sign", true},
+                                           {"EVP_PKEY_sign", true}}),
+               Bucket::kSignature, algo::kMlDsa, Phase::kOther);
+  ExpectResult(Classify(Family::kOpenSSL, {{"provider:signature:ML-DSA-65:sign", true}, {"EVP_PKEY_sign", true}}),
+               Bucket::kSignature, algo::kMlDsa, Phase::kOther);
+  ExpectResult(Classify(Family::kOpenSSL, {{"provider:kem:ML-KEM-768:decapsulate", true}}), Bucket::kKeyExchange,
+               algo::kMlKem, Phase::kOther);
+}
+
 TEST(ClassifyStack, ImplicitHandshakeInsideSslReadIsHandshake) {
   auto got = Classify(Family::kOpenSSL, {{"x25519_fe64_mul", true},
                                          {"x25519_scalar_mult", true},

@@ -494,6 +494,8 @@ TEST(Names, BoringSslGroupsAndKeyTypes) {
   EXPECT_EQ(GroupName(USAGE_KX_TLS_GROUP | 29, 0), "X25519");
   EXPECT_EQ(GroupName(USAGE_KX_TLS_GROUP | 23, 0), "P-256");
   EXPECT_EQ(GroupName(USAGE_KX_TLS_GROUP | 0x11ec, 0), "X25519MLKEM768");
+  EXPECT_EQ(GroupName(USAGE_KX_TLS_GROUP | 0x11eb, 0), "SecP256r1MLKEM768");
+  EXPECT_EQ(GroupName(USAGE_KX_TLS_GROUP | 0x11ed, 0), "SecP384r1MLKEM1024");
   EXPECT_EQ(GroupName(USAGE_KX_TLS_GROUP | 0x1234, 0), "group-0x1234");
   EXPECT_EQ(GroupName(USAGE_UNKNOWN, 0), "unknown");
   // BoringSSL's own NIDs for X25519 and Ed25519.

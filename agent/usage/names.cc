@@ -85,7 +85,9 @@ constexpr std::array kGroups = {
     Group{0x0102, "ffdhe4096"},
     Group{0x4138, "CECPQ2"},
     Group{0x6399, "X25519Kyber768Draft00"},
+    Group{0x11eb, "SecP256r1MLKEM768"},
     Group{0x11ec, "X25519MLKEM768"},
+    Group{0x11ed, "SecP384r1MLKEM1024"},
 };
 
 }  // namespace
