@@ -16,6 +16,8 @@ packages=(
   openssl libssl-dev golang-1.24-go nginx haproxy android-libboringssl android-libboringssl-dev
   # the ground-truth workloads are built inside the root, against its libraries and glibc
   g++ make libcli11-dev nlohmann-json3-dev
+  # what libcrypto.a links with (its pkg-config Libs.private)
+  zlib1g-dev libzstd-dev
   # the test PKI and the scripted client mix
   ca-certificates procps
 )

@@ -24,9 +24,12 @@ algorithm of every build is named.
 import json
 import os
 import random
+import shutil
+import tempfile
 import time
 import unittest
 
+import trixie
 from tlsprof_testlib import BIN, Processes, process_row, profile_json, require_root, truth_rate_in_window
 
 RATE_TOLERANCE = 0.05
@@ -116,11 +119,19 @@ def hidden_archive(argv):
 
 
 class Variant:
-    def __init__(self, binary, symbols, namespace=None, tolerance_pp=SHARE_TOLERANCE_PP):
+    def __init__(self, binary, symbols, namespace=None, tolerance_pp=SHARE_TOLERANCE_PP, container=None,
+                 agent_namespace=None):
         self.binary = binary
         self.symbols = symbols  # how the library row must say it was named
         self.namespace = namespace or (lambda argv: argv)
         self.tolerance_pp = tolerance_pp
+        # A trixie.CONTAINERS entry: the workload is built in the Debian 13
+        # root (OpenSSL 3.5) and runs there; its files live under ROOT/tmp.
+        self.container = container
+        # The agent runs on the host; a container variant's namespace wraps
+        # the container (what the workload sees), the agent reads through
+        # /proc/PID/root.
+        self.agent_namespace = agent_namespace or ((lambda argv: argv) if container else self.namespace)
 
 
 VARIANTS = {
@@ -139,10 +150,19 @@ VARIANTS = {
     "go": Variant("tlsprof-go-groundtruth", "symtab"),
     "go_stripped": Variant("tlsprof-go-groundtruth-stripped", "gopclntab"),  # -ldflags=-s -w
     "go_crypto": Variant("tlsprof-go-crypto", "symtab"),  # crypto/* without crypto/tls
+    # Debian 13's OpenSSL 3.5 (ML-KEM-768 and ML-DSA-65 in the draw), built and
+    # run in the trixie root: linked statically after pivot_root, and its
+    # stripped libcrypto.so.3 in a plain chroot, named from the root's own
+    # libcrypto.a beside it.
+    "trixie_static": Variant("tlsprof-groundtruth", "symtab", container="pivot_root"),
+    "trixie_shared": Variant("tlsprof-groundtruth-shared", "static-archive", container="chroot"),
 }
 
 
-class StackAccuracyTest(unittest.TestCase):
+class StackAccuracyCase(unittest.TestCase):
+    """Runs variants; the tests are in the subclasses (the trixie ones in
+    test_stack_accuracy_trixie.py, outside the sanitizer pass)."""
+
     def setUp(self):
         require_root(self)
         self.procs = Processes()
@@ -165,22 +185,39 @@ class StackAccuracyTest(unittest.TestCase):
         """Runs SEEDS_PER_LIBRARY seeded ground truths of one variant at once
         under one profile, and checks each against its own truth."""
         v = VARIANTS[name]
-        path = os.path.join(BIN, v.binary)
-        self.assertTrue(os.path.exists(path), f"{path} is not built")
+        if v.container:
+            trixie.require_trixie(self)
+            path = trixie.build_groundtruth()[v.binary]
+            inside = tempfile.mkdtemp(prefix=f"{name}-", dir=trixie.host_path("/tmp"))
+            self.addCleanup(shutil.rmtree, inside, True)
+
+            def files(file):  # (the path the workload writes, the path the test reads)
+                return f"/tmp/{os.path.basename(inside)}/{file}", os.path.join(inside, file)
+            container = trixie.CONTAINERS[v.container]
+
+            def wrap(argv):
+                return v.namespace(container(argv))
+        else:
+            path = os.path.join(BIN, v.binary)
+            self.assertTrue(os.path.exists(path), f"{path} is not built")
+
+            def files(file):
+                return self.procs.path(file), self.procs.path(file)
+            wrap = v.namespace
         seeds = draw_seeds(SEEDS_PER_LIBRARY)
         print(f"{name}: seeds {','.join(map(str, seeds))} (replay: TLSPROF_SEEDS={','.join(map(str, seeds))})")
         runs = []
         for seed in seeds:
-            ready = self.procs.path(f"{name}-{seed}.ready")
-            truth_file = self.procs.path(f"{name}-{seed}.json")
+            ready_in, ready = files(f"{name}-{seed}.ready")
+            truth_in, truth_file = files(f"{name}-{seed}.json")
             # Started together (no wait here), so that every window covers the profile's.
-            gt = self.procs.start(v.namespace([path, "--warmup", "2", "--duration", str(PROFILE_SECONDS + 8),
-                                               "--seed", str(seed), "--output", truth_file, "--ready-file", ready]))
+            gt = self.procs.start(wrap([path, "--warmup", "2", "--duration", str(PROFILE_SECONDS + 8),
+                                        "--seed", str(seed), "--output", truth_in, "--ready-file", ready_in]))
             runs.append((seed, gt, truth_file, ready))
         pids = [self.wait_ready(gt, ready) for _, gt, _, ready in runs]
         # The agent sees what the workloads see (the same hidden files).
         report = profile_json(self, ["--duration", str(PROFILE_SECONDS)] + [a for pid in pids for a in ("--pid", str(pid))],
-                              wrap=v.namespace)
+                              wrap=v.agent_namespace)
         all_failures, text = [], []
         for (seed, gt, truth_file, _), pid in zip(runs, pids):
             gt.wait(60)
@@ -215,6 +252,8 @@ class StackAccuracyTest(unittest.TestCase):
         self.assertLessEqual(broken, 0.02 * unwind["stacks"], stops)
         return report
 
+
+class StackAccuracyTest(StackAccuracyCase):
     def test_static_libcrypto(self):
         self.run_variant("static")
 

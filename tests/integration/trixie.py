@@ -36,11 +36,12 @@ def chroot(argv):
 
 
 # runc's sequence: a private mount namespace, the root bind-mounted on itself
-# (pivot_root needs a mount point), /proc and /dev for the workload, then
-# pivot_root and the old root detached, so nothing of the host stays visible.
+# with what is mounted below it (pivot_root needs a mount point), /proc and
+# /dev for the workload, then pivot_root and the old root detached, so nothing
+# of the host stays visible.
 _PIVOT = (
     'set -e; r="$1"; shift; '
-    'mount --bind "$r" "$r"; '
+    'mount --rbind "$r" "$r"; '
     'mount -t proc proc "$r/proc"; '
     'mount --rbind /dev "$r/dev"; '
     'mkdir -p "$r/.oldroot"; cd "$r"; '
@@ -71,3 +72,46 @@ def versions():
     """The stamp's lines after the first: what make-trixie-root.sh installed."""
     with open(STAMP) as f:
         return f.read().splitlines()[1:]
+
+
+GROUNDTRUTH_DIR = "/tmp/tlsprof-groundtruth"  # inside the root
+_SOURCES = ["workloads/common", "workloads/groundtruth"]
+
+
+def build_groundtruth():
+    """Builds tlsprof-groundtruth (the root's libcrypto.a linked in, full
+    .symtab) and tlsprof-groundtruth-shared (its libcrypto.so.3) inside the
+    root, with its g++ and OpenSSL 3.5 headers, from this tree's sources.
+    Returns {name: path inside the root}. Rebuilt only when the sources
+    changed (a hash of them beside the binaries)."""
+    import hashlib
+    import shutil
+    from tlsprof_testlib import SRC
+    digest = hashlib.sha256()
+    files = []
+    for d in _SOURCES:
+        for name in sorted(os.listdir(os.path.join(SRC, d))):
+            if name.endswith((".cc", ".h")):
+                files.append(os.path.join(d, name))
+                with open(os.path.join(SRC, d, name), "rb") as f:
+                    digest.update(name.encode() + f.read())
+    out = {n: f"{GROUNDTRUTH_DIR}/{n}" for n in ("tlsprof-groundtruth", "tlsprof-groundtruth-shared")}
+    stamp = host_path(f"{GROUNDTRUTH_DIR}/sources.sha256")
+    if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest() and \
+            all(os.path.exists(host_path(p)) for p in out.values()):
+        return out
+    src = f"{GROUNDTRUTH_DIR}/src"
+    shutil.rmtree(host_path(GROUNDTRUTH_DIR), ignore_errors=True)
+    for rel in files:
+        os.makedirs(host_path(f"{src}/{os.path.dirname(rel)}"), exist_ok=True)
+        shutil.copy(os.path.join(SRC, rel), host_path(f"{src}/{rel}"))
+    cxx = ["g++", "-std=c++20", "-O2", "-g1", f"-I{src}/workloads/common", f"-I{src}"]
+    gt = f"{src}/workloads/groundtruth/main.cc"
+    run_inside(cxx + ["-c", f"{src}/workloads/common/groundtruth_runner.cc", "-o", f"{GROUNDTRUTH_DIR}/runner.o"])
+    run_inside(cxx + [gt, f"{GROUNDTRUTH_DIR}/runner.o", "/usr/lib/x86_64-linux-gnu/libcrypto.a", "-lz", "-lzstd", "-ldl", "-pthread",
+                      "-static-libgcc", "-static-libstdc++", "-o", out["tlsprof-groundtruth"]])
+    run_inside(cxx + ['-DTLSPROF_GROUNDTRUTH_PROGRAM="tlsprof-groundtruth-shared"', gt, f"{GROUNDTRUTH_DIR}/runner.o",
+                      "-lcrypto", "-pthread", "-o", out["tlsprof-groundtruth-shared"]])
+    with open(stamp, "w") as f:
+        f.write(digest.hexdigest())
+    return out

@@ -180,8 +180,8 @@ class SplitMix64 {
   unsigned long long state_;
 };
 
-constexpr const char* kStandardNames[] = {"aes_gcm", "chacha20_poly1305", "aes_cbc",   "sha256", "sha1", "rsa",
-                                          "x25519",  "ecdsa_p256",        "ecdhe_p256"};
+constexpr const char* kStandardNames[] = {"aes_gcm", "chacha20_poly1305", "aes_cbc",    "sha256",     "sha1",     "rsa",
+                                          "x25519",  "ecdsa_p256",        "ecdhe_p256", "ml_kem_768", "ml_dsa_65"};
 
 }  // namespace
 
@@ -203,7 +203,7 @@ std::vector<SeededDraw> DrawSeededMix(unsigned long long seed) {
 
 std::vector<GroundTruthCategory> StandardCategories(GroundTruthOps ops) {
   constexpr size_t kBulk = kGroundTruthBufferBytes;
-  return {
+  std::vector<GroundTruthCategory> cats = {
       {"aes_gcm", "cipher", "AES-GCM", false, kBulk, std::move(ops.aes_gcm)},
       {"chacha20_poly1305", "cipher", "ChaCha20-Poly1305", false, kBulk, std::move(ops.chacha20_poly1305)},
       {"aes_cbc", "cipher", "AES-CBC", false, kBulk, std::move(ops.aes_cbc)},
@@ -214,6 +214,16 @@ std::vector<GroundTruthCategory> StandardCategories(GroundTruthOps ops) {
       {"ecdsa_p256", "signature", "ECDSA-P256", true, 0, std::move(ops.ecdsa_p256)},
       {"ecdhe_p256", "key_exchange", "ECDHE-P256", true, 0, std::move(ops.ecdhe_p256)},
   };
+  // A handshake's ML-KEM: keygen and decapsulate (client), encapsulate (server).
+  if (ops.ml_kem_768.reused) {
+    cats.push_back({"ml_kem_768", "key_exchange", "ML-KEM", false, 0, std::move(ops.ml_kem_768)});
+    cats.back().in_default_mix = false;
+  }
+  if (ops.ml_dsa_65.reused) {
+    cats.push_back({"ml_dsa_65", "signature", "ML-DSA", false, 0, std::move(ops.ml_dsa_65)});
+    cats.back().in_default_mix = false;
+  }
+  return cats;
 }
 
 int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
@@ -240,7 +250,7 @@ int RunGroundTruth(int argc, char** argv, GroundTruthSpec spec) {
   BlockStopSignals();
 
   auto& cats = spec.categories;
-  for (auto& c : cats) c.weight = (!c.needs_with_p256 || opt.with_p256) ? 1.0 : 0.0;
+  for (auto& c : cats) c.weight = c.in_default_mix && (!c.needs_with_p256 || opt.with_p256) ? 1.0 : 0.0;
   if (opt.seed) {
     for (const auto& d : DrawSeededMix(*opt.seed)) {
       auto it = std::find_if(cats.begin(), cats.end(), [&](auto& c) { return c.name == d.name; });

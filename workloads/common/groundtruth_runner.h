@@ -39,6 +39,7 @@ struct GroundTruthCategory {
   bool needs_with_p256 = false;  // off in the default mix unless --with-p256
   size_t bytes_per_op = 0;       // 0 for public-key operations
   GroundTruthOp op;
+  bool in_default_mix = true;  // false: only by --mix or --seed (the post-quantum ones)
 
   // Runner state.
   double weight = 0;
@@ -62,14 +63,17 @@ struct GroundTruthCategory {
   }
 };
 
-// The operations of the nine categories every variant measures.
+// The operations of the nine categories every variant measures, and of the
+// post-quantum ones a library may have (left empty: the variant lacks them).
 struct GroundTruthOps {
   GroundTruthOp aes_gcm, chacha20_poly1305, aes_cbc, sha256, sha1, rsa, x25519, ecdsa_p256, ecdhe_p256;
+  GroundTruthOp ml_kem_768, ml_dsa_65;
 };
 
 // The seeded mix, the same draw as tlsprof-go-groundtruth's so one seed gives
-// one mix in every variant: splitmix64 from the seed; for each of the nine
-// standard categories in report order, three uniform draws u1 u2 u3 in [0,1):
+// one mix in every variant: splitmix64 from the seed; for each of the eleven
+// standard categories in report order (the post-quantum two last, so the
+// first nine draw as before they were added), three uniform draws u1 u2 u3 in [0,1):
 // weight 0.25 * 16^u1 (log-uniform over [0.25, 4]), dropped when u2 < 0.2,
 // fresh share u3. Categories a variant lacks are then off; if fewer than two
 // are left on, dropped ones come back in report order until two are.

@@ -248,6 +248,8 @@ int main(int argc, char** argv) {
       .x25519 = {[&] { return p.X25519Derive(); }, [&] { return p.X25519Derive(); }},
       .ecdsa_p256 = {[&] { return p.EcdsaSign(); }, [&] { return p.SignFresh(p.ecdsa_pkey.get(), false); }},
       .ecdhe_p256 = {[&] { return p.P256Derive(); }, [&] { return p.P256DeriveFresh(); }},
+      .ml_kem_768 = {},  // not measured on BoringSSL yet
+      .ml_dsa_65 = {},
   });
   spec.setup = [&](const std::function<bool(std::string_view)>& enabled) { return Setup(p, enabled); };
   return tlsprof::workload::RunGroundTruth(argc, argv, std::move(spec));

@@ -1,6 +1,7 @@
 // tlsprof-groundtruth (static libcrypto.a) and tlsprof-groundtruth-shared
 // (Debian's stripped libcrypto.so.3): a process whose crypto CPU split is
-// known, on OpenSSL 3.
+// known, on OpenSSL 3. Built against OpenSSL 3.5 (inside the Debian 13 root,
+// tests/integration/trixie.py) it also measures ML-KEM-768 and ML-DSA-65.
 //
 // This file holds only the OpenSSL primitives, one closure per category.
 // common/groundtruth_runner.cc does the rest: one worker thread runs short
@@ -151,6 +152,47 @@ struct Primitives {
     PkeyCtx ctx(EVP_PKEY_CTX_new_from_pkey(nullptr, pkey, nullptr));
     return ctx && EVP_PKEY_derive_init(ctx.get()) > 0 && Derive(ctx.get(), peers);
   }
+
+#if OPENSSL_VERSION_NUMBER >= 0x30500000L
+  // OpenSSL 3.5's post-quantum algorithms (Debian 13's libssl-dev).
+  Pkey ml_kem_peer, ml_dsa_key;
+  PkeyCtx ml_kem_keygen_ctx, ml_kem_encap_ctx, ml_dsa_sign_ctx;
+  EVP_SIGNATURE* ml_dsa = nullptr;
+  unsigned char ml_kem_ct[1568] = {}, ml_kem_secret[32] = {};
+  std::vector<unsigned char> ml_dsa_sig = std::vector<unsigned char>(4627);
+
+  // A hybrid handshake's ML-KEM-768 share of work: the client's keygen and
+  // decapsulation, the server's encapsulation to that key.
+  bool MlKem(bool fresh) {
+    EVP_PKEY* key = nullptr;
+    if (fresh) {
+      PkeyCtx gen(EVP_PKEY_CTX_new_from_name(nullptr, "ML-KEM-768", nullptr));
+      if (!gen || EVP_PKEY_keygen_init(gen.get()) <= 0 || EVP_PKEY_keygen(gen.get(), &key) <= 0) return false;
+    } else if (EVP_PKEY_keygen(ml_kem_keygen_ctx.get(), &key) <= 0) {
+      return false;
+    }
+    Pkey client(key);
+    size_t ct_len = sizeof ml_kem_ct, secret_len = sizeof ml_kem_secret;
+    PkeyCtx encap(EVP_PKEY_CTX_new_from_pkey(nullptr, client.get(), nullptr));
+    if (!encap || EVP_PKEY_encapsulate_init(encap.get(), nullptr) <= 0 ||
+        EVP_PKEY_encapsulate(encap.get(), ml_kem_ct, &ct_len, ml_kem_secret, &secret_len) <= 0)
+      return false;
+    PkeyCtx decap(EVP_PKEY_CTX_new_from_pkey(nullptr, client.get(), nullptr));
+    return decap && EVP_PKEY_decapsulate_init(decap.get(), nullptr) > 0 &&
+           EVP_PKEY_decapsulate(decap.get(), ml_kem_secret, &secret_len, ml_kem_ct, ct_len) > 0;
+  }
+
+  bool MlDsaSign(EVP_PKEY_CTX* ctx) {
+    size_t len = ml_dsa_sig.size();
+    digest[0]++;
+    return EVP_PKEY_sign(ctx, ml_dsa_sig.data(), &len, digest, sizeof digest) > 0;
+  }
+
+  bool MlDsaSignFresh() {
+    PkeyCtx ctx(EVP_PKEY_CTX_new_from_pkey(nullptr, ml_dsa_key.get(), nullptr));
+    return ctx && EVP_PKEY_sign_message_init(ctx.get(), ml_dsa, nullptr) > 0 && MlDsaSign(ctx.get());
+  }
+#endif
 };
 
 bool SetupCipher(Cipher& cipher, CipherCtx& ctx, const char* name, const unsigned char* key, const unsigned char* iv) {
@@ -197,19 +239,26 @@ int main(int argc, char** argv) {
   spec.library = "openssl";
   spec.report_failure = [](const std::string& what) { Fail(what); };
   spec.categories = tlsprof::workload::StandardCategories({
-      .aes_gcm = {[&] { return p.Seal(p.gcm_ctx.get()); }, [&] { return p.SealFresh(EVP_aes_128_gcm()); }},
-      .chacha20_poly1305 = {[&] { return p.Seal(p.chacha_ctx.get()); },
-                            [&] { return p.SealFresh(EVP_chacha20_poly1305()); }},
-      .aes_cbc = {[&] { return p.CbcEncrypt(); }, [&] { return p.CbcEncryptFresh(); }},
-      .sha256 = {[&] { return p.Digest(p.sha256.get()); }, [&] { return p.DigestFresh(EVP_sha256()); }},
-      .sha1 = {[&] { return p.Digest(p.sha1.get()); }, [&] { return p.DigestFresh(EVP_sha1()); }},
-      .rsa = {[&] { return p.Sign(p.rsa_sign_ctx.get()); }, [&] { return p.SignFresh(p.rsa_key.get(), true); }},
-      .x25519 = {[&] { return p.Derive(p.x25519_ctx.get(), p.x25519_peers); },
-                 [&] { return p.DeriveFresh(p.x25519_key.get(), p.x25519_peers); }},
-      .ecdsa_p256 = {[&] { return p.Sign(p.ecdsa_sign_ctx.get()); },
-                     [&] { return p.SignFresh(p.ecdsa_key.get(), false); }},
-      .ecdhe_p256 = {[&] { return p.Derive(p.p256_ctx.get(), p.p256_peers); },
-                     [&] { return p.DeriveFresh(p.p256_key.get(), p.p256_peers); }},
+    .aes_gcm = {[&] { return p.Seal(p.gcm_ctx.get()); }, [&] { return p.SealFresh(EVP_aes_128_gcm()); }},
+    .chacha20_poly1305 = {[&] { return p.Seal(p.chacha_ctx.get()); },
+                          [&] { return p.SealFresh(EVP_chacha20_poly1305()); }},
+    .aes_cbc = {[&] { return p.CbcEncrypt(); }, [&] { return p.CbcEncryptFresh(); }},
+    .sha256 = {[&] { return p.Digest(p.sha256.get()); }, [&] { return p.DigestFresh(EVP_sha256()); }},
+    .sha1 = {[&] { return p.Digest(p.sha1.get()); }, [&] { return p.DigestFresh(EVP_sha1()); }},
+    .rsa = {[&] { return p.Sign(p.rsa_sign_ctx.get()); }, [&] { return p.SignFresh(p.rsa_key.get(), true); }},
+    .x25519 = {[&] { return p.Derive(p.x25519_ctx.get(), p.x25519_peers); },
+               [&] { return p.DeriveFresh(p.x25519_key.get(), p.x25519_peers); }},
+    .ecdsa_p256 = {[&] { return p.Sign(p.ecdsa_sign_ctx.get()); },
+                   [&] { return p.SignFresh(p.ecdsa_key.get(), false); }},
+    .ecdhe_p256 = {[&] { return p.Derive(p.p256_ctx.get(), p.p256_peers); },
+                   [&] { return p.DeriveFresh(p.p256_key.get(), p.p256_peers); }},
+#if OPENSSL_VERSION_NUMBER >= 0x30500000L
+    .ml_kem_768 = {[&] { return p.MlKem(false); }, [&] { return p.MlKem(true); }},
+    .ml_dsa_65 = {[&] { return p.MlDsaSign(p.ml_dsa_sign_ctx.get()); }, [&] { return p.MlDsaSignFresh(); }},
+#else
+    .ml_kem_768 = {},  // OpenSSL before 3.5: none
+        .ml_dsa_65 = {},
+#endif
   });
   spec.setup = [&](const auto& enabled) {
     if (RAND_bytes(p.in.data(), static_cast<int>(p.in.size())) <= 0 || RAND_bytes(p.key, 32) <= 0)
@@ -228,6 +277,20 @@ int main(int argc, char** argv) {
     if (ok && enabled("ecdsa_p256")) ok = SetupSign(p.ecdsa_key, p.ecdsa_sign_ctx, false);
     if (ok && enabled("x25519")) ok = SetupDerive(p.x25519_key, p.x25519_ctx, p.x25519_peers, true);
     if (ok && enabled("ecdhe_p256")) ok = SetupDerive(p.p256_key, p.p256_ctx, p.p256_peers, false);
+#if OPENSSL_VERSION_NUMBER >= 0x30500000L
+    if (ok && enabled("ml_kem_768")) {
+      p.ml_kem_keygen_ctx.reset(EVP_PKEY_CTX_new_from_name(nullptr, "ML-KEM-768", nullptr));
+      ok = (p.ml_kem_keygen_ctx && EVP_PKEY_keygen_init(p.ml_kem_keygen_ctx.get()) > 0) || Fail("ML-KEM-768 keygen");
+    }
+    if (ok && enabled("ml_dsa_65")) {
+      p.ml_dsa_key = Keygen("ML-DSA-65");
+      p.ml_dsa = EVP_SIGNATURE_fetch(nullptr, "ML-DSA-65", nullptr);
+      if (p.ml_dsa_key && p.ml_dsa)
+        p.ml_dsa_sign_ctx.reset(EVP_PKEY_CTX_new_from_pkey(nullptr, p.ml_dsa_key.get(), nullptr));
+      ok = (p.ml_dsa_sign_ctx && EVP_PKEY_sign_message_init(p.ml_dsa_sign_ctx.get(), p.ml_dsa, nullptr) > 0) ||
+           Fail("ML-DSA-65 sign init");
+    }
+#endif
     return ok;
   };
   return tlsprof::workload::RunGroundTruth(argc, argv, std::move(spec));
