@@ -55,6 +55,7 @@ USAGE_PANELS = {
     ("tlsprof-fleet.json", "Sign latency p50 / p99 by algorithm (on-CPU)"),
     ("tlsprof-fleet.json", "Public-key operations per second"),
     ("tlsprof-fleet.json", "Live TLS connections"),
+    ("tlsprof-fleet.json", "Handshakes on a post-quantum hybrid group (share of handshakes)"),
     ("tlsprof-agents.json", "Probe duty cycle"),
     ("tlsprof-agents.json", "Probe CPU vs budget (cores)"),
 }
