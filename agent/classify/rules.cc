@@ -548,6 +548,7 @@ constexpr BoringTableKind kOpenSslTableKinds[] = {
   {"ec",        kSig},     // an EC_METHOD's function: the curve; ECDSA or ECDH by the operation above
   {"cipher-hw", kCipher},  // a cipher's hw struct (PROV_CIPHER_HW, PROV_GCM_HW, ...)
   {"ecx",       kKx},      // the X25519 function below the derive X25519 and X448 share
+  {"ml-kem",    kKx},      // the ML-KEM code below the provider's encapsulate/decapsulate (3.5)
 };
 
 constexpr BoringTableAlgorithm kOpenSslTableAlgorithms[] = {
@@ -564,6 +565,7 @@ constexpr BoringTableAlgorithm kOpenSslTableAlgorithms[] = {
   {"cipher-hw", "AES-GCM",             kCipher, kAesGcm},
   {"cipher-hw", "ChaCha20-Poly1305",   kCipher, kChaCha20Poly1305},
   {"ecx",       "X25519",              kKx,     kX25519},
+  {"ml-kem",    "ML-KEM",              kKx,     kMlKem},
 };
 
 constexpr LibraryPrefix kLibraryPrefixes[] = {

@@ -266,7 +266,7 @@ void AddDistinctAddr(std::vector<uint64_t>& items, uint64_t item) {
 // What the provider functions reach: the code tables below them
 // (library_tables.h, "openssl:" names).
 
-enum class CodeKind : uint8_t { kEc, kCipherHw, kEcx };
+enum class CodeKind : uint8_t { kEc, kCipherHw, kEcx, kMlKem };
 
 std::string_view CodeKindName(CodeKind k) {
   switch (k) {
@@ -276,6 +276,8 @@ std::string_view CodeKindName(CodeKind k) {
       return "cipher-hw";
     case CodeKind::kEcx:
       return "ecx";
+    case CodeKind::kMlKem:
+      return "ml-kem";
   }
   return "*";
 }
@@ -642,11 +644,31 @@ std::map<uint64_t, std::vector<CodeUse>> ReadCodeTables(const Image& image, cons
     std::set<uint64_t> x25519_callees, x448_callees;
     for (uint64_t fn : legacy25519) x25519_callees.merge(callees(fn));
     for (uint64_t fn : legacy448) x448_callees.merge(callees(fn));
-    for (uint64_t fn : callees(*shared_derive)) {
+    // OpenSSL 3.2 and later put ossl_ecx_compute_key between the provider's
+    // derive and ossl_x25519: look two calls deep.
+    std::set<uint64_t> reached = callees(*shared_derive);
+    for (uint64_t fn : std::set<uint64_t>(reached)) reached.merge(callees(fn));
+    for (uint64_t fn : reached) {
       if (x25519_callees.count(fn) && !x448_callees.count(fn)) {
         uses[fn].push_back({CodeKind::kEcx, "X25519", "derive"});
       }
     }
+  }
+
+  // --- ML-KEM (OpenSSL 3.5): the provider's encapsulate and decapsulate,
+  // which all ML-KEM parameter sets share, tail-call the ML-KEM code
+  // (ossl_ml_kem_encap_rand, ossl_ml_kem_decap): their internal callees are
+  // ML-KEM's.
+  for (const auto& [fn, list] : provider) {
+    bool mlkem = !list.empty();
+    std::string role;
+    for (const auto& u : list) {
+      mlkem = mlkem && u.op == Op::kKem && u.algorithm.starts_with("ML-KEM-") &&
+              (u.role == "encapsulate" || u.role == "decapsulate");
+      role = u.role;
+    }
+    if (!mlkem) continue;
+    for (uint64_t callee : callees(fn)) uses[callee].push_back({CodeKind::kMlKem, "ML-KEM", role});
   }
   return uses;
 }

@@ -118,6 +118,14 @@ def hidden_archive(argv):
             f'mount --bind /dev/null {LIBCRYPTO_A} && exec "$0" "$@"', *argv]
 
 
+def trixie_hidden_archive(argv):
+    """argv (a trixie container) in a private mount namespace where the root's
+    libcrypto.a reads as an empty file; the agent reads the container's files
+    through /proc/PID/root, so it sees the same."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount --bind /dev/null {trixie.host_path(LIBCRYPTO_A)} && exec "$0" "$@"', *argv]
+
+
 class Variant:
     def __init__(self, binary, symbols, namespace=None, tolerance_pp=SHARE_TOLERANCE_PP, container=None,
                  agent_namespace=None):
@@ -156,6 +164,11 @@ VARIANTS = {
     # libcrypto.a beside it.
     "trixie_static": Variant("tlsprof-groundtruth", "symtab", container="pivot_root"),
     "trixie_shared": Variant("tlsprof-groundtruth-shared", "static-archive", container="chroot"),
+    # The same library with neither archive nor debug file, after pivot_root:
+    # named from its own tables (library_tables.h: the providers, and below
+    # them X25519 behind ossl_ecx_compute_key and the ML-KEM code).
+    "trixie_shared_hidden": Variant("tlsprof-groundtruth-shared", "library-tables", trixie_hidden_archive,
+                                    container="pivot_root"),
 }
 
 

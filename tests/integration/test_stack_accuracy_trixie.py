@@ -7,6 +7,8 @@ runs there as a container:
   trixie_static   libcrypto.a linked in (full .symtab), after pivot_root
   trixie_shared   the root's stripped libcrypto.so.3, its libcrypto.a beside
                   it, in a plain chroot
+  trixie_shared_hidden  the same with the archive hidden (private mount
+                  namespace), after pivot_root: named from the library's tables
 
 TLSPROF_SEEDS=a,b,c replays a run's seeds."""
 import unittest
@@ -20,6 +22,9 @@ class TrixieStackAccuracyTest(accuracy.StackAccuracyCase):
 
     def test_openssl35_shared_with_archive(self):
         self.run_variant("trixie_shared")
+
+    def test_openssl35_shared_hidden_archive(self):
+        self.run_variant("trixie_shared_hidden")
 
 
 if __name__ == "__main__":
