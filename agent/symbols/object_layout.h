@@ -10,8 +10,8 @@
 // symbols after an STT_FILE symbol; together they tell which object a helper
 // came from.
 //
-// Rules, in order (measured on Debian's libcrypto.a and node in
-// bench/README.md, "Static links: the library's own helpers"):
+// Rules, in order (figures: bench/README.md, "Static links: the library's
+// own helpers"):
 //  1. Split-off cold parts (`foo.cold`) sit in .text.unlikely, away from their
 //     object. They are set aside and follow their parent by name.
 //  2. A segment is a run of address-consecutive locals of one object plus the

@@ -1,5 +1,5 @@
-"""Stack-aware attribution against ground truth on Debian 13's OpenSSL 3.5
-(issue 19), the same method and bounds as test_stack_accuracy.py, with
+"""Stack-aware attribution against ground truth on Debian 13's OpenSSL 3.5,
+the same method and bounds as test_stack_accuracy.py, with
 ML-KEM-768 and ML-DSA-65 in the seeded draw. The ground truth is built inside
 the trixie root with its own g++ and OpenSSL (trixie.build_groundtruth) and
 runs there as a container:

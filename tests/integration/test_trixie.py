@@ -1,5 +1,5 @@
 """The Debian 13 root (scripts/make-trixie-root.sh) and its two containers
-(trixie.py): the root holds the stacks issue 19 is about, and the agent finds
+(trixie.py): the root holds OpenSSL 3.5, and the agent finds
 and names OpenSSL 3.5 in a process in a plain chroot (whose maps show host
 paths) and after pivot_root (whose maps show paths inside), and attaches its
 usage probes to the process's own libssl in both."""

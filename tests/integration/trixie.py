@@ -10,10 +10,14 @@ and the two ways the tests run it as a container:
 Both wrap an argv (paths inside the root) so that Processes.start runs it in the
 container; files the test shares with it go under ROOT/tmp, which is the same
 directory seen from both sides."""
+import hashlib
 import os
 import shlex
+import shutil
 import subprocess
 import unittest
+
+from tlsprof_testlib import SRC
 
 ROOT = os.environ.get("TLSPROF_TRIXIE_ROOT", "/opt/tlsprof-trixie")
 STAMP = os.path.join(ROOT, ".tlsprof-stamp")
@@ -84,9 +88,6 @@ def build_groundtruth():
     root, with its g++ and OpenSSL 3.5 headers, from this tree's sources.
     Returns {name: path inside the root}. Rebuilt only when the sources
     changed (a hash of them beside the binaries)."""
-    import hashlib
-    import shutil
-    from tlsprof_testlib import SRC
     digest = hashlib.sha256()
     files = []
     for d in _SOURCES:

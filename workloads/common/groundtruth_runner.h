@@ -72,8 +72,8 @@ struct GroundTruthOps {
 
 // The seeded mix, the same draw as tlsprof-go-groundtruth's so one seed gives
 // one mix in every variant: splitmix64 from the seed; for each of the eleven
-// standard categories in report order (the post-quantum two last, so the
-// first nine draw as before they were added), three uniform draws u1 u2 u3 in [0,1):
+// standard categories in report order (the post-quantum two last), three
+// uniform draws u1 u2 u3 in [0,1):
 // weight 0.25 * 16^u1 (log-uniform over [0.25, 4]), dropped when u2 < 0.2,
 // fresh share u3. Categories a variant lacks are then off; if fewer than two
 // are left on, dropped ones come back in report order until two are.
