@@ -26,7 +26,6 @@ import pwd
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
