@@ -239,6 +239,18 @@ static __always_inline __u32 read_field_or(const struct lib_layout *layout, __u3
 	n = path->n;
 	if (n == 0 || n > USAGE_MAX_LOADS)
 		return USAGE_UNKNOWN;
+	if (path->type_guard) {
+		__u32 type = 1;
+
+		if (base == 0)
+			return USAGE_UNKNOWN;
+		if (bpf_probe_read_user(&type, sizeof(type), (void *)base)) {
+			count_total(UTOTAL_READ_ERRORS);
+			return USAGE_UNKNOWN;
+		}
+		if (type != 0)
+			return USAGE_UNKNOWN;
+	}
 #pragma unroll
 	for (__u32 i = 0; i < USAGE_MAX_LOADS; i++) {
 		bool last = i + 1 == n;

@@ -41,6 +41,9 @@
  * A bit field of the last load (BoringSSL's SSL_is_server(), ...): when
  * shift or bits is set, v = (v >> shift) & ((1 << bits) - 1) (bits 0: all
  * that is left); then v = !v when `invert`.
+ * `type_guard`: the chain applies only where the 32-bit word at +0 of the
+ * start pointer is 0 (OpenSSL 3.2+: ssl_st.type of a TLS connection; a QUIC
+ * object's is not), else the field reads as USAGE_UNKNOWN.
  */
 #define USAGE_MAX_LOADS 4
 struct field_path {
@@ -50,7 +53,8 @@ struct field_path {
 	__u8 shift;
 	__u8 bits;
 	__u8 invert;
-	__u8 pad[3];
+	__u8 type_guard;
+	__u8 pad[2];
 };
 
 #define USAGE_UNKNOWN 0xffffffffu

@@ -1,5 +1,8 @@
 #include "agent/usage/accessors.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include <fmt/format.h>
 
 namespace tlsprof::usage {
@@ -40,7 +43,39 @@ bool OnlyReturns(std::span<const uint8_t> code, size_t at, bool& zeroes_rax) {
   return false;
 }
 
+// Whether the code at `at` traps: ud2, after an optional `mov 0x0,%eax`
+// (GCC's -fisolate-erroneous-paths-dereference turns a NULL dereference
+// into that).
+bool OnlyTraps(std::span<const uint8_t> code, size_t at) {
+  constexpr uint8_t kLoadFromZero[] = {0x8b, 0x04, 0x25, 0x00, 0x00, 0x00, 0x00};
+  if (code.size() >= at + sizeof(kLoadFromZero) && std::equal(kLoadFromZero, std::end(kLoadFromZero), &code[at])) {
+    at += sizeof(kLoadFromZero);
+  }
+  return code.size() >= at + 2 && code[at] == 0x0f && code[at + 1] == 0x0b;
+}
+
 }  // namespace
+
+size_t TypeDispatchTarget(std::span<const uint8_t> code, size_t at) {
+  if (code.size() < at + 6 || code[at] != 0x8b || code[at + 1] != 0x07 || code[at + 2] != 0x85 ||
+      code[at + 3] != 0xc0) {
+    return 0;
+  }
+  size_t next = 0;
+  int64_t disp = 0;
+  if (code[at + 4] == 0x74) {
+    next = at + 6;
+    disp = static_cast<int8_t>(code[at + 5]);
+  } else if (code.size() >= at + 10 && code[at + 4] == 0x0f && code[at + 5] == 0x84) {
+    next = at + 10;
+    disp = ReadI32(code, at + 6);
+  } else {
+    return 0;
+  }
+  if (disp <= 0) return 0;  // forward only: the walk never loops
+  const size_t target = next + static_cast<size_t>(disp);
+  return target < code.size() ? target : 0;
+}
 
 std::optional<LoadChain> DecodeLoadChain(std::span<const uint8_t> code) {
   LoadChain chain;
@@ -58,6 +93,13 @@ std::optional<LoadChain> DecodeLoadChain(std::span<const uint8_t> code) {
     if (op == 0xc3 && rex == 0) {  // ret
       if (chain.offsets.empty() || tracked != kRax) return std::nullopt;
       return chain;
+    }
+    if (rex == 0 && chain.offsets.empty() && tracked == kRdi && !chain.type_guard) {
+      if (size_t target = TypeDispatchTarget(code, i)) {
+        chain.type_guard = true;
+        i = target;
+        continue;
+      }
     }
     // A load into `tracked` from [tracked + disp]: mov r32/r64, r/m (8b);
     // movzx r32, r/m8 (0f b6) or r/m16 (0f b7).
@@ -109,9 +151,13 @@ std::optional<LoadChain> DecodeLoadChain(std::span<const uint8_t> code) {
       if (i + 3 >= code.size() || code[i + 2] != 0x74) return std::nullopt;  // je rel8
       const size_t target = i + 4 + static_cast<int8_t>(code[i + 3]);
       bool zeroes_rax = false;
-      if (target <= i || !OnlyReturns(code, target, zeroes_rax)) return std::nullopt;
-      // The NULL path must return NULL: rax is the tested register, or is cleared.
-      if (!zeroes_rax && tracked != kRax) return std::nullopt;
+      if (target <= i) return std::nullopt;
+      // The NULL path must return NULL (rax is the tested register, or is
+      // cleared), or trap: the walk gives up on a NULL pointer either way.
+      if (!OnlyTraps(code, target)) {
+        if (!OnlyReturns(code, target, zeroes_rax)) return std::nullopt;
+        if (!zeroes_rax && tracked != kRax) return std::nullopt;
+      }
       i += 4;
       continue;
     }
@@ -131,7 +177,9 @@ std::optional<LoadChain> DecodeLoadChain(std::span<const uint8_t> code) {
 }
 
 std::optional<LoadChain> Compose(const LoadChain& first, const LoadChain& second) {
-  if (!first.plain_pointer() || first.offsets.empty() || second.offsets.empty()) return std::nullopt;
+  if (!first.plain_pointer() || first.offsets.empty() || second.offsets.empty() || second.type_guard) {
+    return std::nullopt;
+  }
   if (first.offsets.size() + second.offsets.size() > kMaxLoads) return std::nullopt;
   LoadChain out = first;
   out.offsets.insert(out.offsets.end(), second.offsets.begin(), second.offsets.end());
@@ -143,7 +191,7 @@ std::optional<LoadChain> Compose(const LoadChain& first, const LoadChain& second
 }
 
 std::string ToString(const LoadChain& chain) {
-  std::string out;
+  std::string out = chain.type_guard ? "[+0x0 == 0] " : "";
   for (size_t i = 0; i < chain.offsets.size(); ++i) {
     if (i) out += " -> ";
     int32_t off = chain.offsets[i];

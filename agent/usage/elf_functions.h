@@ -22,7 +22,9 @@ struct FunctionCode {
   std::vector<uint8_t> prefix;  // the first bytes (up to kPrefixBytes), fewer at the end of the segment
 };
 
-inline constexpr size_t kPrefixBytes = 64;
+// Enough for OpenSSL 3.5's accessors, whose TLS-connection path starts after
+// the QUIC one (SSL_get_privatekey's NULL return is at +0x70).
+inline constexpr size_t kPrefixBytes = 192;
 
 // The functions of `names` that `fd` defines (STT_FUNC or STT_GNU_IFUNC is not
 // taken: an IFUNC symbol is a resolver, not the function), by name. Versioned

@@ -13,9 +13,15 @@
 namespace tlsprof::usage {
 
 // The field's value, bit field applied; nullopt where a pointer on the way
-// is NULL (the walk's USAGE_UNKNOWN).
+// is NULL or the type guard fails (the walk's USAGE_UNKNOWN).
 inline std::optional<uint64_t> FollowChain(const void* base, const LoadChain& chain) {
   const char* p = static_cast<const char*>(base);
+  if (chain.type_guard) {
+    uint32_t type = 1;
+    if (!p) return std::nullopt;
+    std::memcpy(&type, p, sizeof(type));
+    if (type != 0) return std::nullopt;
+  }
   for (size_t i = 0; i < chain.offsets.size(); ++i) {
     if (!p) return std::nullopt;
     const char* at = p + chain.offsets[i];

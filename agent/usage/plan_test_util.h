@@ -46,6 +46,7 @@ inline LoadChain PlannedChain(const lib_layout& layout, uint32_t field) {
   LoadChain chain;
   for (uint8_t i = 0; i < path.n; ++i) chain.offsets.push_back(path.off[i]);
   chain.width = path.width;
+  chain.type_guard = path.type_guard != 0;
   return chain;
 }
 

@@ -104,12 +104,18 @@ size_t FailFastGuard(std::span<const uint8_t> c, size_t i) {
 }
 
 // `mov $imm32,%esi` or `xor %esi,%esi`, then `jmp rel32`: the jump's target.
-// A FailFastGuard may come first.
+// A FailFastGuard, or a NULL test and the type dispatch, may come first.
 std::optional<uint64_t> TailCallTarget(const FunctionCode& code) {
   std::span<const uint8_t> c(code.prefix);
   size_t i = 0;
   if (c.size() >= 4 && c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa) i = 4;
   i += FailFastGuard(c, i);
+  // OpenSSL 3.2+: a NULL test (test %rdi,%rdi; je), then the type dispatch
+  // (accessors.h); a TLS connection goes on at its target. The QUIC path
+  // tail-calls the same function with the connection it holds.
+  if (c.size() >= i + 5 && c[i] == 0x48 && c[i + 1] == 0x85 && c[i + 2] == 0xff && c[i + 3] == 0x74) {
+    if (size_t target = TypeDispatchTarget(c, i + 5)) i = target;
+  }
   if (c.size() >= i + 5 && c[i] == 0xbe) {
     i += 5;
   } else if (c.size() >= i + 2 && c[i] == 0x31 && c[i + 1] == 0xf6) {
@@ -245,6 +251,7 @@ void SetField(ProcessPlan& plan, uint32_t field, const std::optional<LoadChain>&
   path.shift = chain->shift;
   path.bits = chain->bits;
   path.invert = chain->invert ? 1 : 0;
+  path.type_guard = chain->type_guard ? 1 : 0;
   for (size_t i = 0; i < chain->offsets.size(); ++i) path.off[i] = chain->offsets[i];
   plan.fields[name] = ToString(*chain);
 }

@@ -62,7 +62,8 @@ struct FoundFunction {
 // method's is ssl_undefined_function) and ssl_connect (likewise the
 // server's). When both are `mov/xor %esi; jmp X` (OpenSSL 3.0's
 // ossl_statem_accept/connect tail-calling state_machine(s, server); in
-// Debian's OpenSSL 1.1.1 after an inlined `return -1` on the error state), X
+// Debian's OpenSSL 1.1.1 after an inlined `return -1` on the error state; in
+// 3.2+ on a TLS connection's path, after a NULL test and the type dispatch), X
 // is probed once; else both are. Empty when the tables are not as expected
 // (another library or version): the plan then probes SSL_do_handshake.
 std::vector<FoundFunction> FindHandshakeStateMachine(int fd,
