@@ -642,6 +642,17 @@ static __always_inline int handshake_exit(struct pt_regs *ctx, long ret)
 	return 0;
 }
 
+/* The length argument an operation's probe keeps: the third (a size_t *,
+ * or a verify's signature length), but a decapsulation's ciphertext
+ * length, its fifth.
+ */
+static __always_inline __u64 op_length_arg(struct pt_regs *ctx, __u64 third)
+{
+	if (USAGE_COOKIE_PROBE(bpf_get_attach_cookie(ctx)) == PROBE_DECAPSULATE)
+		return PT_REGS_PARM5(ctx);
+	return third;
+}
+
 static __always_inline int op_enter(struct pt_regs *ctx, void *op_ctx, void *out, __u64 len)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -717,6 +728,8 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 		break;
 	case PROBE_DERIVE:
 	case PROBE_X25519:
+	case PROBE_ENCAPSULATE:
+	case PROBE_DECAPSULATE:
 		key.op = USAGE_OP_DERIVE;
 		break;
 	case PROBE_CALIBRATE:
@@ -725,20 +738,24 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	}
 	field = probe == PROBE_DIGEST_SIGN || probe == PROBE_DIGEST_VERIFY ? FIELD_MDCTX_KEY_TYPE
 	                                                                   : FIELD_PKEYCTX_KEY_TYPE;
-	/* Sign and derive take a size_t * (read after the call); verify takes
-	 * the signature's length. A NULL output buffer is a size query.
+	/* Sign, derive and encapsulate take a size_t * (read after the call);
+	 * verify and decapsulate the length itself. A NULL output buffer is a
+	 * size query.
 	 */
 	query = cur->out == 0;
-	if (key.op == USAGE_OP_VERIFY)
+	if (key.op == USAGE_OP_VERIFY || probe == PROBE_DECAPSULATE)
 		length = cur->len;
 	else if (probe == PROBE_X25519)
 		length = 32; /* X25519(out[32], private[32], peer[32]) */
 	else if (cur->len)
 		bpf_probe_read_user(&length, sizeof(length), (void *)cur->len);
 	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
-	key.key_type = probe == PROBE_X25519
-	                       ? USAGE_KEY_X25519
-	                       : read_field_or(layout, field, cur->ctx, USAGE_NO_OBJECT);
+	if (probe == PROBE_X25519)
+		key.key_type = USAGE_KEY_X25519;
+	else if (probe == PROBE_ENCAPSULATE || probe == PROBE_DECAPSULATE)
+		key.key_type = USAGE_KEY_KEM;
+	else
+		key.key_type = read_field_or(layout, field, cur->ctx, USAGE_NO_OBJECT);
 	weight = cur->weight;
 	bpf_map_delete_elem(&inflight_ops, &tid);
 	__sync_fetch_and_add(&inflight_count, -1);
@@ -1041,13 +1058,13 @@ int BPF_KRETPROBE(usage_handshake_exit_multi, long ret)
 SEC("uprobe")
 int BPF_KPROBE(usage_op_enter, void *op_ctx, void *out, __u64 len)
 {
-	return op_enter(ctx, op_ctx, out, len);
+	return op_enter(ctx, op_ctx, out, op_length_arg(ctx, len));
 }
 
 SEC("uprobe")
 int BPF_KPROBE(usage_op_enter_multi, void *op_ctx, void *out, __u64 len)
 {
-	return op_enter(ctx, op_ctx, out, len);
+	return op_enter(ctx, op_ctx, out, op_length_arg(ctx, len));
 }
 
 SEC("uretprobe")

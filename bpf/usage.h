@@ -111,6 +111,17 @@ enum usage_probe {
 	 * EVP context (its TLS key shares call it directly); X25519, 32 bytes.
 	 */
 	PROBE_X25519,
+	/* OpenSSL 3.x's KEM entry points, a key exchange by encapsulation (TLS
+	 * 1.3's ML-KEM groups, OpenSSL 3.5+): the server's
+	 * EVP_PKEY_encapsulate(PKEY_CTX *, ct, size_t *ctlen, secret, size_t *)
+	 * and the client's EVP_PKEY_decapsulate(PKEY_CTX *, secret, size_t *,
+	 * ct, size_t ctlen). Timed as USAGE_OP_DERIVE with key type
+	 * USAGE_KEY_KEM and the ciphertext's length, which names the KEM (a
+	 * hybrid's holds its ML-KEM and ECDH parts, whose own calls nest inside
+	 * and are not timed apart).
+	 */
+	PROBE_ENCAPSULATE,
+	PROBE_DECAPSULATE,
 	PROBE_NR,
 };
 
@@ -216,6 +227,13 @@ struct op_latency {
  * key exchanges PROBE_X25519 times.
  */
 #define USAGE_KEY_X25519 1034
+/* The key type of a KEM operation (PROBE_ENCAPSULATE/DECAPSULATE), not an
+ * EVP_PKEY id: ML-KEM keys are a provider's only (EVP_PKEY_get_id answers
+ * -1). The ciphertext's length tells the KEM: 768, 1088, 1568 ML-KEM-512,
+ * -768, -1024; 1120 X25519MLKEM768, 1153 SecP256r1MLKEM768, 1665
+ * SecP384r1MLKEM1024 (agent/usage/names.h).
+ */
+#define USAGE_KEY_KEM 0x7fff0001u
 
 /* handshake_key.kx_type when no key derivation was seen but the library
  * says the group (FIELD_SSL_GROUP): this bit, and the group's IANA id in the

@@ -90,6 +90,31 @@ constexpr std::array kGroups = {
     Group{0x11ed, "SecP384r1MLKEM1024"},
 };
 
+struct Kem {
+  uint32_t ciphertext_len;
+  std::string_view group;      // the TLS group's name (IANA)
+  std::string_view algorithm;  // the operation's
+};
+
+// KEMs by their ciphertext's length (FIPS 203 table 3; a hybrid's is its
+// ML-KEM ciphertext and its ECDH share, draft-ietf-tls-ecdhe-mlkem), as
+// OpenSSL 3.5's TLS groups use them.
+constexpr std::array kKems = {
+    Kem{768, "MLKEM512", "ML-KEM-512"},
+    Kem{1088, "MLKEM768", "ML-KEM-768"},
+    Kem{1568, "MLKEM1024", "ML-KEM-1024"},
+    Kem{1088 + 32, "X25519MLKEM768", "X25519MLKEM768"},
+    Kem{1088 + 65, "SecP256r1MLKEM768", "SecP256r1MLKEM768"},
+    Kem{1568 + 97, "SecP384r1MLKEM1024", "SecP384r1MLKEM1024"},
+};
+
+const Kem* KemOf(uint32_t ciphertext_len) {
+  for (const Kem& k : kKems) {
+    if (k.ciphertext_len == ciphertext_len) return &k;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::string VersionName(uint16_t version) {
@@ -129,6 +154,10 @@ std::string GroupName(uint32_t key_type, uint32_t secret_len) {
       if (g.id == id) return std::string(g.name);
     }
     return fmt::format("group-{:#06x}", id);
+  }
+  if (key_type == USAGE_KEY_KEM) {
+    const Kem* kem = KemOf(secret_len);
+    return kem ? std::string(kem->group) : fmt::format("kem-{}", secret_len);
   }
   switch (key_type) {
     case 0:
@@ -193,6 +222,10 @@ std::string SignatureAlgorithm(uint32_t key_type, uint32_t sig_len) {
 }
 
 std::string KeyExchangeAlgorithm(uint32_t key_type, uint32_t secret_len) {
+  if (key_type == USAGE_KEY_KEM) {
+    const Kem* kem = KemOf(secret_len);
+    return kem ? std::string(kem->algorithm) : fmt::format("KEM-{}", secret_len);
+  }
   switch (key_type) {
     case kEc:
       if (secret_len == 32) return "ECDHE-P256";

@@ -73,6 +73,19 @@ TEST(OpenSsl35Plan, DebianChainsDecodeWithTheTypeGuard) {
   EXPECT_EQ(plan.layout.field[FIELD_PKEYCTX_KEY_TYPE].type_guard, 0);
 }
 
+// libcrypto's probes: the public-key operations, and the KEM entry points
+// TLS 1.3's ML-KEM groups run through (ssl_encapsulate/ssl_decapsulate).
+TEST(OpenSsl35Plan, CryptoProbesTheKemEntryPoints) {
+  if (!Installed()) return;
+  PlannedLibrary crypto = PlanLibrary(kLibcrypto);
+  const FilePlan plan = PlanFile(crypto.functions);
+  EXPECT_EQ(Probed(plan),
+            (std::vector<std::string>{"EVP_DigestSign", "EVP_PKEY_sign", "EVP_DigestVerify", "EVP_PKEY_verify",
+                                      "EVP_PKEY_derive", "EVP_PKEY_encapsulate", "EVP_PKEY_decapsulate"}));
+  EXPECT_EQ(plan.sites[5].probe, static_cast<uint32_t>(PROBE_ENCAPSULATE));
+  EXPECT_EQ(plan.sites[6].probe, static_cast<uint32_t>(PROBE_DECAPSULATE));
+}
+
 // 3.5's method tables are 3.0's: ossl_statem_accept/connect tail-call
 // state_machine(s, server), probed once.
 TEST(OpenSsl35Plan, StateMachineThroughTheMethodTables) {
@@ -80,7 +93,8 @@ TEST(OpenSsl35Plan, StateMachineThroughTheMethodTables) {
   PlannedLibrary lib = PlanLibrary(kLibssl);
   ASSERT_EQ(lib.state_machine.size(), 1u);
   EXPECT_EQ(lib.state_machine[0].name, "state_machine");
-  EXPECT_EQ(Probed(PlanFile(lib.functions, lib.state_machine)), (std::vector<std::string>{"state_machine", "SSL_free"}));
+  EXPECT_EQ(Probed(PlanFile(lib.functions, lib.state_machine)),
+            (std::vector<std::string>{"state_machine", "SSL_free"}));
 }
 
 }  // namespace

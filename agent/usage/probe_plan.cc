@@ -20,6 +20,8 @@ constexpr std::array kProbed = {
     ProbedFunction{"EVP_DigestVerify", PROBE_DIGEST_VERIFY},
     ProbedFunction{"EVP_PKEY_verify", PROBE_PKEY_VERIFY},
     ProbedFunction{"EVP_PKEY_derive", PROBE_DERIVE},
+    ProbedFunction{"EVP_PKEY_encapsulate", PROBE_ENCAPSULATE},
+    ProbedFunction{"EVP_PKEY_decapsulate", PROBE_DECAPSULATE},
     ProbedFunction{"SSL_free", PROBE_CLOSE},
 };
 

@@ -146,7 +146,7 @@ TEST(ProbePlan, DebianOpenSsl3EveryFieldDecodesAndIsRight) {
   EXPECT_EQ(ssl_plan.sites[0].function, "SSL_do_handshake");
   EXPECT_EQ(ssl_plan.sites[1].function, "SSL_free");
   EXPECT_EQ(ssl_plan.sites[1].probe, static_cast<uint32_t>(PROBE_CLOSE));
-  EXPECT_EQ(crypto_plan.sites.size(), 5u);  // sign x2, verify x2, derive
+  EXPECT_EQ(crypto_plan.sites.size(), 7u);  // sign x2, verify x2, derive, encapsulate, decapsulate
   ProcessPlan plan = PlanLayout({&ssl_functions, &crypto_functions});
   // OpenSSL's fields (ssl.group and ssl.in_init are BoringSSL's).
   for (uint32_t field = 0; field <= FIELD_PKEYCTX_KEY_TYPE; ++field) {
@@ -247,6 +247,14 @@ TEST(Names, VocabularyOfTheReport) {
   EXPECT_EQ(KeyExchangeAlgorithm(408, 32), "ECDHE-P256");
   EXPECT_EQ(KeyExchangeAlgorithm(1034, 32), "X25519");
   EXPECT_EQ(CertKeyTypeName(1087), "Ed25519");
+  // KEMs by their ciphertext's length.
+  EXPECT_EQ(GroupName(USAGE_KEY_KEM, 1120), "X25519MLKEM768");
+  EXPECT_EQ(GroupName(USAGE_KEY_KEM, 1153), "SecP256r1MLKEM768");
+  EXPECT_EQ(GroupName(USAGE_KEY_KEM, 1088), "MLKEM768");
+  EXPECT_EQ(GroupName(USAGE_KEY_KEM, 1000), "kem-1000");
+  EXPECT_EQ(KeyExchangeAlgorithm(USAGE_KEY_KEM, 1088), "ML-KEM-768");
+  EXPECT_EQ(KeyExchangeAlgorithm(USAGE_KEY_KEM, 1665), "SecP384r1MLKEM1024");
+  EXPECT_EQ(GroupName(USAGE_KX_TLS_GROUP | 0x11ec, 0), "X25519MLKEM768");
 }
 
 TEST(Histogram, SlotsAndQuantiles) {

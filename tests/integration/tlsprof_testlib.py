@@ -296,18 +296,20 @@ class UsageAgentTestCase(unittest.TestCase):
             sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port)))
             self.addCleanup(sock.close)
 
-    def run_usage_mix(self, ports, mix, sessions, resumptions, **client):
+    def run_usage_mix(self, ports, mix, sessions, resumptions, session_path=None, **client):
         """Runs `mix` (USAGE_MIX's form) and `sessions` (USAGE_SESSIONS's, each
         full handshake then `resumptions` resumptions) with s_client against
         the servers `ports` (certificate -> port), `client` passed on to
-        s_client(): the server rows they must give, keyed (certificate,) + row."""
+        s_client(): the server rows they must give, keyed (certificate,) + row.
+        `session_path(i)`: where the client keeps session i (default: a file
+        of the test's)."""
         want = collections.Counter()
         for cert, count, args, row in mix:
             for _ in range(count):
                 self.s_client(ports[cert], args, **client)
             want[(cert,) + row] += count
         for i, (cert, args, full, resumed) in enumerate(sessions):
-            session = self.procs.path(f"session-{i}.pem")
+            session = session_path(i) if session_path else self.procs.path(f"session-{i}.pem")
             self.s_client(ports[cert], args + ["-sess_out", session], **client)
             for _ in range(resumptions):
                 self.s_client(ports[cert], args + ["-sess_in", session], **client)
@@ -373,11 +375,11 @@ class UsageAgentTestCase(unittest.TestCase):
             ops[(pid_cert[o["pid"]], o["operation"], o["algorithm"])] += o["count"]
         return ops
 
-    def s_client(self, port, args, request=b"GET / HTTP/1.0\r\n\r\n", answer=b"HTTP/1.1 200"):
+    def s_client(self, port, args, request=b"GET / HTTP/1.0\r\n\r\n", answer=b"HTTP/1.1 200", openssl=("openssl",)):
         # -quiet implies -ign_eof: the client reads until the server closes
         # (nginx after its HTTP/1.0 answer), so it also takes in TLS 1.3
-        # session tickets.
-        out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-quiet", *args],
+        # session tickets. `openssl`: the command (another root's, through chroot).
+        out = subprocess.run([*openssl, "s_client", "-connect", f"127.0.0.1:{port}", "-quiet", *args],
                              input=request, capture_output=True, timeout=30)
         err = out.stderr.decode(errors="replace")[-500:]
         if answer:

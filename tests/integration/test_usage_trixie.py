@@ -1,0 +1,200 @@
+"""Usage telemetry on today's stacks: `tlsprof-agent profile --usage` on nginx
+1.26 and HAProxy 3.0 of the Debian 13 root (OpenSSL 3.5's stripped libssl.so.3
+and libcrypto.so.3), run as containers both ways (trixie.py): each server
+software with an RSA-2048 and an ECDSA P-256 certificate, one of the two in a
+plain chroot and the other after pivot_root. The client is the root's own
+`openssl s_client` (3.5, through chroot), in a scripted mix whose every
+handshake is known: the hybrid post-quantum X25519MLKEM768 (OpenSSL 3.5's
+default), X25519 only and P-256, TLS 1.3 and 1.2, and sessions resumed (TLS
+1.3 with X25519 and with X25519MLKEM768, TLS 1.2). The counts by side, kind,
+version, cipher suite, group and certificate key type must be exact; each full
+handshake signs once with the server's key; each one on a hybrid group (full
+or a TLS 1.3 resumption) counts one KEM operation, X25519MLKEM768, timed
+on-CPU; and no field of 3.5's layout may be unknown (its accessors dispatch on
+the object's type first, QUIC's or a TLS connection's)."""
+import collections
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+import trixie
+from tlsprof_testlib import SRC, USAGE_MIX, USAGE_SESSIONS, UsageAgentTestCase, free_port
+
+PROFILE_SECONDS = 20
+RESUMED = 3  # resumptions of each session after its full handshake
+HELD = 2  # connections held open through the report (host Python's ssl, TLS 1.3 with X25519)
+HELD_ROW = ("full", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519", "RSA")
+OPENSSL = trixie.chroot(["openssl"])
+
+# The hybrid group, on top of USAGE_MIX (X25519 and P-256, TLS 1.3 and 1.2).
+PQ_MIX = [
+    ("ecdsa", 4, ["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256", "-groups", "X25519MLKEM768"],
+     ("full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519MLKEM768", "ECDSA")),
+    ("rsa", 3, ["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256", "-groups", "X25519MLKEM768"],
+     ("full", "TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256", "X25519MLKEM768", "RSA")),
+]
+# A TLS 1.3 resumption (psk_dhe_ke) exchanges a key on the client's group: a
+# hybrid one encapsulates again.
+PQ_SESSIONS = [
+    ("ecdsa", ["-tls1_3", "-ciphersuites", "TLS_AES_256_GCM_SHA384", "-groups", "X25519MLKEM768"],
+     ("full", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519MLKEM768", "ECDSA"),
+     ("resumed", "TLSv1.3", "TLS_AES_256_GCM_SHA384", "X25519MLKEM768", "ECDSA")),
+]
+# The key exchange each group's handshakes time.
+KX_ALGORITHM = {"X25519": "X25519", "P-256": "ECDHE-P256", "X25519MLKEM768": "X25519MLKEM768"}
+SIGN_ALGORITHM = {"RSA": "RSA-2048", "ECDSA": "ECDSA-P256"}
+
+# Which container runs which server: each software both ways.
+PLACEMENT = {("nginx", "rsa"): "chroot", ("nginx", "ecdsa"): "pivot_root",
+             ("haproxy", "rsa"): "pivot_root", ("haproxy", "ecdsa"): "chroot"}
+
+
+def nginx_conf(inside, port):
+    """One worker, TLS 1.2 and 1.3 with the library's default groups (3.5:
+    X25519MLKEM768 first), session tickets; `inside` is the directory as the
+    container sees it."""
+    temp = "\n".join(f"  {d}_temp_path {inside}/tmp/{d};" for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    return f"""worker_processes 1;
+user root root;
+daemon off;
+pid {inside}/nginx.pid;
+error_log {inside}/error.log info;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+{temp}
+  server {{
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {inside}/cert.pem;
+    ssl_certificate_key {inside}/key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_tickets on;
+    location / {{ return 200 "ok\\n"; }}
+  }}
+}}
+"""
+
+
+def haproxy_conf(inside, port):
+    """One thread, TLS 1.2 and 1.3, an HTTP answer of its own."""
+    return f"""global
+  nbthread 1
+  ssl-default-bind-options ssl-min-ver TLSv1.2
+defaults
+  mode http
+  timeout client 10s
+  timeout connect 5s
+  timeout server 10s
+frontend tls
+  bind 127.0.0.1:{port} ssl crt {inside}/server.pem
+  http-request return status 200 content-type text/plain string ok
+"""
+
+
+class TrixieUsageTest(UsageAgentTestCase):
+    def setUp(self):
+        super().setUp()
+        trixie.require_trixie(self)
+        # Shared with the containers: under the root's /tmp.
+        self.shared = tempfile.mkdtemp(prefix="tlsprof-usage-", dir=trixie.host_path("/tmp"))
+        self.addCleanup(shutil.rmtree, self.shared, True)
+
+    def inside(self, host):
+        return "/" + os.path.relpath(host, trixie.ROOT)
+
+    def start_server(self, software, cert):
+        """The server in its container: (pids the agent profiles, port)."""
+        container = trixie.CONTAINERS[PLACEMENT[(software, cert)]]
+        d = os.path.join(self.shared, f"{software}-{cert}")
+        os.makedirs(os.path.join(d, "tmp"))
+        subprocess.run(["sh", os.path.join(SRC, "workloads/node/make-cert.sh"), d, cert], check=True,
+                       capture_output=True)
+        port, inside = free_port(), self.inside(d)
+        if software == "nginx":
+            with open(os.path.join(d, "nginx.conf"), "w") as f:
+                f.write(nginx_conf(inside, port))
+            proc = self.procs.start(container(["/usr/sbin/nginx", "-p", inside, "-c", f"{inside}/nginx.conf",
+                                               "-e", f"{inside}/error.log"]), port=port)
+            deadline = time.monotonic() + 10  # the master listens before it forks its worker
+            while True:
+                workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+                if workers or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(len(workers), 1, f"nginx {cert}: workers {workers}")
+            return [int(w) for w in workers], port
+        with open(os.path.join(d, "server.pem"), "w") as out:
+            for name in ("cert.pem", "key.pem"):
+                with open(os.path.join(d, name)) as f:
+                    out.write(f.read())
+        with open(os.path.join(d, "haproxy.cfg"), "w") as f:
+            f.write(haproxy_conf(inside, port))
+        proc = self.procs.start(container(["/usr/sbin/haproxy", "-db", "-f", f"{inside}/haproxy.cfg"]), port=port)
+        return [proc.pid], port
+
+    def test_nginx_and_haproxy_mix_is_counted_exactly(self):
+        servers = {}  # (software, cert) -> (pids, port)
+        for key in PLACEMENT:
+            servers[key] = self.start_server(*key)
+        pid_server = {pid: key for key, (pids, _) in servers.items() for pid in pids}
+        agent, report_path, log_path = self.start_agent("trixie", [str(p) for p in pid_server], PROFILE_SECONDS)
+        started = time.monotonic()
+        want = collections.Counter()
+        for software in ("nginx", "haproxy"):
+            ports = {cert: port for (s, cert), (_, port) in servers.items() if s == software}
+            rows = self.run_usage_mix(
+                ports, USAGE_MIX + PQ_MIX, USAGE_SESSIONS + PQ_SESSIONS, RESUMED, openssl=OPENSSL, answer=b" 200 ",
+                session_path=lambda i, s=software: self.inside(os.path.join(self.shared, f"session-{s}-{i}.pem")))
+            for (cert, *row), n in rows.items():
+                want[(software, cert, *row)] += n
+        self.hold_open(servers[("nginx", "rsa")][1], HELD)
+        want[("nginx", "rsa") + HELD_ROW] += HELD
+        self.assertLess(time.monotonic() - started, PROFILE_SECONDS - 3, "the client mix outran the profile window")
+        report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)
+
+        rows = collections.Counter()
+        for h in report["handshakes"]:
+            self.assertIn(h["pid"], pid_server, h)
+            self.assertEqual(h["side"], "server", h)
+            self.assertTrue(h["library"].endswith("libssl.so.3"), h)
+            rows[(*pid_server[h["pid"]], h["kind"], h["version"], h["cipher_suite"], h["group"],
+                  h["cert_key_type"])] += h["count"]
+        print("handshakes:", "\n  ".join(f"{k}: {v}" for k, v in sorted(rows.items())))
+        self.assertEqual(rows, want)
+
+        # Operations: one signature per full handshake, one key exchange per
+        # full handshake and TLS 1.3 resumption, a hybrid's one KEM operation.
+        want_ops = collections.Counter()
+        for (software, cert, kind, version, _, group, key_type), n in want.items():
+            if kind == "full":
+                want_ops[(software, cert, "sign", SIGN_ALGORITHM[key_type])] += n
+            if kind == "full" or version == "TLSv1.3":
+                want_ops[(software, cert, "key_exchange", KX_ALGORITHM[group])] += n
+        ops = collections.Counter()
+        for o in report["operations"]:
+            self.assertTrue(o["in_handshake"], o)
+            self.assertGreater(o["latency_p50_us"], 1, o)
+            self.assertGreaterEqual(o["latency_p99_us"], o["latency_p50_us"], o)
+            ops[(*pid_server[o["pid"]], o["operation"], o["algorithm"])] += o["count"]
+        print("operations:", "\n  ".join(f"{k}: {v}" for k, v in sorted(ops.items())))
+        self.assertEqual(ops, want_ops)
+
+        live = {c["pid"]: c["live_connections"] for c in report["connections"]}
+        self.assertEqual(live, {servers[("nginx", "rsa")][0][0]: HELD})
+        usage = report["agent"]["usage"]
+        self.assertEqual(usage["dropped_keys"], 0)
+        self.assertEqual(usage["read_errors"], 0)
+        files = {os.path.basename(f["path"]): f for f in usage["files"]}
+        print("probed:", {name: f["functions"] for name, f in files.items()})
+        self.assertEqual(files["libssl.so.3"]["functions"], ["state_machine", "SSL_free"])
+        self.assertIn("EVP_PKEY_encapsulate", files["libcrypto.so.3"]["functions"])
+        for f in files.values():
+            self.assertNotIn("unknown", f["fields"].values(), f)
+            self.assertTrue(f["fields"]["ssl.version"].startswith("[+0x0 == 0] "), f)
+
+
+if __name__ == "__main__":
+    unittest.main()
