@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 namespace tlsprof::usage {
@@ -98,11 +99,31 @@ Result<FunctionCode> CodeAt(int fd, uint64_t vaddr) {
   return MakeError("no executable segment holds {:#x}", vaddr);
 }
 
-Result<std::map<uint64_t, uint64_t>> RelativeRelocations(int fd, uint64_t begin, uint64_t end) {
+Result<std::map<uint64_t, uint64_t>> PointerWords(int fd, uint64_t begin, uint64_t end) {
   elf_version(EV_CURRENT);
   std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
   if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return MakeError("not an ELF file: {}", elf_errmsg(-1));
   std::map<uint64_t, uint64_t> out;
+  GElf_Ehdr ehdr;
+  if (!gelf_getehdr(elf.get(), &ehdr)) return MakeError("bad ELF header: {}", elf_errmsg(-1));
+  if (ehdr.e_type == ET_EXEC) {
+    size_t phnum = 0, file_size = 0;
+    if (elf_getphdrnum(elf.get(), &phnum) != 0) return MakeError("bad program headers: {}", elf_errmsg(-1));
+    const char* raw = elf_rawfile(elf.get(), &file_size);
+    if (!raw) return MakeError("cannot read the file: {}", elf_errmsg(-1));
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (!gelf_getphdr(elf.get(), static_cast<int>(i), &ph) || ph.p_type != PT_LOAD) continue;
+      if (begin < ph.p_vaddr || end > ph.p_vaddr + ph.p_filesz || ph.p_offset + ph.p_filesz > file_size) continue;
+      for (uint64_t at = begin; at + 8 <= end; at += 8) {
+        uint64_t word = 0;
+        std::memcpy(&word, raw + (at - ph.p_vaddr + ph.p_offset), sizeof(word));
+        if (word != 0) out[at] = word;
+      }
+      return out;
+    }
+    return out;
+  }
   Elf_Scn* scn = nullptr;
   while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
     GElf_Shdr sh;

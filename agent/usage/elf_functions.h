@@ -35,11 +35,14 @@ Result<std::map<std::string, FunctionCode, std::less<>>> FindFunctions(int fd, s
 // no symbol, found otherwise). Error if no executable PT_LOAD holds it.
 Result<FunctionCode> CodeAt(int fd, uint64_t vaddr);
 
-// The targets of the R_X86_64_RELATIVE relocations whose place lies in
-// [begin, end): place -> addend (the target's virtual address). How a
-// shared library's pointer tables (e.g. OpenSSL's SSL_METHOD structs) read
-// once loaded.
-Result<std::map<uint64_t, uint64_t>> RelativeRelocations(int fd, uint64_t begin, uint64_t end);
+// The pointers stored in [begin, end) as the loaded image holds them: place
+// -> value (a target's virtual address), zeros left out. In a
+// position-independent file (a shared library, a PIE) they are the addends
+// of the R_X86_64_RELATIVE relocations placed there; in a fixed-address
+// executable (ET_EXEC, e.g. node with OpenSSL linked in) the file's own
+// 8-byte words, which hold absolute addresses. How pointer tables (OpenSSL's
+// SSL_METHOD structs) read once loaded.
+Result<std::map<uint64_t, uint64_t>> PointerWords(int fd, uint64_t begin, uint64_t end);
 
 // The GOT slots of the file's PLT: slot vaddr -> the name of the function
 // its R_X86_64_JUMP_SLOT relocation binds (a PLT stub `jmp *slot(%rip)`

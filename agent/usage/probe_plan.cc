@@ -76,11 +76,16 @@ constexpr std::array<std::string_view, 3> kMethods = {"TLS_method", "TLS_server_
 // never past its end into the next table.
 constexpr uint64_t kMethodTableBytes = 0x80;
 
-// `lea disp32(%rip),%rax; ret` (after an optional endbr64): the address it loads.
+// `lea disp32(%rip),%rax; ret`, or in a fixed-address executable `mov
+// $imm32,%eax; ret` (after an optional endbr64): the address it loads.
 std::optional<uint64_t> ReturnedAddress(const FunctionCode& code) {
   std::span<const uint8_t> c(code.prefix);
   size_t i = 0;
   if (c.size() >= 4 && c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa) i = 4;
+  if (c.size() >= i + 6 && c[i] == 0xb8 && c[i + 5] == 0xc3) {
+    return static_cast<uint64_t>(c[i + 1]) | static_cast<uint64_t>(c[i + 2]) << 8 |
+           static_cast<uint64_t>(c[i + 3]) << 16 | static_cast<uint64_t>(c[i + 4]) << 24;
+  }
   if (c.size() < i + 8 || c[i] != 0x48 || c[i + 1] != 0x8d || c[i + 2] != 0x05 || c[i + 7] != 0xc3) return std::nullopt;
   const int32_t disp =
       static_cast<int32_t>(static_cast<uint32_t>(c[i + 3]) | static_cast<uint32_t>(c[i + 4]) << 8 |
@@ -160,7 +165,7 @@ std::vector<FoundFunction> FindHandshakeStateMachine(
   }
   std::array<std::map<uint64_t, uint64_t>, 3> slots;
   for (size_t i = 0; i < tables.size(); ++i) {
-    auto relocs = RelativeRelocations(fd, tables[i], tables[i] + kMethodTableBytes);
+    auto relocs = PointerWords(fd, tables[i], tables[i] + kMethodTableBytes);
     if (!relocs.ok()) return {};
     slots[i] = std::move(*relocs);
   }

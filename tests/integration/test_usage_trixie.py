@@ -195,6 +195,42 @@ class TrixieUsageTest(UsageAgentTestCase):
             self.assertNotIn("unknown", f["fields"].values(), f)
             self.assertTrue(f["fields"]["ssl.version"].startswith("[+0x0 == 0] "), f)
 
+    def test_node_static_openssl_mix_is_counted_exactly(self):
+        """node's https server (this machine's node 20, OpenSSL 3.0 linked into
+        the fixed-address executable): the plan finds the state machine
+        through the method tables the executable holds as absolute addresses
+        (node drives its handshakes through SSL_read, never SSL_do_handshake).
+        The same mix from the root's client, as far as 3.0 negotiates: the
+        hybrid offered first falls back to X25519 (a HelloRetryRequest)."""
+        servers = {}
+        for cert in ("rsa", "ecdsa"):
+            certs = self.procs.path(f"node-{cert}")
+            subprocess.run(["sh", os.path.join(SRC, "workloads/node/make-cert.sh"), certs, cert], check=True,
+                           capture_output=True)
+            port = free_port()
+            proc = self.procs.start(["node", os.path.join(SRC, "workloads/node/https-server.js"), "--cert",
+                                     os.path.join(certs, "cert.pem"), "--key", os.path.join(certs, "key.pem"),
+                                     "--port", str(port), "--size", "16"], port=port)
+            servers[cert] = (proc, port)
+        agent, report_path, log_path = self.start_agent("node", [str(p.pid) for p, _ in servers.values()],
+                                                        PROFILE_SECONDS, probed="node")
+        fallback = [(cert, count, [a if a != "X25519MLKEM768" else "X25519MLKEM768:X25519" for a in args],
+                     row[:3] + ("X25519",) + row[4:]) for cert, count, args, row in PQ_MIX]
+        started = time.monotonic()
+        want = self.run_usage_mix(
+            {cert: port for cert, (_, port) in servers.items()}, USAGE_MIX + fallback, USAGE_SESSIONS, RESUMED,
+            openssl=OPENSSL, session_path=lambda i: self.inside(os.path.join(self.shared, f"session-node-{i}.pem")))
+        ops, files = self.check_mix_report(agent, report_path, log_path, servers, want, started, PROFILE_SECONDS,
+                                           "node", HELD, HELD_ROW)
+        want_ops = collections.Counter()
+        for (cert, kind, version, _, group, key_type), n in want.items():
+            if kind == "full":
+                want_ops[(cert, "sign", SIGN_ALGORITHM[key_type])] += n
+            if kind == "full" or version == "TLSv1.3":
+                want_ops[(cert, "key_exchange", KX_ALGORITHM[group])] += n
+        self.assertEqual(ops, want_ops)
+        self.assertEqual(files["node"]["functions"][0], "state_machine")
+
 
 if __name__ == "__main__":
     unittest.main()
