@@ -345,6 +345,58 @@ static __always_inline __u32 hist_slot(__u64 ns)
 	return slot;
 }
 
+/* The length of an ECDH public share on the wire, from the key type and the
+ * shared secret's length: X25519 32, P-256 65, P-384 97 (uncompressed
+ * points); 0 for others.
+ */
+static __always_inline __u32 ecdh_share_len(__u32 type, __u32 secret_len)
+{
+	if (type == USAGE_KEY_X25519)
+		return 32;
+	if (type == USAGE_KEY_EC)
+		return secret_len == 32 ? 65 : secret_len == 48 ? 97 : 0;
+	return 0;
+}
+
+/* A pure ML-KEM ciphertext's length (ML-KEM-512, -768, -1024). */
+static __always_inline bool ml_kem_ciphertext(__u32 len)
+{
+	return len == 768 || len == 1088 || len == 1568;
+}
+
+/* What a key exchange tells its handshake: the group. A library that runs
+ * a hybrid group's halves as separate calls (Go: ML-KEM-768's encapsulate
+ * and X25519's ECDH, in either order) gives a handshake an ML-KEM and an
+ * ECDH: its group is their hybrid, named as a KEM whose ciphertext holds
+ * both (1088 + 32: X25519MLKEM768; + 65: SecP256r1MLKEM768). OpenSSL's
+ * hybrid is one KEM call already (its halves nest inside, untimed).
+ */
+static __always_inline void handshake_key_exchange(struct open_handshake *open, __u32 type,
+                                                   __u32 len)
+{
+	__u32 share;
+
+	if (type == USAGE_KEY_KEM && ml_kem_ciphertext(len) && open->kx_type &&
+	    open->kx_type != USAGE_KEY_KEM) {
+		share = ecdh_share_len(open->kx_type, open->kx_len);
+		if (share) {
+			open->kx_type = USAGE_KEY_KEM;
+			open->kx_len = len + share;
+			return;
+		}
+	}
+	if (type != USAGE_KEY_KEM && open->kx_type == USAGE_KEY_KEM &&
+	    ml_kem_ciphertext(open->kx_len)) {
+		share = ecdh_share_len(type, len);
+		if (share) {
+			open->kx_len += share;
+			return;
+		}
+	}
+	open->kx_type = type;
+	open->kx_len = len;
+}
+
 /* Counts one completed operation in op_latency, and in the handshake it
  * belongs to (`handshake`: its SSL * or Go Conn, 0 for none): a derive gives
  * the handshake's group, a sign the key it signed with, a verify the peer's.
@@ -371,8 +423,7 @@ static __always_inline void account_op(struct op_key *key, __u64 cpu, __u64 wall
 		}
 		if (open) {
 			if (key->op == USAGE_OP_DERIVE) {
-				open->kx_type = key->key_type;
-				open->kx_len = key->len;
+				handshake_key_exchange(open, key->key_type, key->len);
 			} else if (key->op == USAGE_OP_SIGN) {
 				open->sign_type = key->key_type;
 				open->sig_len = key->len;
@@ -991,6 +1042,10 @@ static __always_inline void go_op(struct pt_regs *ctx, __u64 cookie, struct go_k
 	case PROBE_GO_DERIVE:
 		key.op = USAGE_OP_DERIVE;
 		key.len = ctx->bx;
+		if (USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_KEM) {
+			key.key_type = USAGE_KEY_KEM;
+			key.len = cur->key_type;
+		}
 		break;
 	default:
 		key.op = USAGE_OP_CALIBRATE;

@@ -177,6 +177,11 @@ enum usage_insn_class {
 #define USAGE_COOKIE_FLAGS(c) ((__u32)(((c) >> 56) & 0xff))
 #define USAGE_GO_RETURN 1 /* this probe is on one of the function's RET instructions */
 #define USAGE_GO_SERVER 2 /* the handshake function is the server's */
+/* A KEM (Go 1.24's ML-KEM encapsulate/decapsulate, PROBE_GO_DERIVE): the
+ * operation's key type is USAGE_KEY_KEM, and the cookie's key-type bits hold
+ * the KEM's ciphertext length (1088: ML-KEM-768), which its results do not.
+ */
+#define USAGE_GO_KEM 4
 
 /* What an operation is, as counted in op_latency and in handshakes. */
 enum usage_op {
@@ -227,6 +232,8 @@ struct op_latency {
  * key exchanges PROBE_X25519 times.
  */
 #define USAGE_KEY_X25519 1034
+/* OpenSSL's EVP_PKEY_EC (NID_X9_62_id_ecPublicKey): ECDSA and ECDH keys. */
+#define USAGE_KEY_EC 408
 /* The key type of a KEM operation (PROBE_ENCAPSULATE/DECAPSULATE), not an
  * EVP_PKEY id: ML-KEM keys are a provider's only (EVP_PKEY_get_id answers
  * -1). The ciphertext's length tells the KEM: 768, 1088, 1568 ML-KEM-512,

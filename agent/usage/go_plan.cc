@@ -22,8 +22,8 @@ namespace {
 // OpenSSL's (names.h).
 constexpr uint32_t kRsa = 6, kEc = 408, kX25519 = 1034, kEd25519 = 1087;
 
-// The probed functions of Go 1.19's crypto/tls and the crypto packages its
-// handshakes call, one line each. `reg`: where a verify's signature length
+// The probed functions of Go 1.19's and 1.24's crypto/tls and the crypto
+// packages their handshakes call, one line each. `reg`: where a verify's signature length
 // is at the entry (the sig []byte's len word in ABIInternal's order RAX,
 // RBX, RCX, RDI, RSI, R8, R9, R10, R11; a slice takes three, a pointer or
 // crypto.Hash one).
@@ -49,6 +49,20 @@ constexpr std::array kGoProbed = {
     GoProbed{"crypto/ed25519.Verify", PROBE_GO_VERIFY, kEd25519, GO_REG_R10, 0},
     GoProbed{"crypto/tls.(*x25519Parameters).SharedKey", PROBE_GO_DERIVE, kX25519, GO_REG_NONE, 0},
     GoProbed{"crypto/tls.(*nistParameters).SharedKey", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
+    // Go 1.24: crypto/tls's ECDHE through crypto/ecdh, a curve's ecdh(local,
+    // remote) ([]byte, error); ML-KEM through crypto/internal/fips140/mlkem
+    // (Encapsulate is inlined into its callers, its encapsulate is not): a
+    // KEM's key-type bits hold its ciphertext's length (USAGE_GO_KEM).
+    GoProbed{"crypto/ecdh.(*x25519Curve).ecdh", PROBE_GO_DERIVE, kX25519, GO_REG_NONE, 0},
+    GoProbed{"crypto/ecdh.(*nistCurve).ecdh", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
+    GoProbed{"crypto/internal/fips140/mlkem.(*EncapsulationKey768).encapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE,
+             USAGE_GO_KEM},
+    GoProbed{"crypto/internal/fips140/mlkem.(*DecapsulationKey768).Decapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE,
+             USAGE_GO_KEM},
+    GoProbed{"crypto/internal/fips140/mlkem.(*EncapsulationKey1024).encapsulate", PROBE_GO_DERIVE, 1568, GO_REG_NONE,
+             USAGE_GO_KEM},
+    GoProbed{"crypto/internal/fips140/mlkem.(*DecapsulationKey1024).Decapsulate", PROBE_GO_DERIVE, 1568, GO_REG_NONE,
+             USAGE_GO_KEM},
     // The end of a connection: entry only (no RET sites).
     GoProbed{"crypto/tls.(*Conn).Close", PROBE_GO_CLOSE, 0, GO_REG_NONE, 0},
 };
@@ -62,6 +76,7 @@ struct GoConnRow {
 };
 constexpr std::array kGoConnTable = {
     GoConnRow{"go1.19", 64, 90, 88},
+    GoConnRow{"go1.24", 0x48, 0x64, 0x61},  // test_usage_trixie: Go 1.24.4 of the trixie root
 };
 
 struct ElfDeleter {

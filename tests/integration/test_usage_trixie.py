@@ -231,6 +231,57 @@ class TrixieUsageTest(UsageAgentTestCase):
         self.assertEqual(ops, want_ops)
         self.assertEqual(files["node"]["functions"][0], "state_machine")
 
+    def test_go_124_mix_is_counted_exactly(self):
+        """The workloads' Go TLS server built in the root with Go 1.24 (crypto
+        under crypto/internal/fips140, ECDHE through crypto/ecdh, ML-KEM-768
+        for X25519MLKEM768 by default): ECDSA with symbols and DWARF, RSA
+        linked with -s -w (tls.Conn's layout from the table's go1.24 row, which
+        must equal the other binary's DWARF). Go runs a hybrid's halves as two
+        calls: one ML-KEM-768 and one X25519 operation per hybrid handshake,
+        and the handshake's group is their hybrid."""
+        binaries = trixie.build_go_tls()
+        servers = {}
+        for cert, name in (("ecdsa", "tlsprof-go-tls"), ("rsa", "tlsprof-go-tls-stripped")):
+            ready = os.path.join(self.shared, f"go-{cert}.ready")
+            proc = self.procs.start(trixie.chroot([binaries[name], "server", "--cert", cert, "--handshake-only",
+                                                   "--default-curves", "--ready-file", self.inside(ready)]),
+                                    ready_file=ready, env={**os.environ, "GOMAXPROCS": "1"})
+            with open(ready) as f:
+                servers[cert] = (proc, int(f.read().strip().rsplit(":", 1)[1]))
+        agent, report_path, log_path = self.start_agent("go", [str(p.pid) for p, _ in servers.values()],
+                                                        PROFILE_SECONDS, probed="tlsprof-go-tls-stripped")
+        # Go's server signs nothing when it resumes: no certificate key then.
+        sessions = [(cert, args, full, resumed[:4] + ("none",))
+                    for cert, args, full, resumed in USAGE_SESSIONS + PQ_SESSIONS]
+        started = time.monotonic()
+        want = self.run_usage_mix(
+            {cert: port for cert, (_, port) in servers.items()}, USAGE_MIX + PQ_MIX, sessions, RESUMED,
+            openssl=OPENSSL, request=b"x", answer=None,
+            session_path=lambda i: self.inside(os.path.join(self.shared, f"session-go-{i}.pem")))
+        # Python's ssl module (OpenSSL 3.0: X25519 first), Go's suite choice.
+        held_row = ("full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519", "RSA")
+        ops, files = self.check_mix_report(agent, report_path, log_path, servers, want, started, PROFILE_SECONDS,
+                                           ("tlsprof-go-tls", "tlsprof-go-tls-stripped"), HELD, held_row)
+        want_ops = collections.Counter()
+        for (cert, kind, version, _, group, _), n in want.items():
+            if kind == "full":
+                want_ops[(cert, "sign", SIGN_ALGORITHM["RSA" if cert == "rsa" else "ECDSA"])] += n
+            if kind == "full" or version == "TLSv1.3":
+                if group == "X25519MLKEM768":
+                    want_ops[(cert, "key_exchange", "ML-KEM-768")] += n
+                want_ops[(cert, "key_exchange", "X25519" if group == "X25519MLKEM768" else KX_ALGORITHM[group])] += n
+        self.assertEqual(ops, want_ops)
+        dwarf = files["tlsprof-go-tls"]["fields"]
+        table = files["tlsprof-go-tls-stripped"]["fields"]
+        print("go 1.24 fields:", dwarf, table)
+        self.assertTrue(dwarf["go.version"].startswith("go1.24"), dwarf)
+        for field in ("ssl.version", "ssl.cipher", "ssl.resumed"):
+            self.assertTrue(dwarf[field].endswith("[dwarf]"), dwarf)
+            self.assertEqual(table[field], dwarf[field].replace("[dwarf]", "[table go1.24]"))
+        for name in ("crypto/internal/fips140/mlkem.(*EncapsulationKey768).encapsulate",
+                     "crypto/ecdh.(*x25519Curve).ecdh", "crypto/ecdh.(*nistCurve).ecdh"):
+            self.assertIn(name, files["tlsprof-go-tls-stripped"]["functions"])
+
 
 if __name__ == "__main__":
     unittest.main()

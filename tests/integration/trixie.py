@@ -116,3 +116,43 @@ def build_groundtruth():
     with open(stamp, "w") as f:
         f.write(digest.hexdigest())
     return out
+
+
+GO_TLS_DIR = "/tmp/tlsprof-go-tls"  # inside the root
+GO_ENV = ["env", "GOROOT=/usr/lib/go-1.24", f"GOCACHE={GO_TLS_DIR}/cache", f"GOPATH={GO_TLS_DIR}/gopath",
+          "GOFLAGS=-mod=mod", "GOPROXY=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0", "GOTELEMETRY=off", "HOME=/tmp"]
+
+
+def build_go_tls():
+    """Builds the workloads' Go TLS server (workloads/go-tls) inside the root
+    with its Go 1.24: tlsprof-go-tls (symbols, DWARF) and
+    tlsprof-go-tls-stripped (-s -w). The go.mod's `go 1.19` becomes `go 1.24`:
+    a main module's go line sets the GODEBUG defaults, and 1.19's would turn
+    X25519MLKEM768 off (tlsmlkem=0). Returns {name: path inside the root};
+    rebuilt only when the sources changed."""
+    src_dir = os.path.join(SRC, "workloads/go-tls")
+    names = sorted(n for n in os.listdir(src_dir) if n.endswith(".go") or n == "go.mod")
+    digest = hashlib.sha256()
+    for name in names:
+        with open(os.path.join(src_dir, name), "rb") as f:
+            digest.update(name.encode() + f.read())
+    out = {n: f"{GO_TLS_DIR}/{n}" for n in ("tlsprof-go-tls", "tlsprof-go-tls-stripped")}
+    stamp = host_path(f"{GO_TLS_DIR}/sources.sha256")
+    if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest() and \
+            all(os.path.exists(host_path(p)) for p in out.values()):
+        return out
+    shutil.rmtree(host_path(GO_TLS_DIR), ignore_errors=True)
+    os.makedirs(host_path(f"{GO_TLS_DIR}/src"))
+    for name in names:
+        with open(os.path.join(src_dir, name)) as f:
+            text = f.read()
+        if name == "go.mod":
+            text = text.replace("\ngo 1.19\n", "\ngo 1.24\n")
+        with open(host_path(f"{GO_TLS_DIR}/src/{name}"), "w") as f:
+            f.write(text)
+    for name, ldflags in (("tlsprof-go-tls", ""), ("tlsprof-go-tls-stripped", "-s -w")):
+        run_inside(["sh", "-c", f'cd {GO_TLS_DIR}/src && exec "$@"', "sh", *GO_ENV, "/usr/lib/go-1.24/bin/go", "build",
+                    f"-ldflags={ldflags}", "-o", out[name], "."])
+    with open(stamp, "w") as f:
+        f.write(digest.hexdigest())
+    return out

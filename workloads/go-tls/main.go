@@ -2,7 +2,7 @@
 // Go's TLS stack (full symbols, frame pointers).
 //
 //	tlsprof-go-tls server --addr 127.0.0.1:0 --cert rsa|ecdsa --ready-file F [--duration S]
-//	                      [--handshake-only] [--tickets=false] [--stats-file F]
+//	                      [--handshake-only] [--tickets=false] [--stats-file F] [--default-curves]
 //	tlsprof-go-tls client --addr HOST:PORT [--duration S] [--handshake-rate N] [--bulk-conns N] [--bulk-mibps N]
 //	tlsprof-go-tls handshakes --addr HOST:PORT [--duration S] [--rate N] [--concurrency N] [--resume] [--output F]
 //
@@ -220,6 +220,7 @@ func runServer(args []string) error {
 	duration := fs.Duration("duration", 0, "stop after this long (0 = until SIGTERM/SIGINT); e.g. 30s")
 	handshakeOnly := fs.Bool("handshake-only", false, "after each handshake read one byte, then close")
 	tickets := fs.Bool("tickets", true, "issue session tickets (resumption); false: every handshake is full")
+	defaultCurves := fs.Bool("default-curves", false, "the toolchain's default key exchanges (Go 1.24: X25519MLKEM768 first; GODEBUG=tlsmlkem=0 drops it) instead of X25519 and P-256 only")
 	statsFile := fs.String("stats-file", "", "time each handshake's CPU; write the counts and the handshakes' CPU (JSON) here at the stop")
 	fs.Parse(args)
 
@@ -233,6 +234,9 @@ func runServer(args []string) error {
 		// X25519 first, as Go's default; listed so the key exchange is fixed.
 		CurvePreferences:       []tls.CurveID{tls.X25519, tls.CurveP256},
 		SessionTicketsDisabled: !*tickets,
+	}
+	if *defaultCurves {
+		cfg.CurvePreferences = nil
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
