@@ -363,12 +363,15 @@ constexpr Operation kOperations[] = {
   // A fresh AES context: the key schedule and its allocation, for GCM or
   // CBC alike; it takes the AES modes the process named (takes_process_mix).
   {kG, kExact,  "crypto/aes.NewCipher",                  kCipher, kAnyAes, false, true},
+  {kG, kExact,  "crypto/internal/fips140/aes.New",       kCipher, kAnyAes, false, true},  // Go 1.24's, below it
   {kG, kPrefix, "crypto/cipher.(*gcm).",                 kCipher, kAesGcm},
   {kG, kPrefix, "crypto/aes.(*gcmAsm).",                 kCipher, kAesGcm},
   {kG, kPrefix, "crypto/internal/fips140/aes/gcm.",      kCipher, kAesGcm},
   {kG, kPrefix, "golang.org/x/crypto/chacha20poly1305.(*chacha20poly1305).", kCipher, kChaCha20Poly1305},
   {kG, kPrefix, "crypto/cipher.(*cbcEncrypter).",        kCipher, kAesCbc},
   {kG, kPrefix, "crypto/cipher.(*cbcDecrypter).",        kCipher, kAesCbc},
+  {kG, kPrefix, "crypto/internal/fips140/aes.(*CBCEncrypter).", kCipher, kAesCbc},  // Go 1.24
+  {kG, kPrefix, "crypto/internal/fips140/aes.(*CBCDecrypter).", kCipher, kAesCbc},
   {kG, kPrefix, "crypto/tls.(*xorNonceAEAD).",           kCipher, kUnknown},
   {kG, kPrefix, "crypto/tls.(*prefixNonceAEAD).",        kCipher, kUnknown},
   {kG, kPrefix, "crypto/tls.(*halfConn).encrypt",        kCipher, kUnknown, true},

@@ -128,7 +128,7 @@ def trixie_hidden_archive(argv):
 
 class Variant:
     def __init__(self, binary, symbols, namespace=None, tolerance_pp=SHARE_TOLERANCE_PP, container=None,
-                 agent_namespace=None):
+                 agent_namespace=None, build=None):
         self.binary = binary
         self.symbols = symbols  # how the library row must say it was named
         self.namespace = namespace or (lambda argv: argv)
@@ -140,6 +140,8 @@ class Variant:
         # the container (what the workload sees), the agent reads through
         # /proc/PID/root.
         self.agent_namespace = agent_namespace or ((lambda argv: argv) if container else self.namespace)
+        # What builds a container variant's binaries in the root: {name: path inside}.
+        self.build = build or trixie.build_groundtruth
 
 
 VARIANTS = {
@@ -169,6 +171,12 @@ VARIANTS = {
     # them X25519 behind ossl_ecx_compute_key and the ML-KEM code).
     "trixie_shared_hidden": Variant("tlsprof-groundtruth-shared", "library-tables", trixie_hidden_archive,
                                     container="pivot_root"),
+    # Go 1.24 of the root (crypto under crypto/internal/fips140, ECDHE through
+    # crypto/ecdh, ML-KEM-768 from crypto/mlkem in the draw): with symbols in
+    # a plain chroot, linked with -s -w after pivot_root.
+    "trixie_go": Variant("tlsprof-go-groundtruth", "symtab", container="chroot", build=trixie.build_go_groundtruth),
+    "trixie_go_stripped": Variant("tlsprof-go-groundtruth-stripped", "gopclntab", container="pivot_root",
+                                  build=trixie.build_go_groundtruth),
 }
 
 
@@ -200,7 +208,7 @@ class StackAccuracyCase(unittest.TestCase):
         v = VARIANTS[name]
         if v.container:
             trixie.require_trixie(self)
-            path = trixie.build_groundtruth()[v.binary]
+            path = v.build()[v.binary]
             inside = tempfile.mkdtemp(prefix=f"{name}-", dir=trixie.host_path("/tmp"))
             self.addCleanup(shutil.rmtree, inside, True)
 

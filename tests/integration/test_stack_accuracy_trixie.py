@@ -9,6 +9,9 @@ runs there as a container:
                   it, in a plain chroot
   trixie_shared_hidden  the same with the archive hidden (private mount
                   namespace), after pivot_root: named from the library's tables
+  trixie_go       Go 1.24's crypto (the Go ground truth built by the root's
+                  Go, ML-KEM-768 in the draw), with symbols, in a plain chroot
+  trixie_go_stripped  the same linked with -s -w, after pivot_root
 
 TLSPROF_SEEDS=a,b,c replays a run's seeds."""
 import unittest
@@ -25,6 +28,12 @@ class TrixieStackAccuracyTest(accuracy.StackAccuracyCase):
 
     def test_openssl35_shared_hidden_archive(self):
         self.run_variant("trixie_shared_hidden")
+
+    def test_go124(self):
+        self.run_variant("trixie_go")
+
+    def test_go124_stripped(self):
+        self.run_variant("trixie_go_stripped")
 
 
 if __name__ == "__main__":

@@ -118,41 +118,57 @@ def build_groundtruth():
     return out
 
 
-GO_TLS_DIR = "/tmp/tlsprof-go-tls"  # inside the root
-GO_ENV = ["env", "GOROOT=/usr/lib/go-1.24", f"GOCACHE={GO_TLS_DIR}/cache", f"GOPATH={GO_TLS_DIR}/gopath",
-          "GOFLAGS=-mod=mod", "GOPROXY=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0", "GOTELEMETRY=off", "HOME=/tmp"]
+GO_ENV = ["env", "GOROOT=/usr/lib/go-1.24", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0",
+          "GOTELEMETRY=off", "HOME=/tmp"]
 
 
-def build_go_tls():
-    """Builds the workloads' Go TLS server (workloads/go-tls) inside the root
-    with its Go 1.24: tlsprof-go-tls (symbols, DWARF) and
-    tlsprof-go-tls-stripped (-s -w). The go.mod's `go 1.19` becomes `go 1.24`:
-    a main module's go line sets the GODEBUG defaults, and 1.19's would turn
-    X25519MLKEM768 off (tlsmlkem=0). Returns {name: path inside the root};
-    rebuilt only when the sources changed."""
-    src_dir = os.path.join(SRC, "workloads/go-tls")
+def build_go(workload, binaries):
+    """Builds the Go main package workloads/<workload> inside the root with its
+    Go 1.24, one binary per entry of `binaries` (name -> -ldflags), into
+    /tmp/tlsprof-<workload> of the root. The go.mod's `go 1.19` becomes `go
+    1.24`: a main module's go line sets the GODEBUG defaults, and 1.19's would
+    turn X25519MLKEM768 off (tlsmlkem=0). Returns {name: path inside the
+    root}; rebuilt only when the sources or the flags changed."""
+    out_dir = f"/tmp/tlsprof-{workload}"
+    src_dir = os.path.join(SRC, "workloads", workload)
     names = sorted(n for n in os.listdir(src_dir) if n.endswith(".go") or n == "go.mod")
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(repr(sorted(binaries.items())).encode())
     for name in names:
         with open(os.path.join(src_dir, name), "rb") as f:
             digest.update(name.encode() + f.read())
-    out = {n: f"{GO_TLS_DIR}/{n}" for n in ("tlsprof-go-tls", "tlsprof-go-tls-stripped")}
-    stamp = host_path(f"{GO_TLS_DIR}/sources.sha256")
+    out = {n: f"{out_dir}/{n}" for n in binaries}
+    stamp = host_path(f"{out_dir}/sources.sha256")
     if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest() and \
             all(os.path.exists(host_path(p)) for p in out.values()):
         return out
-    shutil.rmtree(host_path(GO_TLS_DIR), ignore_errors=True)
-    os.makedirs(host_path(f"{GO_TLS_DIR}/src"))
+    shutil.rmtree(host_path(out_dir), ignore_errors=True)
+    os.makedirs(host_path(f"{out_dir}/src"))
     for name in names:
         with open(os.path.join(src_dir, name)) as f:
             text = f.read()
         if name == "go.mod":
             text = text.replace("\ngo 1.19\n", "\ngo 1.24\n")
-        with open(host_path(f"{GO_TLS_DIR}/src/{name}"), "w") as f:
+        with open(host_path(f"{out_dir}/src/{name}"), "w") as f:
             f.write(text)
-    for name, ldflags in (("tlsprof-go-tls", ""), ("tlsprof-go-tls-stripped", "-s -w")):
-        run_inside(["sh", "-c", f'cd {GO_TLS_DIR}/src && exec "$@"', "sh", *GO_ENV, "/usr/lib/go-1.24/bin/go", "build",
+    env = GO_ENV + [f"GOCACHE={out_dir}/cache", f"GOPATH={out_dir}/gopath"]
+    for name, ldflags in binaries.items():
+        run_inside(["sh", "-c", f'cd {out_dir}/src && exec "$@"', "sh", *env, "/usr/lib/go-1.24/bin/go", "build",
                     f"-ldflags={ldflags}", "-o", out[name], "."])
     with open(stamp, "w") as f:
         f.write(digest.hexdigest())
     return out
+
+
+def build_go_tls():
+    """The workloads' Go TLS server (workloads/go-tls) built by the root's Go
+    1.24: tlsprof-go-tls (symbols, DWARF) and tlsprof-go-tls-stripped (-s -w)."""
+    return build_go("go-tls", {"tlsprof-go-tls": "", "tlsprof-go-tls-stripped": "-s -w"})
+
+
+def build_go_groundtruth():
+    """The Go ground truth (workloads/go-groundtruth) built by the root's Go
+    1.24, with symbols and with -s -w; -checklinkname=0 lets its linkname to
+    the std's vendored ChaCha20-Poly1305 through (Go 1.23+ refuses it)."""
+    return build_go("go-groundtruth", {
+        name: f"{strip}-checklinkname=0 -X main.program={name}"
+        for name, strip in (("tlsprof-go-groundtruth", ""), ("tlsprof-go-groundtruth-stripped", "-s -w "))})

@@ -13,10 +13,15 @@
 // importable from the standard library in Go 1.19: ChaCha20-Poly1305 and
 // X25519 live only in the std's vendored golang.org/x/crypto (which crypto/tls
 // uses), and x/crypto cannot be downloaded here. They are reached with
-// go:linkname into the vendored packages (tls.go); Go 1.20+ has crypto/ecdh
-// for X25519, but still no public ChaCha20-Poly1305.
+// go:linkname into the vendored packages (tls.go, x25519_go119.go). Go 1.20+
+// has crypto/ecdh, which its crypto/tls runs X25519 and P-256 ECDHE through
+// (ecdh_go120.go), but still no public ChaCha20-Poly1305 (the linkname then
+// needs -ldflags=-checklinkname=0, Go 1.23+). Go 1.24 adds crypto/mlkem, the
+// ML-KEM-768 of X25519MLKEM768 (mlkem_go124.go). Which of them a build has is
+// the toolchain's: the builds here use Debian 12's Go 1.19, the trixie root's
+// tests Go 1.24.
 //
-// Built three ways (workloads/go-groundtruth/CMakeLists.txt): with symbols,
+// Built three ways with Go 1.19 (workloads/go-groundtruth/CMakeLists.txt): with symbols,
 // with -ldflags=-s -w, and with -tags notls (tlsprof-go-crypto: crypto/*
 // without crypto/tls, as a JWT signer or a key server links it; notls.go).
 // A category the build lacks is never run and never in the JSON.
@@ -79,10 +84,27 @@ func nowNanos(clock uintptr) int64 {
 	return ts.Nano()
 }
 
+// The primitives a build may lack: nil when it does (notls.go, and the
+// files of each Go release).
+var (
+	// x25519 returns scalar * point on Curve25519.
+	x25519 func(scalar, point []byte) ([]byte, error)
+	// p256ECDH returns a byte of the shared secret of the P-256 private
+	// scalar and the peer's uncompressed point, as crypto/ecdh computes it
+	// (Go 1.20+); nil: crypto/elliptic's ScalarMult, as Go 1.19's crypto/tls.
+	p256ECDH func(priv, peer []byte) (byte, error)
+	// mlKem768 runs one ML-KEM-768 key exchange, both ends of it: key
+	// generation and decapsulation (a client's), encapsulation (a server's).
+	mlKem768 func() (byte, error)
+)
+
 type category struct {
 	name, bucket, algorithm string
 	needsWithP256           bool
-	bytesPerOp              int64
+	// notDefault: in the mix only by --mix or --seed (the post-quantum ones,
+	// as in the C runner).
+	notDefault bool
+	bytesPerOp int64
 	// absent: this build does not have the primitive (notls.go).
 	absent bool
 	// op runs one operation; fresh: with a context made for it alone, as a
@@ -302,12 +324,18 @@ func (p *primitives) categories() []*category {
 			_, err := ecdsa.SignASN1(rand.Reader, p.ecdsaKey, p.hashed[:])
 			return err
 		}},
-		// What crypto/tls 1.19 does for a P-256 key share (there is no
-		// crypto/ecdh before Go 1.20), and what a key server does: unmarshal
-		// the peer, scalar-multiply.
+		// What crypto/tls does for a P-256 key share: 1.19 (no crypto/ecdh)
+		// unmarshals the peer and scalar-multiplies, as a key server does;
+		// 1.20+ goes through crypto/ecdh.
 		{name: "ecdhe_p256", bucket: "key_exchange", algorithm: "ECDHE-P256", needsWithP256: true, op: func(bool) error {
+			peer := p.p256Peers[p.nextPeer(len(p.p256Peers))]
+			if p256ECDH != nil {
+				b, err := p256ECDH(p.p256Priv, peer)
+				p.secretSink ^= b
+				return err
+			}
 			curve := elliptic.P256()
-			x, y := elliptic.Unmarshal(curve, p.p256Peers[p.nextPeer(len(p.p256Peers))])
+			x, y := elliptic.Unmarshal(curve, peer)
 			if x == nil {
 				return errors.New("bad P-256 peer point")
 			}
@@ -315,6 +343,16 @@ func (p *primitives) categories() []*category {
 			p.secretSink ^= byte(sx.Bit(0))
 			return nil
 		}},
+		// The post-quantum ones, last, as the C runner's: ML-KEM-768 from Go
+		// 1.24 (crypto/mlkem); no ML-DSA in any Go release here.
+		{name: "ml_kem_768", bucket: "key_exchange", algorithm: "ML-KEM", notDefault: true, absent: mlKem768 == nil,
+			op: func(bool) error {
+				b, err := mlKem768()
+				p.secretSink ^= b
+				return err
+			}},
+		{name: "ml_dsa_65", bucket: "signature", algorithm: "ML-DSA", notDefault: true, absent: true,
+			op: func(bool) error { return errors.New("no ML-DSA in Go's standard library") }},
 	}
 }
 
@@ -340,7 +378,8 @@ func applyMix(mix string, cats []*category) error {
 			if c.name == name {
 				if c.absent && weight > 0 {
 					return fmt.Errorf("--mix: '%s' is not in %s (built without crypto/tls, whose vendored "+
-						"x/crypto it needs); give it weight 0 or leave it out", name, program)
+						"x/crypto it needs, or by a Go release without it); give it weight 0 or leave it out",
+						name, program)
 				}
 				c.weight, found = weight, true
 			}
@@ -653,7 +692,7 @@ func main() {
 	warmup := flag.Float64("warmup", 1, "Seconds of unmeasured mix before the window")
 	sliceMs := flag.Float64("slice-ms", 20, "Thread CPU per slice of one category")
 	mix := flag.String("mix", "", "Target CPU shares, name=weight,... (unlisted = off). Names: aes_gcm, "+
-		"chacha20_poly1305, aes_cbc, sha256, sha1, rsa, x25519, ecdsa_p256, ecdhe_p256")
+		"chacha20_poly1305, aes_cbc, sha256, sha1, rsa, x25519, ecdsa_p256, ecdhe_p256, ml_kem_768 (Go 1.24+), ml_dsa_65 (none)")
 	withP256 := flag.Bool("with-p256", false, "Add ecdsa_p256 and ecdhe_p256 to the default mix")
 	seedText := flag.String("seed", "", "Draw the mix and each category's share of fresh-context ops from this "+
 		"uint64 (decimal), as the C ground truths do; implies --with-p256. With --mix, its weights replace "+
@@ -690,7 +729,7 @@ func main() {
 	} else {
 		for _, c := range cats {
 			c.weight = 1
-			if c.absent || (c.needsWithP256 && !*withP256) {
+			if c.absent || c.notDefault || (c.needsWithP256 && !*withP256) {
 				c.weight = 0
 			}
 		}
