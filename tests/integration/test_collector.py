@@ -18,7 +18,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.error

@@ -4,7 +4,6 @@ library kind and non-zero cipher, signature and key-exchange time, and the
 agent must stay within its memory and latency budget while profiling node.
 """
 import os
-import resource
 import subprocess
 import unittest
 
