@@ -66,6 +66,17 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
     if (it == profile.processes.end()) return 0.0;
     return static_cast<double>(it->second.crypto.phases[static_cast<size_t>(classify::Phase::kHandshake)]) * period_s;
   };
+  // The handshake phase's TLS CPU in one algorithm (sampled): ML-KEM's is
+  // the post-quantum share of a handshake (docs/usage.md).
+  auto handshake_algorithm_cpu = [&](uint32_t tgid, std::string_view algorithm) {
+    auto it = profile.processes.find(static_cast<pid_t>(tgid));
+    if (it == profile.processes.end()) return 0.0;
+    uint64_t samples = 0;
+    for (const auto& [key, n] : it->second.crypto.algorithms) {
+      if (key.phase == classify::Phase::kHandshake && key.algorithm == algorithm) samples += n;
+    }
+    return static_cast<double>(samples) * period_s;
+  };
   auto process_cpu = [&](uint32_t tgid) {
     auto it = profile.processes.find(static_cast<pid_t>(tgid));
     return it == profile.processes.end() ? 0.0 : static_cast<double>(it->second.samples) * period_s;
@@ -166,6 +177,7 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
   double handshaking_cpu = 0, seen = 0, estimated = 0;
   for (const auto& [tgid, p] : per_process) {
     const double cpu = handshake_tls_cpu(tgid), all = process_cpu(tgid);
+    const double ml_kem = handshake_algorithm_cpu(tgid, "ML-KEM");
     const double n = p.estimated;
     handshaking_cpu += all;
     seen += static_cast<double>(p.handshakes);
@@ -178,6 +190,8 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                     {"resumed", p.resumed},
                     {"handshake_tls_cpu_seconds", cpu},
                     {"cpu_seconds_per_handshake", n ? cpu / n : 0.0},
+                    {"ml_kem_cpu_seconds", ml_kem},
+                    {"ml_kem_share", cpu > 0 ? ml_kem / cpu : 0.0},
                     {"process_cpu_seconds", all},
                     {"process_cpu_seconds_per_handshake", n ? all / n : 0.0}});
   }

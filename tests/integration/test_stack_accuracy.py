@@ -181,8 +181,9 @@ VARIANTS = {
 
 
 class StackAccuracyCase(unittest.TestCase):
-    """Runs variants; the tests are in the subclasses (the trixie ones in
-    test_stack_accuracy_trixie.py, outside the sanitizer pass)."""
+    """Runs variants; the tests are in the subclasses: the C and BoringSSL
+    ones below (also in the sanitizer pass), Go's in test_stack_accuracy_go.py
+    and the trixie ones in test_stack_accuracy_trixie.py (outside it)."""
 
     def setUp(self):
         require_root(self)
@@ -286,15 +287,6 @@ class StackAccuracyTest(StackAccuracyCase):
 
     def test_shared_stripped_boringssl(self):
         self.run_variant("boring")
-
-    def test_go_crypto(self):
-        self.run_variant("go")
-
-    def test_go_crypto_stripped(self):
-        self.run_variant("go_stripped")
-
-    def test_go_crypto_without_crypto_tls(self):
-        self.run_variant("go_crypto")
 
 
 if __name__ == "__main__":
