@@ -201,7 +201,7 @@ class TrixieUsageTest(UsageAgentTestCase):
         through the method tables the executable holds as absolute addresses
         (node drives its handshakes through SSL_read, never SSL_do_handshake).
         The same mix from the root's client, as far as 3.0 negotiates: the
-        hybrid offered first falls back to X25519 (a HelloRetryRequest)."""
+        hybrid offered first falls back to X25519."""
         servers = {}
         for cert in ("rsa", "ecdsa"):
             certs = self.procs.path(f"node-{cert}")
