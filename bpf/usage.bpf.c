@@ -358,35 +358,39 @@ static __always_inline __u32 ecdh_share_len(__u32 type, __u32 secret_len)
 	return 0;
 }
 
-/* A pure ML-KEM ciphertext's length (ML-KEM-512, -768, -1024). */
+/* A pure ML-KEM (or Kyber) ciphertext's length (-512, -768, -1024). */
 static __always_inline bool ml_kem_ciphertext(__u32 len)
 {
 	return len == 768 || len == 1088 || len == 1568;
+}
+
+static __always_inline bool is_kem(__u32 type)
+{
+	return type == USAGE_KEY_KEM || type == USAGE_KEY_KYBER;
 }
 
 /* What a key exchange tells its handshake: the group. A library that runs
  * a hybrid group's halves as separate calls (Go: ML-KEM-768's encapsulate
  * and X25519's ECDH, in either order) gives a handshake an ML-KEM and an
  * ECDH: its group is their hybrid, named as a KEM whose ciphertext holds
- * both (1088 + 32: X25519MLKEM768; + 65: SecP256r1MLKEM768). OpenSSL's
- * hybrid is one KEM call already (its halves nest inside, untimed).
+ * both (1088 + 32: X25519MLKEM768; + 65: SecP256r1MLKEM768; BoringSSL's
+ * Kyber draft likewise). OpenSSL's hybrid is one KEM call already (its
+ * halves nest inside, untimed).
  */
 static __always_inline void handshake_key_exchange(struct open_handshake *open, __u32 type,
                                                    __u32 len)
 {
 	__u32 share;
 
-	if (type == USAGE_KEY_KEM && ml_kem_ciphertext(len) && open->kx_type &&
-	    open->kx_type != USAGE_KEY_KEM) {
+	if (is_kem(type) && ml_kem_ciphertext(len) && open->kx_type && !is_kem(open->kx_type)) {
 		share = ecdh_share_len(open->kx_type, open->kx_len);
 		if (share) {
-			open->kx_type = USAGE_KEY_KEM;
+			open->kx_type = type;
 			open->kx_len = len + share;
 			return;
 		}
 	}
-	if (type != USAGE_KEY_KEM && open->kx_type == USAGE_KEY_KEM &&
-	    ml_kem_ciphertext(open->kx_len)) {
+	if (!is_kem(type) && is_kem(open->kx_type) && ml_kem_ciphertext(open->kx_len)) {
 		share = ecdh_share_len(type, len);
 		if (share) {
 			open->kx_len += share;
@@ -781,6 +785,7 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	case PROBE_X25519:
 	case PROBE_ENCAPSULATE:
 	case PROBE_DECAPSULATE:
+	case PROBE_KYBER:
 		key.op = USAGE_OP_DERIVE;
 		break;
 	case PROBE_CALIBRATE:
@@ -798,11 +803,15 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 		length = cur->len;
 	else if (probe == PROBE_X25519)
 		length = 32; /* X25519(out[32], private[32], peer[32]) */
+	else if (probe == PROBE_KYBER)
+		length = 1088; /* KYBER_CIPHERTEXT_BYTES */
 	else if (cur->len)
 		bpf_probe_read_user(&length, sizeof(length), (void *)cur->len);
 	layout = bpf_map_lookup_elem(&lib_layouts, &lib);
 	if (probe == PROBE_X25519)
 		key.key_type = USAGE_KEY_X25519;
+	else if (probe == PROBE_KYBER)
+		key.key_type = USAGE_KEY_KYBER;
 	else if (probe == PROBE_ENCAPSULATE || probe == PROBE_DECAPSULATE)
 		key.key_type = USAGE_KEY_KEM;
 	else
@@ -814,6 +823,11 @@ static __always_inline int op_exit(struct pt_regs *ctx, long ret)
 	/* Count what did the work: a sign or derive that returned 1 with an
 	 * output buffer, a verify that returned (valid or not).
 	 */
+	/* KYBER_encap/decap return nothing: every call did the work. */
+	if (probe == PROBE_KYBER) {
+		query = false;
+		ret = 1;
+	}
 	if (key.op == USAGE_OP_NONE || query || (key.op == USAGE_OP_VERIFY ? ret < 0 : ret != 1))
 		return 0;
 	/* A derive from an EVP_PKEY_CTX with no key is a KDF, not a key

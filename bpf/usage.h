@@ -122,6 +122,13 @@ enum usage_probe {
 	 */
 	PROBE_ENCAPSULATE,
 	PROBE_DECAPSULATE,
+	/* BoringSSL's Kyber768 (Android's BoringSSL 14: the X25519Kyber and
+	 * P256Kyber groups): KYBER_encap(ciphertext, secret, public) and
+	 * KYBER_decap(secret, private, ciphertext), both void: a call is one
+	 * Kyber768 half of a hybrid key exchange, key type USAGE_KEY_KYBER,
+	 * its ciphertext 1088 bytes.
+	 */
+	PROBE_KYBER,
 	PROBE_NR,
 };
 
@@ -241,6 +248,11 @@ struct op_latency {
  * SecP384r1MLKEM1024 (agent/usage/names.h).
  */
 #define USAGE_KEY_KEM 0x7fff0001u
+/* The key type of BoringSSL's draft Kyber768 (PROBE_KYBER), the ML-KEM
+ * draft its experimental hybrid groups use; named apart from ML-KEM. Its
+ * ciphertext is 1088 bytes too.
+ */
+#define USAGE_KEY_KYBER 0x7fff0002u
 
 /* handshake_key.kx_type when no key derivation was seen but the library
  * says the group (FIELD_SSL_GROUP): this bit, and the group's IANA id in the

@@ -106,6 +106,12 @@ struct Path {
   Flags flags;
   std::vector<Cond> conds;
   int steps = 0;
+  // It loads through a pointer the facts say is NULL when the field is read
+  // (AccessorContext::null_pointers): the accessor would fault there, so it
+  // never takes this path then (BoringSSL
+  // 14's SSL_get_session() reads the handshake object only when there is no
+  // established session). Dropped, not a failure.
+  mutable bool impossible = false;
 };
 
 struct Outcome {
@@ -196,12 +202,19 @@ class Runner {
     while (!work_.empty()) {
       Path p = std::move(work_.back());
       work_.pop_back();
-      if (!RunPath(p)) return std::nullopt;
+      if (!RunPath(p) && !p.impossible) return std::nullopt;
     }
     return Combine();
   }
 
  private:
+  bool NullByFact(const LoadChain& c) const {
+    for (const LoadChain& n : context_.null_pointers) {
+      if (n == c) return true;
+    }
+    return false;
+  }
+
   bool KnownNull(const Path& p, const LoadChain& c) const {
     for (const LoadChain& n : context_.null_pointers) {
       if (n == c) return true;
@@ -224,7 +237,14 @@ class Runner {
 
   // A load of `width` bytes from [base + disp]; nullopt: the path fails.
   std::optional<Sym> Load(const Path& p, const Sym& base, int32_t disp, uint8_t width) const {
-    if (!base.pointer() || KnownNull(p, base.chain)) return std::nullopt;  // through NULL: not an accessor's path
+    // Through a pointer the facts say is NULL: a path the accessor never
+    // takes then. Through one the path's own branch found NULL: code that
+    // faults on it, not an accessor's; the decode fails.
+    if (base.pointer() && NullByFact(base.chain)) {
+      p.impossible = true;
+      return std::nullopt;
+    }
+    if (!base.pointer() || KnownNull(p, base.chain)) return std::nullopt;
     if (base.chain.offsets.size() >= kMaxLoads) return Sym{};
     const int64_t off = static_cast<int64_t>(disp) + base.add;
     if (off < INT32_MIN || off > INT32_MAX) return Sym{};

@@ -21,7 +21,10 @@
 //     (SSL_session_reused() at a completed handshake).
 //
 // `null_pointers` are facts about the moment the field is read: pointer
-// chains known to be NULL then, which settle the branches on them. At a
+// chains known to be NULL then, which settle the branches on them; a path
+// that loads through one would fault, so the accessor never takes it then,
+// and it is dropped (BoringSSL 14's SSL_get_session() reads the handshake
+// object only when there is no established session). At a
 // completed BoringSSL handshake the handshake object is freed (ssl->s3->hs),
 // so SSL_in_init() and SSL_in_early_data() return 0 and SSL_get_session() the
 // established session (boringssl_plan.h).

@@ -23,6 +23,10 @@ constexpr std::array kProbed = {
     ProbedFunction{"EVP_PKEY_verify", PROBE_PKEY_VERIFY},
     ProbedFunction{"EVP_PKEY_derive", PROBE_DERIVE},
     ProbedFunction{"X25519", PROBE_X25519},
+    // Android's BoringSSL 14: the Kyber768 half of its X25519Kyber and
+    // P256Kyber groups (libssl calls them through the PLT).
+    ProbedFunction{"KYBER_encap", PROBE_KYBER},
+    ProbedFunction{"KYBER_decap", PROBE_KYBER},
     ProbedFunction{"SSL_free", PROBE_CLOSE},
 };
 

@@ -111,6 +111,24 @@ TEST(DecodeAccessor, FactsSettleBranches) {
   EXPECT_EQ(ToString(*chain), "+0x30 -> +0xd4 (1 bytes) bit 6");
 }
 
+// BoringSSL 14's SSL_get_session() shape, as SSL_get_current_cipher() reads
+// through it: the established session, else the handshake object's new
+// session. With the handshake object NULL by the facts, the path that reads
+// it would fault: dropped, one chain is left.
+TEST(DecodeAccessor, PathsThroughANullFactAreDropped) {
+  // mov 0x30(%rdi),%rcx; mov 0x1d0(%rcx),%rax; test %rax,%rax; jne 1f;
+  // mov 0x118(%rcx),%rdi; mov 0x5f8(%rdi),%rax; 1: mov 0xc8(%rax),%rax; ret
+  const std::vector<uint8_t> cipher = {0x48, 0x8b, 0x4f, 0x30, 0x48, 0x8b, 0x81, 0xd0, 0x01, 0x00, 0x00, 0x48, 0x85,
+                                       0xc0, 0x75, 0x0e, 0x48, 0x8b, 0xb9, 0x18, 0x01, 0x00, 0x00, 0x48, 0x8b, 0x87,
+                                       0xf8, 0x05, 0x00, 0x00, 0x48, 0x8b, 0x80, 0xc8, 0x00, 0x00, 0x00, 0xc3};
+  EXPECT_FALSE(Decode(cipher));  // two chains
+  AccessorContext completed;
+  completed.null_pointers = {LoadChain{{0x30, 0x118}, 8}};
+  auto chain = Decode(cipher, completed);
+  ASSERT_TRUE(chain);
+  EXPECT_EQ(ToString(*chain), "+0x30 -> +0x1d0 -> +0xc8 (8 bytes)");
+}
+
 TEST(DecodeAccessor, FollowsCallsThroughTheResolver) {
   // f: push %rax; call g; test %rax,%rax; je 1f; mov 0xd0(%rax),%rax; pop %rcx; ret; 1: xor %eax,%eax; pop %rcx; ret
   const FunctionCode f = Code({0x50, 0xe8, 0xfa, 0x0f, 0x00, 0x00, 0x48, 0x85, 0xc0, 0x74, 0x09, 0x48,

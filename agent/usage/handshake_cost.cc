@@ -5,6 +5,32 @@
 
 namespace tlsprof::usage {
 
+namespace {
+
+// A handshake's key exchange cost from its operations' means: the one
+// operation of its key type and length; for a hybrid group whose halves ran
+// as two operations (Go's ML-KEM-768 and X25519, BoringSSL's Kyber768 and
+// X25519: the handshake's ciphertext length is the KEM's plus the ECDH
+// share's), the two.
+template <typename Lookup>
+double KeyExchangeCost(uint32_t tgid, uint32_t type, uint32_t len, const Lookup& lookup) {
+  const double whole = lookup(tgid, USAGE_OP_DERIVE, type, len);
+  if (whole > 0 || (type != USAGE_KEY_KEM && type != USAGE_KEY_KYBER)) return whole;
+  struct Share {
+    uint32_t bytes, ecdh_type, secret_len;
+  };
+  constexpr Share kShares[] = {{32, USAGE_KEY_X25519, 32}, {65, USAGE_KEY_EC, 32}, {97, USAGE_KEY_EC, 48}};
+  for (const Share& share : kShares) {
+    if (len <= share.bytes) continue;
+    const double kem = lookup(tgid, USAGE_OP_DERIVE, type, len - share.bytes);
+    const double ecdh = lookup(tgid, USAGE_OP_DERIVE, share.ecdh_type, share.secret_len);
+    if (kem > 0 && ecdh > 0) return kem + ecdh;
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::vector<HandshakeCost> SplitHandshakeCpu(const UsageSnapshot& window,
                                              const std::function<double(uint32_t tgid)>& handshake_tls_cpu) {
   // Mean on-CPU seconds of in-handshake operations, by process, operation,
@@ -37,7 +63,7 @@ std::vector<HandshakeCost> SplitHandshakeCpu(const UsageSnapshot& window,
     if (h.key.resumed == 0 && h.key.is_server == 0 && full_client[h.key.tgid] > 0) {
       per += verify_cpu[h.key.tgid] / full_client[h.key.tgid];
     }
-    if (h.key.kx_type != 0) per += lookup(h.key.tgid, USAGE_OP_DERIVE, h.key.kx_type, h.key.kx_len);
+    if (h.key.kx_type != 0) per += KeyExchangeCost(h.key.tgid, h.key.kx_type, h.key.kx_len, lookup);
     own[i] = per * h.estimated;
     own_sum[h.key.tgid] += own[i];
     count[h.key.tgid] += h.estimated;

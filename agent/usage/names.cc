@@ -1,6 +1,7 @@
 #include "agent/usage/names.h"
 
 #include <array>
+#include <span>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -108,8 +109,16 @@ constexpr std::array kKems = {
     Kem{1568 + 97, "SecP384r1MLKEM1024", "SecP384r1MLKEM1024"},
 };
 
-const Kem* KemOf(uint32_t ciphertext_len) {
-  for (const Kem& k : kKems) {
+// BoringSSL's draft Kyber768 (USAGE_KEY_KYBER) and its hybrids (Android's
+// BoringSSL 14 calls them X25519Kyber, 0x6399, and P256Kyber).
+constexpr std::array kKybers = {
+    Kem{1088, "Kyber768", "Kyber768"},
+    Kem{1088 + 32, "X25519Kyber768Draft00", "X25519Kyber768Draft00"},
+    Kem{1088 + 65, "P256Kyber768Draft00", "P256Kyber768Draft00"},
+};
+
+const Kem* KemOf(uint32_t key_type, uint32_t ciphertext_len) {
+  for (const Kem& k : key_type == USAGE_KEY_KYBER ? std::span<const Kem>(kKybers) : std::span<const Kem>(kKems)) {
     if (k.ciphertext_len == ciphertext_len) return &k;
   }
   return nullptr;
@@ -155,8 +164,8 @@ std::string GroupName(uint32_t key_type, uint32_t secret_len) {
     }
     return fmt::format("group-{:#06x}", id);
   }
-  if (key_type == USAGE_KEY_KEM) {
-    const Kem* kem = KemOf(secret_len);
+  if (key_type == USAGE_KEY_KEM || key_type == USAGE_KEY_KYBER) {
+    const Kem* kem = KemOf(key_type, secret_len);
     return kem ? std::string(kem->group) : fmt::format("kem-{}", secret_len);
   }
   switch (key_type) {
@@ -222,8 +231,8 @@ std::string SignatureAlgorithm(uint32_t key_type, uint32_t sig_len) {
 }
 
 std::string KeyExchangeAlgorithm(uint32_t key_type, uint32_t secret_len) {
-  if (key_type == USAGE_KEY_KEM) {
-    const Kem* kem = KemOf(secret_len);
+  if (key_type == USAGE_KEY_KEM || key_type == USAGE_KEY_KYBER) {
+    const Kem* kem = KemOf(key_type, secret_len);
     return kem ? std::string(kem->algorithm) : fmt::format("KEM-{}", secret_len);
   }
   switch (key_type) {

@@ -255,6 +255,8 @@ TEST(Names, VocabularyOfTheReport) {
   EXPECT_EQ(KeyExchangeAlgorithm(USAGE_KEY_KEM, 1088), "ML-KEM-768");
   EXPECT_EQ(KeyExchangeAlgorithm(USAGE_KEY_KEM, 1665), "SecP384r1MLKEM1024");
   EXPECT_EQ(GroupName(USAGE_KX_TLS_GROUP | 0x11ec, 0), "X25519MLKEM768");
+  EXPECT_EQ(GroupName(USAGE_KEY_KYBER, 1120), "X25519Kyber768Draft00");
+  EXPECT_EQ(KeyExchangeAlgorithm(USAGE_KEY_KYBER, 1088), "Kyber768");
 }
 
 TEST(Histogram, SlotsAndQuantiles) {
@@ -321,6 +323,20 @@ TEST(SplitHandshakeCpu, OwnOperationsPlusAnEqualShare) {
   EXPECT_NEAR(cost[1].cpu_seconds / 100, 100e-6 + 50e-6 + share, 1e-9);
   EXPECT_NEAR(cost[2].cpu_seconds / 200, 50e-6 + share, 1e-9);
   EXPECT_NEAR(cost[0].cpu_seconds + cost[1].cpu_seconds + cost[2].cpu_seconds, 0.3, 1e-9);
+}
+
+// A hybrid whose halves ran as two operations (Go: ML-KEM-768 and X25519)
+// costs both.
+TEST(SplitHandshakeCpu, HybridHalvesAddUp) {
+  UsageSnapshot w;
+  w.handshakes = {Row(3, true, false, 408, 71, USAGE_KEY_KEM, 1088 + 32, 100),
+                  Row(3, true, false, 408, 71, 1034, 32, 100)};
+  w.operations = {Op(3, USAGE_OP_SIGN, 408, 71, 200, 0.02), Op(3, USAGE_OP_DERIVE, 1034, 32, 200, 0.02),
+                  Op(3, USAGE_OP_DERIVE, USAGE_KEY_KEM, 1088, 100, 0.03)};
+  auto cost = SplitHandshakeCpu(w, [](uint32_t) { return 0.1; });
+  const double share = (0.1 - 0.02 - 0.02 - 0.03) / 200;
+  EXPECT_NEAR(cost[0].cpu_seconds / 100, 100e-6 + 100e-6 + 300e-6 + share, 1e-9);
+  EXPECT_NEAR(cost[1].cpu_seconds / 100, 100e-6 + 100e-6 + share, 1e-9);
 }
 
 // Operations that add up to more than was sampled are scaled down to it;

@@ -282,6 +282,55 @@ class TrixieUsageTest(UsageAgentTestCase):
                      "crypto/ecdh.(*x25519Curve).ecdh", "crypto/ecdh.(*nistCurve).ecdh"):
             self.assertIn(name, files["tlsprof-go-tls-stripped"]["functions"])
 
+    def test_boringssl_14_kyber_is_counted_exactly(self):
+        """Android's BoringSSL 14 of the root (stripped libssl.so.0 and
+        libcrypto.so.0): the workloads' handshake server on it, RSA in a plain
+        chroot and ECDSA after pivot_root, and its client mode on the same
+        library, which alone offers BoringSSL's X25519Kyber (0x6399,
+        X25519Kyber768Draft00: X25519 and the draft Kyber768). Each hybrid
+        handshake runs one X25519 and one Kyber768 (KYBER_encap, void: every
+        call counts), and is on their hybrid group; P-256's exchange has no
+        probed call, its group is the library's own answer."""
+        binary = trixie.build_boringssl_server()
+        groups = "X25519Kyber:X25519:P-256"
+        placement = {"rsa": "chroot", "ecdsa": "pivot_root"}
+        servers = {}
+        for cert, way in placement.items():
+            ready = os.path.join(self.shared, f"boringssl-{cert}.ready")
+            proc = self.procs.start(trixie.CONTAINERS[way]([binary, "--cert", cert, "--groups", groups,
+                                                            "--tickets", "off", "--ready-file", self.inside(ready)]),
+                                    ready_file=ready)
+            with open(ready) as f:
+                servers[cert] = (proc, f.read().strip())
+        agent, report_path, log_path = self.start_agent("boringssl", [str(p.pid) for p, _ in servers.values()],
+                                                        PROFILE_SECONDS, probed="libssl.so.0")
+        mix = {"X25519Kyber": ("X25519Kyber768Draft00", 4), "X25519": ("X25519", 3), "P-256": ("P-256", 2)}
+        want, want_ops = collections.Counter(), collections.Counter()
+        for cert, (_, addr) in servers.items():
+            for client_group, (group, n) in mix.items():
+                out = subprocess.run(trixie.chroot([binary, "--connect", addr, "--count", str(n), "--groups",
+                                                    client_group]), capture_output=True, text=True, timeout=60)
+                self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+                key_type = "RSA" if cert == "rsa" else "ECDSA"
+                want[(cert, "full", "TLSv1.3", "TLS_AES_128_GCM_SHA256", group, key_type)] += n
+                want_ops[(cert, "sign", SIGN_ALGORITHM[key_type])] += n
+                if group != "P-256":
+                    want_ops[(cert, "key_exchange", "X25519")] += n
+                if group == "X25519Kyber768Draft00":
+                    want_ops[(cert, "key_exchange", "Kyber768")] += n
+        report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)
+        pid_cert = {p.pid: cert for cert, (p, _) in servers.items()}
+        rows = self.server_rows(report, pid_cert, "libssl.so.0")
+        print("boringssl 14 handshakes:", dict(rows))
+        self.assertEqual(rows, want)
+        ops = self.handshake_operations(report, pid_cert)
+        print("boringssl 14 operations:", dict(ops))
+        self.assertEqual(ops, want_ops)
+        files = {os.path.basename(f["path"]): f for f in report["agent"]["usage"]["files"]}
+        self.assertIn("KYBER_encap", files["libcrypto.so.0"]["functions"])
+        for f in files.values():
+            self.assertNotIn("unknown", f["fields"].values(), f)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -172,3 +172,35 @@ def build_go_groundtruth():
     return build_go("go-groundtruth", {
         name: f"{strip}-checklinkname=0 -X main.program={name}"
         for name, strip in (("tlsprof-go-groundtruth", ""), ("tlsprof-go-groundtruth-stripped", "-s -w "))})
+
+
+BORINGSSL_DIR = "/tmp/tlsprof-boringssl-server"  # inside the root
+ANDROID_LIBS = "/usr/lib/x86_64-linux-gnu/android"
+
+
+def build_boringssl_server():
+    """The handshake server and client (workloads/handshake-server) built
+    inside the root with its g++ on its android-libboringssl 14 (Android's
+    BoringSSL: Kyber768 and its experimental X25519Kyber/P256Kyber groups).
+    Returns its path inside the root; rebuilt only when the sources changed."""
+    sources = ["workloads/handshake-server/main.cc"] + [
+        f"workloads/common/{n}" for n in sorted(os.listdir(os.path.join(SRC, "workloads/common"))) if n.endswith(".h")]
+    digest = hashlib.sha256()
+    for rel in sources:
+        with open(os.path.join(SRC, rel), "rb") as f:
+            digest.update(rel.encode() + f.read())
+    out = f"{BORINGSSL_DIR}/tlsprof-boringssl-server"
+    stamp = host_path(f"{BORINGSSL_DIR}/sources.sha256")
+    if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest() and os.path.exists(host_path(out)):
+        return out
+    shutil.rmtree(host_path(BORINGSSL_DIR), ignore_errors=True)
+    src = f"{BORINGSSL_DIR}/src"
+    for rel in sources:
+        os.makedirs(host_path(f"{src}/{os.path.dirname(rel)}"), exist_ok=True)
+        shutil.copy(os.path.join(SRC, rel), host_path(f"{src}/{rel}"))
+    run_inside(["g++", "-std=c++20", "-O2", "-g1", f"-I{src}/workloads/common", f"-I{src}", "-isystem",
+                "/usr/include/android", f"{src}/workloads/handshake-server/main.cc", f"-L{ANDROID_LIBS}", "-lssl",
+                "-lcrypto", f"-Wl,-rpath,{ANDROID_LIBS}", "-pthread", "-o", out])
+    with open(stamp, "w") as f:
+        f.write(digest.hexdigest())
+    return out

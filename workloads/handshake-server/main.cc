@@ -8,7 +8,14 @@
 // (tests/integration/test_usage_boringssl.py, bench/usage_handshake_cost.py).
 //
 //   tlsprof-{openssl,boringssl}-server --cert rsa|ecdsa --ready-file F [--port 0] [--tickets on|off]
-//                                      [--duration S] [--stats-file F]
+//                                      [--duration S] [--stats-file F] [--groups LIST]
+//   tlsprof-{openssl,boringssl}-server --connect HOST:PORT [--count N] [--groups LIST]
+//
+// --connect makes it the client of the same handshake-only exchange, N
+// times in a row (a full handshake each, one byte sent, then the server's
+// close), and prints the counts and the groups the handshakes negotiated:
+// the client for a library's own groups that no other client offers
+// (Android's BoringSSL 14: X25519Kyber, P256Kyber).
 //
 // The ground truth of a handshake's cost: the TLS library runs over memory
 // BIOs, and the server moves the bytes between them and the socket itself,
@@ -21,12 +28,11 @@
 //
 // The key and a self-signed certificate (RSA-2048 or ECDSA P-256) are made at
 // start. TLS 1.2 and 1.3, the library's default suites, groups X25519, P-256
-// and P-384. One thread per connection (blocking I/O with 30 s timeouts): a
-// client that holds its connection open costs a thread, nothing else waits.
-// The ready file gets "127.0.0.1:PORT" once the socket listens. SIGTERM or
-// SIGINT (or --duration) stops it: the listener closes, open connections are
-// shut down, their threads joined, and one line of counts goes to stdout.
-// Exit 0; 1 if set-up failed; CLI11's code for bad flags.
+// and P-384 (--groups: another list, in the library's names). One thread per connection (blocking I/O with 30 s
+// timeouts): a client that holds its connection open costs a thread, nothing else waits. The ready file gets
+// "127.0.0.1:PORT" once the socket listens. SIGTERM or SIGINT (or --duration) stops it: the listener closes, open
+// connections are shut down, their threads joined, and one line of counts goes to stdout. Exit 0; 1 if set-up failed;
+// CLI11's code for bad flags.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -45,7 +51,9 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -95,7 +103,7 @@ void PrintErrors(const std::string& what) {
   std::fprintf(stderr, "%s: %s failed:%s\n", kProgram, what.c_str(), TlsErrors().c_str());
 }
 
-SslCtxPtr MakeContext(const std::string& cert_kind, bool tickets) {
+SslCtxPtr MakeContext(const std::string& cert_kind, bool tickets, const std::string& groups) {
   auto pkey = MakeKey(cert_kind);
   if (!pkey) {
     PrintErrors(cert_kind + " key generation");
@@ -109,9 +117,8 @@ SslCtxPtr MakeContext(const std::string& cert_kind, bool tickets) {
   SslCtxPtr ctx(SSL_CTX_new(TLS_method()));
   if (!ctx || SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION) != 1 ||
       SSL_CTX_set_max_proto_version(ctx.get(), TLS1_3_VERSION) != 1 ||
-      SSL_CTX_set1_curves_list(ctx.get(), "X25519:P-256:P-384") != 1 ||
-      SSL_CTX_use_certificate(ctx.get(), cert.get()) != 1 || SSL_CTX_use_PrivateKey(ctx.get(), pkey.get()) != 1 ||
-      SSL_CTX_check_private_key(ctx.get()) != 1) {
+      SSL_CTX_set1_curves_list(ctx.get(), groups.c_str()) != 1 || SSL_CTX_use_certificate(ctx.get(), cert.get()) != 1 ||
+      SSL_CTX_use_PrivateKey(ctx.get(), pkey.get()) != 1 || SSL_CTX_check_private_key(ctx.get()) != 1) {
     PrintErrors("the SSL_CTX");
     return nullptr;
   }
@@ -287,30 +294,92 @@ int Listen(int port, int& bound_port) {
   return fd;
 }
 
+// The negotiated group's IANA id (0 if none).
+uint16_t NegotiatedGroup(const SSL* ssl) {
+#ifdef OPENSSL_IS_BORINGSSL
+  return SSL_get_curve_id(ssl);
+#else
+  return static_cast<uint16_t>(SSL_get_negotiated_group(const_cast<SSL*>(ssl)) & 0xffff);
+#endif
+}
+
+// The client: `count` handshake-only connections to host:port, one after
+// another; the counts by negotiated group go to stdout. 0 when all of them
+// handshook.
+int RunClient(const std::string& address, int count, const std::string& groups) {
+  const auto colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (colon == std::string::npos || inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    std::fprintf(stderr, "%s: --connect wants IPv4:PORT, not '%s'\n", kProgram, address.c_str());
+    return 2;
+  }
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(address.c_str() + colon + 1)));
+  SslCtxPtr ctx(SSL_CTX_new(TLS_method()));
+  if (!ctx || SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION) != 1 ||
+      SSL_CTX_set_max_proto_version(ctx.get(), TLS1_3_VERSION) != 1 ||
+      SSL_CTX_set1_curves_list(ctx.get(), groups.c_str()) != 1) {
+    PrintErrors("the client's SSL_CTX (--groups " + groups + ")");
+    return 1;
+  }
+  std::map<uint16_t, int> by_group;
+  int failures = 0;
+  for (int i = 0; i < count; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const timeval timeout{kIoTimeoutSeconds, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    SslPtr ssl(fd >= 0 ? SSL_new(ctx.get()) : nullptr);
+    char byte = 'x';
+    if (ssl && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && SSL_set_fd(ssl.get(), fd) == 1 &&
+        SSL_connect(ssl.get()) == 1 && SSL_write(ssl.get(), &byte, 1) == 1) {
+      ++by_group[NegotiatedGroup(ssl.get())];
+      while (SSL_read(ssl.get(), &byte, 1) > 0) {
+      }
+    } else {
+      PrintErrors("handshake " + std::to_string(i));
+      ++failures;
+    }
+    ssl.reset();
+    if (fd >= 0) close(fd);
+  }
+  std::printf("%s: handshakes=%d failed=%d groups:", kProgram, count - failures, failures);
+  for (const auto& [group, n] : by_group) std::printf(" 0x%04x=%d", group, n);
+  std::printf("\n");
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string cert_kind, ready_file, tickets = "on", stats_file;
-  int port = 0;
+  std::string cert_kind, ready_file, tickets = "on", stats_file, groups = "X25519:P-256:P-384", connect;
+  int port = 0, count = 1;
   double duration = 0;
   CLI::App app{std::string(kProgram) + ": a handshake-only TLS server on " + kLibrary};
+  auto* connect_opt = app.add_option("--connect", connect, "Be the client: handshake with this IPv4:PORT");
+  app.add_option("--count", count, "With --connect: handshakes, one after another")->check(CLI::PositiveNumber);
+  app.add_option("--groups", groups, "Key exchange groups, in the library's names (default X25519:P-256:P-384)");
   app.add_option("--cert", cert_kind, "Certificate key: rsa (RSA-2048) or ecdsa (P-256)")
-      ->required()
+      ->excludes(connect_opt)
       ->check(CLI::IsMember({"rsa", "ecdsa"}));
   app.add_option("--port", port, "Listen port on 127.0.0.1 (0 = ephemeral)")->check(CLI::Range(0, 65535));
-  app.add_option("--ready-file", ready_file, "Written (127.0.0.1:PORT) once listening")->required();
+  app.add_option("--ready-file", ready_file, "Written (127.0.0.1:PORT) once listening")->excludes(connect_opt);
   app.add_option("--tickets", tickets, "Session resumption (tickets and the session cache): on or off")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--duration", duration, "Seconds to run; 0 = until SIGTERM/SIGINT")->check(CLI::NonNegativeNumber);
   app.add_option("--stats-file", stats_file, "Written at the stop: counts and the library's handshake CPU (JSON)");
   CLI11_PARSE(app, argc, argv);
+  // A close_notify to a peer that is gone (or to a connection a stop shut
+  // down) fails with EPIPE instead of killing the program.
+  signal(SIGPIPE, SIG_IGN);
+  if (!connect.empty()) return RunClient(connect, count, groups);
+  if (cert_kind.empty() || ready_file.empty()) {
+    std::fprintf(stderr, "%s: --cert and --ready-file are required (or --connect, for the client)\n", kProgram);
+    return 2;
+  }
 
   // Before any thread starts: only the main thread's wait sees the signals.
   tlsprof::workload::BlockStopSignals();
-  // A close_notify to a client that is gone (or to a connection a stop shut
-  // down) fails with EPIPE instead of killing the server.
-  signal(SIGPIPE, SIG_IGN);
-  SslCtxPtr ctx = MakeContext(cert_kind, tickets == "on");
+  SslCtxPtr ctx = MakeContext(cert_kind, tickets == "on", groups);
   if (!ctx) return 1;
   int bound_port = 0;
   const int listen_fd = Listen(port, bound_port);
