@@ -25,7 +25,6 @@ import json
 import math
 import os
 import re
-import resource
 import shlex
 import shutil
 import signal
@@ -848,7 +847,7 @@ def main():
     with open("/proc/loadavg") as f:
         la = float(f.read().split()[0])
     print(f"# load average at start {la:.2f}" + (
-        f"  WARNING: other processes are busy (> nproc/2); slowdown figures will be noise"
+        "  WARNING: other processes are busy (> nproc/2); slowdown figures will be noise"
         if la > (os.cpu_count() or 1) / 2 else ""))
     sys.stdout.flush()
 
