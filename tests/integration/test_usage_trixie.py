@@ -1,4 +1,8 @@
-"""Usage telemetry on today's stacks: `tlsprof-agent profile --usage` on nginx
+"""Usage telemetry on today's stacks. The tests below: nginx and HAProxy (this
+docstring), node (OpenSSL linked into the executable), Go 1.24 and Android's
+BoringSSL 14 (Kyber), each under the same kind of scripted mix.
+
+`tlsprof-agent profile --usage` on nginx
 1.26 and HAProxy 3.0 of the Debian 13 root (OpenSSL 3.5's stripped libssl.so.3
 and libcrypto.so.3), run as containers both ways (trixie.py): each server
 software with an RSA-2048 and an ECDSA P-256 certificate, one of the two in a
