@@ -1057,7 +1057,8 @@ static __always_inline void go_op(struct pt_regs *ctx, __u64 cookie, struct go_k
 		key.op = USAGE_OP_DERIVE;
 		key.len = ctx->bx;
 		if (USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_KEM) {
-			key.key_type = USAGE_KEY_KEM;
+			key.key_type = USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_KYBER ? USAGE_KEY_KYBER
+			                                                              : USAGE_KEY_KEM;
 			key.len = cur->key_type;
 		}
 		break;

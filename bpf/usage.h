@@ -189,6 +189,11 @@ enum usage_insn_class {
  * the KEM's ciphertext length (1088: ML-KEM-768), which its results do not.
  */
 #define USAGE_GO_KEM 4
+/* With USAGE_GO_KEM: the KEM is Go 1.23's crypto/internal/mlkem768, the
+ * ML-KEM draft its X25519Kyber768Draft00 (0x6399) runs: key type
+ * USAGE_KEY_KYBER, so the group is named by the draft.
+ */
+#define USAGE_GO_KYBER 8
 
 /* What an operation is, as counted in op_latency and in handshakes. */
 enum usage_op {

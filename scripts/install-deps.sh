@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build, test and runtime dependency of tlsprof from Debian 12
-# packages, and Debian 11's OpenSSL 1.1 unpacked into /opt/tlsprof-openssl-1.1
-# (below). The README's commands and .ci/run both call this script; nothing is
+# packages, with Debian 11's OpenSSL 1.1 unpacked into /opt/tlsprof-openssl-1.1
+# and bookworm-backports' Go 1.21-1.23 into /opt/tlsprof-go-backports (below). The README's commands and .ci/run both call this script; nothing is
 # fetched from anywhere but the Debian archive.
 # The Debian 13 root the tests of today's TLS stacks run in is made by scripts/make-trixie-root.sh, which
 # scripts/test.sh runs beside the build; the demo does not need it.
@@ -43,59 +43,78 @@ packages=(
   debootstrap
 )
 
-# OpenSSL 1.1, which Debian 12 no longer ships: Debian 11's libssl1.1 and
-# openssl packages, from the same archive as this machine's own sources (the
-# bullseye suite), unpacked into a private root beside the system's OpenSSL 3
-# (never installed with dpkg). The usage tests of OpenSSL 1.1 run its
-# `openssl` with LD_LIBRARY_PATH=$openssl11/usr/lib/x86_64-linux-gnu.
+# Packages of other Debian suites, from the same archive as this machine's
+# own sources, unpacked into private roots (never installed with dpkg, so the
+# system sees nothing of them):
+# - OpenSSL 1.1, which Debian 12 no longer ships: Debian 11's libssl1.1 and
+#   openssl (bullseye). The usage tests of OpenSSL 1.1 run its `openssl` with
+#   LD_LIBRARY_PATH=$openssl11/usr/lib/x86_64-linux-gnu.
+# - Go 1.21, 1.22 and 1.23 (bookworm-backports): the Go releases between
+#   Debian 12's 1.19 and Debian 13's 1.24, whose crypto/tls layouts the usage
+#   probes are checked on (test_usage_go_versions.py, GOROOT=$gobp/usr/lib/go-1.2x).
 openssl11=/opt/tlsprof-openssl-1.1
 openssl11_packages=(libssl1.1 "openssl=1.1.1*")
+gobp=/opt/tlsprof-go-backports
+gobp_versions=(1.21 1.22 1.23)
+gobp_packages=()
+for v in "${gobp_versions[@]}"; do gobp_packages+=("golang-$v-go" "golang-$v-src"); done
 
 # debian_archive_uri
 source "$(dirname "$0")/debian-archive.sh"
 
-install_openssl11() {
+# install_private ROOT SUITE CHECK PACKAGE...: the packages of SUITE unpacked
+# into ROOT, unless ROOT's stamp says it holds them and ROOT/CHECK exists.
+install_private() {
+  local root=$1 suite=$2 check=$3
+  shift 3
   local want_stamp
-  want_stamp=$(printf '%s\n' "${openssl11_packages[@]}" | sha256sum | cut -d' ' -f1)
-  if [[ -f $openssl11/.stamp && $(head -n1 "$openssl11/.stamp") == "$want_stamp" ]] &&
-    [[ -x $openssl11/usr/bin/openssl && -f $openssl11/usr/lib/x86_64-linux-gnu/libssl.so.1.1 ]]; then
+  want_stamp=$(printf '%s\n' "$suite" "$@" | sha256sum | cut -d' ' -f1)
+  if [[ -f $root/.stamp && $(head -n1 "$root/.stamp") == "$want_stamp" && -e $root/$check ]]; then
     return 0
   fi
   local uri
   uri=$(debian_archive_uri)
   if [[ -z $uri ]]; then
     echo "install-deps: no Debian archive URI in /etc/apt/sources.list.d/debian.sources or" \
-      "/etc/apt/sources.list; OpenSSL 1.1 (Debian 11's libssl1.1) cannot be fetched" >&2
+      "/etc/apt/sources.list; $* ($suite) cannot be fetched into $root" >&2
     return 1
   fi
   local tmp
   tmp=$(mktemp -d)
-  # A private apt state (sources, lists, cache): the system's apt sees nothing of bullseye.
+  # A private apt state (sources, lists, cache): the system's apt sees nothing of $suite.
   mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs" "$tmp/root"
-  echo "deb $uri bullseye main" >"$tmp/sources.list"
+  echo "deb $uri $suite main" >"$tmp/sources.list"
   local apt=(apt-get -qq -o Dir::Etc::SourceList="$tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
     -o Dir::State::Lists="$tmp/lists" -o Dir::Cache="$tmp/cache" -o APT::Sandbox::User=root)
-  if ! "${apt[@]}" update || ! (cd "$tmp/debs" && "${apt[@]}" download "${openssl11_packages[@]}"); then
+  if ! "${apt[@]}" update || ! (cd "$tmp/debs" && "${apt[@]}" download "$@"); then
     rm -rf "$tmp"
-    echo "install-deps: downloading OpenSSL 1.1 (${openssl11_packages[*]}, Debian 11 bullseye) from $uri failed;" \
-      "the OpenSSL 1.1 usage tests need it in $openssl11" >&2
+    echo "install-deps: downloading $* ($suite) from $uri into $root failed" >&2
     return 1
   fi
   local deb
   for deb in "$tmp"/debs/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
-  rm -rf "$openssl11"
-  mkdir -p "$openssl11"
-  cp -a "$tmp/root/." "$openssl11/"
-  { echo "$want_stamp"; (cd "$tmp/debs" && ls ./*.deb); } >"$openssl11/.stamp"
+  rm -rf "$root"
+  mkdir -p "$root"
+  cp -a "$tmp/root/." "$root/"
+  { echo "$want_stamp"; (cd "$tmp/debs" && ls ./*.deb); } >"$root/.stamp"
   rm -rf "$tmp"
-  LD_LIBRARY_PATH="$openssl11/usr/lib/x86_64-linux-gnu" "$openssl11/usr/bin/openssl" version >/dev/null
+}
+
+install_private_roots() {
+  install_private "$openssl11" bullseye usr/lib/x86_64-linux-gnu/libssl.so.1.1 "${openssl11_packages[@]}" || return 1
+  LD_LIBRARY_PATH="$openssl11/usr/lib/x86_64-linux-gnu" "$openssl11/usr/bin/openssl" version >/dev/null || return 1
+  install_private "$gobp" bookworm-backports "usr/lib/go-${gobp_versions[-1]}/bin/go" "${gobp_packages[@]}" || return 1
+  local v
+  for v in "${gobp_versions[@]}"; do
+    GOROOT="$gobp/usr/lib/go-$v" GOTOOLCHAIN=local GOTELEMETRY=off "$gobp/usr/lib/go-$v/bin/go" version >/dev/null || return 1
+  done
 }
 
 stamp=/var/lib/tlsprof-deps.stamp
 want=$(printf '%s\n' "${packages[@]}" | sha256sum | cut -d' ' -f1)
 if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && dpkg -s "${packages[@]}" >/dev/null 2>&1; then
-  install_openssl11
-  exit 0
+  install_private_roots
+  exit
 fi
 
 export DEBIAN_FRONTEND=noninteractive
@@ -106,4 +125,4 @@ if command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now nginx debuginfod prometheus >/dev/null 2>&1 || true
 fi
 echo "$want" >"$stamp"
-install_openssl11
+install_private_roots

@@ -22,8 +22,9 @@ namespace {
 // OpenSSL's (names.h).
 constexpr uint32_t kRsa = 6, kEc = 408, kX25519 = 1034, kEd25519 = 1087;
 
-// The probed functions of Go 1.19's and 1.24's crypto/tls and the crypto
-// packages their handshakes call, one line each. `reg`: where a verify's signature length
+// The probed functions of Go 1.19-1.24's crypto/tls and the crypto packages
+// their handshakes call, one line each (test_usage_go_versions checks
+// 1.21-1.23, test_usage 1.19, test_usage_trixie 1.24). `reg`: where a verify's signature length
 // is at the entry (the sig []byte's len word in ABIInternal's order RAX,
 // RBX, RCX, RDI, RSI, R8, R9, R10, R11; a slice takes three, a pointer or
 // crypto.Hash one).
@@ -49,12 +50,24 @@ constexpr std::array kGoProbed = {
     GoProbed{"crypto/ed25519.Verify", PROBE_GO_VERIFY, kEd25519, GO_REG_R10, 0},
     GoProbed{"crypto/tls.(*x25519Parameters).SharedKey", PROBE_GO_DERIVE, kX25519, GO_REG_NONE, 0},
     GoProbed{"crypto/tls.(*nistParameters).SharedKey", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
-    // Go 1.24: crypto/tls's ECDHE through crypto/ecdh, a curve's ecdh(local,
-    // remote) ([]byte, error); ML-KEM through crypto/internal/fips140/mlkem
-    // (Encapsulate is inlined into its callers, its encapsulate is not): a
-    // KEM's key-type bits hold its ciphertext's length (USAGE_GO_KEM).
+    // Go 1.20+: crypto/tls's ECDHE through crypto/ecdh, a curve's
+    // ecdh(local, remote) ([]byte, error): 1.20-1.23's NIST curves are
+    // generic, one instantiation per curve (each a wrapper of the shape's
+    // code, called through the Curve interface); 1.24's are not.
     GoProbed{"crypto/ecdh.(*x25519Curve).ecdh", PROBE_GO_DERIVE, kX25519, GO_REG_NONE, 0},
+    GoProbed{"crypto/ecdh.(*nistCurve[*crypto/internal/nistec.P256Point]).ecdh", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
+    GoProbed{"crypto/ecdh.(*nistCurve[*crypto/internal/nistec.P384Point]).ecdh", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
+    GoProbed{"crypto/ecdh.(*nistCurve[*crypto/internal/nistec.P521Point]).ecdh", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
     GoProbed{"crypto/ecdh.(*nistCurve).ecdh", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
+    // Go 1.23's X25519Kyber768Draft00: crypto/internal/mlkem768's
+    // encapsulate (Encapsulate is inlined) and Decapsulate (USAGE_GO_KYBER).
+    GoProbed{"crypto/internal/mlkem768.encapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE,
+             USAGE_GO_KEM | USAGE_GO_KYBER},
+    GoProbed{"crypto/internal/mlkem768.Decapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE,
+             USAGE_GO_KEM | USAGE_GO_KYBER},
+    // Go 1.24: ML-KEM through crypto/internal/fips140/mlkem (Encapsulate is
+    // inlined into its callers, its encapsulate is not): a KEM's key-type
+    // bits hold its ciphertext's length (USAGE_GO_KEM).
     GoProbed{"crypto/internal/fips140/mlkem.(*EncapsulationKey768).encapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE,
              USAGE_GO_KEM},
     GoProbed{"crypto/internal/fips140/mlkem.(*DecapsulationKey768).Decapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE,
@@ -76,6 +89,10 @@ struct GoConnRow {
 };
 constexpr std::array kGoConnTable = {
     GoConnRow{"go1.19", 64, 90, 88},
+    // test_usage_go_versions: bookworm-backports' 1.21.13, 1.22.12, 1.23.5.
+    GoConnRow{"go1.21", 0x48, 0x62, 0x61},
+    GoConnRow{"go1.22", 0x48, 0x62, 0x61},
+    GoConnRow{"go1.23", 0x48, 0x64, 0x61},
     GoConnRow{"go1.24", 0x48, 0x64, 0x61},  // test_usage_trixie: Go 1.24.4 of the trixie root
 };
 
