@@ -1058,7 +1058,7 @@ static __always_inline void go_op(struct pt_regs *ctx, __u64 cookie, struct go_k
 		key.len = ctx->bx;
 		if (USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_KEM) {
 			key.key_type = USAGE_COOKIE_FLAGS(cookie) & USAGE_GO_KYBER ? USAGE_KEY_KYBER
-			                                                              : USAGE_KEY_KEM;
+			                                                           : USAGE_KEY_KEM;
 			key.len = cur->key_type;
 		}
 		break;

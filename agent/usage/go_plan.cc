@@ -61,10 +61,8 @@ constexpr std::array kGoProbed = {
     GoProbed{"crypto/ecdh.(*nistCurve).ecdh", PROBE_GO_DERIVE, kEc, GO_REG_NONE, 0},
     // Go 1.23's X25519Kyber768Draft00: crypto/internal/mlkem768's
     // encapsulate (Encapsulate is inlined) and Decapsulate (USAGE_GO_KYBER).
-    GoProbed{"crypto/internal/mlkem768.encapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE,
-             USAGE_GO_KEM | USAGE_GO_KYBER},
-    GoProbed{"crypto/internal/mlkem768.Decapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE,
-             USAGE_GO_KEM | USAGE_GO_KYBER},
+    GoProbed{"crypto/internal/mlkem768.encapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE, USAGE_GO_KEM | USAGE_GO_KYBER},
+    GoProbed{"crypto/internal/mlkem768.Decapsulate", PROBE_GO_DERIVE, 1088, GO_REG_NONE, USAGE_GO_KEM | USAGE_GO_KYBER},
     // Go 1.24: ML-KEM through crypto/internal/fips140/mlkem (Encapsulate is
     // inlined into its callers, its encapsulate is not): a KEM's key-type
     // bits hold its ciphertext's length (USAGE_GO_KEM).
@@ -90,9 +88,7 @@ struct GoConnRow {
 constexpr std::array kGoConnTable = {
     GoConnRow{"go1.19", 64, 90, 88},
     // test_usage_go_versions: bookworm-backports' 1.21.13, 1.22.12, 1.23.5.
-    GoConnRow{"go1.21", 0x48, 0x62, 0x61},
-    GoConnRow{"go1.22", 0x48, 0x62, 0x61},
-    GoConnRow{"go1.23", 0x48, 0x64, 0x61},
+    GoConnRow{"go1.21", 0x48, 0x62, 0x61}, GoConnRow{"go1.22", 0x48, 0x62, 0x61}, GoConnRow{"go1.23", 0x48, 0x64, 0x61},
     GoConnRow{"go1.24", 0x48, 0x64, 0x61},  // test_usage_trixie: Go 1.24.4 of the trixie root
 };
 
