@@ -269,8 +269,11 @@ class StackAccuracyCase(unittest.TestCase):
         self.assertEqual(all_failures, [], "\n".join(text))
         # Every counted stack says why it ended, and nearly all walks end
         # cleanly (an unwinder reading garbage ends in unreadable/no_row/
-        # not_growing, as BoringSSL's did before its load-bias fix).
-        self.assertEqual(sum(stops.values()), unwind["stacks"], stops)
+        # not_growing, as BoringSSL's did before its load-bias fix). The
+        # per-CPU totals are cleared and read slot by slot while the sampler
+        # runs, so a walk in flight at the window's edges can have its stack
+        # counted and its stop not (8 of 19,263 once): a few, never more.
+        self.assertLessEqual(abs(sum(stops.values()) - unwind["stacks"]), max(20, unwind["stacks"] // 1000), stops)
         self.assertLessEqual(broken, 0.02 * unwind["stacks"], stops)
         return report
 
