@@ -22,8 +22,7 @@ which the issue wants within 15% of the twins' share. Both twins run one
 binary file, so the agent's usage probes (per file) cost both alike; the
 clients run a copy, which they leave alone. Both servers are pinned to one
 CPU and both clients to the other (--no-pin: anywhere): a vCPU's speed drifts
-on its own, and with the twins on different CPUs (or unpinned) their
-difference swung from 48 to 218 us between runs on this VM.
+on its own, and twins on different CPUs drift apart (bench/README.md).
 
     sudo python3 bench/pq_handshake_share.py [--runs 3] [--seconds 20] [--rate 100] [--cert ecdsa]
 

@@ -272,7 +272,7 @@ class StackAccuracyCase(unittest.TestCase):
         # not_growing, as BoringSSL's did before its load-bias fix). The
         # per-CPU totals are cleared and read slot by slot while the sampler
         # runs, so a walk in flight at the window's edges can have its stack
-        # counted and its stop not (8 of 19,263 once): a few, never more.
+        # counted and its stop not: a few, never more.
         self.assertLessEqual(abs(sum(stops.values()) - unwind["stacks"]), max(20, unwind["stacks"] // 1000), stops)
         self.assertLessEqual(broken, 0.02 * unwind["stacks"], stops)
         return report
