@@ -109,12 +109,7 @@ class GoVersionsUsageTest(UsageAgentTestCase):
         self.assertLess(time.monotonic() - started, PROFILE_SECONDS - 3, "the client mix outran the profile window")
         report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)
 
-        rows = collections.Counter()
-        for h in report["handshakes"]:
-            self.assertIn(h["pid"], pid_server, h)
-            self.assertEqual(h["side"], "server", h)
-            rows[(*pid_server[h["pid"]], h["kind"], h["version"], h["cipher_suite"], h["group"],
-                  h["cert_key_type"])] += h["count"]
+        rows = self.server_rows(report, pid_server)
         print("handshakes:", "\n  ".join(f"{k}: {n}" for k, n in sorted(rows.items())))
         self.assertEqual(rows, want)
         want_ops = collections.Counter()
@@ -123,11 +118,7 @@ class GoVersionsUsageTest(UsageAgentTestCase):
             want_ops[(v, cert, "key_exchange", KX_ALGORITHM[group])] += n
             if group == "X25519Kyber768Draft00":
                 want_ops[(v, cert, "key_exchange", "Kyber768")] += n
-        ops = collections.Counter()
-        for o in report["operations"]:
-            self.assertTrue(o["in_handshake"], o)
-            self.assertGreater(o["latency_p50_us"], 1, o)
-            ops[(*pid_server[o["pid"]], o["operation"], o["algorithm"])] += o["count"]
+        ops = self.handshake_operations(report, pid_server)
         print("operations:", "\n  ".join(f"{k}: {n}" for k, n in sorted(ops.items())))
         self.assertEqual(ops, want_ops)
 

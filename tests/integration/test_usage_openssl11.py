@@ -12,11 +12,10 @@ and so must the signatures and key exchanges, each timed on-CPU; a
 connection held open through the report is live."""
 import collections
 import os
-import subprocess
 import time
 import unittest
 
-from tlsprof_testlib import SRC, USAGE_MIX, USAGE_SESSIONS, UsageAgentTestCase, free_port
+from tlsprof_testlib import USAGE_MIX, USAGE_SESSIONS, UsageAgentTestCase, free_port
 
 ROOT = "/opt/tlsprof-openssl-1.1"
 LIBS = os.path.join(ROOT, "usr/lib/x86_64-linux-gnu")
@@ -37,12 +36,10 @@ class OpenSsl11UsageTest(UsageAgentTestCase):
                           "by scripts/install-deps.sh (as root)")
         servers = {}
         for cert in ("rsa", "ecdsa"):
-            certs = self.procs.path(f"certs-{cert}")
-            subprocess.run(["sh", os.path.join(SRC, "workloads/node/make-cert.sh"), certs, cert], check=True,
-                           capture_output=True)
+            cert_pem, key_pem = self.make_cert(f"certs-{cert}", cert)
             port = free_port()
-            proc = self.procs.start([OPENSSL, "s_server", "-accept", str(port), "-cert", os.path.join(certs, "cert.pem"),
-                                     "-key", os.path.join(certs, "key.pem"), "-www", "-quiet"], port=port,
+            proc = self.procs.start([OPENSSL, "s_server", "-accept", str(port), "-cert", cert_pem,
+                                     "-key", key_pem, "-www", "-quiet"], port=port,
                                     env={**os.environ, "LD_LIBRARY_PATH": LIBS})
             servers[cert] = (proc, port)
         return servers

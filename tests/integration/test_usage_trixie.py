@@ -159,13 +159,7 @@ class TrixieUsageTest(UsageAgentTestCase):
         self.assertLess(time.monotonic() - started, PROFILE_SECONDS - 3, "the client mix outran the profile window")
         report = self.agent_report(agent, report_path, log_path, PROFILE_SECONDS + 60)
 
-        rows = collections.Counter()
-        for h in report["handshakes"]:
-            self.assertIn(h["pid"], pid_server, h)
-            self.assertEqual(h["side"], "server", h)
-            self.assertTrue(h["library"].endswith("libssl.so.3"), h)
-            rows[(*pid_server[h["pid"]], h["kind"], h["version"], h["cipher_suite"], h["group"],
-                  h["cert_key_type"])] += h["count"]
+        rows = self.server_rows(report, pid_server, "libssl.so.3")
         print("handshakes:", "\n  ".join(f"{k}: {v}" for k, v in sorted(rows.items())))
         self.assertEqual(rows, want)
 
@@ -177,12 +171,7 @@ class TrixieUsageTest(UsageAgentTestCase):
                 want_ops[(software, cert, "sign", SIGN_ALGORITHM[key_type])] += n
             if kind == "full" or version == "TLSv1.3":
                 want_ops[(software, cert, "key_exchange", KX_ALGORITHM[group])] += n
-        ops = collections.Counter()
-        for o in report["operations"]:
-            self.assertTrue(o["in_handshake"], o)
-            self.assertGreater(o["latency_p50_us"], 1, o)
-            self.assertGreaterEqual(o["latency_p99_us"], o["latency_p50_us"], o)
-            ops[(*pid_server[o["pid"]], o["operation"], o["algorithm"])] += o["count"]
+        ops = self.handshake_operations(report, pid_server)
         print("operations:", "\n  ".join(f"{k}: {v}" for k, v in sorted(ops.items())))
         self.assertEqual(ops, want_ops)
 
@@ -208,12 +197,10 @@ class TrixieUsageTest(UsageAgentTestCase):
         hybrid offered first falls back to X25519."""
         servers = {}
         for cert in ("rsa", "ecdsa"):
-            certs = self.procs.path(f"node-{cert}")
-            subprocess.run(["sh", os.path.join(SRC, "workloads/node/make-cert.sh"), certs, cert], check=True,
-                           capture_output=True)
+            cert_pem, key_pem = self.make_cert(f"node-{cert}", cert)
             port = free_port()
             proc = self.procs.start(["node", os.path.join(SRC, "workloads/node/https-server.js"), "--cert",
-                                     os.path.join(certs, "cert.pem"), "--key", os.path.join(certs, "key.pem"),
+                                     cert_pem, "--key", key_pem,
                                      "--port", str(port), "--size", "16"], port=port)
             servers[cert] = (proc, port)
         agent, report_path, log_path = self.start_agent("node", [str(p.pid) for p, _ in servers.values()],

@@ -351,29 +351,46 @@ class UsageAgentTestCase(unittest.TestCase):
         print(f"{library} operations:", dict(ops))
         return ops, files
 
-    def server_rows(self, report, pid_cert, library):
+    @staticmethod
+    def _key(pid_cert, pid):
+        key = pid_cert[pid]
+        return key if isinstance(key, tuple) else (key,)
+
+    def server_rows(self, report, pid_cert, library=None):
         """The report's handshakes by (certificate, kind, version, cipher
         suite, group, certificate key type); each must be a server's of
-        `pid_cert` (pid -> certificate), probed in a file named `library`."""
+        `pid_cert` (pid -> certificate, or a tuple that leads the row instead),
+        probed in a file whose name ends in `library` (a str or a tuple; None:
+        any)."""
         rows = collections.Counter()
         for h in report["handshakes"]:
             self.assertIn(h["pid"], pid_cert, h)
             self.assertEqual(h["side"], "server", h)
-            self.assertTrue(h["library"].endswith(library), h)
-            rows[(pid_cert[h["pid"]], h["kind"], h["version"], h["cipher_suite"], h["group"],
+            if library is not None:
+                self.assertTrue(h["library"].endswith(library), h)
+            rows[(*self._key(pid_cert, h["pid"]), h["kind"], h["version"], h["cipher_suite"], h["group"],
                   h["cert_key_type"])] += h["count"]
         return rows
 
     def handshake_operations(self, report, pid_cert):
-        """The report's operations by (certificate, operation, algorithm);
-        each must have run inside a handshake and been timed."""
+        """The report's operations by (certificate, operation, algorithm)
+        (`pid_cert` as server_rows's); each must have run inside a handshake
+        and been timed."""
         ops = collections.Counter()
         for o in report["operations"]:
             self.assertTrue(o["in_handshake"], o)
             self.assertGreater(o["latency_p50_us"], 1, o)
             self.assertGreaterEqual(o["latency_p99_us"], o["latency_p50_us"], o)
-            ops[(pid_cert[o["pid"]], o["operation"], o["algorithm"])] += o["count"]
+            ops[(*self._key(pid_cert, o["pid"]), o["operation"], o["algorithm"])] += o["count"]
         return ops
+
+    def make_cert(self, name, cert):
+        """A self-signed certificate (workloads/node/make-cert.sh, `cert` rsa
+        or ecdsa) in a directory of the test's: (cert.pem, key.pem)."""
+        certs = self.procs.path(name)
+        subprocess.run(["sh", os.path.join(SRC, "workloads/node/make-cert.sh"), certs, cert], check=True,
+                       capture_output=True)
+        return os.path.join(certs, "cert.pem"), os.path.join(certs, "key.pem")
 
     def s_client(self, port, args, request=b"GET / HTTP/1.0\r\n\r\n", answer=b"HTTP/1.1 200", openssl=("openssl",)):
         # -quiet implies -ign_eof: the client reads until the server closes
