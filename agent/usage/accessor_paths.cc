@@ -216,9 +216,7 @@ class Runner {
   }
 
   bool KnownNull(const Path& p, const LoadChain& c) const {
-    for (const LoadChain& n : context_.null_pointers) {
-      if (n == c) return true;
-    }
+    if (NullByFact(c)) return true;
     for (const Cond& k : p.conds) {
       if (k.zero && k.value == c) return true;
     }

@@ -6,9 +6,11 @@ PID. They need root and a real kernel: they are registered with CTest under the
 "bpf" label, and they fail (never skip) when they cannot run.
 """
 import collections
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -196,6 +198,44 @@ def truth_rate_in_window(truth, report):
 
 def by_name(rows, key):
     return {r[key]: r for r in rows}
+
+
+def sources_under(directory, suffixes):
+    """The files of SRC/directory ending in one of `suffixes`, as paths relative to SRC, sorted."""
+    return [os.path.join(directory, n) for n in sorted(os.listdir(os.path.join(SRC, directory)))
+            if n.endswith(suffixes)]
+
+
+def build_once(out_dir, sources, outputs, build, salt=""):
+    """Builds a workload the test suite builds itself (in the trixie root, or
+    with another toolchain): copies `sources` (paths relative to SRC) to
+    out_dir/src and calls build(), unless out_dir's stamp (a hash of the
+    sources and `salt`: flags, toolchain) says these were built and every
+    path of `outputs` exists. out_dir and outputs are host paths."""
+    digest = hashlib.sha256(salt.encode())
+    for rel in sources:
+        with open(os.path.join(SRC, rel), "rb") as f:
+            digest.update(rel.encode() + f.read())
+    stamp = os.path.join(out_dir, "sources.sha256")
+    if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest() and all(map(os.path.exists, outputs)):
+        return
+    shutil.rmtree(out_dir, ignore_errors=True)
+    for rel in sources:
+        os.makedirs(os.path.join(out_dir, "src", os.path.dirname(rel)), exist_ok=True)
+        shutil.copy(os.path.join(SRC, rel), os.path.join(out_dir, "src", rel))
+    build()
+    with open(stamp, "w") as f:
+        f.write(digest.hexdigest())
+
+
+def raise_go_line(go_mod, version):
+    """A copied go.mod's `go 1.19` raised to the toolchain's release: a main
+    module's go line sets the GODEBUG defaults, and 1.19's would turn the
+    post-quantum groups off (tlskyber=0 in 1.23, tlsmlkem=0 in 1.24)."""
+    with open(go_mod) as f:
+        text = f.read()
+    with open(go_mod, "w") as f:
+        f.write(text.replace("\ngo 1.19\n", f"\ngo {version}\n"))
 
 
 def summarize(report, pid=None):

@@ -10,14 +10,12 @@ and the two ways the tests run it as a container:
 Both wrap an argv (paths inside the root) so that Processes.start runs it in the
 container; files the test shares with it go under ROOT/tmp, which is the same
 directory seen from both sides."""
-import hashlib
 import os
 import shlex
-import shutil
 import subprocess
 import unittest
 
-from tlsprof_testlib import SRC
+from tlsprof_testlib import build_once, raise_go_line, sources_under
 
 ROOT = os.environ.get("TLSPROF_TRIXIE_ROOT", "/opt/tlsprof-trixie")
 STAMP = os.path.join(ROOT, ".tlsprof-stamp")
@@ -86,35 +84,21 @@ def build_groundtruth():
     """Builds tlsprof-groundtruth (the root's libcrypto.a linked in, full
     .symtab) and tlsprof-groundtruth-shared (its libcrypto.so.3) inside the
     root, with its g++ and OpenSSL 3.5 headers, from this tree's sources.
-    Returns {name: path inside the root}. Rebuilt only when the sources
-    changed (a hash of them beside the binaries)."""
-    digest = hashlib.sha256()
-    files = []
-    for d in _SOURCES:
-        for name in sorted(os.listdir(os.path.join(SRC, d))):
-            if name.endswith((".cc", ".h")):
-                files.append(os.path.join(d, name))
-                with open(os.path.join(SRC, d, name), "rb") as f:
-                    digest.update(name.encode() + f.read())
+    Returns {name: path inside the root}; rebuilt only when the sources
+    changed (build_once)."""
     out = {n: f"{GROUNDTRUTH_DIR}/{n}" for n in ("tlsprof-groundtruth", "tlsprof-groundtruth-shared")}
-    stamp = host_path(f"{GROUNDTRUTH_DIR}/sources.sha256")
-    if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest() and \
-            all(os.path.exists(host_path(p)) for p in out.values()):
-        return out
     src = f"{GROUNDTRUTH_DIR}/src"
-    shutil.rmtree(host_path(GROUNDTRUTH_DIR), ignore_errors=True)
-    for rel in files:
-        os.makedirs(host_path(f"{src}/{os.path.dirname(rel)}"), exist_ok=True)
-        shutil.copy(os.path.join(SRC, rel), host_path(f"{src}/{rel}"))
     cxx = ["g++", "-std=c++20", "-O2", "-g1", f"-I{src}/workloads/common", f"-I{src}"]
     gt = f"{src}/workloads/groundtruth/main.cc"
-    run_inside(cxx + ["-c", f"{src}/workloads/common/groundtruth_runner.cc", "-o", f"{GROUNDTRUTH_DIR}/runner.o"])
-    run_inside(cxx + [gt, f"{GROUNDTRUTH_DIR}/runner.o", "/usr/lib/x86_64-linux-gnu/libcrypto.a", "-lz", "-lzstd", "-ldl", "-pthread",
-                      "-static-libgcc", "-static-libstdc++", "-o", out["tlsprof-groundtruth"]])
-    run_inside(cxx + ['-DTLSPROF_GROUNDTRUTH_PROGRAM="tlsprof-groundtruth-shared"', gt, f"{GROUNDTRUTH_DIR}/runner.o",
-                      "-lcrypto", "-pthread", "-o", out["tlsprof-groundtruth-shared"]])
-    with open(stamp, "w") as f:
-        f.write(digest.hexdigest())
+
+    def build():
+        run_inside(cxx + ["-c", f"{src}/workloads/common/groundtruth_runner.cc", "-o", f"{GROUNDTRUTH_DIR}/runner.o"])
+        run_inside(cxx + [gt, f"{GROUNDTRUTH_DIR}/runner.o", "/usr/lib/x86_64-linux-gnu/libcrypto.a", "-lz", "-lzstd",
+                          "-ldl", "-pthread", "-static-libgcc", "-static-libstdc++", "-o", out["tlsprof-groundtruth"]])
+        run_inside(cxx + ['-DTLSPROF_GROUNDTRUTH_PROGRAM="tlsprof-groundtruth-shared"', gt,
+                          f"{GROUNDTRUTH_DIR}/runner.o", "-lcrypto", "-pthread", "-o", out["tlsprof-groundtruth-shared"]])
+    sources = [rel for d in _SOURCES for rel in sources_under(d, (".cc", ".h"))]
+    build_once(host_path(GROUNDTRUTH_DIR), sources, [host_path(p) for p in out.values()], build)
     return out
 
 
@@ -125,37 +109,21 @@ GO_ENV = ["env", "GOROOT=/usr/lib/go-1.24", "GOFLAGS=-mod=mod", "GOPROXY=off", "
 def build_go(workload, binaries):
     """Builds the Go main package workloads/<workload> inside the root with its
     Go 1.24, one binary per entry of `binaries` (name -> -ldflags), into
-    /tmp/tlsprof-<workload> of the root. The go.mod's `go 1.19` becomes `go
-    1.24`: a main module's go line sets the GODEBUG defaults, and 1.19's would
-    turn X25519MLKEM768 off (tlsmlkem=0). Returns {name: path inside the
-    root}; rebuilt only when the sources or the flags changed."""
+    /tmp/tlsprof-<workload> of the root, its go line raised to 1.24
+    (raise_go_line). Returns {name: path inside the root}; rebuilt only when
+    the sources or the flags changed (build_once)."""
     out_dir = f"/tmp/tlsprof-{workload}"
-    src_dir = os.path.join(SRC, "workloads", workload)
-    names = sorted(n for n in os.listdir(src_dir) if n.endswith(".go") or n == "go.mod")
-    digest = hashlib.sha256(repr(sorted(binaries.items())).encode())
-    for name in names:
-        with open(os.path.join(src_dir, name), "rb") as f:
-            digest.update(name.encode() + f.read())
+    src = f"{out_dir}/src/workloads/{workload}"
     out = {n: f"{out_dir}/{n}" for n in binaries}
-    stamp = host_path(f"{out_dir}/sources.sha256")
-    if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest() and \
-            all(os.path.exists(host_path(p)) for p in out.values()):
-        return out
-    shutil.rmtree(host_path(out_dir), ignore_errors=True)
-    os.makedirs(host_path(f"{out_dir}/src"))
-    for name in names:
-        with open(os.path.join(src_dir, name)) as f:
-            text = f.read()
-        if name == "go.mod":
-            text = text.replace("\ngo 1.19\n", "\ngo 1.24\n")
-        with open(host_path(f"{out_dir}/src/{name}"), "w") as f:
-            f.write(text)
     env = GO_ENV + [f"GOCACHE={out_dir}/cache", f"GOPATH={out_dir}/gopath"]
-    for name, ldflags in binaries.items():
-        run_inside(["sh", "-c", f'cd {out_dir}/src && exec "$@"', "sh", *env, "/usr/lib/go-1.24/bin/go", "build",
-                    f"-ldflags={ldflags}", "-o", out[name], "."])
-    with open(stamp, "w") as f:
-        f.write(digest.hexdigest())
+
+    def build():
+        raise_go_line(host_path(f"{src}/go.mod"), "1.24")
+        for name, ldflags in binaries.items():
+            run_inside(["sh", "-c", f'cd {src} && exec "$@"', "sh", *env, "/usr/lib/go-1.24/bin/go", "build",
+                        f"-ldflags={ldflags}", "-o", out[name], "."])
+    build_once(host_path(out_dir), sources_under(f"workloads/{workload}", (".go", "go.mod")),
+               [host_path(p) for p in out.values()], build, salt=repr(sorted(binaries.items())))
     return out
 
 
@@ -183,24 +151,13 @@ def build_boringssl_server():
     inside the root with its g++ on its android-libboringssl 14 (Android's
     BoringSSL: Kyber768 and its experimental X25519Kyber/P256Kyber groups).
     Returns its path inside the root; rebuilt only when the sources changed."""
-    sources = ["workloads/handshake-server/main.cc"] + [
-        f"workloads/common/{n}" for n in sorted(os.listdir(os.path.join(SRC, "workloads/common"))) if n.endswith(".h")]
-    digest = hashlib.sha256()
-    for rel in sources:
-        with open(os.path.join(SRC, rel), "rb") as f:
-            digest.update(rel.encode() + f.read())
     out = f"{BORINGSSL_DIR}/tlsprof-boringssl-server"
-    stamp = host_path(f"{BORINGSSL_DIR}/sources.sha256")
-    if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest() and os.path.exists(host_path(out)):
-        return out
-    shutil.rmtree(host_path(BORINGSSL_DIR), ignore_errors=True)
     src = f"{BORINGSSL_DIR}/src"
-    for rel in sources:
-        os.makedirs(host_path(f"{src}/{os.path.dirname(rel)}"), exist_ok=True)
-        shutil.copy(os.path.join(SRC, rel), host_path(f"{src}/{rel}"))
-    run_inside(["g++", "-std=c++20", "-O2", "-g1", f"-I{src}/workloads/common", f"-I{src}", "-isystem",
-                "/usr/include/android", f"{src}/workloads/handshake-server/main.cc", f"-L{ANDROID_LIBS}", "-lssl",
-                "-lcrypto", f"-Wl,-rpath,{ANDROID_LIBS}", "-pthread", "-o", out])
-    with open(stamp, "w") as f:
-        f.write(digest.hexdigest())
+
+    def build():
+        run_inside(["g++", "-std=c++20", "-O2", "-g1", f"-I{src}/workloads/common", f"-I{src}", "-isystem",
+                    "/usr/include/android", f"{src}/workloads/handshake-server/main.cc", f"-L{ANDROID_LIBS}", "-lssl",
+                    "-lcrypto", f"-Wl,-rpath,{ANDROID_LIBS}", "-pthread", "-o", out])
+    sources = ["workloads/handshake-server/main.cc"] + sources_under("workloads/common", (".h",))
+    build_once(host_path(BORINGSSL_DIR), sources, [host_path(out)], build)
     return out
