@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "agent/privilege/privilege.h"
 #include "collector/expose/health.h"
 #include "collector/expose/http.h"
 #include "collector/ingest/ingestor.h"
 #include "collector/server/service.h"
 #include "collector/store/state_store.h"
+#include "common/privilege/privilege.h"
 
 namespace {
 

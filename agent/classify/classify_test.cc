@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "agent/classify/rules.h"
-#include "agent/common/sanitizer.h"
+#include "common/sanitizer.h"
 
 namespace tlsprof::classify {
 namespace {
@@ -439,7 +439,7 @@ TEST(ClassifyPerf, IsTlsSymbolIsCheapOnABigSymbolTable) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double per_million = secs / (200.0 * static_cast<double>(names.size())) * 1e6;
   EXPECT_GT(hits, 0u);
-  // 1 s in the release build; kSanitizerTimeFactor times that under ASan (agent/common/sanitizer.h).
+  // 1 s in the release build; kSanitizerTimeFactor times that under ASan (common/sanitizer.h).
   const double budget = 1.0 * kSanitizerTimeFactor;
   EXPECT_LT(per_million, budget) << "IsTlsSymbol: " << per_million << " s per million names";
   if (kAddressSanitizer)

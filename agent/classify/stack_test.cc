@@ -15,7 +15,7 @@
 
 #include "agent/classify/classify.h"
 #include "agent/classify/rules.h"
-#include "agent/common/sanitizer.h"
+#include "common/sanitizer.h"
 
 namespace tlsprof::classify {
 namespace {
@@ -577,7 +577,7 @@ TEST(ClassifyStack, IsCheap) {
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
                     (50.0 * static_cast<double>(stacks.size()));
   EXPECT_GT(n, 0);
-  // 500 us in the release build; kSanitizerTimeFactor times that under ASan (agent/common/sanitizer.h).
+  // 500 us in the release build; kSanitizerTimeFactor times that under ASan (common/sanitizer.h).
   const double budget = 500.0 * kSanitizerTimeFactor;
   EXPECT_LT(us, budget) << "per stack";
   std::printf("ClassifyStack: %.1f us per stack (%zu real stacks), budget %.0f us%s\n", us, stacks.size(), budget,

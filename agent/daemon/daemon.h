@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/common/result.h"
-#include "agent/common/sanitizer.h"
+#include "common/result.h"
+#include "common/sanitizer.h"
 
 namespace tlsprof::daemon {
 

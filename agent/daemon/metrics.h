@@ -20,7 +20,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
 
 namespace tlsprof::daemon {

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/common/fd.h"
-#include "agent/common/result.h"
+#include "common/fd.h"
+#include "common/result.h"
 
 namespace tlsprof::discovery {
 

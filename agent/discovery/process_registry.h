@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "agent/classify/classify.h"
-#include "agent/common/memory_budget.h"
-#include "agent/common/result.h"
 #include "agent/discovery/cgroup_identity.h"
+#include "agent/discovery/memory_budget.h"
 #include "agent/discovery/proc_maps.h"
 #include "agent/symbols/binary_image.h"
+#include "common/result.h"
 
 namespace tlsprof::discovery {
 
@@ -123,7 +123,7 @@ class ProcessRegistry {
   // address; false when the file cannot be read (the process is gone).
   bool IsSyscallReturn(pid_t pid, const ProcessSnapshot::ExecMapping& mapping, uint64_t ip) const;
 
-  // The agent's memory cap (common/memory_budget.h): past it, files other than
+  // The agent's memory cap (discovery/memory_budget.h): past it, files other than
   // a shared libssl/libcrypto are not loaded (their mappings get no image, as
   // for an unreadable file) until memory is free again. Null: no cap.
   void SetMemoryBudget(MemoryBudget* budget) { budget_ = budget; }

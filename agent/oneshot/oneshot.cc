@@ -1,5 +1,5 @@
 #include "agent/oneshot/oneshot.h"
-#include "agent/common/self_usage.h"
+#include "common/self_usage.h"
 
 #include <sys/resource.h>
 #include <unistd.h>

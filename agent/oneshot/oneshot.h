@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 
 namespace tlsprof::oneshot {
 

@@ -1,6 +1,6 @@
-// MemoryBudget (agent/common/memory_budget.h) against this process's real
+// MemoryBudget (agent/discovery/memory_budget.h) against this process's real
 // resident memory, and the window reserve of sample::WindowMemoryBound.
-#include "agent/common/memory_budget.h"
+#include "agent/discovery/memory_budget.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <memory>
 
-#include "agent/common/sanitizer.h"
 #include "agent/sample/sampler.h"
+#include "common/sanitizer.h"
 
 namespace tlsprof {
 namespace {

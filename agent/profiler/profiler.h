@@ -26,12 +26,12 @@
 #include <vector>
 
 #include "agent/aggregate/profile.h"
-#include "agent/common/memory_budget.h"
-#include "agent/common/result.h"
+#include "agent/discovery/memory_budget.h"
 #include "agent/discovery/process_registry.h"
 #include "agent/sample/sampler.h"
 #include "agent/stacks/unwind_registrar.h"
 #include "agent/usage/usage_probes.h"
+#include "common/result.h"
 
 namespace tlsprof::profiler {
 
@@ -52,7 +52,7 @@ struct Options {
   // capability but the steady state's (steady_state.h). Off in tests that
   // share their process with other tests.
   bool drop_capabilities = false;
-  // The agent's memory cap in bytes (common/memory_budget.h); 0: none. The
+  // The agent's memory cap in bytes (discovery/memory_budget.h); 0: none. The
   // window machinery's bound for the maps' sizes (sample::WindowMemoryBound)
   // is kept aside; files are loaded only while the rest fits.
   uint64_t memory_limit_bytes = 0;

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "agent/privilege/privilege.h"
+#include "common/privilege/privilege.h"
 
 namespace tlsprof::profiler {
 namespace {

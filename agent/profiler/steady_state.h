@@ -14,8 +14,8 @@
 // metrics server and the shipper are sockets.
 #pragma once
 
-#include "agent/common/result.h"
 #include "agent/sample/sampler.h"
+#include "common/result.h"
 
 namespace tlsprof::profiler {
 

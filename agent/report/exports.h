@@ -10,7 +10,7 @@
 #include <string>
 
 #include "agent/aggregate/profile.h"
-#include "agent/common/result.h"
+#include "common/result.h"
 
 namespace tlsprof::report {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <thread>
 
-#include "agent/common/fd.h"
+#include "common/fd.h"
 
 namespace tlsprof::sample {
 

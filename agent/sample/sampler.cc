@@ -20,9 +20,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "agent/common/fd.h"
 #include "agent/sample/cpu_list.h"
 #include "agent/sample/map_window.h"
+#include "common/fd.h"
 #include "profile.skel.h"
 
 namespace tlsprof::sample {

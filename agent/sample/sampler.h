@@ -23,9 +23,9 @@
 #include <utility>
 #include <vector>
 
-#include "agent/common/result.h"
 #include "bpf/profile.h"
 #include "bpf/unwind.h"
+#include "common/result.h"
 
 namespace tlsprof::sample {
 

@@ -19,9 +19,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "agent/common/fd.h"
 #include "agent/sample/forked_child_test_util.h"
 #include "agent/sample/sampler.h"
+#include "common/fd.h"
 
 namespace tlsprof::sample {
 namespace {

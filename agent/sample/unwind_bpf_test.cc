@@ -27,11 +27,11 @@
 
 #include <gtest/gtest.h>
 
-#include "agent/common/fd.h"
 #include "agent/sample/forked_child_test_util.h"
 #include "agent/sample/sampler.h"
 #include "agent/sample/unwind_bpf_test_chains.h"
 #include "agent/unwind/unwind_table.h"
+#include "common/fd.h"
 
 extern "C" {
 // GCC skips the frame of a leaf that needs no stack even with

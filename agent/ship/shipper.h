@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
 
 namespace tlsprof::ship {

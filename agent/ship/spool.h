@@ -20,8 +20,8 @@
 #include <string>
 #include <string_view>
 
-#include "agent/common/fd.h"
-#include "agent/common/result.h"
+#include "common/fd.h"
+#include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
 
 namespace tlsprof::ship {

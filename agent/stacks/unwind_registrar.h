@@ -19,11 +19,11 @@
 #include <map>
 #include <memory>
 
-#include "agent/common/memory_budget.h"
-#include "agent/common/result.h"
+#include "agent/discovery/memory_budget.h"
 #include "agent/discovery/process_registry.h"
 #include "agent/sample/sampler.h"
 #include "agent/unwind/unwind_table.h"
+#include "common/result.h"
 
 namespace tlsprof::stacks {
 

@@ -1,6 +1,6 @@
 #include "agent/symbols/archive_match.h"
 
-#include "agent/common/eh_frame.h"
+#include "agent/symbols/eh_frame.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -19,8 +19,8 @@
 #include <optional>
 #include <set>
 
-#include "agent/common/fd.h"
 #include "agent/symbols/x86_elf.h"
+#include "common/fd.h"
 
 namespace tlsprof::symbols {
 namespace {

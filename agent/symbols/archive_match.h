@@ -39,7 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 
 namespace tlsprof::symbols {
 

@@ -18,9 +18,9 @@
 #include <random>
 #include <set>
 
-#include "agent/common/fd.h"
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/test_util.h"
+#include "common/fd.h"
 
 namespace tlsprof::symbols {
 namespace {

@@ -13,9 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent/common/result.h"
 #include "agent/symbols/import_calls.h"
 #include "agent/symbols/symbol_table.h"
+#include "common/result.h"
 
 namespace tlsprof::symbols {
 

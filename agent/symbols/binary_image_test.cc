@@ -11,8 +11,8 @@
 #include <sstream>
 #include <thread>
 
-#include "agent/common/fd.h"
 #include "agent/symbols/test_util.h"
+#include "common/fd.h"
 
 // Defined here so the test can find itself in its own .symtab.
 extern "C" __attribute__((noinline, used)) int TlsprofSymbolsTestMarker(int x) {

@@ -50,8 +50,8 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/common/result.h"
 #include "agent/symbols/library_tables.h"
+#include "common/result.h"
 
 namespace tlsprof::symbols {
 

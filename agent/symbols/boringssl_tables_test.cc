@@ -19,9 +19,9 @@
 #include <regex>
 #include <sstream>
 
-#include "agent/common/fd.h"
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/test_util.h"
+#include "common/fd.h"
 
 namespace tlsprof::symbols {
 namespace {

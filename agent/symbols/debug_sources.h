@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/common/fd.h"
-#include "agent/common/result.h"
+#include "common/fd.h"
+#include "common/result.h"
 
 namespace tlsprof::symbols {
 

@@ -21,9 +21,9 @@
 #include <regex>
 #include <thread>
 
-#include "agent/common/fd.h"
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/test_util.h"
+#include "common/fd.h"
 
 namespace tlsprof::symbols {
 namespace {

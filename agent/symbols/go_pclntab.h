@@ -29,7 +29,7 @@
 #include <span>
 #include <string_view>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 
 namespace tlsprof::symbols {
 

@@ -10,9 +10,9 @@
 #include <map>
 #include <random>
 
-#include "agent/common/fd.h"
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/test_util.h"
+#include "common/fd.h"
 
 namespace tlsprof::symbols {
 namespace {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "agent/common/eh_frame.h"
+#include "agent/symbols/eh_frame.h"
 #include "agent/symbols/x86_elf.h"
 
 namespace tlsprof::symbols {

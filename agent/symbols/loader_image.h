@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 
 namespace tlsprof::symbols {
 

@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <random>
 
-#include "agent/common/fd.h"
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/test_util.h"
+#include "common/fd.h"
 
 namespace tlsprof::symbols {
 namespace {

@@ -21,10 +21,10 @@
 #include <string>
 
 #include "agent/classify/classify.h"
-#include "agent/common/fd.h"
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/boringssl_tables.h"
 #include "agent/symbols/library_tables.h"
+#include "common/fd.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "agent/common/fd.h"
+#include "common/fd.h"
 
 namespace tlsprof::symbols::symtest {
 

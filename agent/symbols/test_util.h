@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/common/result.h"
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/library_tables.h"
+#include "common/result.h"
 
 namespace tlsprof::symbols::symtest {
 

@@ -7,7 +7,7 @@
 // reading of the CFI, not ours.
 #include "agent/unwind/unwind_table.h"
 
-#include "agent/common/eh_frame.h"
+#include "agent/symbols/eh_frame.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>

@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/common/result.h"
 #include "bpf/unwind.h"
+#include "common/result.h"
 
 namespace tlsprof::unwind {
 

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "agent/common/fd.h"
 #include "agent/unwind/unwind_table.h"
+#include "common/fd.h"
 
 int main(int argc, char** argv) {
   static const char* kKinds[] = {"rsp", "rbp", "rsp_deref", "plt", "end", "none", "reg", "rsp_reg_deref"};

@@ -31,9 +31,9 @@
 
 #include <gtest/gtest.h>
 
-#include "agent/common/fd.h"
-#include "agent/common/sanitizer.h"
 #include "agent/unwind/unwind_table.h"
+#include "common/fd.h"
+#include "common/sanitizer.h"
 
 using tlsprof::unwind::BuildGoUnwindTable;
 using tlsprof::unwind::BuildUnwindTable;

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 
 namespace tlsprof::usage {
 

@@ -27,8 +27,8 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/common/result.h"
 #include "bpf/usage.h"
+#include "common/result.h"
 
 namespace tlsprof::usage {
 

@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "agent/common/fd.h"
+#include "common/fd.h"
 
 namespace tlsprof::usage {
 namespace {

@@ -27,12 +27,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include "agent/common/fd.h"
 #include "agent/usage/boringssl_plan.h"
 #include "agent/usage/duty_cycle.h"
 #include "agent/usage/elf_functions.h"
 #include "agent/usage/go_plan.h"
 #include "agent/usage/probe_plan.h"
+#include "common/fd.h"
 #include "usage.skel.h"
 
 namespace tlsprof::usage {

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/common/result.h"
 #include "bpf/usage.h"
+#include "common/result.h"
 
 namespace tlsprof::usage {
 

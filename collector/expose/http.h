@@ -14,7 +14,7 @@
 #include <prometheus/metric_family.h>
 #include <nlohmann/json.hpp>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 
 class CivetServer;
 

@@ -22,9 +22,9 @@
 #include <prometheus/metric_family.h>
 #include <nlohmann/json.hpp>
 
-#include "agent/common/result.h"
 #include "collector/ingest/agent_state.h"
 #include "collector/ingest/usage_series.h"
+#include "common/result.h"
 #include "ingest/state.pb.h"  // generated from collector/ingest/state.proto
 #include "tlsprof/v1/report.pb.h"
 

@@ -18,8 +18,8 @@
 #include <map>
 #include <string>
 
-#include "agent/common/result.h"
 #include "collector/loadgen/fleet.h"
+#include "common/result.h"
 
 namespace tlsprof::loadgen {
 

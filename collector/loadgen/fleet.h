@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
 
 namespace tlsprof::loadgen {

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/common/result.h"
 #include "collector/expose/health.h"
 #include "collector/ingest/ingestor.h"
+#include "common/result.h"
 
 namespace tlsprof::collector {
 

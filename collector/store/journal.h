@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 
 namespace tlsprof::collector {
 

@@ -30,9 +30,9 @@
 
 #include <google/protobuf/arena.h>
 
-#include "agent/common/result.h"
 #include "collector/ingest/ingestor.h"
 #include "collector/store/journal.h"
+#include "common/result.h"
 
 namespace tlsprof::collector {
 

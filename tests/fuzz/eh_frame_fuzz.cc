@@ -1,5 +1,5 @@
 // .eh_frame / .debug_frame CFI (agent/unwind): BuildUnwindTable reads an ELF
-// file's FDEs with our own walker (agent/common/eh_frame.h) and libdw, and
+// file's FDEs with our own walker (agent/symbols/eh_frame.h) and libdw, and
 // turns the CFA rules into the rows the BPF unwinder walks;
 // BuildGoUnwindTable does the same from a Go binary's pclntab and code.
 // Then the reference unwinder runs on each table against a fake stack made of

@@ -16,7 +16,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "agent/common/fd.h"
+#include "common/fd.h"
 
 namespace tlsprof::fuzz {
 

@@ -15,7 +15,7 @@ symbols whose code is sampled, static libcrypto). Then:
   dropped, in /metrics and in a one-shot JSON report, and the agent goes on.
 
 In the sanitizer pass the agent's resident size is mostly ASan's (quarantine,
-shadow; ~400 MiB here, agent/common/sanitizer.h): it is over both caps from
+shadow; ~400 MiB here, common/sanitizer.h): it is over both caps from
 the start. There the peak RSS and what depends on it (no refusal under 256
 MiB; the unwind table refused rather than the symbols before it) are printed,
 not asserted; that refusals are counted and logged once, and that the agent

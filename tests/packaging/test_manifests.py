@@ -36,7 +36,7 @@ import yaml
 SRC = os.environ.get("TLSPROF_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.environ.get("TLSPROF_BIN", os.path.join(SRC, "build", "bin"))
 # The ASan build (scripts/test-sanitizers.sh) defaults --memory-limit to this many times the release's
-# (agent/common/sanitizer.h, kSanitizerMemoryFactor); the shipped config documents the release's.
+# (common/sanitizer.h, kSanitizerMemoryFactor); the shipped config documents the release's.
 SANITIZER_MEMORY_FACTOR = 8 if os.environ.get("TLSPROF_SANITIZED") == "1" else 1
 PKG = os.path.join(SRC, "packaging")
 AGENT = os.path.join(BIN, "tlsprof-agent")

@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/common/fd.h"
+#include "common/fd.h"
 #include "openssl_util.h"
 #include "workload_util.h"
 

@@ -1,4 +1,4 @@
-#include "agent/privilege/privilege.h"
+#include "common/privilege/privilege.h"
 
 #include <dirent.h>
 #include <sys/prctl.h>

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/common/result.h"
+#include "common/result.h"
 
 namespace tlsprof::privilege {
 
