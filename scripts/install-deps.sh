@@ -41,6 +41,8 @@ packages=(
   faketime
   # the Debian 13 root of today's TLS stacks (scripts/make-trixie-root.sh)
   debootstrap
+  # function extents for the function-length check (scripts/function-lengths.py)
+  universal-ctags
 )
 
 # Packages of other Debian suites, from the same archive as this machine's
