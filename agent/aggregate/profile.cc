@@ -62,6 +62,19 @@ void SplitUnknown(std::map<Key, uint64_t>& rows, const std::map<std::string_view
   Take(rows, key(classify::algo::kUnknown), unknown);
 }
 
+LibraryFile LibraryFileOf(const discovery::ImageInfo& info) {
+  LibraryFile file;
+  file.path = info.path;
+  file.kind = info.tls->kind;
+  file.shared = info.tls->whole_file_is_tls;
+  if (info.image) {
+    file.build_id = info.image->build_id;
+    file.symbol_source = symbols::SymbolSourceName(info.image->symbol_source);
+    file.symbol_count = info.image->symbols.size();
+  }
+  return file;
+}
+
 }  // namespace
 
 ProcessProfile& Attributor::Process(uint32_t tgid) {
@@ -72,11 +85,13 @@ ProcessProfile& Attributor::Process(uint32_t tgid) {
     if (const auto* snap = registry_.Get(p.pid)) {
       p.comm = snap->comm;
       p.container = snap->container;
+      std::vector<const discovery::ImageInfo*>& images = library_images_[p.pid];
       for (const auto& m : snap->mappings) {
-        if (!m.image || !m.image->tls) continue;
-        bool seen = std::any_of(p.libraries.begin(), p.libraries.end(),
-                                [&](const LibraryUse& u) { return u.image == m.image.get(); });
-        if (!seen) p.libraries.push_back({.image = m.image.get()});
+        if (!m.image || !m.image->tls || std::find(images.begin(), images.end(), m.image.get()) != images.end()) {
+          continue;
+        }
+        images.push_back(m.image.get());
+        p.libraries.push_back({.file = LibraryFileOf(*m.image)});
       }
     }
   }
@@ -126,11 +141,13 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
 void Attributor::Account(ProcessProfile& p, const Frame& where, const classify::Classification& c,
                          classify::Phase phase, uint64_t count, bool from_stack) {
   p.crypto.Add(c, phase, where.where.image->tls->kind, count);
-  SymbolCount& sym = p.symbols[where.where];
+  SymbolCount& sym = symbols_[p.pid][where.where];
   sym.classification = where.leaf.value_or(c);
   sym.samples += count;
-  for (LibraryUse& u : p.libraries) {
-    if (u.image != where.where.image) continue;
+  const std::vector<const discovery::ImageInfo*>& images = library_images_[p.pid];
+  for (size_t i = 0; i < images.size() && i < p.libraries.size(); ++i) {
+    if (images[i] != where.where.image) continue;
+    LibraryUse& u = p.libraries[i];
     u.tls_samples += count;
     if (where.where.symbol >= 0) u.named_samples += count;
     if (c.bucket != classify::Bucket::kOther) u.bucket_samples += count;
@@ -427,6 +444,16 @@ void Attributor::InferFromOperations() {
 Profile Attributor::Finish() {
   InferFromOperations();
   for (const auto& [pid, p] : profile_.processes) profile_.crypto.Merge(p.crypto);
+  for (const auto& [pid, counts] : symbols_) {
+    std::vector<SymbolRow>& rows = profile_.processes[pid].symbols;
+    for (const auto& [key, count] : counts) {
+      rows.push_back({.symbol = key.symbol >= 0 ? key.image->image->symbols.at(static_cast<uint32_t>(key.symbol)).name
+                                                : std::string("[unnamed]"),
+                      .library = key.image->path,
+                      .classification = count.classification,
+                      .samples = count.samples});
+    }
+  }
   return std::move(profile_);
 }
 

@@ -57,8 +57,19 @@ struct CryptoTime {
   void Merge(const CryptoTime& other);
 };
 
+// A TLS library file a process maps, as the report names it.
+struct LibraryFile {
+  std::string path;  // inside the process's mount namespace
+  classify::LibraryKind kind = classify::LibraryKind::kOpenSSL3;
+  bool shared = true;  // a shared libssl/libcrypto (TLS throughout), else a static link
+  std::string build_id;
+  std::string symbol_source;  // symbols::SymbolSourceName
+  uint64_t symbol_count = 0;
+  auto operator<=>(const LibraryFile&) const = default;
+};
+
 struct LibraryUse {
-  const discovery::ImageInfo* image = nullptr;
+  LibraryFile file;
   uint64_t tls_samples = 0;        // TLS samples inside this file
   uint64_t named_samples = 0;      // of those, how many fell inside a named symbol
   uint64_t bucket_samples = 0;     // of those, how many got a bucket other than `other`
@@ -66,13 +77,21 @@ struct LibraryUse {
   uint64_t stack_samples = 0;      // of those, how many were attributed from a whole user stack
 };
 
-// Samples that fell in one TLS symbol (or in unnamed code of one library).
+// Samples that fell in one TLS symbol (or in unnamed code of one library):
+// the Attributor's key while it counts.
 struct SymbolKey {
   const discovery::ImageInfo* image = nullptr;
   int64_t symbol = -1;  // index into image->image->symbols, -1 = unnamed
   auto operator<=>(const SymbolKey&) const = default;
 };
 struct SymbolCount {
+  classify::Classification classification;
+  uint64_t samples = 0;
+};
+// The same, named: what a window keeps once the images may be gone.
+struct SymbolRow {
+  std::string symbol;   // "[unnamed]" for code outside every symbol
+  std::string library;  // the file's path
   classify::Classification classification;
   uint64_t samples = 0;
 };
@@ -84,8 +103,10 @@ struct ProcessProfile {
   uint64_t samples = 0;                    // user + kernel: the process's busy CPU
   uint64_t kernel_samples = 0;
   CryptoTime crypto;
-  std::vector<LibraryUse> libraries;         // the TLS libraries it maps (with or without samples)
-  std::map<SymbolKey, SymbolCount> symbols;  // where its TLS samples fell, for the report's top symbols
+  std::vector<LibraryUse> libraries;  // the TLS libraries it maps (with or without samples)
+  // Where its TLS samples fell, for the report's top symbols: in (file,
+  // symbol index) order, so that equal counts keep a stable order.
+  std::vector<SymbolRow> symbols;
   // Samples whose algorithm no frame of their stack named, by how it was
   // inferred (Attributor::InferFromOperations): from the rest of the same
   // operation entry, or from the algorithms of the bucket (of the entry's
@@ -164,6 +185,10 @@ class Attributor {
   Profile profile_;
   // (image, symbol index) → classification; symbols are classified once.
   std::map<std::pair<const symbols::BinaryImage*, uint32_t>, std::optional<classify::Classification>> cache_;
+  // Per process: the images behind ProcessProfile::libraries (same order),
+  // and its symbol counts, named at Finish().
+  std::map<pid_t, std::vector<const discovery::ImageInfo*>> library_images_;
+  std::map<pid_t, std::map<SymbolKey, SymbolCount>> symbols_;
   // (tgid, leaf ip) → samples already attributed through a stack.
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> covered_;
 

@@ -1,5 +1,6 @@
 #include "agent/profiler/profiler.h"
 
+#include <sys/resource.h>
 #include <sys/sysmacros.h>
 
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "agent/profiler/steady_state.h"
+#include "common/self_usage.h"
 
 namespace tlsprof::profiler {
 namespace {
@@ -35,6 +37,28 @@ std::vector<MappedFile> MappedFiles(const discovery::ProcessSnapshot& snap) {
   out.reserve(snap.mappings.size());
   for (const auto& m : snap.mappings) out.emplace_back(m.mapping.start, m.mapping.inode, m.image.get());
   return out;
+}
+
+// Resident memory now (/proc/WHO/statm: "self" or a pid), not the peak; 0
+// for a process that is gone.
+uint64_t ProcessResidentBytes(const std::string& who) {
+  std::ifstream statm("/proc/" + who + "/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+uint64_t MaxResidentBytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+std::string MachineId() {
+  std::ifstream in("/etc/machine-id");
+  std::string id;
+  std::getline(in, id);
+  return id;
 }
 
 }  // namespace
@@ -78,13 +102,15 @@ Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> samp
     : options_(options),
       sampler_(std::move(sampler)),
       budget_(std::make_unique<MemoryBudget>(
-          options.memory_limit_bytes, options.memory_limit_bytes == 0
-                                          ? 0
-                                          : sample::WindowMemoryBound(sampler_->max_pids(), sampler_->max_sample_keys(),
-                                                                      sampler_->max_stack_keys()))),
+          options.sampling.memory_limit_bytes,
+          options.sampling.memory_limit_bytes == 0
+              ? 0
+              : sample::WindowMemoryBound(sampler_->max_pids(), sampler_->max_sample_keys(),
+                                          sampler_->max_stack_keys()))),
       registry_("/proc", [&options] {
         symbols::DebugSearch debug;
-        debug.debug_roots.insert(debug.debug_roots.begin(), options.debug_dirs.begin(), options.debug_dirs.end());
+        debug.debug_roots.insert(debug.debug_roots.begin(), options.sampling.debug_dirs.begin(),
+                                 options.sampling.debug_dirs.end());
         return debug;
       }()) {
   if (budget_->limited()) {
@@ -99,19 +125,20 @@ Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> samp
           budget_->limit_bytes() >> 20, resident >> 20, budget_->reserve_bytes() >> 20);
     }
   }
-  if (options_.stacks) registrar_.emplace(*sampler_, budget_->limited() ? budget_.get() : nullptr);
+  if (options_.sampling.stacks) registrar_.emplace(*sampler_, budget_->limited() ? budget_.get() : nullptr);
 }
 
 Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
+  const double cpu_at_start = SelfCpuSeconds();
   sample::SamplerOptions sampler_options;
-  sampler_options.frequency_hz = options.frequency_hz;
-  sampler_options.target_pids = options.pids;
-  sampler_options.max_sample_keys = options.max_sample_keys;
-  sampler_options.max_stack_keys = options.max_stack_keys;
+  sampler_options.frequency_hz = options.sampling.frequency_hz;
+  sampler_options.target_pids = options.sampling.pids;
+  sampler_options.max_sample_keys = options.sampling.max_sample_keys;
+  sampler_options.max_stack_keys = options.sampling.max_stack_keys;
   auto sampler = sample::Sampler::Start(sampler_options);
   if (!sampler.ok()) return sampler.error();
   std::unique_ptr<usage::UsageProbes> usage_probes;
-  if (options.usage) {
+  if (options.sampling.usage) {
     auto started = usage::UsageProbes::Start();
     if (!started.ok()) return started.error();
     usage_probes = std::move(started).value();
@@ -119,23 +146,24 @@ Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
   // The last step that needed CAP_BPF + CAP_PERFMON is done (but for usage
   // probes attached later).
   if (options.drop_capabilities) {
-    if (auto st = DropToSteadyState(**sampler, options.usage); !st.ok()) return st.error();
+    if (auto st = DropToSteadyState(**sampler, options.sampling.usage); !st.ok()) return st.error();
   }
   // The duty cycle's thread, after the drop: it keeps the steady state's
   // capabilities (attaching uprobes needs CAP_SYS_ADMIN here, docs/usage.md).
-  if (usage_probes && options.usage_budget_share > 0) {
-    usage_probes->EnableBudget(options.usage_budget_share * static_cast<double>((*sampler)->cpu_count()));
+  if (usage_probes && options.sampling.usage_budget_share > 0) {
+    usage_probes->EnableBudget(options.sampling.usage_budget_share * static_cast<double>((*sampler)->cpu_count()));
   }
   if (options.after_setup) {
     if (auto st = options.after_setup(); !st.ok()) return st.error();
   }
   std::unique_ptr<Profiler> p(new Profiler(options, std::move(sampler).value()));
   p->usage_ = std::move(usage_probes);
+  p->cpu_at_start_ = cpu_at_start;
   // Processes that exist now are snapshotted before the window, so their
   // symbol loading is not on the first window's critical path and their
   // stacks are unwound from the first sample on. Later ones are found as
   // they get samples (Poll).
-  const std::vector<pid_t> initial = options.pids.empty() ? discovery::ListPids() : options.pids;
+  const std::vector<pid_t> initial = options.sampling.pids.empty() ? discovery::ListPids() : options.sampling.pids;
   for (pid_t pid : initial) {
     if (pid == getpid()) continue;
     p->seen_.insert(static_cast<uint32_t>(pid));
@@ -192,30 +220,65 @@ void Profiler::RestartWindow() {
   if (usage_) usage_mark_ = usage_->Snapshot();
   window_start_ = Clock::now();
   window_start_unix_ns_ = UnixNowNs();
+  cpu_mark_ = SelfCpuSeconds();
+  bpf_mark_ = sampler_->ReadBpfStats();
+  stopped_at_.reset();
+}
+
+void Profiler::Stop() {
+  sampler_->Stop();
+  stopped_at_.emplace(Clock::now(), UnixNowNs());
 }
 
 Window Profiler::CloseWindow() {
   Window window;
   sample::WindowCounts counts = sampler_->ReadWindow();
-  if (usage_) {
-    usage::UsageSnapshot now = usage_->Snapshot();
-    window.usage = usage::Subtract(now, usage_mark_);
-    usage_mark_ = std::move(now);
-  }
-  window.end = Clock::now();
-  window.end_unix_ns = UnixNowNs();
-  window.start = window_start_;
-  window.start_unix_ns = window_start_unix_ns_;
-  window_start_ = window.end;
-  window_start_unix_ns_ = window.end_unix_ns;
+  MarkWindowEnd(window);
   window.totals = counts.totals;
-
   std::set<uint32_t> sampled;
   for (const auto& [tgid, c] : counts.pids) {
     if (tgid != 0) sampled.insert(tgid);
   }
-  // Processes that exited and had no sample in this window are forgotten:
-  // snapshot, unwind registration, and the images only they mapped.
+  window.health.forgotten_processes = ForgetExited(sampled);
+  ReadAgain(sampled, counts);
+  window.profile = Attribute(counts);
+  Describe(window);
+  return window;
+}
+
+// The window's end: its clocks, the probes' counts since its start, the
+// agent's own CPU and BPF time in it; the next window starts here.
+void Profiler::MarkWindowEnd(Window& window) {
+  if (usage_) {
+    usage::UsageSnapshot now = usage_->Snapshot();
+    window.usage.emplace();
+    window.usage->counts = usage::Subtract(now, usage_mark_);
+    usage_mark_ = std::move(now);
+  }
+  const auto end = stopped_at_ ? stopped_at_->first : Clock::now();
+  window.end_unix_ns = stopped_at_ ? stopped_at_->second : UnixNowNs();
+  auto monotonic_ns = [](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  window.start_monotonic_ns = monotonic_ns(window_start_);
+  window.end_monotonic_ns = monotonic_ns(end);
+  window.start_unix_ns = window_start_unix_ns_;
+  window_start_ = end;
+  window_start_unix_ns_ = window.end_unix_ns;
+  const double cpu = SelfCpuSeconds();
+  window.cost.window_cpu_seconds = cpu - cpu_mark_;
+  cpu_mark_ = cpu;
+  const sample::BpfRunStats bpf = sampler_->ReadBpfStats();
+  window.cost.bpf_seconds = static_cast<double>(bpf.run_time_ns - bpf_mark_.run_time_ns) / 1e9;
+  window.cost.bpf_runs = bpf.run_count - bpf_mark_.run_count;
+  window.cost.bpf_stats_enabled = bpf.enabled;
+  bpf_mark_ = bpf;
+}
+
+// Processes that exited and had no sample in this window are forgotten:
+// snapshot, unwind registration, and the images only they mapped. Returns
+// how many.
+size_t Profiler::ForgetExited(const std::set<uint32_t>& sampled) {
   std::vector<pid_t> gone;
   for (const auto& [pid, snap] : registry_.processes()) {
     if (!sampled.contains(static_cast<uint32_t>(pid)) && Exited(pid)) gone.push_back(pid);
@@ -237,8 +300,13 @@ Window Profiler::CloseWindow() {
       ++it;
     }
   }
-  window.forgotten_processes = gone.size();
   if (!gone.empty()) registry_.PruneImages();
+  return gone.size();
+}
+
+// Brings the snapshots of the sampled processes up to date before their
+// samples are attributed.
+void Profiler::ReadAgain(const std::set<uint32_t>& sampled, const sample::WindowCounts& counts) {
   // A sampled pid that now names another process (its pid was reused) or
   // another program (exec): its snapshot and unwind registration are the old
   // one's, which would name (and unwind) the new code with the old files.
@@ -250,7 +318,6 @@ Window Profiler::CloseWindow() {
     seen_.insert(tgid);
     Discover(pid);
   }
-
   if (options_.refresh_all_sampled) {
     // Processes sampled since the last poll, and processes that mapped new
     // code since their snapshot (dlopen), are read once more. Processes that
@@ -264,40 +331,46 @@ Window Profiler::CloseWindow() {
       const auto* snap = registry_.Get(static_cast<pid_t>(tgid));
       if (status.ok() && usage_ && snap != nullptr && snap->has_tls()) AttachUsage(*snap);
     }
-  } else {
-    // Sampled processes not read yet, including those Poll left pending:
-    // their samples are attributed with their snapshot.
-    for (uint32_t tgid : sampled) {
-      const bool fresh = seen_.insert(tgid).second;
-      if (pending_set_.erase(tgid) != 0 || fresh) Discover(static_cast<pid_t>(tgid));
-    }
-    // Pending entries already read or forgotten.
-    while (!pending_.empty() && !pending_set_.contains(pending_.front())) pending_.pop_front();
-    if (pending_.size() > 2 * pending_set_.size() + 64) {
-      std::erase_if(pending_, [this](uint32_t tgid) { return !pending_set_.contains(tgid); });
-    }
-    // A process with user samples outside every mapping it had at its
-    // snapshot mapped new code (dlopen), or JIT code: read again, at most
-    // once per process per window.
-    std::set<uint32_t> stale;
-    for (const auto& [key, count] : counts.ips) {
-      if (stale.contains(key.tgid)) continue;
-      const auto* snap = registry_.Get(static_cast<pid_t>(key.tgid));
-      if (snap != nullptr && !snap->exited && snap->Find(key.user_ip) == nullptr) stale.insert(key.tgid);
-    }
-    for (uint32_t tgid : stale) {
-      const auto* before = registry_.Get(static_cast<pid_t>(tgid));
-      const std::vector<MappedFile> mappings_before = before ? MappedFiles(*before) : std::vector<MappedFile>{};
-      auto status = registry_.Refresh(static_cast<pid_t>(tgid));
-      const auto* after = registry_.Get(static_cast<pid_t>(tgid));
-      if (status.ok() && usage_ && after != nullptr && after->has_tls()) AttachUsage(*after);
-      if (status.ok() && registrar_ && after != nullptr && after->has_tls() && MappedFiles(*after) != mappings_before) {
-        auto registered = registrar_->Register(static_cast<pid_t>(tgid), *after);
-        if (!registered.ok()) spdlog::debug("process {}: {}", tgid, registered.error().message);
-      }
+    return;
+  }
+  // Sampled processes not read yet, including those Poll left pending:
+  // their samples are attributed with their snapshot.
+  for (uint32_t tgid : sampled) {
+    const bool fresh = seen_.insert(tgid).second;
+    if (pending_set_.erase(tgid) != 0 || fresh) Discover(static_cast<pid_t>(tgid));
+  }
+  // Pending entries already read or forgotten.
+  while (!pending_.empty() && !pending_set_.contains(pending_.front())) pending_.pop_front();
+  if (pending_.size() > 2 * pending_set_.size() + 64) {
+    std::erase_if(pending_, [this](uint32_t tgid) { return !pending_set_.contains(tgid); });
+  }
+  ReadStale(counts);
+}
+
+// A process with user samples outside every mapping it had at its snapshot
+// mapped new code (dlopen), or JIT code: read again, at most once per
+// process per window.
+void Profiler::ReadStale(const sample::WindowCounts& counts) {
+  std::set<uint32_t> stale;
+  for (const auto& [key, count] : counts.ips) {
+    if (stale.contains(key.tgid)) continue;
+    const auto* snap = registry_.Get(static_cast<pid_t>(key.tgid));
+    if (snap != nullptr && !snap->exited && snap->Find(key.user_ip) == nullptr) stale.insert(key.tgid);
+  }
+  for (uint32_t tgid : stale) {
+    const auto* before = registry_.Get(static_cast<pid_t>(tgid));
+    const std::vector<MappedFile> mappings_before = before ? MappedFiles(*before) : std::vector<MappedFile>{};
+    auto status = registry_.Refresh(static_cast<pid_t>(tgid));
+    const auto* after = registry_.Get(static_cast<pid_t>(tgid));
+    if (status.ok() && usage_ && after != nullptr && after->has_tls()) AttachUsage(*after);
+    if (status.ok() && registrar_ && after != nullptr && after->has_tls() && MappedFiles(*after) != mappings_before) {
+      auto registered = registrar_->Register(static_cast<pid_t>(tgid), *after);
+      if (!registered.ok()) spdlog::debug("process {}: {}", tgid, registered.error().message);
     }
   }
+}
 
+aggregate::Profile Profiler::Attribute(sample::WindowCounts& counts) const {
   aggregate::Attributor attributor(registry_);
   for (const auto& [tgid, c] : counts.pids) {
     if (tgid != 0) attributor.AddProcess(tgid, c.user, c.kernel);
@@ -313,16 +386,88 @@ Window Profiler::CloseWindow() {
     explicit_bzero(ips.data(), sizeof(ips));
   }
   for (const auto& [key, count] : counts.ips) attributor.AddUserSamples(key.tgid, key.user_ip, count);
-  if (options_.pids.empty()) {
+  if (options_.sampling.pids.empty()) {
     attributor.SetScopeSamples(counts.totals.samples - counts.totals.idle);
   } else {
     uint64_t scope = 0;
     for (const auto& [tgid, c] : counts.pids) scope += c.user + c.kernel;
     attributor.SetScopeSamples(scope);
   }
-  window.profile = attributor.Finish();
   if (!counts.stacks.empty()) explicit_bzero(counts.stacks.data(), counts.stacks.size() * sizeof(counts.stacks[0]));
-  return window;
+  return attributor.Finish();
+}
+
+// A process as the sinks label it: from its snapshot, else (`read_proc`:
+// it has usage rows) from /proc while it lives.
+ProcessInfo Profiler::DescribeProcess(uint32_t tgid, bool read_proc) const {
+  ProcessInfo info;
+  if (const auto* snap = registry_.Get(static_cast<pid_t>(tgid))) {
+    info.comm = snap->comm;
+    info.cgroup = snap->cgroup;
+    info.container = snap->container;
+    info.snapshotted = true;
+  } else if (read_proc) {
+    std::ifstream in(fmt::format("/proc/{}/comm", tgid));
+    std::getline(in, info.comm);
+    if (!info.comm.empty()) {
+      const std::string cgroup = discovery::ReadCgroupFile(static_cast<pid_t>(tgid));
+      info.cgroup = discovery::CgroupV2Path(cgroup);
+      info.container = discovery::IdentityFromCgroupFile(cgroup);
+    }
+  }
+  return info;
+}
+
+// Everything else a sink needs, read now: the processes the window names,
+// the host, the probes' set-up, the agent's state and cost.
+void Profiler::Describe(Window& window) const {
+  for (const auto& [pid, p] : window.profile.processes) {
+    window.processes.emplace(static_cast<uint32_t>(pid), DescribeProcess(static_cast<uint32_t>(pid), false));
+  }
+  if (window.usage) {
+    const usage::UsageSnapshot& counts = window.usage->counts;
+    auto add = [&](uint32_t tgid) {
+      if (!window.processes.contains(tgid)) window.processes.emplace(tgid, DescribeProcess(tgid, true));
+    };
+    for (const auto& h : counts.handshakes) add(h.key.tgid);
+    for (const auto& op : counts.operations) add(op.key.tgid);
+    for (const auto& c : counts.connections) {
+      add(c.tgid);
+      window.processes[c.tgid].resident_bytes = ProcessResidentBytes(std::to_string(c.tgid));
+    }
+    window.usage->files = usage_->files();
+    window.usage->probe_overhead_ns = usage_->probe_overhead_ns();
+    window.usage->call_cost_ns = usage_->call_cost_ns();
+    window.usage->budget_cpu_per_second = usage_->budget();
+    window.usage->budget_share = usage_->budget() > 0 ? options_.sampling.usage_budget_share : 0;
+  }
+  HostInfo& host = window.host;
+  host.hostname = HostName();
+  host.machine_id = MachineId();
+  host.cpus = sampler_->cpu_count();
+  host.frequency_hz = options_.sampling.frequency_hz;
+  host.period_ns = sampler_->period_ns();
+  host.scope_pids = options_.sampling.pids;
+  host.agent_pid = getpid();
+
+  AgentHealth& health = window.health;
+  health.tracked_processes = registry_.processes().size();
+  health.pending_processes = pending();
+  health.images = registry_.image_count();
+  health.cached_images = registry_.cached_image_count();
+  health.images_changed = registry_.stats().images_changed;
+  health.processes_replaced = registry_.stats().processes_replaced;
+  health.memory_limit_bytes = budget_->limit_bytes();
+  health.images_skipped = budget_->skipped(MemoryBudget::kImage);
+  health.tables_skipped = budget_->skipped(MemoryBudget::kUnwindTable);
+  if (registrar_) health.unwind = registrar_->stats();
+
+  AgentCost& cost = window.cost;
+  cost.cpu_seconds = SelfCpuSeconds() - cpu_at_start_;
+  cost.max_rss_bytes = MaxResidentBytes();
+  cost.resident_bytes = ProcessResidentBytes("self");
+  const auto end = Clock::time_point(std::chrono::nanoseconds(window.end_monotonic_ns));
+  cost.report_latency_seconds = std::chrono::duration<double>(Clock::now() - end).count();
 }
 
 }  // namespace tlsprof::profiler

@@ -28,6 +28,7 @@
 #include "agent/aggregate/profile.h"
 #include "agent/discovery/memory_budget.h"
 #include "agent/discovery/process_registry.h"
+#include "agent/profiler/window.h"
 #include "agent/sample/sampler.h"
 #include "agent/stacks/unwind_registrar.h"
 #include "agent/usage/usage_probes.h"
@@ -35,23 +36,18 @@
 
 namespace tlsprof::profiler {
 
-struct Options {
+// What to sample and how: the flags `profile`, `demo` and `run` share
+// (agent/commands/options.h maps them onto this struct).
+struct SamplingOptions {
   uint32_t frequency_hz = 999;
   std::vector<pid_t> pids;  // empty: the whole host
   // Unwind user stacks of TLS processes in BPF (stack-aware attribution).
   // Off: leaf-only attribution.
   bool stacks = true;
-  // Extra directories searched for separate debug files (see oneshot::Options).
+  // Extra directories searched for separate debug files of stripped binaries
+  // (<dir>/.build-id/xx/yyyy.debug, and debuglink paths under <dir>), before
+  // the system's /usr/lib/debug. debuginfod is used when $DEBUGINFOD_URLS is set.
   std::vector<std::string> debug_dirs;
-  // At the end of a window, re-read the maps of every process that was
-  // sampled (the one-shot report: catches a dlopen late in the window). Off,
-  // only processes with samples outside their known mappings are re-read,
-  // which is what a long-running agent can afford every window.
-  bool refresh_all_sampled = false;
-  // Least privilege: once the sampler is loaded and attached, drop every
-  // capability but the steady state's (steady_state.h). Off in tests that
-  // share their process with other tests.
-  bool drop_capabilities = false;
   // The agent's memory cap in bytes (discovery/memory_budget.h); 0: none. The
   // window machinery's bound for the maps' sizes (sample::WindowMemoryBound)
   // is kept aside; files are loaded only while the rest fits.
@@ -68,24 +64,24 @@ struct Options {
   // 0.5%); the probes are duty-cycled to stay inside it (usage/duty_cycle.h).
   // <= 0: always on.
   double usage_budget_share = 0.005;
+};
+
+struct Options {
+  SamplingOptions sampling;
+  // At the end of a window, re-read the maps of every process that was
+  // sampled (the one-shot report: catches a dlopen late in the window). Off,
+  // only processes with samples outside their known mappings are re-read,
+  // which is what a long-running agent can afford every window.
+  bool refresh_all_sampled = false;
+  // Least privilege: once the sampler is loaded and attached, drop every
+  // capability but the steady state's (steady_state.h). Off in tests that
+  // share their process with other tests.
+  bool drop_capabilities = false;
   // Runs after the sampler is started (and capabilities dropped), before the
   // first processes are read: the daemon starts its threads here (metrics
   // server, shipper), after the drop, since threads keep their creator's
   // capabilities. An error stops Start().
   std::function<Status()> after_setup;
-};
-
-struct Window {
-  // Valid until the next CloseWindow(): it points into the registry's images.
-  aggregate::Profile profile;
-  sample::Totals totals;  // the sampler's totals over the window
-  std::chrono::steady_clock::time_point start, end;
-  int64_t start_unix_ns = 0;  // wall clock; a window starts where the previous one ended
-  int64_t end_unix_ns = 0;
-  uint64_t forgotten_processes = 0;  // processes forgotten at this window's close
-  // What the usage probes counted in the window (Options::usage; empty
-  // otherwise): handshakes, operations, budget; connections at its end.
-  usage::UsageSnapshot usage;
 };
 
 class Profiler {
@@ -105,9 +101,12 @@ class Profiler {
   size_t pending() const { return pending_set_.size(); }
   // Restarts the current window now, dropping what it counted so far.
   void RestartWindow();
-  // Stops sampling; the current window can still be closed.
-  void Stop() { sampler_->Stop(); }
-  // Ends the current window and starts the next one.
+  // Stops sampling; the current window can still be closed, and ends here.
+  void Stop();
+  // Ends the current window and starts the next one: reads the sampler's
+  // and the probes' counts, snapshots what is new, attributes the samples
+  // and describes the processes, the host and the agent's own cost, so that
+  // the Window is all a sink needs (window.h).
   Window CloseWindow();
 
   sample::Sampler& sampler() { return *sampler_; }
@@ -126,6 +125,14 @@ class Profiler {
   // once, for every process).
   void AttachUsage(const discovery::ProcessSnapshot& snap);
   static int64_t UnixNowNs();
+  // The steps of CloseWindow, in order.
+  void MarkWindowEnd(Window& window);
+  size_t ForgetExited(const std::set<uint32_t>& sampled);
+  void ReadAgain(const std::set<uint32_t>& sampled, const sample::WindowCounts& counts);
+  void ReadStale(const sample::WindowCounts& counts);
+  aggregate::Profile Attribute(sample::WindowCounts& counts) const;
+  void Describe(Window& window) const;
+  ProcessInfo DescribeProcess(uint32_t tgid, bool read_proc) const;
 
   Options options_;
   std::unique_ptr<sample::Sampler> sampler_;
@@ -141,6 +148,13 @@ class Profiler {
   usage::UsageSnapshot usage_mark_;  // the usage maps at the window's start
   std::chrono::steady_clock::time_point window_start_;
   int64_t window_start_unix_ns_ = 0;
+  // The agent's own CPU and the BPF program's run time at the window's start;
+  // the CPU at Start().
+  double cpu_mark_ = 0;
+  sample::BpfRunStats bpf_mark_;
+  double cpu_at_start_ = 0;
+  // Set by Stop(): the current window ends there.
+  std::optional<std::pair<std::chrono::steady_clock::time_point, int64_t>> stopped_at_;
 };
 
 }  // namespace tlsprof::profiler

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "agent/symbols/binary_image.h"
+#include "agent/report/usage_report.h"
 
 namespace tlsprof::report {
 namespace {
@@ -58,14 +58,13 @@ json AlgorithmsJson(const aggregate::CryptoTime& crypto, double sec_per_sample) 
 json LibrariesJson(const aggregate::ProcessProfile& p) {
   json out = json::array();
   for (const auto& use : p.libraries) {
-    const auto& info = *use.image;
-    const auto& img = *info.image;
-    out.push_back({{"path", info.path},
-                   {"kind", classify::LibraryKindName(info.tls->kind)},
-                   {"linkage", info.tls->whole_file_is_tls ? "shared" : "static"},
-                   {"build_id", img.build_id},
-                   {"symbols", symbols::SymbolSourceName(img.symbol_source)},
-                   {"symbol_count", img.symbols.size()},
+    const aggregate::LibraryFile& file = use.file;
+    out.push_back({{"path", file.path},
+                   {"kind", classify::LibraryKindName(file.kind)},
+                   {"linkage", file.shared ? "shared" : "static"},
+                   {"build_id", file.build_id},
+                   {"symbols", file.symbol_source},
+                   {"symbol_count", file.symbol_count},
                    {"tls_samples", use.tls_samples},
                    {"named_share", Share(use.named_samples, use.tls_samples)},
                    {"bucket_share", Share(use.bucket_samples, use.tls_samples)},
@@ -78,16 +77,13 @@ json LibrariesJson(const aggregate::ProcessProfile& p) {
 // The TLS symbols with the most samples: what to look at first, and how a
 // reader checks the rules table against a real profile.
 json TopSymbolsJson(const aggregate::ProcessProfile& p, double sec_per_sample, size_t limit) {
-  std::vector<std::pair<aggregate::SymbolKey, aggregate::SymbolCount>> rows(p.symbols.begin(), p.symbols.end());
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const auto& a, const auto& b) { return a.second.samples > b.second.samples; });
+  std::vector<aggregate::SymbolRow> rows = p.symbols;
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.samples > b.samples; });
   if (rows.size() > limit) rows.resize(limit);
   json out = json::array();
-  for (const auto& [key, count] : rows) {
-    std::string name =
-        key.symbol >= 0 ? key.image->image->symbols.at(static_cast<uint32_t>(key.symbol)).name : "[unnamed]";
-    out.push_back({{"symbol", name},
-                   {"library", key.image->path},
+  for (const aggregate::SymbolRow& count : rows) {
+    out.push_back({{"symbol", count.symbol},
+                   {"library", count.library},
                    {"bucket", classify::BucketName(count.classification.bucket)},
                    {"algorithm", count.classification.algorithm},
                    {"cpu_seconds", count.samples * sec_per_sample},
@@ -99,26 +95,48 @@ json TopSymbolsJson(const aggregate::ProcessProfile& p, double sec_per_sample, s
 
 std::string Percent(double share) { return fmt::format("{:.1f}%", share * 100.0); }
 
-}  // namespace
+// The agent's own cost and, with stacks, the unwinder's work.
+json AgentJson(const profiler::Window& w) {
+  const profiler::AgentCost& cost = w.cost;
+  const double duration = w.duration_seconds();
+  json agent = {{"cpu_seconds", cost.cpu_seconds},
+                {"window_cpu_seconds", cost.window_cpu_seconds},
+                {"bpf_seconds", cost.bpf_seconds},
+                {"bpf_runs", cost.bpf_runs},
+                {"bpf_stats_enabled", cost.bpf_stats_enabled},
+                {"cpu_share_of_core", duration > 0 ? (cost.window_cpu_seconds + cost.bpf_seconds) / duration : 0.0},
+                {"max_rss_bytes", cost.max_rss_bytes},
+                {"report_latency_seconds", cost.report_latency_seconds}};
+  if (!w.health.unwind) return agent;
+  const stacks::RegistrarStats& st = *w.health.unwind;
+  const sample::Totals& totals = w.totals;
+  agent["unwind"] = {{"processes", st.processes},
+                     {"tables", st.tables},
+                     {"rows", st.rows},
+                     {"table_failures", st.table_failures},
+                     {"mappings_left_out", st.mappings_left_out},
+                     {"process_failures", st.process_failures},
+                     // The in-kernel walks and their cost (bench/unwind_cost.py).
+                     {"walks", totals.unwind_walks},
+                     {"frames", totals.unwind_frames},
+                     {"walk_seconds", static_cast<double>(totals.unwind_ns) / 1e9},
+                     {"row_searches", totals.unwind_row_searches},
+                     {"stacks", totals.unwound},
+                     {"not_tls", totals.unwind_not_tls},
+                     {"dropped_stacks", totals.dropped_stack}};
+  // Why each counted stack ended: complete ones at a zero return address or
+  // an end row; the rest say where unwinding broke (a library whose CFI the
+  // tables miss shows as no_row/unreadable).
+  const auto& stop = totals.unwind_stop;
+  agent["unwind"]["stops"] = {{"zero_ip", stop.zero_ip},         {"end", stop.end},
+                              {"max_frames", stop.max_frames},   {"no_mapping", stop.no_mapping},
+                              {"no_row", stop.no_row},           {"cfa_none", stop.cfa_none},
+                              {"bp_unknown", stop.bp_unknown},   {"unreadable", stop.unreadable},
+                              {"not_growing", stop.not_growing}, {"reg_unknown", stop.reg_unknown}};
+  return agent;
+}
 
-json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const AgentCost& cost) {
-  const double sec_per_sample = static_cast<double>(run.period_ns) / 1e9;
-  json doc;
-  doc["schema"] = kSchema;
-  doc["host"] = run.hostname;
-  doc["cpus"] = run.cpus;
-  doc["duration_seconds"] = run.duration_seconds;
-  doc["window"] = {{"start_monotonic_ns", run.window_start_monotonic_ns},
-                   {"end_monotonic_ns", run.window_end_monotonic_ns}};
-  doc["frequency_hz"] = run.frequency_hz;
-  doc["scope"] = {{"kind", run.target_pids.empty() ? "host" : "pids"}, {"pids", run.target_pids}};
-  doc["cpu_seconds"] = profile.scope_samples * sec_per_sample;
-  doc["tls_cpu_seconds"] = profile.crypto.tls * sec_per_sample;
-  doc["tls_share"] = Share(profile.crypto.tls, profile.scope_samples);
-  doc["buckets"] = BucketsJson(profile.crypto, sec_per_sample);
-  doc["phases"] = PhasesJson(profile.crypto, sec_per_sample);
-  doc["algorithms"] = AlgorithmsJson(profile.crypto, sec_per_sample);
-
+json ProcessesJson(const aggregate::Profile& profile, double sec_per_sample) {
   std::vector<const aggregate::ProcessProfile*> procs;
   for (const auto& [pid, p] : profile.processes) {
     if (p.crypto.tls > 0 || !p.libraries.empty()) procs.push_back(&p);
@@ -146,27 +164,42 @@ json BuildReport(const aggregate::Profile& profile, const RunInfo& run, const Ag
                          {"libraries", LibrariesJson(*p)},
                          {"top_symbols", TopSymbolsJson(*p, sec_per_sample, kTopSymbols)}});
   }
-  doc["processes"] = std::move(processes);
-  doc["samples"] = {{"total", run.total_samples},
+  return processes;
+}
+
+}  // namespace
+
+json BuildReport(const profiler::Window& w) {
+  const aggregate::Profile& profile = w.profile;
+  const double sec_per_sample = w.seconds_per_sample();
+  json doc;
+  doc["schema"] = kSchema;
+  doc["host"] = w.host.hostname;
+  doc["cpus"] = w.host.cpus;
+  doc["duration_seconds"] = w.duration_seconds();
+  doc["window"] = {{"start_monotonic_ns", w.start_monotonic_ns}, {"end_monotonic_ns", w.end_monotonic_ns}};
+  doc["frequency_hz"] = w.host.frequency_hz;
+  doc["scope"] = {{"kind", w.host.scope_pids.empty() ? "host" : "pids"}, {"pids", w.host.scope_pids}};
+  doc["cpu_seconds"] = profile.scope_samples * sec_per_sample;
+  doc["tls_cpu_seconds"] = profile.crypto.tls * sec_per_sample;
+  doc["tls_share"] = Share(profile.crypto.tls, profile.scope_samples);
+  doc["buckets"] = BucketsJson(profile.crypto, sec_per_sample);
+  doc["phases"] = PhasesJson(profile.crypto, sec_per_sample);
+  doc["algorithms"] = AlgorithmsJson(profile.crypto, sec_per_sample);
+
+  doc["processes"] = ProcessesJson(profile, sec_per_sample);
+  doc["samples"] = {{"total", w.totals.samples},
                     {"busy", profile.scope_samples},
                     {"tls", profile.crypto.tls},
                     {"tls_with_stack", profile.stack_samples},
-                    {"idle", run.idle_samples},
-                    {"kernel", run.kernel_samples},
-                    {"user", run.user_samples},
-                    {"dropped", run.dropped_samples},
+                    {"idle", w.totals.idle},
+                    {"kernel", w.totals.kernel},
+                    {"user", w.totals.user},
+                    {"dropped", w.totals.dropped_ip + w.totals.dropped_pid},
                     {"unresolved", profile.unresolved_samples},
                     {"syscall_return", profile.syscall_return_samples}};
-  doc["agent"] = {
-      {"cpu_seconds", cost.cpu_seconds},
-      {"window_cpu_seconds", cost.window_cpu_seconds},
-      {"bpf_seconds", cost.bpf_seconds},
-      {"bpf_runs", cost.bpf_runs},
-      {"bpf_stats_enabled", cost.bpf_stats_enabled},
-      {"cpu_share_of_core",
-       run.duration_seconds > 0 ? (cost.window_cpu_seconds + cost.bpf_seconds) / run.duration_seconds : 0.0},
-      {"max_rss_bytes", cost.max_rss_bytes},
-      {"report_latency_seconds", cost.report_latency_seconds}};
+  doc["agent"] = AgentJson(w);
+  if (w.usage) AddUsage(doc, w);
   return doc;
 }
 

@@ -1,9 +1,6 @@
 #include "agent/report/usage_report.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
@@ -16,17 +13,10 @@ namespace {
 
 using nlohmann::json;
 
-std::string Comm(const discovery::ProcessRegistry& registry, uint32_t tgid) {
-  const discovery::ProcessSnapshot* snap = registry.Get(static_cast<pid_t>(tgid));
-  return snap ? snap->comm : "";
-}
-
-// A process's resident memory now (/proc/PID/statm); 0 if it is gone.
-uint64_t ResidentBytes(uint32_t tgid) {
-  std::ifstream statm(fmt::format("/proc/{}/statm", tgid));
-  uint64_t size = 0, resident = 0;
-  if (!(statm >> size >> resident)) return 0;
-  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+// The report names a process by its snapshot's comm only ("" otherwise).
+std::string Comm(const profiler::Window& w, uint32_t tgid) {
+  const profiler::ProcessInfo& info = w.process(tgid);
+  return info.snapshotted ? info.comm : "";
 }
 
 std::string OpName(uint8_t op) {
@@ -41,49 +31,56 @@ std::string OpName(uint8_t op) {
   return "unknown";
 }
 
-}  // namespace
+// What the window's sections share: the window, its usage, and per-process
+// sampled CPU.
+struct Context {
+  const profiler::Window& w;
+  const profiler::UsageInfo& usage;
+  std::map<uint16_t, std::string> library;  // probe cookie → file path
 
-void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageProbes& probes,
-              const aggregate::Profile& profile, const discovery::ProcessRegistry& registry, uint64_t period_ns,
-              pid_t self, const std::vector<pid_t>& scope) {
-  auto excluded = [&](uint32_t tgid) {
-    if (tgid == static_cast<uint32_t>(self)) return true;
-    return !scope.empty() && std::find(scope.begin(), scope.end(), static_cast<pid_t>(tgid)) == scope.end();
-  };
-  const std::vector<usage::AttachedFile>& files = probes.files();
-  std::map<uint16_t, std::string> library;
-  for (const usage::AttachedFile& f : files) library[f.lib] = f.path;
-  auto lib_path = [&](uint16_t lib) {
+  std::string LibPath(uint16_t lib) const {
     auto it = library.find(lib);
     return it == library.end() ? std::string("unknown") : it->second;
-  };
-
-  // TLS CPU of the handshake phase (sampled), per process, and the
-  // process's whole sampled CPU.
-  const double period_s = static_cast<double>(period_ns) / 1e9;
-  auto handshake_tls_cpu = [&](uint32_t tgid) {
-    auto it = profile.processes.find(static_cast<pid_t>(tgid));
-    if (it == profile.processes.end()) return 0.0;
-    return static_cast<double>(it->second.crypto.phases[static_cast<size_t>(classify::Phase::kHandshake)]) * period_s;
-  };
-  // The handshake phase's TLS CPU in one algorithm (sampled): ML-KEM's is
-  // the post-quantum share of a handshake (docs/usage.md).
-  auto handshake_algorithm_cpu = [&](uint32_t tgid, std::string_view algorithm) {
-    auto it = profile.processes.find(static_cast<pid_t>(tgid));
-    if (it == profile.processes.end()) return 0.0;
+  }
+  const aggregate::ProcessProfile* Process(uint32_t tgid) const {
+    auto it = w.profile.processes.find(static_cast<pid_t>(tgid));
+    return it == w.profile.processes.end() ? nullptr : &it->second;
+  }
+  // TLS CPU of the handshake phase (sampled) of a process.
+  double HandshakeTlsCpu(uint32_t tgid) const {
+    const auto* p = Process(tgid);
+    if (p == nullptr) return 0.0;
+    return static_cast<double>(p->crypto.phases[static_cast<size_t>(classify::Phase::kHandshake)]) *
+           w.seconds_per_sample();
+  }
+  // The handshake phase's TLS CPU in one algorithm (sampled): ML-KEM's is the
+  // post-quantum share of a handshake (docs/usage.md).
+  double HandshakeAlgorithmCpu(uint32_t tgid, std::string_view algorithm) const {
+    const auto* p = Process(tgid);
+    if (p == nullptr) return 0.0;
     uint64_t samples = 0;
-    for (const auto& [key, n] : it->second.crypto.algorithms) {
+    for (const auto& [key, n] : p->crypto.algorithms) {
       if (key.phase == classify::Phase::kHandshake && key.algorithm == algorithm) samples += n;
     }
-    return static_cast<double>(samples) * period_s;
-  };
-  auto process_cpu = [&](uint32_t tgid) {
-    auto it = profile.processes.find(static_cast<pid_t>(tgid));
-    return it == profile.processes.end() ? 0.0 : static_cast<double>(it->second.samples) * period_s;
-  };
-  const std::vector<usage::HandshakeCost> costs = usage::SplitHandshakeCpu(window, handshake_tls_cpu);
+    return static_cast<double>(samples) * w.seconds_per_sample();
+  }
+  double ProcessCpu(uint32_t tgid) const {
+    const auto* p = Process(tgid);
+    return p == nullptr ? 0.0 : static_cast<double>(p->samples) * w.seconds_per_sample();
+  }
+};
 
-  // Handshakes, merged over the raw key's fields that are not labels.
+struct PerProcess {
+  uint64_t handshakes = 0, full = 0, resumed = 0;
+  double estimated = 0;
+};
+
+// Handshakes, merged over the raw key's fields that are not labels; fills
+// each process's handshake counts for HandshakeCpuJson.
+json HandshakesJson(const Context& cx, std::map<uint32_t, PerProcess>& per_process) {
+  const usage::UsageSnapshot& window = cx.usage.counts;
+  const std::vector<usage::HandshakeCost> costs =
+      usage::SplitHandshakeCpu(window, [&cx](uint32_t tgid) { return cx.HandshakeTlsCpu(tgid); });
   using HandshakeLabels =
       std::tuple<uint32_t, std::string, std::string, std::string, std::string, std::string, std::string, std::string>;
   struct Merged {
@@ -92,17 +89,12 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
     double cpu = 0;        // the modelled TLS CPU of these handshakes
   };
   std::map<HandshakeLabels, Merged> handshakes;
-  struct PerProcess {
-    uint64_t handshakes = 0, full = 0, resumed = 0;
-    double estimated = 0;
-  };
-  std::map<uint32_t, PerProcess> per_process;
   for (size_t i = 0; i < window.handshakes.size(); ++i) {
     const usage::HandshakeCount& h = window.handshakes[i];
-    if (excluded(h.key.tgid)) continue;
+    if (!cx.w.in_scope(h.key.tgid)) continue;
     const std::string side = h.key.is_server == 1 ? "server" : h.key.is_server == 0 ? "client" : "unknown";
     const std::string kind = h.key.resumed == 1 ? "resumed" : h.key.resumed == 0 ? "full" : "unknown";
-    Merged& m = handshakes[{h.key.tgid, lib_path(h.key.lib), side, kind, usage::VersionName(h.key.version),
+    Merged& m = handshakes[{h.key.tgid, cx.LibPath(h.key.lib), side, kind, usage::VersionName(h.key.version),
                             usage::CipherSuiteName(h.key.cipher), usage::GroupName(h.key.kx_type, h.key.kx_len),
                             usage::CertKeyTypeName(h.key.cert_type)}];
     m.count += h.count;
@@ -117,7 +109,7 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
   for (const auto& [labels, m] : handshakes) {
     const auto& [tgid, lib, side, kind, version, suite, group, cert] = labels;
     rows.push_back({{"pid", tgid},
-                    {"comm", Comm(registry, tgid)},
+                    {"comm", Comm(cx.w, tgid)},
                     {"library", lib},
                     {"side", side},
                     {"kind", kind},
@@ -129,18 +121,20 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                     {"estimated_count", m.estimated},
                     {"cpu_seconds_per_handshake", m.estimated > 0 ? m.cpu / m.estimated : 0.0}});
   }
-  doc["handshakes"] = std::move(rows);
+  return rows;
+}
 
-  // Operations, merged over their raw key the same way; histograms add up.
+// Operations, merged over their raw key the same way; histograms add up.
+json OperationsJson(const Context& cx) {
   using OpLabels = std::tuple<uint32_t, std::string, std::string, std::string, bool>;
   std::map<OpLabels, usage::OperationStats> ops;
-  for (const usage::OperationStats& op : window.operations) {
-    if (excluded(op.key.tgid) || op.key.op == USAGE_OP_CALIBRATE) continue;
+  for (const usage::OperationStats& op : cx.usage.counts.operations) {
+    if (!cx.w.in_scope(op.key.tgid) || op.key.op == USAGE_OP_CALIBRATE) continue;
     const std::string algorithm = op.key.op == USAGE_OP_DERIVE
                                       ? usage::KeyExchangeAlgorithm(op.key.key_type, op.key.len)
                                       : usage::SignatureAlgorithm(op.key.key_type, op.key.len);
     auto [it, fresh] = ops.try_emplace(
-        {op.key.tgid, lib_path(op.key.lib), OpName(op.key.op), algorithm, op.key.in_handshake != 0}, op);
+        {op.key.tgid, cx.LibPath(op.key.lib), OpName(op.key.op), algorithm, op.key.in_handshake != 0}, op);
     if (fresh) continue;
     it->second.count += op.count;
     it->second.estimated += op.estimated;
@@ -148,14 +142,14 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
     it->second.wall_ns += op.wall_ns;
     for (size_t i = 0; i < it->second.slots.size() && i < op.slots.size(); ++i) it->second.slots[i] += op.slots[i];
   }
-  rows = json::array();
+  json rows = json::array();
   for (const auto& [labels, op] : ops) {
     const auto& [tgid, lib, name, algorithm, in_handshake] = labels;
     // The probes' own time (calibrated at start) is already taken off, in BPF.
     auto net_us = [](double ns) { return ns / 1e3; };
     const double count = static_cast<double>(op.count);
     rows.push_back({{"pid", tgid},
-                    {"comm", Comm(registry, tgid)},
+                    {"comm", Comm(cx.w, tgid)},
                     {"library", lib},
                     {"operation", name},
                     {"algorithm", algorithm},
@@ -167,23 +161,29 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                     {"latency_p50_us", net_us(usage::HistogramQuantile(op.slots, 0.50))},
                     {"latency_p99_us", net_us(usage::HistogramQuantile(op.slots, 0.99))}});
   }
-  doc["operations"] = std::move(rows);
+  return rows;
+}
 
-  // TLS CPU in the handshake phase (sampled) over the handshakes completed
-  // (probed), per process: docs/usage.md, "Cost per handshake".
-  // The process's whole CPU per handshake too: for a server that mostly
-  // handshakes, what the Go study measured (kernel time included).
-  rows = json::array();
+// What HandshakeCpuJson adds up over the processes, for the observer's bias.
+struct HandshakeTotals {
   double handshaking_cpu = 0, seen = 0, estimated = 0;
+};
+
+// TLS CPU in the handshake phase (sampled) over the handshakes completed
+// (probed), per process: docs/usage.md, "Cost per handshake". The process's
+// whole CPU per handshake too: for a server that mostly handshakes, what the
+// Go study measured (kernel time included).
+json HandshakeCpuJson(const Context& cx, const std::map<uint32_t, PerProcess>& per_process, HandshakeTotals& totals) {
+  json rows = json::array();
   for (const auto& [tgid, p] : per_process) {
-    const double cpu = handshake_tls_cpu(tgid), all = process_cpu(tgid);
-    const double ml_kem = handshake_algorithm_cpu(tgid, "ML-KEM");
+    const double cpu = cx.HandshakeTlsCpu(tgid), all = cx.ProcessCpu(tgid);
+    const double ml_kem = cx.HandshakeAlgorithmCpu(tgid, "ML-KEM");
     const double n = p.estimated;
-    handshaking_cpu += all;
-    seen += static_cast<double>(p.handshakes);
-    estimated += n;
+    totals.handshaking_cpu += all;
+    totals.seen += static_cast<double>(p.handshakes);
+    totals.estimated += n;
     rows.push_back({{"pid", tgid},
-                    {"comm", Comm(registry, tgid)},
+                    {"comm", Comm(cx.w, tgid)},
                     {"handshakes", p.handshakes},
                     {"estimated_handshakes", p.estimated},
                     {"full", p.full},
@@ -195,25 +195,39 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
                     {"process_cpu_seconds", all},
                     {"process_cpu_seconds_per_handshake", n ? all / n : 0.0}});
   }
-  doc["handshake_cpu"] = std::move(rows);
+  return rows;
+}
 
-  // Live TLS connections beside the process's resident memory: an SRE
-  // reads off memory per connection (docs/usage.md, "Live connections").
-  rows = json::array();
-  for (const usage::ConnectionCount& c : window.connections) {
-    if (excluded(c.tgid)) continue;
-    const uint64_t rss = ResidentBytes(c.tgid);
+// Live TLS connections beside the process's resident memory: an SRE reads
+// off memory per connection (docs/usage.md, "Live connections"). Null when
+// the probes paused in the window: connections that began or ended
+// meanwhile were not seen.
+json ConnectionsJson(const Context& cx) {
+  if (!cx.usage.counts.connections_known) return nullptr;
+  json rows = json::array();
+  for (const usage::ConnectionCount& c : cx.usage.counts.connections) {
+    if (!cx.w.in_scope(c.tgid)) continue;
+    const uint64_t rss = cx.w.process(c.tgid).resident_bytes;
     rows.push_back({{"pid", c.tgid},
-                    {"comm", Comm(registry, c.tgid)},
-                    {"library", lib_path(c.lib)},
+                    {"comm", Comm(cx.w, c.tgid)},
+                    {"library", cx.LibPath(c.lib)},
                     {"live_connections", c.estimated},
                     {"rss_bytes", rss},
                     {"rss_bytes_per_connection", c.estimated >= 1 ? static_cast<double>(rss) / c.estimated : 0.0}});
   }
-  // Unknown (null) when the probes paused in the window: connections that
-  // began or ended meanwhile were not seen.
-  doc["connections"] = window.connections_known ? std::move(rows) : json(nullptr);
+  return rows;
+}
 
+json PerInstruction(const std::array<double, INSN_NR>& ns) {
+  return {{"push", ns[INSN_EMULATED_PUSH] / 1e3},
+          {"endbr64", ns[INSN_ENDBR64] / 1e3},
+          {"single_stepped", ns[INSN_SINGLE_STEPPED] / 1e3},
+          {"go", ns[INSN_GO] / 1e3}};
+}
+
+// The probes' files, cost, budget and totals (agent.usage).
+json AgentUsageJson(const Context& cx, const HandshakeTotals& t) {
+  const usage::UsageSnapshot& window = cx.usage.counts;
   // The observer's bias: a process with no CPU to spare handshakes slower
   // while the probes are attached (their traps cost it CPU), so the phases
   // see a lower rate than the rest and the scaled counts read low by up to
@@ -222,45 +236,52 @@ void AddUsage(json& doc, const usage::UsageSnapshot& window, const usage::UsageP
   // CPU (clients elsewhere set the rate) there is none either: the bound
   // is for an SRE to weigh against the process's CPU use.
   double cpu_bound_bias = 0;
-  if (window.budget.duty_cycle < 1.0 && seen > 0 && estimated > 0 && handshaking_cpu > 0) {
-    const double probe = window.budget.probe_cpu_seconds / seen;
-    cpu_bound_bias = std::min(1.0, probe / std::max(probe, handshaking_cpu / estimated));
+  if (window.budget.duty_cycle < 1.0 && t.seen > 0 && t.estimated > 0 && t.handshaking_cpu > 0) {
+    const double probe = window.budget.probe_cpu_seconds / t.seen;
+    cpu_bound_bias = std::min(1.0, probe / std::max(probe, t.handshaking_cpu / t.estimated));
   }
   json attached = json::array();
-  for (const usage::AttachedFile& f : files) {
+  for (const usage::AttachedFile& f : cx.usage.files) {
     attached.push_back({{"path", f.path}, {"functions", f.functions}, {"fields", f.fields}});
   }
-  doc["agent"]["usage"] = {{"files", std::move(attached)},
-                           {"probe_overhead_us",
-                            {{"push", probes.probe_overhead_ns()[INSN_EMULATED_PUSH] / 1e3},
-                             {"endbr64", probes.probe_overhead_ns()[INSN_ENDBR64] / 1e3},
-                             {"single_stepped", probes.probe_overhead_ns()[INSN_SINGLE_STEPPED] / 1e3},
-                             {"go", probes.probe_overhead_ns()[INSN_GO] / 1e3}}},
-                           {"call_cost_us",
-                            {{"push", probes.call_cost_ns()[INSN_EMULATED_PUSH] / 1e3},
-                             {"endbr64", probes.call_cost_ns()[INSN_ENDBR64] / 1e3},
-                             {"single_stepped", probes.call_cost_ns()[INSN_SINGLE_STEPPED] / 1e3},
-                             {"go", probes.call_cost_ns()[INSN_GO] / 1e3}}},
-                           {"budget",
-                            {{"cpu_seconds_per_second", probes.budget()},
-                             {"cpu_bound_bias", cpu_bound_bias},
-                             {"budget_cpu_seconds", window.budget.budget_cpu_seconds},
-                             {"probe_cpu_seconds", window.budget.probe_cpu_seconds},
-                             {"duty_cycle", window.budget.duty_cycle},
-                             {"attached", window.budget.attached},
-                             {"relative_error", window.budget.relative_error},
-                             {"toggles", window.budget.toggles}}},
-                           {"probe_hits", window.totals.hits},
-                           {"handshake_calls", window.totals.handshake_calls},
-                           {"handshakes", window.totals.handshakes},
-                           {"operations", window.totals.ops},
-                           {"nested_calls", window.totals.nested},
-                           {"dropped_keys", window.totals.dropped_keys},
-                           {"read_errors", window.totals.read_errors},
-                           {"go_unmatched_returns", window.totals.go_unmatched},
-                           {"go_migrated_operations", window.totals.go_migrated},
-                           {"connection_ends", window.totals.closes},
-                           {"connections_not_tracked", window.totals.live_full}};
+  return {{"files", std::move(attached)},
+          {"probe_overhead_us", PerInstruction(cx.usage.probe_overhead_ns)},
+          {"call_cost_us", PerInstruction(cx.usage.call_cost_ns)},
+          {"budget",
+           {{"cpu_seconds_per_second", cx.usage.budget_cpu_per_second},
+            {"cpu_bound_bias", cpu_bound_bias},
+            {"budget_cpu_seconds", window.budget.budget_cpu_seconds},
+            {"probe_cpu_seconds", window.budget.probe_cpu_seconds},
+            {"duty_cycle", window.budget.duty_cycle},
+            {"attached", window.budget.attached},
+            {"relative_error", window.budget.relative_error},
+            {"toggles", window.budget.toggles}}},
+          {"probe_hits", window.totals.hits},
+          {"handshake_calls", window.totals.handshake_calls},
+          {"handshakes", window.totals.handshakes},
+          {"operations", window.totals.ops},
+          {"nested_calls", window.totals.nested},
+          {"dropped_keys", window.totals.dropped_keys},
+          {"read_errors", window.totals.read_errors},
+          {"go_unmatched_returns", window.totals.go_unmatched},
+          {"go_migrated_operations", window.totals.go_migrated},
+          {"connection_ends", window.totals.closes},
+          {"connections_not_tracked", window.totals.live_full}};
+}
+
+}  // namespace
+
+void AddUsage(json& doc, const profiler::Window& w) {
+  if (!w.usage) return;
+  Context cx{w, *w.usage, {}};
+  for (const usage::AttachedFile& f : w.usage->files) cx.library[f.lib] = f.path;
+  std::map<uint32_t, PerProcess> per_process;
+  doc["handshakes"] = HandshakesJson(cx, per_process);
+  doc["operations"] = OperationsJson(cx);
+  HandshakeTotals totals;
+  doc["handshake_cpu"] = HandshakeCpuJson(cx, per_process, totals);
+  doc["connections"] = ConnectionsJson(cx);
+  doc["agent"]["usage"] = AgentUsageJson(cx, totals);
 }
 
 }  // namespace tlsprof::report

@@ -8,20 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/aggregate/profile.h"
-#include "agent/discovery/process_registry.h"
-#include "agent/usage/usage_probes.h"
+#include "agent/profiler/window.h"
 
 namespace tlsprof::report {
 
-// Adds the sections to `doc` (a BuildReport() document). `window` is what
-// the probes counted over the report's window; `period_ns` the CPU time one
-// sample stands for. Rows of the agent's own process (`self`) are left out,
-// and with a non-empty `scope` (--pid) so are those of other processes: the
-// probes count for every process that maps the library. `probes` gives the
-// attached files and the calibration (reported under agent.usage).
-void AddUsage(nlohmann::json& doc, const usage::UsageSnapshot& window, const usage::UsageProbes& probes,
-              const aggregate::Profile& profile, const discovery::ProcessRegistry& registry, uint64_t period_ns,
-              pid_t self, const std::vector<pid_t>& scope);
+// Adds the sections to `doc` (a BuildReport() document) from the window's
+// usage counts; nothing without them. Rows of the agent's own process are
+// left out, and with --pid so are those of other processes: the probes count
+// for every process that maps the library. The probes' files and calibration
+// go under agent.usage.
+void AddUsage(nlohmann::json& doc, const profiler::Window& window);
 
 }  // namespace tlsprof::report

@@ -1,4 +1,4 @@
-#include "agent/daemon/encode.h"
+#include "agent/wire/encode.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,10 +6,12 @@
 #include <utility>
 #include <vector>
 
-#include "agent/daemon/services.h"
 #include "agent/usage/names.h"
+#include "agent/wire/services.h"
 
-namespace tlsprof::daemon {
+#include <spdlog/spdlog.h>
+
+namespace tlsprof::wire {
 
 ServiceMap GroupServices(const aggregate::Profile& profile, uint64_t scope_busy_samples,
                          const std::function<ServiceKey(const aggregate::ProcessProfile&)>& service_of) {
@@ -295,4 +297,60 @@ v1::AgentReport EncodeReport(const ServiceMap& services, uint64_t busy_samples, 
   return report;
 }
 
-}  // namespace tlsprof::daemon
+namespace {
+
+// A process with usage rows, as a service: from its snapshot, else from
+// /proc at the close; "(exited)" when it was gone by then (a short-lived
+// client); nullopt for the agent itself and processes outside --pid.
+std::optional<ServiceKey> UsageServiceOf(const profiler::Window& window, uint32_t tgid, bool container_labels) {
+  if (!window.in_scope(tgid)) return std::nullopt;
+  const profiler::ProcessInfo& info = window.process(tgid);
+  if (!info.snapshotted && info.comm.empty()) return ServiceKey{std::string(kExitedService)};
+  return ServiceKeyOf(info.cgroup, info.comm, info.container, container_labels);
+}
+
+}  // namespace
+
+v1::AgentReport EncodeWindow(const profiler::Window& window, const EncodeOptions& options, const SpoolState& spool) {
+  const aggregate::Profile& profile = window.profile;
+  ServiceMap services =
+      GroupServices(profile, profile.scope_samples, [&window, &options](const aggregate::ProcessProfile& p) {
+        const profiler::ProcessInfo& info = window.process(static_cast<uint32_t>(p.pid));
+        return ServiceKeyOf(info.snapshotted ? std::string_view(info.cgroup) : std::string_view(), p.comm,
+                            info.snapshotted ? info.container : discovery::ContainerIdentity{},
+                            options.container_labels);
+      });
+  std::optional<v1::UsageStats> usage_stats;
+  if (window.usage) {
+    std::map<uint16_t, std::string> library;
+    for (const usage::AttachedFile& f : window.usage->files) library[f.lib] = f.library;
+    auto service_of = [&](uint32_t tgid) { return UsageServiceOf(window, tgid, options.container_labels); };
+    auto library_of = [&library](uint16_t lib) {
+      auto it = library.find(lib);
+      return it == library.end() || it->second.empty() ? std::string("unknown") : it->second;
+    };
+    if (const size_t dropped = AddUsage(services, window.usage->counts, service_of, library_of); dropped > 0) {
+      spdlog::warn("usage: {} rows past the per-report caps left out of this window", dropped);
+    }
+    usage_stats = UsageStatsOf(window.usage->counts);
+  }
+  v1::Host host;
+  host.set_hostname(window.host.hostname);
+  host.set_machine_id(window.host.machine_id);
+  host.set_agent_version(TLSPROF_VERSION);
+  host.set_cpus(static_cast<uint32_t>(window.host.cpus));
+  v1::AgentStats agent;
+  agent.set_cpu_seconds(window.cost.window_cpu_seconds);
+  agent.set_max_rss_bytes(window.cost.resident_bytes);
+  agent.set_dropped_samples(window.totals.dropped_ip + window.totals.dropped_pid + window.totals.dropped_stack);
+  agent.set_unresolved_samples(profile.unresolved_samples);
+  agent.set_spooled_batches(spool.batches);
+  agent.set_spool_dropped_batches(spool.dropped);
+  WindowInfo info{.start_unix_ns = window.start_unix_ns,
+                  .end_unix_ns = window.end_unix_ns,
+                  .frequency_hz = window.host.frequency_hz,
+                  .period_ns = window.host.period_ns};
+  return EncodeReport(services, profile.scope_samples, info, host, agent, usage_stats);
+}
+
+}  // namespace tlsprof::wire

@@ -1,4 +1,4 @@
-#include "agent/daemon/metrics.h"
+#include "agent/expose/metrics.h"
 
 #include <prometheus/text_serializer.h>
 
@@ -6,10 +6,10 @@
 #include <exception>
 
 #include "agent/classify/classify.h"
-#include "agent/daemon/services.h"
+#include "agent/wire/services.h"
 #include "proto/tlsprof/v1/usage_wire.h"
 
-namespace tlsprof::daemon {
+namespace tlsprof::expose {
 namespace {
 
 using prometheus::BuildCounter;
@@ -240,7 +240,7 @@ void AgentMetrics::AddReport(const v1::AgentReport& report) {
     key.insert(key.end(), {s.name(), s.container_id(), s.pod_uid()});
     if (!series_.contains(key) && series_.size() >= kMaxSeries) {
       key.resize(key.size() - 3);
-      key.insert(key.end(), {std::string(kOverflowService), "", ""});
+      key.insert(key.end(), {std::string(wire::kOverflowService), "", ""});
     }
     std::map<std::string, std::string> labels{{"service", key[key.size() - 3]}};
     if (!key[key.size() - 2].empty()) labels["container_id"] = key[key.size() - 2];
@@ -359,4 +359,4 @@ std::string AgentMetrics::Text() const {
   return serializer.Serialize(registry_->Collect());
 }
 
-}  // namespace tlsprof::daemon
+}  // namespace tlsprof::expose

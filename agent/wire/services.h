@@ -14,7 +14,7 @@
 
 #include "agent/discovery/cgroup_identity.h"
 
-namespace tlsprof::daemon {
+namespace tlsprof::wire {
 
 inline constexpr std::string_view kNonTlsService = "(non-tls)";
 // Services beyond the per-report cap (kMaxServices) are summed here.
@@ -57,4 +57,4 @@ struct ServiceKey {
 ServiceKey ServiceKeyOf(std::string_view cgroup, std::string_view comm, const discovery::ContainerIdentity& container,
                         bool container_labels);
 
-}  // namespace tlsprof::daemon
+}  // namespace tlsprof::wire

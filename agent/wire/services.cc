@@ -1,9 +1,9 @@
-#include "agent/daemon/services.h"
+#include "agent/wire/services.h"
 
 #include <algorithm>
 #include <array>
 
-namespace tlsprof::daemon {
+namespace tlsprof::wire {
 namespace {
 
 bool IsLabelChar(char c) {
@@ -65,4 +65,4 @@ ServiceKey ServiceKeyOf(std::string_view cgroup, std::string_view comm, const di
   return key;
 }
 
-}  // namespace tlsprof::daemon
+}  // namespace tlsprof::wire

@@ -23,7 +23,7 @@
 #include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
 
-namespace tlsprof::daemon {
+namespace tlsprof::expose {
 
 // The agent's health over one window.
 struct WindowHealth {
@@ -134,4 +134,4 @@ class AgentMetrics {
   std::set<std::vector<std::string>> series_;
 };
 
-}  // namespace tlsprof::daemon
+}  // namespace tlsprof::expose

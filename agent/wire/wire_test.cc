@@ -1,4 +1,4 @@
-// No privileges: services, the report encoding, the metrics and the flag checks.
+// No privileges: services, the report encoding and the agent's metrics.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,14 +9,16 @@
 #include <set>
 #include <tuple>
 
-#include "agent/daemon/daemon.h"
-#include "agent/daemon/encode.h"
-#include "agent/daemon/metrics.h"
-#include "agent/daemon/services.h"
+#include "agent/expose/metrics.h"
+#include "agent/wire/encode.h"
+#include "agent/wire/services.h"
 #include "collector/ingest/validate.h"
 
-namespace tlsprof::daemon {
+namespace tlsprof::wire {
 namespace {
+
+using expose::AgentMetrics;
+using expose::CheckListenAddress;
 
 using classify::Bucket;
 using classify::LibraryKind;
@@ -623,28 +625,5 @@ TEST(Metrics, PortInUseIsAnError) {
   EXPECT_THAT(st.error().message, HasSubstr("cannot listen"));
 }
 
-TEST(Validate, Flags) {
-  Options o;
-  EXPECT_TRUE(Validate(o).ok());
-  o.interval_seconds = 0;
-  EXPECT_THAT(Validate(o).error().message, HasSubstr("--interval"));
-  o = {};
-  o.collector = "collector:4317";
-  EXPECT_THAT(Validate(o).error().message, HasSubstr("--insecure"));
-  o.insecure = true;
-  EXPECT_TRUE(Validate(o).ok());
-  o.insecure = false;
-  o.tls_ca = "ca.pem";
-  o.tls_cert = "agent.pem";
-  EXPECT_THAT(Validate(o).error().message, HasSubstr("--tls-key"));
-  o.tls_key = "agent.key";
-  EXPECT_TRUE(Validate(o).ok());
-  o.insecure = true;
-  EXPECT_FALSE(Validate(o).ok());
-  o = {};
-  o.metrics_listen = "nonsense";
-  EXPECT_THAT(Validate(o).error().message, HasSubstr("--metrics-listen"));
-}
-
 }  // namespace
-}  // namespace tlsprof::daemon
+}  // namespace tlsprof::wire

@@ -15,12 +15,13 @@
 #include <tuple>
 
 #include "agent/aggregate/profile.h"
-#include "agent/daemon/services.h"
+#include "agent/profiler/window.h"
 #include "agent/usage/usage_probes.h"
+#include "agent/wire/services.h"
 #include "proto/tlsprof/v1/usage_wire.h"
 #include "tlsprof/v1/report.pb.h"
 
-namespace tlsprof::daemon {
+namespace tlsprof::wire {
 
 // A service's usage telemetry in one window (usage::UsageSnapshot's rows of
 // its processes, merged by their labels: names from agent/usage/names.h,
@@ -106,4 +107,23 @@ v1::AgentReport EncodeReport(const ServiceMap& services, uint64_t busy_samples, 
                              const v1::Host& host, const v1::AgentStats& agent,
                              const std::optional<v1::UsageStats>& usage = std::nullopt);
 
-}  // namespace tlsprof::daemon
+// How the agent labels its services (--no-container-labels turns the
+// container and pod off).
+struct EncodeOptions {
+  bool container_labels = true;
+};
+
+// The spool when the window is sealed (ship::ShipperStats); zero without a
+// collector.
+struct SpoolState {
+  uint64_t batches = 0;
+  uint64_t dropped = 0;
+};
+
+// One window as the fleet's report: services from the window's processes
+// (GroupServices), their usage rows (AddUsage, with the processes the
+// window describes), the host, the agent's cost and the spool. Usage rows
+// past the per-report caps are left out, and logged.
+v1::AgentReport EncodeWindow(const profiler::Window& window, const EncodeOptions& options, const SpoolState& spool);
+
+}  // namespace tlsprof::wire

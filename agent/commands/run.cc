@@ -1,0 +1,115 @@
+// `run`: windows for as long as it runs, into /metrics and the shipper.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "agent/commands/commands.h"
+#include "agent/expose/metrics_sink.h"
+#include "agent/ship/ship_sink.h"
+
+namespace tlsprof::commands {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// Sleeps until `until` or a stop request, in short steps.
+void SleepUntil(Clock::time_point until, const std::atomic<bool>& stop) {
+  while (!stop.load() && Clock::now() < until) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
+  }
+}
+
+// The shipper's counters, mirrored into /metrics: the sender thread moves
+// batches at any time, so this runs at every poll, not only at window ends.
+void MirrorShipper(const ship::Shipper* shipper, expose::AgentMetrics& metrics) {
+  if (shipper == nullptr) return;
+  const ship::ShipperStats st = shipper->stats();
+  metrics.SetShip({st.sealed, st.accepted, st.duplicates, st.rejected, st.spool_dropped, st.send_errors,
+                   st.spooled_batches, st.spooled_bytes, st.last_success_unix_seconds, st.unpersisted});
+}
+
+// The threads the daemon serves from (/metrics, the shipper), started after
+// the capability drop: a thread keeps the capabilities of its creator.
+Status StartServices(const RunOptions& run, expose::AgentMetrics& metrics, std::unique_ptr<ship::Shipper>& shipper) {
+  if (auto st = metrics.Serve(run.metrics_listen); !st.ok()) return st;
+  if (run.collector.empty()) return OkStatus();
+  auto started = ship::Shipper::Start({.collector = run.collector,
+                                       .state_dir = run.state_dir,
+                                       .spool_max_bytes = run.spool_max_bytes,
+                                       .insecure = run.insecure,
+                                       .tls = {run.tls_ca, run.tls_cert, run.tls_key}});
+  if (!started.ok()) return started.error();
+  shipper = std::move(started).value();
+  return OkStatus();
+}
+
+// What the agent holds across windows: it must follow the processes alive,
+// not every process ever seen (test_faults_discovery.py reads this line).
+void LogRegistry(const profiler::Window& w) {
+  spdlog::info("registry: processes={} images={} cached_images={} images_changed={} processes_replaced={} pending={}",
+               w.health.tracked_processes, w.health.images, w.health.cached_images, w.health.images_changed,
+               w.health.processes_replaced, w.health.pending_processes);
+}
+
+}  // namespace
+
+Status Run(const Options& options, const std::atomic<bool>& stop) {
+  // Order: the sampler (the only step needing CAP_BPF + CAP_PERFMON), the
+  // capability drop, the threads, then the first snapshot of every process,
+  // the slow part; so a port in use still fails before that.
+  expose::AgentMetrics metrics;
+  std::unique_ptr<ship::Shipper> shipper;
+  profiler::Options po = ProfilerOptions(options, Command::kRun);
+  po.after_setup = [&] { return StartServices(options.run, metrics, shipper); };
+  auto started = profiler::Profiler::Start(po);
+  if (!started.ok()) return started.error();
+  profiler::Profiler& profiler = **started;
+  expose::MetricsSink metrics_sink(metrics);
+  ship::ShipSink ship_sink(shipper.get());
+  wire::ReportFanout sinks({.container_labels = options.run.container_labels}, [&] { return ship_sink.spool(); },
+                           {&metrics_sink, &ship_sink});
+  const auto& s = options.sampling;
+  spdlog::info("profiling {} at {} Hz in {} s windows; /metrics on {}{}",
+               s.pids.empty() ? "the host" : fmt::format("{} processes", s.pids.size()), s.frequency_hz,
+               options.run.interval_seconds, options.run.metrics_listen,
+               options.run.collector.empty() ? "" : fmt::format(", shipping to {}", options.run.collector));
+  const auto interval = Seconds(options.run.interval_seconds);
+  auto next_close = Clock::now() + interval;
+  for (bool stopping = false; !stopping;) {
+    SleepUntil(std::min(next_close, Clock::now() + Seconds(options.poll_seconds)), stop);
+    stopping = stop.load();
+    if (!stopping && Clock::now() < next_close) {
+      profiler.Poll(next_close);
+      MirrorShipper(shipper.get(), metrics);
+      continue;
+    }
+    // Close the window: on schedule, or the partial one at a stop request.
+    const profiler::Window window = profiler.CloseWindow();
+    if (auto st = sinks.Consume(window); !st.ok()) spdlog::error("{}", st.error().message);
+    LogRegistry(window);
+    MirrorShipper(shipper.get(), metrics);
+    // A window that took longer than the interval to close (a stalled host):
+    // the next one starts now rather than closing at once.
+    next_close += interval;
+    if (next_close < Clock::now()) next_close = Clock::now() + interval;
+  }
+  profiler.Stop();
+  if (!shipper) return OkStatus();
+  const bool empty = shipper->Flush(std::chrono::milliseconds(static_cast<int64_t>(options.run.flush_seconds * 1000)));
+  MirrorShipper(shipper.get(), metrics);
+  if (empty) {
+    spdlog::info("spool empty; exiting");
+  } else {
+    spdlog::warn("{} batches left in the spool for the next start", shipper->stats().spooled_batches);
+  }
+  return OkStatus();
+}
+
+}  // namespace tlsprof::commands
