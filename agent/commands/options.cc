@@ -52,15 +52,15 @@ void AddReportFlags(CLI::App& app, ReportOptions& r) {
   app.add_option("--folded", r.folded_path, "Also write the TLS stacks as folded stacks (flamegraph.pl)");
   app.add_option("--pprof", r.pprof_path, "Also write the TLS stacks as a pprof profile (go tool pprof)");
   // What every sink consumed, for replaying it (agent/profiler/window_record.h); for tests and bug reports.
-  app.add_option("--record-window", r.record_path, "Also write the window itself as JSON (a recording)")
-      ->group("");
+  app.add_option("--record-window", r.record_path, "Also write the window itself as JSON (a recording)")->group("");
 }
 
 void AddRunFlags(CLI::App& app, RunOptions& r) {
   app.add_option("--collector", r.collector, "Ship each window to this collector (HOST:PORT)");
   app.add_option("--interval", r.interval_seconds, "Seconds per window")->capture_default_str();
   app.add_option("--metrics-listen", r.metrics_listen, "Serve Prometheus /metrics on HOST:PORT")->capture_default_str();
-  app.add_option("--state-dir", r.state_dir, "Instance id, sequence and spool of sealed windows")->capture_default_str();
+  app.add_option("--state-dir", r.state_dir, "Instance id, sequence and spool of sealed windows")
+      ->capture_default_str();
   app.add_option("--spool-max-bytes", r.spool_max_bytes,
                  "Spool bound; the oldest batches are dropped (and counted) beyond it")
       ->capture_default_str();

@@ -32,9 +32,9 @@ struct HostInfo {
   std::string machine_id;  // /etc/machine-id, "" if unreadable
   int cpus = 0;
   uint32_t frequency_hz = 0;
-  uint64_t period_ns = 0;          // CPU time one sample stands for
-  std::vector<pid_t> scope_pids;   // --pid; empty: the whole host
-  pid_t agent_pid = 0;             // the agent itself: its own usage rows are not reported
+  uint64_t period_ns = 0;         // CPU time one sample stands for
+  std::vector<pid_t> scope_pids;  // --pid; empty: the whole host
+  pid_t agent_pid = 0;            // the agent itself: its own usage rows are not reported
 };
 
 // A process the window names (it has samples or usage rows), as read when
@@ -64,9 +64,9 @@ struct AgentCost {
   double bpf_seconds = 0;         // BPF run time in the window (the kernel's BPF stats)
   uint64_t bpf_runs = 0;
   bool bpf_stats_enabled = false;
-  uint64_t max_rss_bytes = 0;           // peak resident memory so far
-  uint64_t resident_bytes = 0;          // resident memory at the close
-  double report_latency_seconds = 0;    // window end → attribution done (symbolization included)
+  uint64_t max_rss_bytes = 0;         // peak resident memory so far
+  uint64_t resident_bytes = 0;        // resident memory at the close
+  double report_latency_seconds = 0;  // window end → attribution done (symbolization included)
 };
 
 // The agent's state across windows, at the close.

@@ -1,8 +1,8 @@
 #include "agent/profiler/window_record.h"
 
 #include <fstream>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -93,8 +93,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Profile, scope_samples, crypto, processes, un
 namespace sample {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Totals::UnwindStops, zero_ip, end, max_frames, no_mapping, no_row, cfa_none,
                                    bp_unknown, unreadable, not_growing, reg_unknown)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Totals, samples, idle, kernel, user, dropped_ip, dropped_pid, unwound,
-                                   dropped_stack, unwind_not_tls, unwind_stop, unwind_walks, unwind_frames, unwind_ns,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Totals, samples, idle, kernel, user, dropped_ip, dropped_pid, unwound, dropped_stack,
+                                   unwind_not_tls, unwind_stop, unwind_walks, unwind_frames, unwind_ns,
                                    unwind_row_searches)
 }  // namespace sample
 
@@ -114,13 +114,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(UsageSnapshot, handshakes, operations, totals
 }  // namespace usage
 
 namespace profiler {
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(HostInfo, hostname, machine_id, cpus, frequency_hz, period_ns, scope_pids,
-                                   agent_pid)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(HostInfo, hostname, machine_id, cpus, frequency_hz, period_ns, scope_pids, agent_pid)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ProcessInfo, comm, cgroup, container, resident_bytes, snapshotted)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(UsageInfo, counts, files, probe_overhead_ns, call_cost_ns, budget_cpu_per_second,
                                    budget_share)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(AgentCost, window_cpu_seconds, cpu_seconds, bpf_seconds, bpf_runs,
-                                   bpf_stats_enabled, max_rss_bytes, resident_bytes, report_latency_seconds)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(AgentCost, window_cpu_seconds, cpu_seconds, bpf_seconds, bpf_runs, bpf_stats_enabled,
+                                   max_rss_bytes, resident_bytes, report_latency_seconds)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(AgentHealth, tracked_processes, pending_processes, forgotten_processes, images,
                                    cached_images, images_changed, processes_replaced, memory_limit_bytes,
                                    images_skipped, tables_skipped, unwind)

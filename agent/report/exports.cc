@@ -64,7 +64,8 @@ std::string FoldedStacks(const aggregate::Profile& profile) {
   return out;
 }
 
-std::string PprofProfile(const aggregate::Profile& profile, uint64_t period_ns, double duration_seconds) {
+std::string PprofProfile(const aggregate::Profile& profile, uint64_t period_ns, int64_t start_unix_ns,
+                         double duration_seconds) {
   pprof::Profile p;
   StringTable strings(&p);
   auto* samples_type = p.add_sample_type();
@@ -78,10 +79,7 @@ std::string PprofProfile(const aggregate::Profile& profile, uint64_t period_ns, 
   p.set_period(static_cast<int64_t>(period_ns));
   p.set_default_sample_type(1);
   p.set_duration_nanos(static_cast<int64_t>(duration_seconds * 1e9));
-  p.set_time_nanos(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch() -
-                                                           std::chrono::duration<double>(duration_seconds))
-          .count());
+  p.set_time_nanos(start_unix_ns);
 
   // One function and one location per distinct frame name: the export is
   // symbolic (addresses are process-specific and stay in the agent).

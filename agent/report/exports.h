@@ -15,8 +15,10 @@
 namespace tlsprof::report {
 
 std::string FoldedStacks(const aggregate::Profile& profile);
-// Serialized (uncompressed) pprof profile.proto bytes.
-std::string PprofProfile(const aggregate::Profile& profile, uint64_t period_ns, double duration_seconds);
+// Serialized (uncompressed) pprof profile.proto bytes; the profile starts
+// at `start_unix_ns` (the window's start) and lasts `duration_seconds`.
+std::string PprofProfile(const aggregate::Profile& profile, uint64_t period_ns, int64_t start_unix_ns,
+                         double duration_seconds);
 
 Status WriteFile(const std::string& path, const std::string& bytes);
 

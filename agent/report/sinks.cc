@@ -20,12 +20,11 @@ Status ReportWriter::Consume(const profiler::Window& window) {
   return OkStatus();
 }
 
-Status FoldedWriter::Consume(const profiler::Window& window) {
-  return WriteFile(path_, FoldedStacks(window.profile));
-}
+Status FoldedWriter::Consume(const profiler::Window& window) { return WriteFile(path_, FoldedStacks(window.profile)); }
 
 Status PprofWriter::Consume(const profiler::Window& window) {
-  return WriteFile(path_, PprofProfile(window.profile, window.host.period_ns, window.duration_seconds()));
+  return WriteFile(
+      path_, PprofProfile(window.profile, window.host.period_ns, window.start_unix_ns, window.duration_seconds()));
 }
 
 }  // namespace tlsprof::report
