@@ -152,7 +152,7 @@ enum usage_go_reg {
 /* How the kernel runs a probed function's first instruction, which sets the
  * probe pair's own share of each timed call: x86 uprobes emulate `push reg`
  * (and some others) but single-step most instructions out of line, one more
- * trap (measured here: ~7 vs ~15 us per call). User space calibrates each
+ * trap, about twice the cost per call (docs/usage.md, "On-CPU latency"). User space calibrates each
  * class at start (probe_overhead_ns) and the programs take it off.
  */
 enum usage_insn_class {

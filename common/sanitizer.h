@@ -17,8 +17,8 @@ inline constexpr bool kAddressSanitizer = false;
 #endif
 
 // Tests' CPU-time budgets are the release build's. Under ASan every load and store is checked, and the
-// allocator keeps redzones and a quarantine: the classification tests measured 1.2x-5x slower than their
-// budget on the loaded 2-vCPU CI machine. Such a test asserts budget * kSanitizerTimeFactor there, and says so.
+// allocator keeps redzones and a quarantine: CPU-bound tests run several times over their release
+// budget. Such a test asserts budget * kSanitizerTimeFactor there, and says so.
 inline constexpr double kSanitizerTimeFactor = kAddressSanitizer ? 10.0 : 1.0;
 
 // The agent's default --memory-limit is the release build's 512 MiB times this. Under ASan the resident

@@ -37,7 +37,7 @@ Status DropToSteadyState(const sample::Sampler& sampler, bool attach_uprobes) {
     // Usage probes (agent/usage) are attached when a process maps a TLS
     // library file not probed yet. Attaching a BPF program needs CAP_BPF and
     // CAP_PERFMON, and creating a uprobe perf event for every process needs
-    // CAP_SYS_ADMIN on Linux 6.18 (measured: EACCES with CAP_BPF +
+    // CAP_SYS_ADMIN (Linux 6.18 answers EACCES with CAP_BPF and
     // CAP_PERFMON alone). So --usage keeps all three (docs/usage.md,
     // "Privileges"); a privileged helper that only opens uprobe events would
     // let the agent drop CAP_SYS_ADMIN again.

@@ -4,8 +4,8 @@
 // programs, creating the maps and opening the per-CPU perf events (plus
 // CAP_SYS_ADMIN for bpf_enable_stats(), which is optional). After it, the
 // agent reads /proc/PID/maps, /proc/PID/root/... and /proc/PID/map_files of
-// processes of any user (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH: measured, see
-// packaging/README.md) and reads and writes its maps through fds it already
+// processes of any user (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH; packaging/README.md
+// says which access needs which) and reads and writes its maps through fds it already
 // holds, which needs no capability on Linux 6.5+ ("bpf: Move unprivileged
 // checks into map_create() and bpf_prog_load()"), but CAP_BPF before 6.5 when
 // kernel.unprivileged_bpf_disabled is set (Debian's default). Nothing at

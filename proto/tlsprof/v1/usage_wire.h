@@ -7,11 +7,10 @@
 // thread-safe.
 //
 // Why half octaves: Prometheus' histogram_quantile() interpolates linearly
-// inside a bucket. On nginx's in-handshake signatures (test_usage_fleet.py)
-// plain exp2 buckets put the p50 of RSA-2048 at 410 us where the agent's own
-// histogram (8 sub-buckets per octave) says 311 us; half octaves read
-// 317-334 us, for twice the series. Both bounds are slot bounds of the
-// agent's histogram, so no slot is split.
+// inside a bucket, so plain exp2 buckets read a signature's p50 well above
+// the agent's own histogram (8 sub-buckets per octave); half octaves come
+// close for twice the series (docs/fleet.md has the figures). Both bounds
+// are slot bounds of the agent's histogram, so no slot is split.
 #pragma once
 
 #include <array>
