@@ -70,9 +70,8 @@ TEST_F(WindowGolden, JsonReportAndTable) {
 
 TEST_F(WindowGolden, FoldedAndPprof) {
   ExpectGolden("stacks.folded", report::FoldedStacks(window_.profile));
-  ExpectGolden("stacks.pprof",
-               report::PprofProfile(window_.profile, window_.host.period_ns, window_.start_unix_ns,
-                                    window_.duration_seconds()));
+  ExpectGolden("stacks.pprof", report::PprofProfile(window_.profile, window_.host.period_ns, window_.start_unix_ns,
+                                                    window_.duration_seconds()));
 }
 
 TEST_F(WindowGolden, FleetReportAndAgentMetrics) {
