@@ -62,8 +62,9 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-int PrintReport(const nlohmann::json& report, const std::string& format, const std::string& output) {
-  std::string text = format == "json" ? report.dump(2) + "\n" : tlsprof::report::RenderTable(report);
+int PrintReport(const nlohmann::json& report, const std::string& format, const tlsprof::report::TableOptions& table,
+                const std::string& output) {
+  std::string text = format == "json" ? report.dump(2) + "\n" : tlsprof::report::RenderTable(report, table);
   if (output.empty() || output == "-") {
     std::cout << text << std::flush;
     return 0;
@@ -151,12 +152,15 @@ int main(int argc, char** argv) {
 
   tlsprof::oneshot::Options options;
   std::string format = "table";
+  tlsprof::report::TableOptions table;
   std::string output;
   auto add_profile_flags = [&](CLI::App* cmd) {
     cmd->add_option("--duration", options.duration_seconds, "Seconds to profile")->check(CLI::Range(0.1, 86400.0));
     cmd->add_option("--frequency", options.frequency_hz, "Samples per second per CPU")->check(CLI::Range(1, 10000));
     cmd->add_option("--format", format, "table or json")->check(CLI::IsMember({"table", "json"}));
     cmd->add_option("--output,-o", output, "Write the report to this file instead of stdout");
+    cmd->add_flag("--all", table.all_rows,
+                  "In the table, print every row instead of folding the small ones into 'rest'");
     cmd->add_option("--folded", options.folded_path, "Also write the TLS stacks as folded stacks (flamegraph.pl)");
     cmd->add_option("--pprof", options.pprof_path, "Also write the TLS stacks as a pprof profile (go tool pprof)");
     cmd->add_flag("!--no-stacks", options.stacks, "Leaf-only attribution: do not unwind user stacks");
@@ -293,5 +297,5 @@ int main(int argc, char** argv) {
   options.drop_capabilities = true;
   auto report = tlsprof::oneshot::Run(options, g_stop);
   if (!report.ok()) return Fail(report.error().message);
-  return PrintReport(*report, format, output);
+  return PrintReport(*report, format, table, output);
 }
