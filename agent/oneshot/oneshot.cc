@@ -12,6 +12,7 @@
 #include "agent/aggregate/profile.h"
 #include "agent/profiler/profiler.h"
 #include "agent/report/exports.h"
+#include "agent/report/progress.h"
 #include "agent/report/report.h"
 #include "agent/report/usage_report.h"
 
@@ -57,8 +58,10 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   spdlog::info("profile: window open for {} s", options.duration_seconds);
   const auto window = std::chrono::duration<double>(options.duration_seconds);
   const auto poll = std::chrono::duration<double>(options.poll_seconds);
-  while (!stop.load()) {
+  // The countdown (stderr, on a terminal only) lives as long as the loop: however the loop ends, it is cleared.
+  for (report::Countdown countdown; !stop.load();) {
     auto elapsed = Clock::now() - window_start;
+    countdown.Show(window - elapsed);
     if (elapsed >= window) break;
     auto nap = std::min<Clock::duration>(std::chrono::duration_cast<Clock::duration>(poll),
                                          std::chrono::duration_cast<Clock::duration>(window - elapsed));
