@@ -58,8 +58,7 @@ Result<nlohmann::json> Run(const Options& options, const std::atomic<bool>& stop
   spdlog::info("profile: window open for {} s", options.duration_seconds);
   const auto window = std::chrono::duration<double>(options.duration_seconds);
   const auto poll = std::chrono::duration<double>(options.poll_seconds);
-  // The countdown (stderr, on a terminal only) lives as long as the loop: however the loop ends, it is cleared.
-  for (report::Countdown countdown; !stop.load();) {
+  for (report::Countdown countdown; !stop.load();) {  // scoped to the loop: cleared however it ends
     auto elapsed = Clock::now() - window_start;
     countdown.Show(window - elapsed);
     if (elapsed >= window) break;
