@@ -49,6 +49,7 @@ void AddReportFlags(CLI::App& app, ReportOptions& r) {
   app.add_option("--duration", r.duration_seconds, "Seconds to profile")->check(CLI::Range(0.1, 86400.0));
   app.add_option("--format", r.format, "table or json")->check(CLI::IsMember({"table", "json"}));
   app.add_option("--output,-o", r.output, "Write the report to this file instead of stdout");
+  app.add_flag("--all", r.all_rows, "In the table, print every row instead of folding the small ones into 'rest'");
   app.add_option("--folded", r.folded_path, "Also write the TLS stacks as folded stacks (flamegraph.pl)");
   app.add_option("--pprof", r.pprof_path, "Also write the TLS stacks as a pprof profile (go tool pprof)");
   // What every sink consumed, for replaying it (agent/profiler/window_record.h); for tests and bug reports.

@@ -24,6 +24,7 @@ struct ReportOptions {
   std::string folded_path;       // "": not written
   std::string pprof_path;
   std::string record_path;  // the Window as a recording (window_record.h); "": not written
+  bool all_rows = false;    // the table prints every row (--all)
 };
 
 // `run`: windows for as long as it runs, /metrics, a collector.

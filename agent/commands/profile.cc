@@ -13,6 +13,7 @@
 
 #include "agent/commands/commands.h"
 #include "agent/profiler/window_record.h"
+#include "agent/report/progress.h"
 #include "agent/report/sinks.h"
 
 namespace tlsprof::commands {
@@ -25,7 +26,8 @@ using Clock = std::chrono::steady_clock;
 void SampleFor(profiler::Profiler& profiler, double seconds, double poll_seconds, const std::atomic<bool>& stop) {
   const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   const auto poll = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(poll_seconds));
-  while (!stop.load() && Clock::now() < end) {
+  for (report::Countdown countdown; !stop.load() && Clock::now() < end;) {  // cleared however the loop ends
+    countdown.Show(end - Clock::now());
     const auto wake = std::min(end, Clock::now() + poll);
     while (!stop.load() && Clock::now() < wake) {
       std::this_thread::sleep_for(std::min<Clock::duration>(wake - Clock::now(), std::chrono::milliseconds(50)));
@@ -38,7 +40,8 @@ std::vector<std::unique_ptr<profiler::WindowSink>> Sinks(const ReportOptions& r)
   std::vector<std::unique_ptr<profiler::WindowSink>> sinks;
   if (!r.folded_path.empty()) sinks.push_back(std::make_unique<report::FoldedWriter>(r.folded_path));
   if (!r.pprof_path.empty()) sinks.push_back(std::make_unique<report::PprofWriter>(r.pprof_path));
-  sinks.push_back(std::make_unique<report::ReportWriter>(report::ReportFormat{r.format, r.output}));
+  sinks.push_back(
+      std::make_unique<report::ReportWriter>(report::ReportFormat{r.format, r.output, {.all_rows = r.all_rows}}));
   return sinks;
 }
 

@@ -93,8 +93,6 @@ json TopSymbolsJson(const aggregate::ProcessProfile& p, double sec_per_sample, s
   return out;
 }
 
-std::string Percent(double share) { return fmt::format("{:.1f}%", share * 100.0); }
-
 // The agent's own cost and, with stacks, the unwinder's work.
 json AgentJson(const profiler::Window& w) {
   const profiler::AgentCost& cost = w.cost;
@@ -201,94 +199,6 @@ json BuildReport(const profiler::Window& w) {
   doc["agent"] = AgentJson(w);
   if (w.usage) AddUsage(doc, w);
   return doc;
-}
-
-std::string RenderTable(const json& r) {
-  std::string out;
-  auto line = [&out](const std::string& s) { out += s + "\n"; };
-  std::string scope = r["scope"]["kind"] == "host"
-                          ? fmt::format("host {} ({} CPUs)", r["host"].get<std::string>(), r["cpus"].get<int>())
-                          : fmt::format("pids {}", r["scope"]["pids"].dump());
-  line(fmt::format("tlsprof: {:.1f} s at {} Hz, {}", r["duration_seconds"].get<double>(),
-                   r["frequency_hz"].get<uint32_t>(), scope));
-  line("");
-  line(fmt::format("TLS = {} of CPU   ({:.3f} of {:.3f} busy CPU-seconds)", Percent(r["tls_share"].get<double>()),
-                   r["tls_cpu_seconds"].get<double>(), r["cpu_seconds"].get<double>()));
-  line("");
-  line(fmt::format("{:<14} {:>10} {:>13}", "bucket", "cpu_s", "share_of_tls"));
-  for (const auto& b : r["buckets"]) {
-    line(fmt::format("{:<14} {:>10.3f} {:>13}", b["bucket"].get<std::string>(), b["cpu_seconds"].get<double>(),
-                     Percent(b["share_of_tls"].get<double>())));
-  }
-  line("");
-  line(fmt::format("{:<11} {:>10} {:>13}", "phase", "cpu_s", "share_of_tls"));
-  for (const auto& ph : r["phases"]) {
-    line(fmt::format("{:<11} {:>10.3f} {:>13}", ph["phase"].get<std::string>(), ph["cpu_seconds"].get<double>(),
-                     Percent(ph["share_of_tls"].get<double>())));
-  }
-  line("");
-  line(fmt::format("{:<24} {:<14} {:<11} {:>10} {:>13}", "algorithm", "bucket", "phase", "cpu_s", "share_of_tls"));
-  for (const auto& a : r["algorithms"]) {
-    line(fmt::format("{:<24} {:<14} {:<11} {:>10.3f} {:>13}", a["algorithm"].get<std::string>(),
-                     a["bucket"].get<std::string>(), a["phase"].get<std::string>(), a["cpu_seconds"].get<double>(),
-                     Percent(a["share_of_tls"].get<double>())));
-  }
-  line("");
-  line(fmt::format("{:>8} {:<16} {:>8} {:>8} {:>7}  {}", "pid", "comm", "cpu_s", "tls_s", "tls%", "tls libraries"));
-  for (const auto& p : r["processes"]) {
-    std::string libs;
-    for (const auto& l : p["libraries"]) {
-      if (!libs.empty()) libs += ", ";
-      libs += fmt::format("{} {} ({}, {})", l["kind"].get<std::string>(), l["linkage"].get<std::string>(),
-                          l["path"].get<std::string>(), l["symbols"].get<std::string>());
-    }
-    line(fmt::format("{:>8} {:<16} {:>8.3f} {:>8.3f} {:>7}  {}", p["pid"].get<int>(), p["comm"].get<std::string>(),
-                     p["cpu_seconds"].get<double>(), p["tls_cpu_seconds"].get<double>(),
-                     Percent(p["tls_share"].get<double>()), libs));
-  }
-  const auto& a = r["agent"];
-  line("");
-  line(
-      fmt::format("agent: {:.3f} CPU-s in window + {:.3f} s BPF = {} of one core; {:.3f} CPU-s in all; "
-                  "max RSS {:.1f} MB; report ready {:.0f} ms after the window",
-                  a["window_cpu_seconds"].get<double>(), a["bpf_seconds"].get<double>(),
-                  Percent(a["cpu_share_of_core"].get<double>()), a["cpu_seconds"].get<double>(),
-                  a["max_rss_bytes"].get<double>() / 1e6, a["report_latency_seconds"].get<double>() * 1000));
-  const auto& s = r["samples"];
-  line(fmt::format("samples: {} total, {} busy, {} TLS, {} idle, {} dropped, {} unresolved", s["total"].get<uint64_t>(),
-                   s["busy"].get<uint64_t>(), s["tls"].get<uint64_t>(), s["idle"].get<uint64_t>(),
-                   s["dropped"].get<uint64_t>(), s["unresolved"].get<uint64_t>()));
-  // Usage telemetry (tlsprof-agent profile --usage).
-  if (r.contains("handshakes")) {
-    line("");
-    line(fmt::format("{:<7} {:<16} {:<7} {:<8} {:<8} {:<44} {:<8} {:<8} {:>8}", "pid", "comm", "side", "kind",
-                     "version", "cipher_suite", "group", "cert", "count"));
-    for (const auto& h : r["handshakes"]) {
-      line(fmt::format("{:<7} {:<16} {:<7} {:<8} {:<8} {:<44} {:<8} {:<8} {:>8}", h["pid"].get<uint32_t>(),
-                       h["comm"].get<std::string>(), h["side"].get<std::string>(), h["kind"].get<std::string>(),
-                       h["version"].get<std::string>(), h["cipher_suite"].get<std::string>(),
-                       h["group"].get<std::string>(), h["cert_key_type"].get<std::string>(),
-                       h["count"].get<uint64_t>()));
-    }
-    line("");
-    line(fmt::format("{:<7} {:<16} {:<13} {:<12} {:>8} {:>10} {:>10}", "pid", "comm", "operation", "algorithm", "count",
-                     "p50_us", "p99_us"));
-    for (const auto& o : r["operations"]) {
-      line(fmt::format("{:<7} {:<16} {:<13} {:<12} {:>8} {:>10.1f} {:>10.1f}", o["pid"].get<uint32_t>(),
-                       o["comm"].get<std::string>(), o["operation"].get<std::string>(),
-                       o["algorithm"].get<std::string>(), o["count"].get<uint64_t>(), o["latency_p50_us"].get<double>(),
-                       o["latency_p99_us"].get<double>()));
-    }
-    line("");
-    line(fmt::format("{:<7} {:<16} {:>10} {:>10} {:>14}", "pid", "comm", "handshakes", "hs_cpu_s", "us_per_hs"));
-    for (const auto& c : r["handshake_cpu"]) {
-      line(fmt::format("{:<7} {:<16} {:>10} {:>10.3f} {:>14.1f}", c["pid"].get<uint32_t>(),
-                       c["comm"].get<std::string>(), c["handshakes"].get<uint64_t>(),
-                       c["handshake_tls_cpu_seconds"].get<double>(),
-                       c["cpu_seconds_per_handshake"].get<double>() * 1e6));
-    }
-  }
-  return out;
 }
 
 }  // namespace tlsprof::report

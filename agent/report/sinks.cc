@@ -10,7 +10,7 @@ namespace tlsprof::report {
 
 Status ReportWriter::Consume(const profiler::Window& window) {
   const nlohmann::json doc = BuildReport(window);
-  const std::string text = format_.format == "json" ? doc.dump(2) + "\n" : RenderTable(doc);
+  const std::string text = format_.format == "json" ? doc.dump(2) + "\n" : RenderTable(doc, format_.table);
   if (format_.output.empty() || format_.output == "-") {
     std::cout << text << std::flush;
     return OkStatus();

@@ -6,12 +6,14 @@
 #include <string>
 
 #include "agent/profiler/window.h"
+#include "agent/report/report.h"
 
 namespace tlsprof::report {
 
 struct ReportFormat {
   std::string format = "table";  // table or json
   std::string output;            // "" or "-": stdout
+  TableOptions table;
 };
 
 class ReportWriter : public profiler::WindowSink {
