@@ -38,8 +38,9 @@ void SampleFor(profiler::Profiler& profiler, double seconds, double poll_seconds
 
 std::vector<std::unique_ptr<profiler::WindowSink>> Sinks(const ReportOptions& r) {
   std::vector<std::unique_ptr<profiler::WindowSink>> sinks;
-  if (!r.folded_path.empty()) sinks.push_back(std::make_unique<report::FoldedWriter>(r.folded_path));
-  if (!r.pprof_path.empty()) sinks.push_back(std::make_unique<report::PprofWriter>(r.pprof_path));
+  using Stacks = report::StacksWriter;
+  if (!r.folded_path.empty()) sinks.push_back(std::make_unique<Stacks>(Stacks::Format::kFolded, r.folded_path));
+  if (!r.pprof_path.empty()) sinks.push_back(std::make_unique<Stacks>(Stacks::Format::kPprof, r.pprof_path));
   sinks.push_back(
       std::make_unique<report::ReportWriter>(report::ReportFormat{r.format, r.output, {.all_rows = r.all_rows}}));
   return sinks;

@@ -20,11 +20,10 @@ Status ReportWriter::Consume(const profiler::Window& window) {
   return OkStatus();
 }
 
-Status FoldedWriter::Consume(const profiler::Window& window) { return WriteFile(path_, FoldedStacks(window.profile)); }
-
-Status PprofWriter::Consume(const profiler::Window& window) {
-  return WriteFile(
-      path_, PprofProfile(window.profile, window.host.period_ns, window.start_unix_ns, window.duration_seconds()));
+Status StacksWriter::Consume(const profiler::Window& window) {
+  return WriteFile(path_, format_ == Format::kFolded ? FoldedStacks(window.profile)
+                                                     : PprofProfile(window.profile, window.host.period_ns,
+                                                                    window.start_unix_ns, window.duration_seconds()));
 }
 
 }  // namespace tlsprof::report

@@ -25,23 +25,16 @@ class ReportWriter : public profiler::WindowSink {
   ReportFormat format_;
 };
 
-// Folded stacks (flamegraph.pl) or a pprof profile (go tool pprof) of the
-// window's TLS stacks, written to `path`.
-class FoldedWriter : public profiler::WindowSink {
+// The window's TLS stacks written to `path`: folded stacks (flamegraph.pl)
+// or a pprof profile (go tool pprof), exports.h.
+class StacksWriter : public profiler::WindowSink {
  public:
-  explicit FoldedWriter(std::string path) : path_(std::move(path)) {}
+  enum class Format { kFolded, kPprof };
+  StacksWriter(Format format, std::string path) : format_(format), path_(std::move(path)) {}
   Status Consume(const profiler::Window& window) override;
 
  private:
-  std::string path_;
-};
-
-class PprofWriter : public profiler::WindowSink {
- public:
-  explicit PprofWriter(std::string path) : path_(std::move(path)) {}
-  Status Consume(const profiler::Window& window) override;
-
- private:
+  Format format_;
   std::string path_;
 };
 

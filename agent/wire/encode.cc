@@ -180,33 +180,19 @@ v1::UsageStats UsageStatsOf(const usage::UsageSnapshot& usage) {
   return out;
 }
 
-v1::Bucket BucketToProto(classify::Bucket bucket) {
-  switch (bucket) {
-    case classify::Bucket::kCipher:
-      return v1::BUCKET_CIPHER;
-    case classify::Bucket::kSignature:
-      return v1::BUCKET_SIGNATURE;
-    case classify::Bucket::kKeyExchange:
-      return v1::BUCKET_KEY_EXCHANGE;
-    case classify::Bucket::kHash:
-      return v1::BUCKET_HASH;
-    case classify::Bucket::kOther:
-      return v1::BUCKET_OTHER;
-  }
-  return v1::BUCKET_OTHER;
-}
+// The wire's enums are the agent's, shifted past UNSPECIFIED (0).
+static_assert(v1::BUCKET_CIPHER == 1 + static_cast<int>(classify::Bucket::kCipher) &&
+              v1::BUCKET_SIGNATURE == 1 + static_cast<int>(classify::Bucket::kSignature) &&
+              v1::BUCKET_KEY_EXCHANGE == 1 + static_cast<int>(classify::Bucket::kKeyExchange) &&
+              v1::BUCKET_HASH == 1 + static_cast<int>(classify::Bucket::kHash) &&
+              v1::BUCKET_OTHER == 1 + static_cast<int>(classify::Bucket::kOther));
+static_assert(v1::PHASE_HANDSHAKE == 1 + static_cast<int>(classify::Phase::kHandshake) &&
+              v1::PHASE_RECORD == 1 + static_cast<int>(classify::Phase::kRecord) &&
+              v1::PHASE_OTHER == 1 + static_cast<int>(classify::Phase::kOther));
 
-v1::Phase PhaseToProto(classify::Phase phase) {
-  switch (phase) {
-    case classify::Phase::kHandshake:
-      return v1::PHASE_HANDSHAKE;
-    case classify::Phase::kRecord:
-      return v1::PHASE_RECORD;
-    case classify::Phase::kOther:
-      return v1::PHASE_OTHER;
-  }
-  return v1::PHASE_OTHER;
-}
+v1::Bucket BucketToProto(classify::Bucket bucket) { return static_cast<v1::Bucket>(1 + static_cast<int>(bucket)); }
+
+v1::Phase PhaseToProto(classify::Phase phase) { return static_cast<v1::Phase>(1 + static_cast<int>(phase)); }
 
 namespace {
 
