@@ -57,34 +57,36 @@ void AddReportFlags(CLI::App& app, ReportOptions& r) {
 }
 
 void AddRunFlags(CLI::App& app, RunOptions& r) {
-  app.add_option("--collector", r.collector, "Ship each window to this collector (HOST:PORT)");
+  app.add_option("--collector", r.ship.collector, "Ship each window to this collector (HOST:PORT)");
   app.add_option("--interval", r.interval_seconds, "Seconds per window")->capture_default_str();
   app.add_option("--metrics-listen", r.metrics_listen, "Serve Prometheus /metrics on HOST:PORT")->capture_default_str();
-  app.add_option("--state-dir", r.state_dir, "Instance id, sequence and spool of sealed windows")
+  app.add_option("--state-dir", r.ship.state_dir, "Instance id, sequence and spool of sealed windows")
       ->capture_default_str();
-  app.add_option("--spool-max-bytes", r.spool_max_bytes,
+  app.add_option("--spool-max-bytes", r.ship.spool_max_bytes,
                  "Spool bound; the oldest batches are dropped (and counted) beyond it")
       ->capture_default_str();
-  app.add_option("--tls-ca", r.tls_ca, "PEM CA that signed the collector's certificate")->check(CLI::ExistingFile);
-  app.add_option("--tls-cert", r.tls_cert, "PEM certificate of this agent (its identity)")->check(CLI::ExistingFile);
-  app.add_option("--tls-key", r.tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
-  app.add_flag("--insecure", r.insecure, "Ship in plaintext (tests, or a trusted network)");
+  app.add_option("--tls-ca", r.ship.tls.ca, "PEM CA that signed the collector's certificate")->check(CLI::ExistingFile);
+  app.add_option("--tls-cert", r.ship.tls.cert, "PEM certificate of this agent (its identity)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", r.ship.tls.key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  app.add_flag("--insecure", r.ship.insecure, "Ship in plaintext (tests, or a trusted network)");
   app.add_flag("!--no-container-labels", r.container_labels,
                "Do not tell containers apart: no container_id and pod_uid labels, one series per service "
                "(bounds cardinality on hosts with many short-lived containers)");
 }
 
-Status ValidateRun(const RunOptions& o) {
-  if (!(o.interval_seconds > 0)) return MakeError("--interval must be > 0 seconds (got {})", o.interval_seconds);
-  if (o.interval_seconds > 3600) return MakeError("--interval must be at most 3600 seconds (the collector's limit)");
-  if (auto st = expose::CheckListenAddress(o.metrics_listen); !st.ok()) return st;
-  const bool any_tls = !o.tls_ca.empty() || !o.tls_cert.empty() || !o.tls_key.empty();
-  const bool all_tls = !o.tls_ca.empty() && !o.tls_cert.empty() && !o.tls_key.empty();
+Status ValidateRun(const RunOptions& run) {
+  const ship::ShipperOptions& o = run.ship;
+  if (!(run.interval_seconds > 0)) return MakeError("--interval must be > 0 seconds (got {})", run.interval_seconds);
+  if (run.interval_seconds > 3600) return MakeError("--interval must be at most 3600 seconds (the collector's limit)");
+  if (auto st = expose::CheckListenAddress(run.metrics_listen); !st.ok()) return st;
+  const bool any_tls = !o.tls.ca.empty() || !o.tls.cert.empty() || !o.tls.key.empty();
+  const bool all_tls = !o.tls.ca.empty() && !o.tls.cert.empty() && !o.tls.key.empty();
   if (any_tls && o.insecure) return MakeError("--insecure and --tls-* exclude each other: pick one");
   if (any_tls && !all_tls) {
     return MakeError("--tls-ca, --tls-cert and --tls-key go together: give all three (missing: {}{}{})",
-                     o.tls_ca.empty() ? "--tls-ca " : "", o.tls_cert.empty() ? "--tls-cert " : "",
-                     o.tls_key.empty() ? "--tls-key" : "");
+                     o.tls.ca.empty() ? "--tls-ca " : "", o.tls.cert.empty() ? "--tls-cert " : "",
+                     o.tls.key.empty() ? "--tls-key" : "");
   }
   if (o.collector.empty()) return OkStatus();
   if (!all_tls && !o.insecure) {
@@ -103,6 +105,7 @@ Options DefaultOptions(Command command) {
   if (command == Command::kRun) {
     o.sampling.frequency_hz = 99;
     o.sampling.memory_limit_bytes = kDefaultRunMemoryLimitBytes;
+    o.run.ship.state_dir = "/var/lib/tlsprof-agent";
   }
   return o;
 }

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "agent/profiler/profiler.h"
+#include "agent/ship/shipper.h"
 #include "common/result.h"
 #include "common/sanitizer.h"
 
@@ -31,11 +32,9 @@ struct ReportOptions {
 struct RunOptions {
   double interval_seconds = 10;
   std::string metrics_listen = "127.0.0.1:9464";
-  std::string collector;  // HOST:PORT; empty: /metrics only
-  std::string state_dir = "/var/lib/tlsprof-agent";
-  uint64_t spool_max_bytes = 64ull << 20;
-  std::string tls_ca, tls_cert, tls_key;
-  bool insecure = false;
+  // The collector (empty: /metrics only), the state directory, the spool's
+  // bound and the mTLS files, as the shipper takes them.
+  ship::ShipperOptions ship;  // state_dir: /var/lib/tlsprof-agent by default
   // Services in containers carry their container's id and pod's UID
   // (docs/fleet.md, "Services").
   bool container_labels = true;

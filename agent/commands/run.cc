@@ -39,12 +39,8 @@ void MirrorShipper(const ship::Shipper* shipper, expose::AgentMetrics& metrics) 
 // the capability drop: a thread keeps the capabilities of its creator.
 Status StartServices(const RunOptions& run, expose::AgentMetrics& metrics, std::unique_ptr<ship::Shipper>& shipper) {
   if (auto st = metrics.Serve(run.metrics_listen); !st.ok()) return st;
-  if (run.collector.empty()) return OkStatus();
-  auto started = ship::Shipper::Start({.collector = run.collector,
-                                       .state_dir = run.state_dir,
-                                       .spool_max_bytes = run.spool_max_bytes,
-                                       .insecure = run.insecure,
-                                       .tls = {run.tls_ca, run.tls_cert, run.tls_key}});
+  if (run.ship.collector.empty()) return OkStatus();
+  auto started = ship::Shipper::Start(run.ship);
   if (!started.ok()) return started.error();
   shipper = std::move(started).value();
   return OkStatus();
@@ -79,7 +75,7 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
   spdlog::info("profiling {} at {} Hz in {} s windows; /metrics on {}{}",
                s.pids.empty() ? "the host" : fmt::format("{} processes", s.pids.size()), s.frequency_hz,
                options.run.interval_seconds, options.run.metrics_listen,
-               options.run.collector.empty() ? "" : fmt::format(", shipping to {}", options.run.collector));
+               options.run.ship.collector.empty() ? "" : fmt::format(", shipping to {}", options.run.ship.collector));
   const auto interval = Seconds(options.run.interval_seconds);
   auto next_close = Clock::now() + interval;
   for (bool stopping = false; !stopping;) {
