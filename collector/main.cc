@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "collector/expose/fleet_api.h"
+#include "collector/expose/fleet_metrics.h"
 #include "collector/expose/health.h"
 #include "collector/expose/http.h"
 #include "collector/ingest/ingestor.h"
@@ -19,6 +21,8 @@
 #include "common/privilege/privilege.h"
 
 namespace {
+
+using namespace tlsprof::collector;
 
 constexpr int kUsageError = 2;
 constexpr int64_t kAgentHorizonNs = 5LL * 60 * 1000 * 1000 * 1000;
@@ -74,90 +78,94 @@ int Fail(const std::string& message) {
   return kUsageError;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace tlsprof::collector;
-  CLI::App app{"tlsprof-collector: gathers tlsprof agent reports into Prometheus counters (docs/fleet.md)"};
-  ServerOptions server_options;
+// Everything the command line (or --config) sets.
+struct Flags {
+  ServerOptions server;
   std::string metrics_listen, state_dir, allowed_agents_file, log_level = "info";
   std::vector<std::string> relay_identities;
   IngestOptions ingest;
   uint64_t max_message_bytes = 4194304;
   uint64_t compact_bytes = 64ull << 20;
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
   // The same options in CLI11's config format, top-level keys (packaging/config/collector.conf); a key that is
   // not an option is an error, so that a typo is not silently ignored.
   app.set_config("--config", "",
                  "Read options from FILE (CLI11 config format: `listen = \"0.0.0.0:4317\"`, one per "
                  "line); the command line wins");
   app.allow_config_extras(CLI::config_extras_mode::error);
-  app.add_option("--listen", server_options.listen, "gRPC address HOST:PORT")->required();
-  app.add_option("--metrics-listen", metrics_listen,
+  app.add_option("--listen", f.server.listen, "gRPC address HOST:PORT")->required();
+  app.add_option("--metrics-listen", f.metrics_listen,
                  "HTTP address HOST:PORT for /metrics, /api/v1/* and the status page at /")
       ->required();
-  auto* ca = app.add_option("--tls-ca", server_options.tls.ca, "PEM: the CA that signs agent certificates");
-  auto* cert = app.add_option("--tls-cert", server_options.tls.cert, "PEM: the collector's certificate");
-  auto* key = app.add_option("--tls-key", server_options.tls.key, "PEM: the collector's private key");
-  auto* insecure = app.add_flag("--insecure", server_options.insecure,
+  auto* ca = app.add_option("--tls-ca", f.server.tls.ca, "PEM: the CA that signs agent certificates");
+  auto* cert = app.add_option("--tls-cert", f.server.tls.cert, "PEM: the collector's certificate");
+  auto* key = app.add_option("--tls-key", f.server.tls.key, "PEM: the collector's private key");
+  auto* insecure = app.add_flag("--insecure", f.server.insecure,
                                 "plaintext gRPC; the identity is insecure:<host.hostname> (tests, trusted networks)");
   insecure->excludes(ca, cert, key);
-  app.add_option("--state-dir", state_dir, "keep counters and accepted batches across restarts (journal + snapshot)");
-  app.add_option("--allowed-agents", allowed_agents_file, "file: one identity per line, `*` suffix = prefix match");
-  app.add_option("--relay-identity", relay_identities, "identity that submits for many hosts (keyed by hostname)");
-  app.add_option("--max-message-bytes", max_message_bytes, "largest Submit message")
-      ->capture_default_str()
+  app.add_option("--state-dir", f.state_dir, "keep counters and accepted batches across restarts (journal + snapshot)");
+  app.add_option("--allowed-agents", f.allowed_agents_file, "file: one identity per line, `*` suffix = prefix match");
+  app.add_option("--relay-identity", f.relay_identities, "identity that submits for many hosts (keyed by hostname)");
+  // A number whose --help shows its default.
+  auto number = [&app](const std::string& name, auto& value, const std::string& help = "") {
+    return app.add_option(name, value, help)->capture_default_str();
+  };
+  number("--max-message-bytes", f.max_message_bytes, "largest Submit message")
       ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30));
-  app.add_option("--max-series-per-agent", ingest.max_series_per_agent)->capture_default_str();
-  app.add_option("--max-services-per-agent", ingest.max_services_per_agent)->capture_default_str();
-  app.add_option("--rate-limit-per-agent", ingest.rate_per_agent, "reports per second per agent")
-      ->capture_default_str()
+  number("--max-series-per-agent", f.ingest.max_series_per_agent);
+  number("--max-services-per-agent", f.ingest.max_services_per_agent);
+  number("--rate-limit-per-agent", f.ingest.rate_per_agent, "reports per second per agent")->check(CLI::PositiveNumber);
+  number("--rate-burst", f.ingest.rate_burst, "token bucket size")->check(CLI::Range(1.0, 1e9));
+  app.add_flag("--host-labels", f.ingest.host_labels, "also count per host (tlsprof_host_*), at most --max-hosts");
+  number("--max-hosts", f.ingest.max_hosts);
+  number("--max-agents", f.ingest.max_agents, "agent keys held (identities; a relay's hosts count one each)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--rate-burst", ingest.rate_burst, "token bucket size")
-      ->capture_default_str()
-      ->check(CLI::Range(1.0, 1e9));
-  app.add_flag("--host-labels", ingest.host_labels, "also count per host (tlsprof_host_*), at most --max-hosts");
-  app.add_option("--max-hosts", ingest.max_hosts)->capture_default_str();
-  app.add_option("--max-agents", ingest.max_agents, "agent keys held (identities; a relay's hosts count one each)")
-      ->capture_default_str()
+  number("--max-series", f.ingest.max_series, "data series held over all agents (cpu + busy)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--max-series", ingest.max_series, "data series held over all agents (cpu + busy)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--journal-compact-bytes", compact_bytes, "snapshot the state when the journal grows past this")
-      ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+  number("--journal-compact-bytes", f.compact_bytes, "snapshot the state when the journal grows past this");
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kUsageError;
-  }
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  // Debian's Abseil keeps mutex deadlock detection on: a graph update on every
-  // lock of gRPC's mutexes (~1.5% of the collector's CPU under load).
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (!server_options.insecure &&
-      (server_options.tls.ca.empty() || server_options.tls.cert.empty() || server_options.tls.key.empty())) {
-    return Fail("--tls-ca, --tls-cert and --tls-key are all required (or --insecure to accept plaintext)");
-  }
-  server_options.max_message_bytes = max_message_bytes;
+}
 
-  ServiceOptions service_options;
-  service_options.insecure = server_options.insecure;
-  service_options.max_message_bytes = max_message_bytes;
-  service_options.relay_identities = relay_identities;
-  if (!allowed_agents_file.empty()) {
-    tlsprof::Result<AllowList> allowed = AllowList::Load(allowed_agents_file);
-    if (!allowed.ok()) return Fail(allowed.error().message);
+// The service's options from the flags; --allowed-agents is read here.
+tlsprof::Result<ServiceOptions> MakeServiceOptions(const Flags& f) {
+  ServiceOptions options;
+  options.insecure = f.server.insecure;
+  options.max_message_bytes = f.max_message_bytes;
+  options.relay_identities = f.relay_identities;
+  if (!f.allowed_agents_file.empty()) {
+    tlsprof::Result<AllowList> allowed = AllowList::Load(f.allowed_agents_file);
+    if (!allowed.ok()) return allowed.error();
     if (allowed->size() == 0)
-      spdlog::warn("--allowed-agents {}: lists nobody; every Submit will be denied", allowed_agents_file);
-    service_options.allowed = std::make_shared<AllowList>(std::move(*allowed));
+      spdlog::warn("--allowed-agents {}: lists nobody; every Submit will be denied", f.allowed_agents_file);
+    options.allowed = std::make_shared<AllowList>(std::move(*allowed));
   }
+  return options;
+}
 
+// What the HTTP endpoints serve: the fleet's counters and the collector's
+// health on /metrics, and the JSON API.
+HttpCallbacks MakeCallbacks(const Ingestor& ingestor, HealthMetrics& health, const StateStore* store) {
+  HttpCallbacks callbacks;
+  callbacks.collect = [&ingestor, &health, store] {
+    health.SetAgents(static_cast<double>(ActiveAgents(ingestor, NowUnixNs(), kAgentHorizonNs)));
+    health.SetJournalBytes(store ? static_cast<double>(store->journal_bytes()) : 0.0);
+    std::vector<prometheus::MetricFamily> families = FleetMetrics(ingestor);
+    std::vector<prometheus::MetricFamily> own = health.registry()->Collect();
+    families.insert(families.end(), std::make_move_iterator(own.begin()), std::make_move_iterator(own.end()));
+    return families;
+  };
+  callbacks.summary = [&ingestor](int minutes) { return SummaryJson(ingestor, minutes, NowUnixNs()); };
+  callbacks.trend = [&ingestor](int minutes) { return TrendJson(ingestor, minutes, NowUnixNs()); };
+  callbacks.agents = [&ingestor](int limit) { return AgentsJson(ingestor, static_cast<size_t>(limit), NowUnixNs()); };
+  return callbacks;
+}
+
+// Serves until SIGTERM or SIGINT; the exit code.
+int Serve(const Flags& f, const ServiceOptions& service_options) {
   // Block the signals before any thread starts, so that only sigwait() sees them.
   sigset_t signals;
   sigemptyset(&signals);
@@ -166,43 +174,31 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Before the first thread (the state store's, gRPC's, the HTTP server's).
-  if (auto st = DropCapabilities({server_options.listen, metrics_listen}); !st.ok()) {
+  if (auto st = DropCapabilities({f.server.listen, f.metrics_listen}); !st.ok()) {
     return Fail("cannot drop capabilities: " + st.error().message);
   }
 
-  Ingestor ingestor(ingest);
+  Ingestor ingestor(f.ingest);
   HealthMetrics health;
   std::unique_ptr<StateStore> store;
-  if (!state_dir.empty()) {
-    tlsprof::Result<std::unique_ptr<StateStore>> opened = StateStore::Open(state_dir, compact_bytes, ingestor);
+  if (!f.state_dir.empty()) {
+    tlsprof::Result<std::unique_ptr<StateStore>> opened = StateStore::Open(f.state_dir, f.compact_bytes, ingestor);
     if (!opened.ok()) return Fail(opened.error().message);
     store = std::move(*opened);
   }
 
   CollectorService service(service_options, &ingestor, store.get(), &health);
-  tlsprof::Result<std::unique_ptr<grpc::Server>> server = StartServer(server_options, &service);
+  tlsprof::Result<std::unique_ptr<grpc::Server>> server = StartServer(f.server, &service);
   if (!server.ok()) return Fail(server.error().message);
-
-  HttpCallbacks callbacks;
-  callbacks.collect = [&] {
-    health.SetAgents(static_cast<double>(ingestor.ActiveAgents(NowUnixNs(), kAgentHorizonNs)));
-    health.SetJournalBytes(store ? static_cast<double>(store->journal_bytes()) : 0.0);
-    std::vector<prometheus::MetricFamily> families = ingestor.CollectData();
-    std::vector<prometheus::MetricFamily> own = health.registry()->Collect();
-    families.insert(families.end(), std::make_move_iterator(own.begin()), std::make_move_iterator(own.end()));
-    return families;
-  };
-  callbacks.summary = [&](int minutes) { return ingestor.Summary(minutes, NowUnixNs()); };
-  callbacks.trend = [&](int minutes) { return ingestor.Trend(minutes, NowUnixNs()); };
-  callbacks.agents = [&](int limit) { return ingestor.Agents(static_cast<size_t>(limit), NowUnixNs()); };
-  tlsprof::Result<std::unique_ptr<HttpServer>> http = HttpServer::Start(metrics_listen, std::move(callbacks));
+  tlsprof::Result<std::unique_ptr<HttpServer>> http =
+      HttpServer::Start(f.metrics_listen, MakeCallbacks(ingestor, health, store.get()));
   if (!http.ok()) {
     (*server)->Shutdown();
     return Fail(http.error().message);
   }
-  spdlog::info("tlsprof-collector: gRPC on {} ({}), metrics on {}{}", server_options.listen,
-               server_options.insecure ? "insecure" : "mTLS", metrics_listen,
-               state_dir.empty() ? ", state in memory only" : ", state in " + state_dir);
+  spdlog::info("tlsprof-collector: gRPC on {} ({}), metrics on {}{}", f.server.listen,
+               f.server.insecure ? "insecure" : "mTLS", f.metrics_listen,
+               f.state_dir.empty() ? ", state in memory only" : ", state in " + f.state_dir);
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
@@ -218,4 +214,33 @@ int main(int argc, char** argv) {
   spdlog::debug("tlsprof-collector: HTTP server stopped");
   spdlog::info("tlsprof-collector: stopped");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tlsprof-collector: gathers tlsprof agent reports into Prometheus counters (docs/fleet.md)"};
+  Flags flags;
+  AddFlags(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kUsageError;
+  }
+  spdlog::set_level(spdlog::level::from_str(flags.log_level));
+  // Debian's Abseil keeps mutex deadlock detection on: a graph update on every
+  // lock of gRPC's mutexes, which shows in the collector's profile under load
+  // (bench/README.md).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  const tlsprof::collector::TlsFiles& tls = flags.server.tls;
+  if (!flags.server.insecure && (tls.ca.empty() || tls.cert.empty() || tls.key.empty())) {
+    return Fail("--tls-ca, --tls-cert and --tls-key are all required (or --insecure to accept plaintext)");
+  }
+  flags.server.max_message_bytes = flags.max_message_bytes;
+  tlsprof::Result<tlsprof::collector::ServiceOptions> service_options = MakeServiceOptions(flags);
+  if (!service_options.ok()) return Fail(service_options.error().message);
+  return Serve(flags, *service_options);
 }

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <prometheus/counter.h>
@@ -20,6 +22,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "common/metrics/metric_table.h"
 #include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
 
@@ -89,6 +92,16 @@ class AgentMetrics {
   std::string Text() const;
 
  private:
+  // The labels of a series of one of `s`'s data metrics, from `own`: its
+  // values of the metric's other labels, in the table's order. Past
+  // kMaxSeries series, a new one goes to service "(overflow)" without a
+  // container.
+  prometheus::Labels ServiceLabelsLocked(const metrics::Metric& metric, const v1::Service& s,
+                                         std::initializer_list<std::string_view> own);
+  void AddOperationLocked(const v1::Service& s, const v1::CryptoOperations& o);
+  // tlsprof_tls_connections becomes `report`'s.
+  void SetConnectionsLocked(const v1::AgentReport& report);
+
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Counter>& cpu_seconds_;

@@ -1,5 +1,8 @@
-// The collector's own health metrics (docs/fleet.md, "Metrics"):
-// tlsprof_collector_*. Thread-safe (prometheus-cpp metrics are atomic).
+// The collector's own health metrics (docs/fleet.md, "Metrics"): the
+// tlsprof_collector_* of Submit's handling, the journal and the agents seen;
+// those of the ingest state (bounds, clock skew) are fleet_metrics.h's. Names
+// and help come from the metric table. Thread-safe (prometheus-cpp metrics
+// are atomic).
 #pragma once
 
 #include <memory>

@@ -11,6 +11,8 @@
 #include <regex>
 #include <set>
 
+#include "collector/expose/fleet_api.h"
+#include "collector/expose/fleet_metrics.h"
 #include "collector/expose/web_assets.h"
 #include "collector/ingest/ingestor.h"
 #include "collector/ingest/test_report.h"
@@ -115,10 +117,10 @@ class HttpServerTest : public ::testing::Test {
     other.mutable_host()->set_hostname("host-2");
     ingestor_->Apply("insecure:host-2", other, kTestNowNs + 1);
     HttpCallbacks callbacks;
-    callbacks.collect = [] { return ingestor_->CollectData(); };
-    callbacks.summary = [](int minutes) { return ingestor_->Summary(minutes, kTestNowNs); };
-    callbacks.trend = [](int minutes) { return ingestor_->Trend(minutes, kTestNowNs); };
-    callbacks.agents = [](int limit) { return ingestor_->Agents(static_cast<size_t>(limit), kTestNowNs); };
+    callbacks.collect = [] { return FleetMetrics(*ingestor_); };
+    callbacks.summary = [](int minutes) { return SummaryJson(*ingestor_, minutes, kTestNowNs); };
+    callbacks.trend = [](int minutes) { return TrendJson(*ingestor_, minutes, kTestNowNs); };
+    callbacks.agents = [](int limit) { return AgentsJson(*ingestor_, static_cast<size_t>(limit), kTestNowNs); };
     port_ = FreePort();
     Result<std::unique_ptr<HttpServer>> server =
         HttpServer::Start("127.0.0.1:" + std::to_string(port_), std::move(callbacks));
@@ -147,13 +149,13 @@ int HttpServerTest::port_ = 0;
 HttpServer* HttpServerTest::server_ = nullptr;
 
 TEST_F(HttpServerTest, TrendAndAgentsServeTheIngestorsJson) {
-  EXPECT_EQ(GetJson("/api/v1/trend"), ingestor_->Trend(kDefaultTrendMinutes, kTestNowNs));
-  EXPECT_EQ(GetJson("/api/v1/trend?minutes=1"), ingestor_->Trend(1, kTestNowNs));
+  EXPECT_EQ(GetJson("/api/v1/trend"), TrendJson(*ingestor_, kDefaultTrendMinutes, kTestNowNs));
+  EXPECT_EQ(GetJson("/api/v1/trend?minutes=1"), TrendJson(*ingestor_, 1, kTestNowNs));
   EXPECT_EQ(GetJson("/api/v1/trend?minutes=1")["points"].size(), 1u);
   EXPECT_EQ(GetJson("/api/v1/trend?minutes=2")["points"].size(), 2u);
 
   nlohmann::json agents = GetJson("/api/v1/agents");
-  EXPECT_EQ(agents, ingestor_->Agents(kMaxAgentsListed, kTestNowNs));
+  EXPECT_EQ(agents, AgentsJson(*ingestor_, kMaxAgentsListed, kTestNowNs));
   ASSERT_EQ(agents["agents"].size(), 2u);
   EXPECT_EQ(agents["agents"][0]["hostname"], "host-2");
   EXPECT_EQ(agents["agents"][1]["hostname"], "host-1");
@@ -162,7 +164,7 @@ TEST_F(HttpServerTest, TrendAndAgentsServeTheIngestorsJson) {
   EXPECT_EQ(one["agents"].size(), 1u);
   EXPECT_EQ(one["truncated"], true);
   // The summary is unchanged.
-  EXPECT_EQ(GetJson("/api/v1/summary?minutes=60"), ingestor_->Summary(60, kTestNowNs));
+  EXPECT_EQ(GetJson("/api/v1/summary?minutes=60"), SummaryJson(*ingestor_, 60, kTestNowNs));
 }
 
 TEST_F(HttpServerTest, BadParametersAre400WithAMessage) {
@@ -281,7 +283,7 @@ TEST(HttpServer, IdentitiesThatAreNotUtf8AreReplacedNotFatal) {
   Ingestor ingestor{IngestOptions{}};
   ingestor.Apply("cn-\xff\xfe", MakeReport(1), kTestNowNs);
   HttpCallbacks callbacks;
-  callbacks.agents = [&](int limit) { return ingestor.Agents(static_cast<size_t>(limit), kTestNowNs); };
+  callbacks.agents = [&](int limit) { return AgentsJson(ingestor, static_cast<size_t>(limit), kTestNowNs); };
   const int port = FreePort();
   Result<std::unique_ptr<HttpServer>> server = HttpServer::Start("127.0.0.1:" + std::to_string(port), callbacks);
   ASSERT_TRUE(server.ok()) << server.error().message;

@@ -7,7 +7,10 @@
 #include <optional>
 #include <set>
 
+#include "collector/expose/fleet_api.h"
+#include "collector/expose/fleet_metrics.h"
 #include "collector/ingest/test_report.h"
+#include "collector/store/snapshot.h"
 
 namespace tlsprof::collector {
 namespace {
@@ -18,7 +21,7 @@ using testing::MakeUsageReport;
 
 // The value of one series of one family, or -1 when absent.
 double Value(const Ingestor& ingestor, const std::string& family, const std::map<std::string, std::string>& labels) {
-  for (const prometheus::MetricFamily& f : ingestor.CollectData()) {
+  for (const prometheus::MetricFamily& f : FleetMetrics(ingestor)) {
     if (f.name != family) continue;
     for (const prometheus::ClientMetric& m : f.metric) {
       std::map<std::string, std::string> got;
@@ -30,7 +33,7 @@ double Value(const Ingestor& ingestor, const std::string& family, const std::map
 }
 
 size_t SeriesCount(const Ingestor& ingestor, const std::string& family) {
-  for (const prometheus::MetricFamily& f : ingestor.CollectData()) {
+  for (const prometheus::MetricFamily& f : FleetMetrics(ingestor)) {
     if (f.name == family) return f.metric.size();
   }
   return 0;
@@ -95,7 +98,7 @@ TEST(Ingestor, CountsBaseUnitsOnceAndKeepsAgentsApart) {
   EXPECT_EQ(Value(ingestor, "tlsprof_reports_total", {}), 3);
   // Host series only with --host-labels.
   EXPECT_EQ(SeriesCount(ingestor, "tlsprof_host_busy_cpu_seconds_total"), 0u);
-  EXPECT_EQ(ingestor.ActiveAgents(kTestNowNs, 1), 2u);
+  EXPECT_EQ(ActiveAgents(ingestor, kTestNowNs, 1), 2u);
 }
 
 TEST(Ingestor, CommitRunsOnlyForNewReports) {
@@ -246,7 +249,7 @@ TEST(Ingestor, StateWrittenBeforeContainerLabelsStillRestores) {
   options.max_series_per_agent = 1;
   options.max_services_per_agent = 1;
   Ingestor ingestor(options);
-  ASSERT_TRUE(ingestor.Restore(old).ok());
+  ASSERT_TRUE(RestoreSnapshot(old, ingestor).ok());
   // The same series from a new report: counted onto the restored one, not
   // dropped as a second series past the cap.
   EXPECT_EQ(ingestor.Apply("a", MakeReport(1), kTestNowNs).dropped_series, 0u);
@@ -260,9 +263,9 @@ TEST(Ingestor, StateWrittenBeforeContainerLabelsStillRestores) {
   Ingestor wide(IngestOptions{});
   wide.Apply("a", WithContainers(1), kTestNowNs);
   state::State snapshot;
-  wide.Checkpoint([&](state::State& s) { snapshot = s; });
+  TakeSnapshot(wide, snapshot);
   Ingestor back(IngestOptions{});
-  ASSERT_TRUE(back.Restore(snapshot).ok());
+  ASSERT_TRUE(RestoreSnapshot(snapshot, back).ok());
   EXPECT_DOUBLE_EQ(Value(back, "tlsprof_cpu_seconds_total", InContainer(kAesGcm, "aaaaaaaaaaaa")), 300 * period / 1e9);
   EXPECT_DOUBLE_EQ(Value(back, "tlsprof_busy_cpu_seconds_total", InContainer({{"service", "nginx"}}, "bbbbbbbbbbbb")),
                    800 * period / 1e9);
@@ -288,7 +291,7 @@ TEST(Ingestor, JournalRecordsReplayWithAndWithoutContainers) {
     }
     journal.push_back(record);
   }
-  for (const state::JournalRecord& record : journal) ASSERT_TRUE(replayed.Replay(record).ok());
+  for (const state::JournalRecord& record : journal) ASSERT_TRUE(ReplayRecord(record, replayed).ok());
   for (const char* family : {"tlsprof_cpu_seconds_total", "tlsprof_busy_cpu_seconds_total"}) {
     EXPECT_EQ(SeriesCount(replayed, family), 3u) << family;
   }
@@ -323,11 +326,11 @@ TEST(Ingestor, SnapshotRestoreKeepsCountersDedupAndCaps) {
   a.Apply("x", ManySeries(1, 1, 5), kTestNowNs);
   a.Apply("x", MakeReport(3), kTestNowNs);  // sequence 2 missing
   state::State snapshot;
-  a.Checkpoint([&](state::State& s) { snapshot = s; });
+  TakeSnapshot(a, snapshot);
 
   Ingestor b(options);
-  ASSERT_TRUE(b.Restore(snapshot).ok());
-  EXPECT_EQ(b.CollectData().size(), a.CollectData().size());
+  ASSERT_TRUE(RestoreSnapshot(snapshot, b).ok());
+  EXPECT_EQ(FleetMetrics(b).size(), FleetMetrics(a).size());
   for (const char* family : {"tlsprof_cpu_seconds_total", "tlsprof_busy_cpu_seconds_total",
                              "tlsprof_host_cpu_seconds_total", "tlsprof_host_busy_cpu_seconds_total"}) {
     EXPECT_EQ(SeriesCount(b, family), SeriesCount(a, family)) << family;
@@ -338,7 +341,7 @@ TEST(Ingestor, SnapshotRestoreKeepsCountersDedupAndCaps) {
   // The cap is full (3 alg series): the AES-GCM series of sequence 2 is dropped in both.
   EXPECT_EQ(b.Apply("x", MakeReport(2), kTestNowNs).dropped_series,
             a.Apply("x", MakeReport(2), kTestNowNs).dropped_series);
-  EXPECT_EQ(b.Summary(5, kTestNowNs).dump(), a.Summary(5, kTestNowNs).dump());
+  EXPECT_EQ(SummaryJson(b, 5, kTestNowNs).dump(), SummaryJson(a, 5, kTestNowNs).dump());
 }
 
 TEST(Ingestor, SummaryOverTheLastMinutes) {
@@ -347,7 +350,7 @@ TEST(Ingestor, SummaryOverTheLastMinutes) {
   ingestor.Apply("a", MakeReport(1, std::string(16, 'i'), kTestNowNs), kTestNowNs);
   // Filed by the receive time (a window from a skewed clock lands in the minute it arrived).
   ingestor.Apply("b", MakeReport(1, std::string(16, 'i'), kTestNowNs - 10 * minute), kTestNowNs - 10 * minute);
-  nlohmann::json five = ingestor.Summary(5, kTestNowNs);
+  nlohmann::json five = SummaryJson(ingestor, 5, kTestNowNs);
   const double period = 1'000'000'000 / 99;
   EXPECT_EQ(five["reports"], 1);
   EXPECT_EQ(five["agents"], 1);
@@ -359,7 +362,7 @@ TEST(Ingestor, SummaryOverTheLastMinutes) {
   EXPECT_DOUBLE_EQ(five["buckets"][0]["share_of_tls"].get<double>(), 1.0);
   ASSERT_EQ(five["algorithms"].size(), 1u);
   EXPECT_EQ(five["algorithms"][0]["algorithm"], "AES-GCM");
-  nlohmann::json sixty = ingestor.Summary(60, kTestNowNs);
+  nlohmann::json sixty = SummaryJson(ingestor, 60, kTestNowNs);
   EXPECT_EQ(sixty["reports"], 2);
   EXPECT_EQ(sixty["agents"], 2);
 }
@@ -383,7 +386,7 @@ TEST(Ingestor, TrendHasOnePointPerMinuteWithReportsAndAddsUpToSummary) {
   ingestor.Apply("a", MakeReport(4, std::string(16, 'i'), kTestNowNs - 10 * minute), kTestNowNs - 10 * minute);
 
   const double period = 1'000'000'000 / 99;
-  nlohmann::json trend = ingestor.Trend(60, kTestNowNs);
+  nlohmann::json trend = TrendJson(ingestor, 60, kTestNowNs);
   EXPECT_EQ(trend["minutes"], 60);
   EXPECT_EQ(trend["now"], kTestNowNs / 1'000'000'000);
   const nlohmann::json& points = trend["points"];
@@ -405,8 +408,8 @@ TEST(Ingestor, TrendHasOnePointPerMinuteWithReportsAndAddsUpToSummary) {
 
   // The points add up to the summary over the same minutes.
   for (int minutes : {1, 2, 5, 60}) {
-    nlohmann::json summary = ingestor.Summary(minutes, kTestNowNs);
-    nlohmann::json t = ingestor.Trend(minutes, kTestNowNs);
+    nlohmann::json summary = SummaryJson(ingestor, minutes, kTestNowNs);
+    nlohmann::json t = TrendJson(ingestor, minutes, kTestNowNs);
     double busy = 0, tls = 0;
     uint64_t reports = 0;
     for (const auto& p : t["points"]) {
@@ -418,12 +421,12 @@ TEST(Ingestor, TrendHasOnePointPerMinuteWithReportsAndAddsUpToSummary) {
     EXPECT_NEAR(busy, summary["busy_cpu_seconds"].get<double>(), 1e-9) << minutes;
     EXPECT_NEAR(tls, summary["tls_cpu_seconds"].get<double>(), 1e-9) << minutes;
   }
-  EXPECT_EQ(ingestor.Trend(1, kTestNowNs)["points"].size(), 1u);
-  EXPECT_EQ(ingestor.Trend(2, kTestNowNs)["points"].size(), 2u);
-  EXPECT_EQ(ingestor.Trend(10, kTestNowNs)["points"].size(), 2u);
-  EXPECT_EQ(ingestor.Trend(11, kTestNowNs)["points"].size(), 3u);
+  EXPECT_EQ(TrendJson(ingestor, 1, kTestNowNs)["points"].size(), 1u);
+  EXPECT_EQ(TrendJson(ingestor, 2, kTestNowNs)["points"].size(), 2u);
+  EXPECT_EQ(TrendJson(ingestor, 10, kTestNowNs)["points"].size(), 2u);
+  EXPECT_EQ(TrendJson(ingestor, 11, kTestNowNs)["points"].size(), 3u);
   // An hour later everything has left the window.
-  EXPECT_EQ(ingestor.Trend(60, kTestNowNs + 61 * minute)["points"].size(), 0u);
+  EXPECT_EQ(TrendJson(ingestor, 60, kTestNowNs + 61 * minute)["points"].size(), 0u);
 }
 
 TEST(Ingestor, AgentsMostRecentFirstWithCountsAndRelayHosts) {
@@ -438,7 +441,7 @@ TEST(Ingestor, AgentsMostRecentFirstWithCountsAndRelayHosts) {
   relayed.mutable_host()->set_hostname("web-7");
   ingestor.Apply(MakeAgentKey("relay-cn", "web-7"), relayed, kTestNowNs - 5 * s);
 
-  nlohmann::json list = ingestor.Agents(1000, kTestNowNs);
+  nlohmann::json list = AgentsJson(ingestor, 1000, kTestNowNs);
   EXPECT_EQ(list["now"], kTestNowNs / s);
   EXPECT_EQ(list["total"], 3);
   EXPECT_EQ(list["truncated"], false);
@@ -464,7 +467,7 @@ TEST(Ingestor, AgentsMostRecentFirstWithCountsAndRelayHosts) {
   EXPECT_EQ(agents[2]["reports"], 1);
   EXPECT_DOUBLE_EQ(agents[2]["age_seconds"].get<double>(), 600.0);
 
-  nlohmann::json two = ingestor.Agents(2, kTestNowNs);
+  nlohmann::json two = AgentsJson(ingestor, 2, kTestNowNs);
   EXPECT_EQ(two["total"], 3);
   EXPECT_EQ(two["truncated"], true);
   ASSERT_EQ(two["agents"].size(), 2u);
@@ -472,18 +475,18 @@ TEST(Ingestor, AgentsMostRecentFirstWithCountsAndRelayHosts) {
 
   // The counts survive a snapshot.
   state::State snapshot;
-  ingestor.Checkpoint([&](state::State& st) { snapshot = st; });
+  TakeSnapshot(ingestor, snapshot);
   Ingestor restored(IngestOptions{});
-  ASSERT_TRUE(restored.Restore(snapshot).ok());
-  EXPECT_EQ(restored.Agents(1000, kTestNowNs).dump(), list.dump());
+  ASSERT_TRUE(RestoreSnapshot(snapshot, restored).ok());
+  EXPECT_EQ(AgentsJson(restored, 1000, kTestNowNs).dump(), list.dump());
 }
 
 TEST(Ingestor, TrendAndAgentsOfAnEmptyCollector) {
   Ingestor ingestor(IngestOptions{});
-  nlohmann::json trend = ingestor.Trend(60, kTestNowNs);
+  nlohmann::json trend = TrendJson(ingestor, 60, kTestNowNs);
   EXPECT_TRUE(trend["points"].is_array());
   EXPECT_TRUE(trend["points"].empty());
-  nlohmann::json agents = ingestor.Agents(1000, kTestNowNs);
+  nlohmann::json agents = AgentsJson(ingestor, 1000, kTestNowNs);
   EXPECT_TRUE(agents["agents"].is_array());
   EXPECT_TRUE(agents["agents"].empty());
   EXPECT_EQ(agents["total"], 0);
@@ -493,7 +496,7 @@ TEST(Ingestor, TrendAndAgentsOfAnEmptyCollector) {
 // A gauge or counter without labels from CollectData(now), or -1 when absent.
 double Scalar(const Ingestor& ingestor, const std::string& family, int64_t now_ns = kTestNowNs,
               const std::map<std::string, std::string>& labels = {}) {
-  for (const prometheus::MetricFamily& f : ingestor.CollectData(now_ns)) {
+  for (const prometheus::MetricFamily& f : FleetMetrics(ingestor, now_ns)) {
     if (f.name != family) continue;
     for (const prometheus::ClientMetric& m : f.metric) {
       std::map<std::string, std::string> got;
@@ -525,19 +528,19 @@ TEST(Ingestor, SkewedClocksAreCountedMeasuredAndFiledByReceiveTime) {
   EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_reports_total", {}), 4);
   EXPECT_DOUBLE_EQ(Value(ingestor, "tlsprof_cpu_seconds_total", kAesGcm),
                    4 * 300 * static_cast<double>(1'000'000'000 / 99) / 1e9);
-  EXPECT_EQ(ingestor.Summary(1, kTestNowNs)["reports"], 4);
-  nlohmann::json trend = ingestor.Trend(60, kTestNowNs);
+  EXPECT_EQ(SummaryJson(ingestor, 1, kTestNowNs)["reports"], 4);
+  nlohmann::json trend = TrendJson(ingestor, 60, kTestNowNs);
   ASSERT_EQ(trend["points"].size(), 1u);
   EXPECT_EQ(trend["points"][0]["minute"], kTestNowNs / minute * 60);
   // The ring holds no minute of the agents' clocks (they would never be pruned).
-  EXPECT_EQ(ingestor.Trend(60, kTestNowNs + 2 * hour)["points"].size(), 0u);
+  EXPECT_EQ(TrendJson(ingestor, 60, kTestNowNs + 2 * hour)["points"].size(), 0u);
 
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_skewed_reports_total"), 3);
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_clock_skew_seconds"), 24 * 3600.0);
   // Past the 5 minute horizon nobody is current: the gauge falls back to 0.
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_clock_skew_seconds", kTestNowNs + 6 * minute), 0);
   std::map<std::string, nlohmann::json> skew;
-  const nlohmann::json listed = ingestor.Agents(10, kTestNowNs);
+  const nlohmann::json listed = AgentsJson(ingestor, 10, kTestNowNs);
   for (const auto& a : listed["agents"]) skew[a["identity"].get<std::string>()] = a["clock_skew_seconds"];
   EXPECT_DOUBLE_EQ(skew["ahead"].get<double>(), 3600.0);
   EXPECT_DOUBLE_EQ(skew["behind"].get<double>(), -86400.0);
@@ -547,9 +550,9 @@ TEST(Ingestor, SkewedClocksAreCountedMeasuredAndFiledByReceiveTime) {
   // A counter like the rest: a restart from the state directory does not reset it (found by
   // collector_ingest_fuzz, tests/fuzz/corpus/collector_ingest/crash-skewed-reports-not-restored).
   state::State snapshot;
-  ingestor.Checkpoint([&](state::State& st) { snapshot = st; });
+  TakeSnapshot(ingestor, snapshot);
   Ingestor restored{IngestOptions{}};
-  ASSERT_TRUE(restored.Restore(snapshot).ok());
+  ASSERT_TRUE(RestoreSnapshot(snapshot, restored).ok());
   EXPECT_DOUBLE_EQ(Scalar(restored, "tlsprof_collector_skewed_reports_total"), 3);
 }
 
@@ -573,7 +576,7 @@ TEST(Ingestor, MaxAgentsEvictsOnlyIdleAgentsAndRefusesOtherwise) {
   EXPECT_FALSE(ingestor.Apply("new", MakeReport(1), later).refused);
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_agent_limit_total", later, {{"action", "evicted"}}), 1);
   std::set<std::string> held;
-  const nlohmann::json after = ingestor.Agents(10, later);
+  const nlohmann::json after = AgentsJson(ingestor, 10, later);
   for (const auto& a : after["agents"]) held.insert(a["identity"].get<std::string>());
   EXPECT_EQ(held, (std::set<std::string>{"a0", "a2", "new"}));
 }
@@ -616,7 +619,7 @@ const std::map<std::string, std::string> kConnections = {{"service", "nginx"}, {
 // The histogram series of `labels`, or nullptr.
 std::optional<prometheus::ClientMetric::Histogram> Histogram(const Ingestor& ingestor,
                                                              const std::map<std::string, std::string>& labels) {
-  for (const prometheus::MetricFamily& f : ingestor.CollectData(kTestNowNs)) {
+  for (const prometheus::MetricFamily& f : FleetMetrics(ingestor, kTestNowNs)) {
     if (f.name != "tlsprof_crypto_operation_latency_seconds") continue;
     EXPECT_EQ(f.type, prometheus::MetricType::Histogram);
     for (const prometheus::ClientMetric& m : f.metric) {
@@ -734,9 +737,9 @@ TEST(Ingestor, UsageSurvivesSnapshotAndJournalReplay) {
   a.Apply("x", MakeUsageReport(1), kTestNowNs);
   a.Apply("x", MakeUsageReport(2), kTestNowNs);
   state::State snapshot;
-  a.Checkpoint([&](state::State& s) { snapshot = s; });
+  TakeSnapshot(a, snapshot);
   Ingestor b({});
-  ASSERT_TRUE(b.Restore(snapshot).ok());
+  ASSERT_TRUE(RestoreSnapshot(snapshot, b).ok());
   // And one more report through the journal's path, in both.
   state::JournalRecord record;
   record.set_agent_key("x");
@@ -744,7 +747,7 @@ TEST(Ingestor, UsageSurvivesSnapshotAndJournalReplay) {
   v1::SubmitRequest request;
   *request.mutable_report() = MakeUsageReport(3);
   record.set_submit_request(request.SerializeAsString());
-  ASSERT_TRUE(b.Replay(record).ok());
+  ASSERT_TRUE(ReplayRecord(record, b).ok());
   a.Apply("x", MakeUsageReport(3), kTestNowNs);
   for (const char* family :
        {"tlsprof_handshakes_total", "tlsprof_crypto_operations_total", "tlsprof_crypto_operation_cpu_seconds_total",
@@ -765,7 +768,7 @@ TEST(Ingestor, UsageSurvivesSnapshotAndJournalReplay) {
   // A corrupt snapshot is an error, not a crash.
   snapshot.mutable_handshakes(0)->mutable_labels()->RemoveLast();
   Ingestor c({});
-  EXPECT_FALSE(c.Restore(snapshot).ok());
+  EXPECT_FALSE(RestoreSnapshot(snapshot, c).ok());
 }
 
 TEST(Ingestor, SweepingRateLimitBucketsKeepsTheAgents) {

@@ -1,7 +1,7 @@
-// The collector's series of the usage telemetry (docs/fleet.md, "Usage
-// telemetry"): handshakes, public-key operations with their latency
-// histogram, and the label orders they are kept and persisted in
-// (state.proto, UsageSeries.labels).
+// The collector's series tables, and those of the usage telemetry
+// (docs/fleet.md, "Usage telemetry"): handshakes, public-key operations with
+// their latency histogram, and the label orders they are kept and persisted
+// in (state.proto, UsageSeries.labels).
 //
 // Plain values, not thread-safe: the Ingestor guards them.
 #pragma once
@@ -10,28 +10,22 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <vector>
 
-#include <prometheus/client_metric.h>
-
+#include "common/metrics/metric_table.h"
 #include "proto/tlsprof/v1/usage_wire.h"
 
 namespace tlsprof::collector {
 
-// Label names in the order of the keys. The first three are the service's
+// Label names in the order of the keys (and of state.proto's
+// UsageSeries.labels): the metric table's. The first three are the service's
 // (service, container_id, pod_uid); the container labels are exposed only
 // when set, as for tlsprof_cpu_seconds_total.
-inline constexpr std::array<std::string_view, 10> kHandshakeLabelNames = {
-    "service", "container_id", "pod_uid",      "library", "side",
-    "kind",    "version",      "cipher_suite", "group",   "cert_key_type"};
-inline constexpr std::array<std::string_view, 7> kOperationLabelNames = {
-    "service", "container_id", "pod_uid", "library", "operation", "algorithm", "in_handshake"};
-inline constexpr std::array<std::string_view, 4> kConnectionLabelNames = {"service", "container_id", "pod_uid",
-                                                                          "library"};
+inline constexpr const auto& kHandshakeLabelNames = metrics::kHandshakeLabels;
+inline constexpr const auto& kOperationLabelNames = metrics::kOperationLabels;
+inline constexpr const auto& kConnectionLabelNames = metrics::kConnectionLabels;
 
 // One operation series: its counters (estimated) and its histogram of the
 // observed operations (count, sum and buckets agree with each other).
@@ -82,34 +76,5 @@ class SeriesTable {
  private:
   std::unordered_map<uint64_t, Entry> map_;
 };
-
-// Prometheus labels of a series: name=value pairs in name order, the
-// container labels only when set.
-template <size_t N, class Values>
-std::vector<prometheus::ClientMetric::Label> UsageLabels(const std::array<std::string_view, N>& names,
-                                                         const Values& values) {
-  std::vector<prometheus::ClientMetric::Label> out;
-  out.reserve(N);
-  for (size_t i = 0; i < N; ++i) {
-    if (values[i].empty() && (names[i] == "container_id" || names[i] == "pod_uid")) continue;
-    out.push_back({std::string(names[i]), std::string(values[i])});
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  return out;
-}
-
-// The histogram of an operation series, cumulative, `le` in seconds.
-inline prometheus::ClientMetric::Histogram LatencyHistogram(const OperationTotals& t) {
-  prometheus::ClientMetric::Histogram h;
-  h.sample_count = t.observed;
-  h.sample_sum = t.observed_cpu_seconds;
-  const auto bounds = v1::LatencyBucketBoundsSeconds();
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < v1::kLatencyBuckets; ++i) {
-    cumulative += t.buckets[i];
-    h.bucket.push_back({cumulative, i < bounds.size() ? bounds[i] : std::numeric_limits<double>::infinity()});
-  }
-  return h;
-}
 
 }  // namespace tlsprof::collector

@@ -378,8 +378,9 @@ Result<DriverResult> RunLoad(const Fleet& fleet, const DriverOptions& options) {
   if (options.connections == 0 || options.threads == 0 || options.max_in_flight == 0) {
     return MakeError("--connections, --threads and --max-in-flight must be at least 1");
   }
-  // Debian's Abseil keeps absl::Mutex's lock-order (deadlock) graph on: it
-  // was ~3% of the loadgen's CPU inside gRPC (GraphCycles::GetId).
+  // Debian's Abseil keeps absl::Mutex's lock-order (deadlock) graph on: a
+  // graph update on every lock of gRPC's mutexes (GraphCycles::GetId), paid
+  // for nothing here (bench/README.md).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   Runner runner(fleet, options);
   auto connected = runner.Connect();

@@ -135,81 +135,51 @@ grpc::Status CollectorService::Submit(grpc::ServerContext* context, const grpc::
   return status;
 }
 
-grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::ByteBuffer& request,
-                                      grpc::ByteBuffer* response) {
-  // 1. Size. gRPC's own limit sits above --max-message-bytes (StartServer), so
-  // that what lies between is answered and counted here.
-  const size_t size = request.Length();
-  if (size > options_.max_message_bytes) {
-    health_->Count(SubmitResult::kTooLarge);
-    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
-            fmt::format("message of {} bytes exceeds --max-message-bytes {}", size, options_.max_message_bytes)};
-  }
-  v1::SubmitRequest parsed;
-  bool parsed_ok = false;
-  std::string request_bytes;  // journaled as received
-  {
-    std::vector<grpc::Slice> slices;
-    if (request.Dump(&slices).ok()) {
-      request_bytes.reserve(size);
-      for (const grpc::Slice& s : slices) request_bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-      parsed_ok = parsed.ParseFromString(request_bytes);
-    }
-  }
-  const v1::AgentReport& report = parsed.report();
-  const std::string& hostname = report.host().hostname();
+grpc::Status CollectorService::Refuse(SubmitResult result, grpc::StatusCode code, std::string message) {
+  health_->Count(result);
+  return {code, std::move(message)};
+}
 
-  // 2. Identity.
-  std::string identity;
+grpc::Status CollectorService::Identify(grpc::ServerContext* context, const Request& request, std::string& identity) {
+  const std::string& hostname = request.parsed.report().host().hostname();
   if (options_.insecure) {
-    if (!parsed_ok || !IsValidHostname(hostname)) {
-      health_->Count(SubmitResult::kUnauthenticated);
-      return {grpc::StatusCode::UNAUTHENTICATED,
-              "--insecure: the identity is insecure:<host.hostname>, and the report carries no valid host.hostname"};
+    if (!request.parsed_ok || !IsValidHostname(hostname)) {
+      return Refuse(SubmitResult::kUnauthenticated, grpc::StatusCode::UNAUTHENTICATED,
+                    "--insecure: the identity is insecure:<host.hostname>, and the report carries no valid "
+                    "host.hostname");
     }
     identity = "insecure:" + hostname;
   } else {
     std::vector<grpc::string_ref> cn = context->auth_context()->FindPropertyValues("x509_common_name");
     if (cn.empty() || cn[0].empty()) {
-      health_->Count(SubmitResult::kUnauthenticated);
-      return {grpc::StatusCode::UNAUTHENTICATED, "the client certificate has no subject CN"};
+      return Refuse(SubmitResult::kUnauthenticated, grpc::StatusCode::UNAUTHENTICATED,
+                    "the client certificate has no subject CN");
     }
     identity.assign(cn[0].data(), cn[0].size());
   }
   if (options_.allowed && !options_.allowed->Allows(identity)) {
-    health_->Count(SubmitResult::kDenied);
-    return {grpc::StatusCode::PERMISSION_DENIED, fmt::format("identity '{}' is not in --allowed-agents", identity)};
+    return Refuse(SubmitResult::kDenied, grpc::StatusCode::PERMISSION_DENIED,
+                  fmt::format("identity '{}' is not in --allowed-agents", identity));
   }
-  // A relay submits for many hosts: each (relay, hostname) is one agent. Until
-  // validation, an invalid hostname keys the relay itself.
-  const std::string agent_key =
-      MakeAgentKey(identity, IsRelay(identity) && IsValidHostname(hostname) ? std::string_view(hostname) : "");
+  return grpc::Status::OK;
+}
 
-  // 3. Rate limit.
-  const int64_t now_ns = NowUnixNs();
-  if (!ingestor_->TakeToken(agent_key, now_ns)) {
-    health_->Count(SubmitResult::kRateLimited);
-    return {grpc::StatusCode::RESOURCE_EXHAUSTED, fmt::format("rate limit: agent '{}' sends more than its reports/s "
-                                                              "(--rate-limit-per-agent, --rate-burst); retry later",
-                                                              identity)};
+grpc::Status CollectorService::Validate(const Request& request, int64_t now_ns) {
+  if (!request.parsed_ok) {
+    return Refuse(SubmitResult::kInvalid, grpc::StatusCode::INVALID_ARGUMENT,
+                  "request: not a valid tlsprof.v1.SubmitRequest");
   }
+  if (!request.parsed.has_report()) {
+    return Refuse(SubmitResult::kInvalid, grpc::StatusCode::INVALID_ARGUMENT, "report: missing");
+  }
+  if (auto error = ValidateReport(request.parsed.report(), now_ns)) {
+    return Refuse(SubmitResult::kInvalid, grpc::StatusCode::INVALID_ARGUMENT, *error);
+  }
+  return grpc::Status::OK;
+}
 
-  // 4. Validation.
-  if (!parsed_ok) {
-    health_->Count(SubmitResult::kInvalid);
-    return {grpc::StatusCode::INVALID_ARGUMENT, "request: not a valid tlsprof.v1.SubmitRequest"};
-  }
-  if (!parsed.has_report()) {
-    health_->Count(SubmitResult::kInvalid);
-    return {grpc::StatusCode::INVALID_ARGUMENT, "report: missing"};
-  }
-  if (auto error = ValidateReport(report, now_ns)) {
-    health_->Count(SubmitResult::kInvalid);
-    return {grpc::StatusCode::INVALID_ARGUMENT, *error};
-  }
-
-  // 5 and 6. Duplicate, caps, counters; the journal record is appended under
-  // the ingest lock and made durable (group commit) before the reply.
+grpc::Status CollectorService::Ingest(const std::string& agent_key, const std::string& identity, Request& request,
+                                      int64_t now_ns, ApplyResult& applied) {
   if (store_ && !store_->healthy()) {
     // Counting in memory what cannot be made durable would turn the agent's
     // retry into a DUPLICATE and lose the batch at the next start.
@@ -222,23 +192,23 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::
     state::JournalRecord record;
     record.set_agent_key(agent_key);
     record.set_received_unix_ns(now_ns);
-    record.set_submit_request(std::move(request_bytes));
+    record.set_submit_request(std::move(request.bytes));
     record_bytes = record.SerializeAsString();
   }
   uint64_t ticket = 0;
-  ApplyResult applied = ingestor_->Apply(
+  const v1::AgentReport& report = request.parsed.report();
+  applied = ingestor_->Apply(
       agent_key, report, now_ns,
       [&] {
         if (store_) ticket = store_->Enqueue(std::move(record_bytes));
       },
-      parsed.sent_unix_ns());
+      request.parsed.sent_unix_ns());
   if (applied.refused) {
     // Retried by the agent (its batch stays spooled); docs/fleet.md, "Bounds".
-    health_->Count(SubmitResult::kAgentLimit);
-    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
-            fmt::format("the collector holds --max-agents agents, none idle for an hour; agent '{}' is not taken now, "
-                        "retry later",
-                        identity)};
+    return Refuse(SubmitResult::kAgentLimit, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  fmt::format("the collector holds --max-agents agents, none idle for an hour; agent '{}' is not "
+                              "taken now, retry later",
+                              identity));
   }
   if (applied.too_old) {
     spdlog::warn("agent '{}': sequence {} is more than {} below the highest accepted; answered DUPLICATE", identity,
@@ -252,6 +222,52 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::
     }
     store_->MaybeCompact();
   }
+  return grpc::Status::OK;
+}
+
+CollectorService::Request CollectorService::ReadRequest(const grpc::ByteBuffer& buffer) {
+  Request request;
+  std::vector<grpc::Slice> slices;
+  if (buffer.Dump(&slices).ok()) {
+    request.bytes.reserve(buffer.Length());
+    for (const grpc::Slice& s : slices) request.bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    request.parsed_ok = request.parsed.ParseFromString(request.bytes);
+  }
+  return request;
+}
+
+grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::ByteBuffer& buffer,
+                                      grpc::ByteBuffer* response) {
+  // 1. Size. gRPC's own limit sits above --max-message-bytes (StartServer), so
+  // that what lies between is answered and counted here.
+  const size_t size = buffer.Length();
+  if (size > options_.max_message_bytes) {
+    return Refuse(SubmitResult::kTooLarge, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  fmt::format("message of {} bytes exceeds --max-message-bytes {}", size, options_.max_message_bytes));
+  }
+  Request request = ReadRequest(buffer);
+  // 2. Identity.
+  std::string identity;
+  if (grpc::Status st = Identify(context, request, identity); !st.ok()) return st;
+  // A relay submits for many hosts: each (relay, hostname) is one agent. Until
+  // validation, an invalid hostname keys the relay itself.
+  const std::string& hostname = request.parsed.report().host().hostname();
+  const std::string agent_key =
+      MakeAgentKey(identity, IsRelay(identity) && IsValidHostname(hostname) ? std::string_view(hostname) : "");
+  // 3. Rate limit.
+  const int64_t now_ns = NowUnixNs();
+  if (!ingestor_->TakeToken(agent_key, now_ns)) {
+    return Refuse(SubmitResult::kRateLimited, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  fmt::format("rate limit: agent '{}' sends more than its reports/s (--rate-limit-per-agent, "
+                              "--rate-burst); retry later",
+                              identity));
+  }
+  // 4. Validation.
+  if (grpc::Status st = Validate(request, now_ns); !st.ok()) return st;
+  // 5 and 6. Duplicate, caps, counters; the journal record is appended under
+  // the ingest lock and made durable (group commit) before the reply.
+  ApplyResult applied;
+  if (grpc::Status st = Ingest(agent_key, identity, request, now_ns, applied); !st.ok()) return st;
   health_->Count(applied.duplicate ? SubmitResult::kDuplicate : SubmitResult::kAccepted);
   if (applied.dropped_series) health_->AddDroppedSeries(applied.dropped_series);
 
@@ -290,9 +306,10 @@ Result<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, 
   builder.AddListeningPort(options.listen, credentials, &port);
   builder.RegisterService(service);
   // The sync server's thread pool: by default it keeps at most 2 idle pollers,
-  // so under load every call ends a thread and starts another (clone ~6% of
-  // the CPU). Keep more pollers, and bound the threads so that overload queues
-  // (or is refused with RESOURCE_EXHAUSTED) instead of growing memory.
+  // so under load every call ends a thread and starts another (thread
+  // creation shows in the collector's profile: bench/README.md). Keep more
+  // pollers, and bound the threads so that overload queues (or is refused with
+  // RESOURCE_EXHAUSTED) instead of growing memory.
   grpc::ResourceQuota quota("tlsprof-collector");
   quota.SetMaxThreads(kMaxServerThreads);
   builder.SetResourceQuota(quota);

@@ -56,7 +56,23 @@ class CollectorService : public grpc::Service {
   grpc::Status Submit(grpc::ServerContext* context, const grpc::ByteBuffer* request, grpc::ByteBuffer* response);
 
  private:
-  grpc::Status Handle(grpc::ServerContext* context, const grpc::ByteBuffer& request, grpc::ByteBuffer* response);
+  // A Submit's bytes as received (journaled as they are) and as parsed.
+  struct Request {
+    std::string bytes;
+    v1::SubmitRequest parsed;
+    bool parsed_ok = false;
+  };
+  static Request ReadRequest(const grpc::ByteBuffer& buffer);
+  // The steps of docs/fleet.md's "Ingest"; each returns OK to go on, or the
+  // status to answer (counted in tlsprof_collector_reports_total).
+  grpc::Status Handle(grpc::ServerContext* context, const grpc::ByteBuffer& buffer, grpc::ByteBuffer* response);
+  grpc::Status Identify(grpc::ServerContext* context, const Request& request, std::string& identity);
+  grpc::Status Validate(const Request& request, int64_t now_ns);
+  // Steps 5 and 6: applied, journaled and made durable; consumes request.bytes.
+  grpc::Status Ingest(const std::string& agent_key, const std::string& identity, Request& request, int64_t now_ns,
+                      ApplyResult& applied);
+  // Counts `result` and returns the status that answers it.
+  grpc::Status Refuse(SubmitResult result, grpc::StatusCode code, std::string message);
   bool IsRelay(const std::string& identity) const;
 
   const ServiceOptions options_;

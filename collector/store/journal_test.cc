@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "collector/expose/fleet_metrics.h"
 #include "collector/ingest/test_report.h"
 #include "collector/store/state_store.h"
 
@@ -149,7 +150,7 @@ ApplyResult Submit(Ingestor& ingestor, StateStore& store, const std::string& key
 
 std::string Metrics(const Ingestor& ingestor) {
   std::string out;
-  for (const auto& f : ingestor.CollectData()) {
+  for (const auto& f : FleetMetrics(ingestor)) {
     for (const auto& m : f.metric) {
       out += f.name;
       for (const auto& l : m.label) out += "," + l.name + "=" + l.value;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -53,6 +54,15 @@ Result<std::optional<std::string>> ReadSnapshot(const std::string& path) {
   return payload;
 }
 
+// The generation of a journal segment's file (journal-<gen>), if it is one.
+std::optional<uint64_t> SegmentGeneration(const std::filesystem::path& path) {
+  const std::string name = path.filename().string();
+  if (name.rfind(kJournalPrefix, 0) != 0) return std::nullopt;
+  const std::string number = name.substr(std::strlen(kJournalPrefix));
+  if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoull(number);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir, uint64_t compact_bytes,
@@ -78,7 +88,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir, uin
   if (snapshot->has_value()) {
     state::State s;
     if (!s.ParseFromString(**snapshot)) return MakeError("{}/{}: not a collector snapshot", dir, kSnapshot);
-    Status restored = ingestor.Restore(s);
+    Status restored = RestoreSnapshot(s, ingestor);
     if (!restored.ok()) return MakeError("{}/{}: {}", dir, kSnapshot, restored.error().message);
     first = s.journal_generation();
     spdlog::info("state: snapshot restored ({} reports counted, {} agents)", s.reports(), s.agents_size());
@@ -89,15 +99,12 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir, uin
   std::set<uint64_t> segments = {first};
   std::vector<std::filesystem::path> stale;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(kJournalPrefix, 0) != 0) continue;
-    const std::string number = name.substr(std::strlen(kJournalPrefix));
-    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) continue;
-    const uint64_t generation = std::stoull(number);
-    if (generation < first) {
+    const std::optional<uint64_t> generation = SegmentGeneration(entry.path());
+    if (!generation) continue;
+    if (*generation < first) {
       stale.push_back(entry.path());
     } else {
-      segments.insert(generation);
+      segments.insert(*generation);
     }
   }
   uint64_t replayed = 0;
@@ -108,7 +115,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir, uin
           if (!record.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
             return MakeError("not a journal record");
           }
-          Result<ApplyResult> applied = ingestor.Replay(record);
+          Result<ApplyResult> applied = ReplayRecord(record, ingestor);
           if (!applied.ok()) return applied.error();
           return OkStatus();
         });
@@ -208,7 +215,7 @@ Result<std::unique_ptr<StateStore::Snapshot>> StateStore::BeginCompaction() {
   if (!fd.ok()) return fd.error();
   const auto before_lock = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point snapshotted;
-  ingestor_->Checkpoint(*snapshot->state, [&] {
+  const FleetState copy = ingestor_->Copy([&] {
     snapshotted = std::chrono::steady_clock::now();
     // Under the Ingestor's lock: nothing is applied (or enqueued) meanwhile,
     // so the snapshot holds exactly what the segments up to this one hold.
@@ -222,6 +229,7 @@ Result<std::unique_ptr<StateStore::Snapshot>> StateStore::BeginCompaction() {
     generation_ = next;
     snapshot->state->set_journal_generation(next);
   });
+  StateToProto(copy, *snapshot->state);
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   spdlog::info(
       "state: compaction: {:.1f} ms to take the ingest lock and copy the state, {:.1f} ms to switch "
@@ -239,11 +247,8 @@ Status StateStore::FinishCompaction(const Snapshot& pending) {
   if (!written.ok()) return written;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(kJournalPrefix, 0) != 0) continue;
-    const std::string number = name.substr(std::strlen(kJournalPrefix));
-    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (std::stoull(number) < snapshot.journal_generation()) std::filesystem::remove(entry.path(), ec);
+    const std::optional<uint64_t> generation = SegmentGeneration(entry.path());
+    if (generation && *generation < snapshot.journal_generation()) std::filesystem::remove(entry.path(), ec);
   }
   return OkStatus();
 }

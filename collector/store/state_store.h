@@ -32,6 +32,7 @@
 
 #include "collector/ingest/ingestor.h"
 #include "collector/store/journal.h"
+#include "collector/store/snapshot.h"
 #include "common/result.h"
 
 namespace tlsprof::collector {

@@ -7,8 +7,11 @@
 - every PromQL expression parses: each one (template variables substituted
   as Grafana would) becomes a recording rule in a temporary file that
   `promtool check rules` must accept (promtool 2.42 has no expression checker);
-- every metric an expression reads is documented in docs/fleet.md's metric
-  tables or recorded by dashboards/prometheus/tlsprof-rules.yml.
+- every metric that a panel, a recording rule or an alert
+  (dashboards/prometheus/tlsprof-rules.yml), or a rules unit test's input or
+  expression (dashboards/prometheus/*.test.yml) reads is in the metric table
+  (common/metrics/metric_table.h, read as JSON from tlsprof-metric-table:
+  TLSPROF_METRIC_TABLE) or recorded by the rules file.
 
 The end-to-end test (tests/integration/test_dashboards.py) runs the same
 queries against a real Prometheus.
@@ -22,10 +25,12 @@ import subprocess
 import tempfile
 import unittest
 
+import yaml
+
 SRC = os.environ.get("TLSPROF_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
 DASHBOARDS = os.path.join(SRC, "dashboards")
 RULES = os.path.join(DASHBOARDS, "prometheus", "tlsprof-rules.yml")
-FLEET_MD = os.path.join(SRC, "docs", "fleet.md")
+RULES_TESTS = sorted(glob.glob(os.path.join(DASHBOARDS, "prometheus", "*.test.yml")))
 PROMTOOL = os.environ.get("TLSPROF_PROMTOOL") or shutil.which("promtool") or "/usr/bin/promtool"
 
 # Values Grafana substitutes for its built-in variables, and for ours.
@@ -102,24 +107,46 @@ def metric_names(expr):
     return names
 
 
-def documented_metrics():
-    """Metric names in docs/fleet.md's tables, plus the rules file's records."""
-    names = {"up"}
-    histograms = set()
-    with open(FLEET_MD) as f:
-        for line in f:
-            if not line.startswith("| `"):
-                continue
-            cells = line.split("|")
-            for name in re.findall(r"`([a-z_:][a-z0-9_:]*)`", cells[1]):
-                names.add(name)
-                if "histogram" in cells[2]:
-                    histograms.add(name)
-    for h in histograms:
-        names.update(h + s for s in HISTOGRAM_SUFFIXES)
+def metric_table():
+    """The metric table, as tlsprof-metric-table prints it: {name: entry}."""
+    exe = os.environ.get("TLSPROF_METRIC_TABLE") or os.path.join(SRC, "build", "bin", "tlsprof-metric-table")
+    if not os.access(exe, os.X_OK):
+        raise AssertionError(f"{exe}: not built; build the tlsprof-metric-table target, or set TLSPROF_METRIC_TABLE")
+    out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+    return {m["name"]: m for m in json.loads(out)["metrics"]}
+
+
+def rule_records():
     with open(RULES) as f:
-        names.update(re.findall(r"^\s*- record:\s*(\S+)", f.read(), re.M))
+        return {r["record"] for g in yaml.safe_load(f)["groups"] for r in g["rules"] if "record" in r}
+
+
+def known_metrics(table):
+    """What an expression may read: the table's metrics (a histogram's
+    series too), the rules file's records, and Prometheus' own `up`."""
+    names = {"up"} | rule_records()
+    for name, m in table.items():
+        names.add(name)
+        if m["type"] == "histogram":
+            names.update(name + s for s in HISTOGRAM_SUFFIXES)
     return names
+
+
+def rule_expressions():
+    """(where, expr) of every recording rule and alert, and of every rules
+    unit test's input series and PromQL check."""
+    out = []
+    with open(RULES) as f:
+        for g in yaml.safe_load(f)["groups"]:
+            for r in g["rules"]:
+                out.append((f"{os.path.basename(RULES)}: {r.get('record') or r.get('alert')}", str(r["expr"])))
+    for path in RULES_TESTS:
+        with open(path) as f:
+            for i, t in enumerate(yaml.safe_load(f)["tests"]):
+                where = f"{os.path.basename(path)}: test {i}"
+                out += [(where, s["series"]) for s in t.get("input_series", [])]
+                out += [(where, e["expr"]) for e in t.get("promql_expr_test", [])]
+    return out
 
 
 class DashboardJsonTest(unittest.TestCase):
@@ -221,17 +248,27 @@ class DashboardJsonTest(unittest.TestCase):
                 self.fail(f"promtool rejects a dashboard expression:\n{proc.stdout}{proc.stderr}\n{detail}")
         self.assertGreater(len(rules), 20)
 
-    def test_metrics_are_documented_or_recorded(self):
-        known = documented_metrics()
+    def test_panels_read_metrics_of_the_table_or_recorded(self):
+        known = known_metrics(metric_table())
         self.assertIn("tlsprof_cpu_seconds_total", known)
-        self.assertIn("tlsprof_handshakes_total", known)   # the reserved issue-4 table is read too
+        self.assertIn("tlsprof_handshake_cpu_seconds_total", known)   # reserved metrics are in the table too
         self.assertIn("job:tlsprof_tls_share:ratio_rate5m", known)
         for name, d in self.dashboards.items():
             for panel, t in targets(d):
                 used = metric_names(t["expr"])
                 with self.subTest(dashboard=name, panel=panel["title"], expr=t["expr"]):
                     self.assertTrue(used, "no metric found in the expression")
-                    self.assertFalse(used - known, "metrics neither in docs/fleet.md nor recorded by the rules")
+                    self.assertFalse(used - known, "metrics neither in the metric table nor recorded by the rules")
+
+    def test_rules_read_metrics_of_the_table_or_recorded(self):
+        known = known_metrics(metric_table())
+        exprs = rule_expressions()
+        self.assertGreater(len(exprs), 50, "the rules and their tests were not found")
+        for where, expr in exprs:
+            used = metric_names(expr)
+            with self.subTest(where=where, expr=expr):
+                self.assertTrue(used, "no metric found in the expression")
+                self.assertFalse(used - known, "metrics neither in the metric table nor recorded by the rules")
 
     def test_metric_name_lexer(self):
         # The lexer the previous test relies on finds what it must and nothing else.
@@ -243,8 +280,7 @@ class DashboardJsonTest(unittest.TestCase):
 
     def test_rules_file_records_what_the_dashboards_read(self):
         # The dashboards lean on recording rules: a renamed record must not go unnoticed.
-        with open(RULES) as f:
-            records = set(re.findall(r"^\s*- record:\s*(\S+)", f.read(), re.M))
+        records = rule_records()
         used = set()
         for d in self.dashboards.values():
             for _, t in targets(d):

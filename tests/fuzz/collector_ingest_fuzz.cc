@@ -16,9 +16,12 @@
 #include <cstdint>
 #include <string>
 
+#include "collector/expose/fleet_api.h"
+#include "collector/expose/fleet_metrics.h"
 #include "collector/ingest/ingestor.h"
 #include "collector/ingest/test_report.h"
 #include "collector/ingest/validate.h"
+#include "collector/store/snapshot.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
@@ -38,7 +41,9 @@ IngestOptions Options() {
   return o;
 }
 
-std::string Metrics(const Ingestor& ingestor) { return prometheus::TextSerializer().Serialize(ingestor.CollectData()); }
+std::string Metrics(const Ingestor& ingestor) {
+  return prometheus::TextSerializer().Serialize(tlsprof::collector::FleetMetrics(ingestor));
+}
 
 std::string Json(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
@@ -71,16 +76,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   const std::string metrics = Metrics(ingestor);
-  (void)Json(ingestor.Summary(60, kNowNs));
-  (void)Json(ingestor.Trend(60, kNowNs));
-  (void)Json(ingestor.Agents(100, kNowNs));
-  (void)ingestor.ActiveAgents(kNowNs, 60'000'000'000);
+  (void)Json(SummaryJson(ingestor, 60, kNowNs));
+  (void)Json(TrendJson(ingestor, 60, kNowNs));
+  (void)Json(AgentsJson(ingestor, 100, kNowNs));
+  (void)ActiveAgents(ingestor, kNowNs, 60'000'000'000);
 
   // The state directory's snapshot: restoring it gives the same counters.
   Ingestor restored(Options());
-  tlsprof::Status st = tlsprof::OkStatus();
-  ingestor.Checkpoint([&](tlsprof::collector::state::State& s) { st = restored.Restore(s); });
-  if (!st.ok()) __builtin_trap();
+  tlsprof::collector::state::State snapshot;
+  TakeSnapshot(ingestor, snapshot);
+  if (!RestoreSnapshot(snapshot, restored).ok()) __builtin_trap();
   if (const std::string again_metrics = Metrics(restored); again_metrics != metrics) {
     // The first line that differs, to start the diagnosis from.
     size_t at = 0;
