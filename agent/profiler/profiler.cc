@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "agent/profiler/steady_state.h"
-#include "common/self_usage.h"
+#include "common/self_cpu.h"
 
 namespace tlsprof::profiler {
 namespace {

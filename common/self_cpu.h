@@ -1,5 +1,5 @@
-// The agent's own CPU time and the host's name, for the report's `agent` block
-// and the daemon's AgentReport. Thread-safe (getrusage/gethostname).
+// The process's own CPU time and the host's name (the Window's AgentCost and
+// HostInfo). Thread-safe (getrusage/gethostname).
 #pragma once
 
 #include <sys/resource.h>
