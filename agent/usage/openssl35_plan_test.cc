@@ -5,8 +5,6 @@
 // decoded chains carry a type guard. The live check of these chains is the
 // usage integration test's, in the root (test_usage_trixie.py): 3.5 needs a
 // newer glibc than this test's, so it cannot be dlopen'ed here. No privileges.
-#include <unistd.h>
-
 #include <map>
 #include <string>
 #include <vector>
@@ -26,19 +24,7 @@ const std::string kLibcrypto = kLibDir + "libcrypto.so.3";
 
 // Fails (never skips) without the files, saying how to get them.
 bool Installed() {
-  for (const std::string& path : {kLibssl, kLibcrypto}) {
-    if (access(path.c_str(), R_OK) != 0) {
-      ADD_FAILURE() << path << " is missing: the trixie root is made by scripts/make-trixie-root.sh (as root)";
-      return false;
-    }
-  }
-  return true;
-}
-
-std::vector<std::string> Probed(const FilePlan& plan) {
-  std::vector<std::string> names;
-  for (const ProbeSite& site : plan.sites) names.push_back(site.function);
-  return names;
+  return FilesInstalled({kLibssl, kLibcrypto}, "the trixie root is made by scripts/make-trixie-root.sh (as root)");
 }
 
 // Debian 13's 3.5, read off its accessors with objdump -d: each libssl one
