@@ -24,21 +24,8 @@
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/boringssl_tables.h"
 #include "agent/symbols/library_tables.h"
+#include "agent/symbols/proc_status.h"
 #include "common/fd.h"
-
-namespace {
-
-// VmRSS / VmHWM from /proc/self/status, in KiB.
-long StatusKb(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) return std::stol(line.substr(std::strlen(field)));
-  }
-  return -1;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   bool all = false, names_only = false, no_archive = false, no_tables = false, tables_only = false;
@@ -121,8 +108,8 @@ int main(int argc, char** argv) {
   }
   if (no_archive) options.debug.static_archive_sonames.clear();
   options.debug.library_tables = !no_tables;
-  long rss_before = StatusKb("VmRSS:");
-  long hwm_before = StatusKb("VmHWM:");
+  long rss_before = tlsprof::symbols::ProcStatusKb("VmRSS:");
+  long hwm_before = tlsprof::symbols::ProcStatusKb("VmHWM:");
   auto t0 = std::chrono::steady_clock::now();
   auto image = tlsprof::symbols::LoadBinaryImage(fd.get(), argv[1], options);
   auto t1 = std::chrono::steady_clock::now();
@@ -130,8 +117,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", image.error().message.c_str());
     return 1;
   }
-  long rss_after = StatusKb("VmRSS:");
-  long hwm_after = StatusKb("VmHWM:");
+  long rss_after = tlsprof::symbols::ProcStatusKb("VmRSS:");
+  long hwm_after = tlsprof::symbols::ProcStatusKb("VmHWM:");
   const auto& img = **image;
   std::printf("%s: build-id %s, source %s, %llu function symbols seen, %zu kept, go=%d\n", argv[1],
               img.build_id.c_str(), std::string(tlsprof::symbols::SymbolSourceName(img.symbol_source)).c_str(),
