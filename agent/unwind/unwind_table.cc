@@ -34,14 +34,8 @@ constexpr int kRegRip = 16;
 
 // Owners for the libdw handles (the libelf one is symbols::ElfPtr).
 using symbols::ElfPtr;
-struct DwarfCloser {
-  void operator()(Dwarf* d) const { dwarf_end(d); }
-};
-struct CfiCloser {
-  void operator()(Dwarf_CFI* c) const { dwarf_cfi_end(c); }
-};
-using DwarfPtr = std::unique_ptr<Dwarf, DwarfCloser>;
-using CfiPtr = std::unique_ptr<Dwarf_CFI, CfiCloser>;
+using DwarfPtr = std::unique_ptr<Dwarf, decltype([](Dwarf* d) { dwarf_end(d); })>;
+using CfiPtr = std::unique_ptr<Dwarf_CFI, decltype([](Dwarf_CFI* c) { dwarf_cfi_end(c); })>;
 
 struct Interval {
   uint64_t start = 0, end = 0;

@@ -38,14 +38,9 @@
 namespace tlsprof::usage {
 namespace {
 
-struct SkelDeleter {
-  void operator()(::usage* skel) const { usage__destroy(skel); }
-};
-struct LinkDeleter {
-  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
-};
-using SkelPtr = std::unique_ptr<::usage, SkelDeleter>;
-using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+// Owners of the skeleton and its links (destroying a link detaches it).
+using SkelPtr = std::unique_ptr<::usage, decltype([](::usage* skel) { usage__destroy(skel); })>;
+using LinkPtr = std::unique_ptr<bpf_link, decltype([](bpf_link* link) { bpf_link__destroy(link); })>;
 
 std::string ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 
