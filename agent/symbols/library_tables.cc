@@ -35,39 +35,12 @@ enum class Op : uint8_t {
   kStore
 };
 
-std::string_view OpName(Op op) {
-  switch (op) {
-    case Op::kDigest:
-      return "digest";
-    case Op::kCipher:
-      return "cipher";
-    case Op::kMac:
-      return "mac";
-    case Op::kKdf:
-      return "kdf";
-    case Op::kRand:
-      return "rand";
-    case Op::kKeymgmt:
-      return "keymgmt";
-    case Op::kKeyexch:
-      return "keyexch";
-    case Op::kSignature:
-      return "signature";
-    case Op::kAsymCipher:
-      return "asym_cipher";
-    case Op::kKem:
-      return "kem";
-    case Op::kEncoder:
-      return "encoder";
-    case Op::kDecoder:
-      return "decoder";
-    case Op::kStore:
-      return "store";
-    case Op::kUnknown:
-      break;
-  }
-  return "*";
-}
+// The operations' names (openssl/core_dispatch.h), in Op's order.
+constexpr std::string_view kOpNames[] = {"*",       "digest",    "cipher",      "mac", "kdf",     "rand",    "keymgmt",
+                                         "keyexch", "signature", "asym_cipher", "kem", "encoder", "decoder", "store"};
+static_assert(std::size(kOpNames) == static_cast<size_t>(Op::kStore) + 1);
+
+std::string_view OpName(Op op) { return kOpNames[static_cast<size_t>(op)]; }
 
 // Dispatch function ids by operation (openssl/core_dispatch.h; stable ABI:
 // ids are only ever added).
@@ -238,11 +211,6 @@ Op ClassifyTable(std::span<const Algorithm> table) {
   return Op::kUnknown;
 }
 
-// A function shared by more algorithms than this, or filling more slots of
-// its tables, is named with "*" there.
-constexpr size_t kMaxListed = 8;
-constexpr size_t kMaxRoles = 3;
-
 // The algorithm as named here: a cipher's key size is dropped, so the
 // functions AES-128-GCM and AES-256-GCM share are one algorithm's.
 std::string AlgorithmName(Op op, std::string_view names) {
@@ -266,24 +234,8 @@ void AddDistinctAddr(std::vector<uint64_t>& items, uint64_t item) {
 // What the provider functions reach: the code tables below them
 // (library_tables.h, "openssl:" names).
 
-enum class CodeKind : uint8_t { kEc, kCipherHw, kEcx, kMlKem };
-
-std::string_view CodeKindName(CodeKind k) {
-  switch (k) {
-    case CodeKind::kEc:
-      return "ec";
-    case CodeKind::kCipherHw:
-      return "cipher-hw";
-    case CodeKind::kEcx:
-      return "ecx";
-    case CodeKind::kMlKem:
-      return "ml-kem";
-  }
-  return "*";
-}
-
 struct CodeUse {
-  CodeKind kind;
+  std::string_view kind;  // the name's: "ec", "cipher-hw", "ecx" or "ml-kem"
   std::string algorithm;
   std::string role;
 };
@@ -489,7 +441,7 @@ class CodeTableReader {
         auto fn = image_.PointerAt(method + 8 + 8 * i);
         if (!fn || !IsFunction(*fn)) continue;
         for (const std::string& curve : curve_list) {
-          uses_[*fn].push_back({CodeKind::kEc, curve, std::string(kEcMethodFields[i])});
+          uses_[*fn].push_back({"ec", curve, std::string(kEcMethodFields[i])});
         }
       }
     }
@@ -528,7 +480,7 @@ class CodeTableReader {
     for (uint64_t fn : std::set<uint64_t>(reached)) reached.merge(Callees(fn));
     for (uint64_t fn : reached) {
       if (x25519_callees.count(fn) && !x448_callees.count(fn)) {
-        uses_[fn].push_back({CodeKind::kEcx, "X25519", "derive"});
+        uses_[fn].push_back({"ecx", "X25519", "derive"});
       }
     }
   }
@@ -547,7 +499,7 @@ class CodeTableReader {
         role = u.role;
       }
       if (!mlkem) continue;
-      for (uint64_t callee : Callees(fn)) uses_[callee].push_back({CodeKind::kMlKem, "ML-KEM", role});
+      for (uint64_t callee : Callees(fn)) uses_[callee].push_back({"ml-kem", "ML-KEM", role});
     }
   }
 
@@ -694,7 +646,7 @@ class CodeTableReader {
           continue;  // a NULL slot
         }
         if (!IsFunction(*fn)) break;
-        uses_[*fn].push_back({CodeKind::kCipherHw, alg, std::string(fields[i])});
+        uses_[*fn].push_back({"cipher-hw", alg, std::string(fields[i])});
       }
     }
   }
@@ -799,23 +751,6 @@ ProviderUses ReadProviderTables(std::span<const Algorithm> algorithms, LibraryTa
   return uses;
 }
 
-// "<prefix>:<kind>:<algorithms>:<roles>" for a function's uses. Several
-// kinds: "*". Several algorithms: all of them, sorted (AES-GCM|ARIA-GCM).
-// Several slots of one table (ChaCha20-Poly1305's update and cipher):
-// update+cipher.
-template <typename Use, typename KindName>
-std::string UsesName(std::string_view prefix, const std::vector<Use>& list, KindName kind_name) {
-  std::vector<std::string> kinds, algs, roles;
-  for (const Use& u : list) {
-    AddDistinct(kinds, std::string(kind_name(u)));
-    AddDistinct(algs, u.algorithm);
-    AddDistinct(roles, u.role);
-  }
-  std::sort(algs.begin(), algs.end());
-  return std::string(prefix) + ":" + JoinOrStar(kinds, ":", 1) + ":" + JoinOrStar(algs, "|", kMaxListed) + ":" +
-         JoinOrStar(roles, "+", kMaxRoles);
-}
-
 }  // namespace
 
 Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
@@ -834,7 +769,7 @@ Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
       continue;
     }
     out.functions.push_back(
-        {addr, *size, UsesName("provider", list, [](const ProviderUse& u) { return OpName(u.op); })});
+        {addr, *size, TableFunctionName("provider", list, [](const ProviderUse& u) { return OpName(u.op); })});
   }
   out.stats.functions = out.functions.size();
 
@@ -845,8 +780,7 @@ Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
     if (uses.count(addr)) continue;
     auto size = image.FunctionSize(addr);
     if (!size) continue;  // ReadCodeTables takes only functions with an FDE
-    out.functions.push_back(
-        {addr, *size, UsesName("openssl", list, [](const CodeUse& u) { return CodeKindName(u.kind); })});
+    out.functions.push_back({addr, *size, TableFunctionName("openssl", list, [](const CodeUse& u) { return u.kind; })});
     ++out.stats.code_functions;
   }
   out.stats.functions = out.functions.size();
