@@ -160,19 +160,7 @@ bool IsTlsNamespace(FamilyMask mask, std::string_view ns) {
 }
 
 bool RuleMatches(const rules::Rule& r, std::string_view s) {
-  bool ok = false;
-  switch (r.match) {
-    case rules::Match::kExact:
-      ok = s == r.pattern;
-      break;
-    case rules::Match::kPrefix:
-      ok = StartsWith(s, r.pattern);
-      break;
-    case rules::Match::kContains:
-      ok = Contains(s, r.pattern);
-      break;
-  }
-  return ok && (r.and_contains.empty() || Contains(s, r.and_contains));
+  return rules::PatternMatches(r.match, r.pattern, s) && (r.and_contains.empty() || Contains(s, r.and_contains));
 }
 
 std::optional<Classification> ApplyRules(FamilyMask mask, std::string_view s) {
@@ -399,15 +387,8 @@ EntryName PrepareEntryName(Family family, std::string_view name) {
 template <typename Row>
 bool EntryMatches(const Row& r, const EntryName& e) {
   if (!(r.families & e.mask) || e.leaf.empty()) return false;
-  switch (r.match) {
-    case rules::Match::kExact:
-      return e.leaf == r.pattern;
-    case rules::Match::kPrefix:
-      return StartsWith(e.leaf, r.pattern);
-    case rules::Match::kContains:
-      return Contains(e.full, r.pattern);
-  }
-  return false;
+  // kExact/kPrefix rows see the innermost name, kContains rows the whole one.
+  return rules::PatternMatches(r.match, r.pattern, r.match == rules::Match::kContains ? e.full : e.leaf);
 }
 
 // What an operation entry says (a row of rules::Operations(), or a provider

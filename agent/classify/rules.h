@@ -27,6 +27,19 @@ enum class Match : uint8_t {
   kContains,  // name contains pattern anywhere
 };
 
+// Whether `name` matches `pattern` the way `match` says.
+constexpr bool PatternMatches(Match match, std::string_view pattern, std::string_view name) {
+  switch (match) {
+    case Match::kExact:
+      return name == pattern;
+    case Match::kPrefix:
+      return name.starts_with(pattern);
+    case Match::kContains:
+      return name.find(pattern) != std::string_view::npos;
+  }
+  return false;
+}
+
 // One row of the rules table. `and_contains`, when not empty, must also occur
 // somewhere in the name (e.g. prefix "crypto/ecdsa." and contains "P256").
 struct Rule {
