@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -288,26 +289,30 @@ TEST(UnwindTableTest, LibcTableHasStartEnd) {
 
 // ---- End to end on this process's live stack.
 
-TEST(UnwindLiveTest, ChainWithoutFramePointers) {
+// Runs `run`, whose leaf `leaf` unwinds this thread's stack into g_frames
+// (once), prints the frames and checks there are at least `min`, `leaf`
+// first.
+void CaptureStack(const std::function<void()>& run, const char* leaf, size_t min) {
   g_frames.clear();
-  EXPECT_GT(tlsprof_unwind_test_a(1), 0);
+  g_captured = false;
+  run();
   const auto& f = g_frames;
   std::printf("%s", Describe(f).c_str());
-  ASSERT_GE(f.size(), 4u) << Describe(f);
-  EXPECT_EQ(Symbolize(f[0]).name, "tlsprof_unwind_test_c") << Describe(f);
+  ASSERT_GE(f.size(), min) << Describe(f);
+  EXPECT_EQ(Symbolize(f[0]).name, leaf) << Describe(f);
+}
+
+TEST(UnwindLiveTest, ChainWithoutFramePointers) {
+  ASSERT_NO_FATAL_FAILURE(CaptureStack([] { EXPECT_GT(tlsprof_unwind_test_a(1), 0); }, "tlsprof_unwind_test_c", 4));
+  const auto& f = g_frames;
   EXPECT_EQ(Symbolize(f[1]).name, "tlsprof_unwind_test_b") << Describe(f);
   EXPECT_EQ(Symbolize(f[2]).name, "tlsprof_unwind_test_a") << Describe(f);
   ExpectReachesStart(f, 3);
 }
 
 TEST(UnwindLiveTest, ThroughLibcQsort) {
-  g_frames.clear();
-  g_captured = false;
-  tlsprof_unwind_test_sort();
+  ASSERT_NO_FATAL_FAILURE(CaptureStack([] { tlsprof_unwind_test_sort(); }, "tlsprof_unwind_test_compare", 3));
   const auto& f = g_frames;
-  std::printf("%s", Describe(f).c_str());
-  ASSERT_GE(f.size(), 3u) << Describe(f);
-  EXPECT_EQ(Symbolize(f[0]).name, "tlsprof_unwind_test_compare") << Describe(f);
   int caller = FindFrame(f, "tlsprof_unwind_test_sort");
   ASSERT_GE(caller, 2) << "qsort's own frames must lie between\n" << Describe(f);
   // Under ASan, qsort is ASan's interceptor, which calls libc's: in libasan.so with gcc; linked into this
@@ -323,13 +328,8 @@ TEST(UnwindLiveTest, ThroughLibcQsort) {
 }
 
 TEST(UnwindLiveTest, ThroughLibcryptoCallback) {
-  g_frames.clear();
-  g_captured = false;
-  tlsprof_unwind_test_openssl();
+  ASSERT_NO_FATAL_FAILURE(CaptureStack([] { tlsprof_unwind_test_openssl(); }, "tlsprof_unwind_test_md_callback", 3));
   const auto& f = g_frames;
-  std::printf("%s", Describe(f).c_str());
-  ASSERT_GE(f.size(), 3u) << Describe(f);
-  EXPECT_EQ(Symbolize(f[0]).name, "tlsprof_unwind_test_md_callback") << Describe(f);
   int caller = FindFrame(f, "tlsprof_unwind_test_openssl");
   ASSERT_GE(caller, 2) << Describe(f);
   int in_crypto = 0;
@@ -556,6 +556,15 @@ struct FakeMemory {
   }
 };
 
+// Unwinds from `regs` over `maps` and `mem`: the frames it gives and why it
+// stopped.
+void ExpectUnwind(const std::vector<MappedTable>& maps, const Registers& regs, FakeMemory& mem,
+                  const std::vector<uint64_t>& frames, UnwindStop stop, size_t max_frames = TLSPROF_UNWIND_MAX_FRAMES) {
+  UnwindResult r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem, max_frames);
+  EXPECT_EQ(r.frames, frames);
+  EXPECT_EQ(r.stop, stop);
+}
+
 unwind_row Row(uint32_t pc, uint8_t kind, int32_t off, uint8_t rbp_kind = RBP_SAME, int16_t rbp_off = 0,
                int16_t add = 0) {
   unwind_row r{};
@@ -594,9 +603,8 @@ TEST(UnwindAlgorithmTest, RowKindsAndReturnAddressLookup) {
   // Frame 3 at 0x1410 (ip - 1 = 0x140f: PLT row), sp = 0x9010: cfa = sp + 8
   // (+8 more only when (ip & 15) >= 11 — ip itself, here 0x11410 & 15 = 0).
   mem.words[0x9010] = 0x11301;  // ra; 0x1300 is CFA_END
-  UnwindResult r = UnwindWithReason(maps, {0x11010, sp0, 0x1234}, FakeMemory::Read, &mem, 16);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x11010, 0x11180, 0x11300, 0x11410, 0x11301}));
-  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+  ExpectUnwind(maps, Registers{0x11010, sp0, 0x1234}, mem, {0x11010, 0x11180, 0x11300, 0x11410, 0x11301},
+               UnwindStop::kEnd, 16);
 }
 
 TEST(UnwindAlgorithmTest, StopsAndFramePointers) {
@@ -620,9 +628,7 @@ TEST(UnwindAlgorithmTest, StopsAndFramePointers) {
   mem.words[0x8000] = 0x8100;
   mem.words[0x8108] = 0;  // a zero return address ends the walk
   mem.words[0x8100] = 0;
-  UnwindResult r = UnwindWithReason(maps, {0x5000, 0x7ff0, 0x8000}, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x5000, 0x5100}));
-  EXPECT_EQ(r.stop, UnwindStop::kZeroIp);
+  ExpectUnwind(maps, Registers{0x5000, 0x7ff0, 0x8000}, mem, {0x5000, 0x5100}, UnwindStop::kZeroIp);
   EXPECT_EQ(UnwindWithReason(maps, {0x5000, 0x7ff0, 0x8000}, FakeMemory::Read, &mem, 1).stop, UnwindStop::kMaxFrames);
 }
 
@@ -650,42 +656,33 @@ TEST(UnwindAlgorithmTest, CfaFromAnotherRegister) {
   mem.words[0x7108 + 8] = 0x1401;  // caller: cfa = 0x7108 + 16; ra at cfa - 8
   Registers regs{0x1150, 0x7000, 0};
   regs.gpr[0] = 0x7100;
-  UnwindResult r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1150, 0x1210, 0x1401}));
-  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+  ExpectUnwind(maps, regs, mem, {0x1150, 0x1210, 0x1401}, UnwindStop::kEnd);
 
   // Frame 0 is the leaf (CFA_RSP), frame 1 in the rax row of the same mapping.
   mem.words[0x6ff8] = 0x1180;  // the leaf's ra (cfa = sp + 8)
   regs = {0x1010, 0x6ff8, 0};
   regs.gpr[0] = 0x7100;
-  r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1010, 0x1180, 0x1210, 0x1401}));
-  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+  ExpectUnwind(maps, regs, mem, {0x1010, 0x1180, 0x1210, 0x1401}, UnwindStop::kEnd);
 
   // Frame 0 in another mapping (e.g. libc, which may clobber rax): stop.
   mem.words[0x6ff0] = 0x1180;
   regs = {0x5010, 0x6ff0, 0};
   regs.gpr[0] = 0x7100;
-  r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x5010, 0x1180}));
-  EXPECT_EQ(r.stop, UnwindStop::kRegUnknown);
+  ExpectUnwind(maps, regs, mem, {0x5010, 0x1180}, UnwindStop::kRegUnknown);
 
   // Frame 2: the sample's registers no longer hold, whatever they are.
   mem.words[0x7200] = 0x1010;  // frame 0 (CFA_RSP 16 at 0x1210) returns into the leaf
   mem.words[0x7208] = 0x1310;  // leaf returns into the r9 row
   regs = {0x1210, 0x71f8, 0};
   regs.gpr[9] = 0x7300;
-  r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1210, 0x1010, 0x1310}));
-  EXPECT_EQ(r.stop, UnwindStop::kRegUnknown);
+  ExpectUnwind(maps, regs, mem, {0x1210, 0x1010, 0x1310}, UnwindStop::kRegUnknown);
 
   // Implausible CFAs at frame 0: below SP, more than 1 MiB above, misaligned.
   for (uint64_t rax : {uint64_t{0x6000}, uint64_t{0x7000 + (2 << 20)}, uint64_t{0x7101}, ~uint64_t{0}}) {
     regs = {0x1150, 0x7000, 0};
     regs.gpr[0] = rax;
-    r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-    EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1150})) << std::hex << rax;
-    EXPECT_EQ(r.stop, UnwindStop::kRegUnknown) << std::hex << rax;
+    SCOPED_TRACE(::testing::Message() << std::hex << rax);
+    ExpectUnwind(maps, regs, mem, {0x1150}, UnwindStop::kRegUnknown);
   }
 }
 
@@ -704,16 +701,13 @@ TEST(UnwindAlgorithmTest, CfaFromSlotIndexedByRegister) {
   mem.words[0x7208 + 8] = 0x1401;  // caller: cfa = 0x7208 + 16
   Registers regs{0x1050, 0x7000, 0};
   regs.gpr[9] = 4;
-  UnwindResult r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1050, 0x1210, 0x1401}));
-  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+  ExpectUnwind(maps, regs, mem, {0x1050, 0x1210, 0x1401}, UnwindStop::kEnd);
 
   // An implausible slot value (below SP, misaligned): stop, never a wrong frame.
   for (uint64_t saved : {uint64_t{0x6000}, uint64_t{0x7203}}) {
     mem.words[0x7028] = saved;
-    r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-    EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1050})) << std::hex << saved;
-    EXPECT_EQ(r.stop, UnwindStop::kRegUnknown) << std::hex << saved;
+    SCOPED_TRACE(::testing::Message() << std::hex << saved);
+    ExpectUnwind(maps, regs, mem, {0x1050}, UnwindStop::kRegUnknown);
   }
 }
 
