@@ -732,6 +732,23 @@ void AddTableFunctions(const std::vector<TableFunction>& functions, const std::v
   }
 }
 
+// What one table reader made of the file: its functions added as from
+// `source`, or a debug line saying why there are none (`what`: the
+// tables' name).
+template <typename Tables, typename Describe>
+void AddReadTables(const Result<Tables>& tables, SymbolSource source, std::string_view what, Describe describe,
+                   const ElfFile& f, const std::vector<uint64_t>& export_addrs, const LoadOptions& options,
+                   BinaryImage& img) {
+  if (!tables) {
+    spdlog::debug("{}: no {}: {}", f.path, what, tables.error().message);
+    return;
+  }
+  if (tables->functions.empty()) return;
+  AddTableFunctions(tables->functions, export_addrs, options, img);
+  img.symbol_source = source;
+  spdlog::debug("{}: {}", f.path, describe(tables->stats));
+}
+
 // Last resort for a stripped shared library: its own tables name the
 // functions behind its exports (library_tables.h for OpenSSL 3,
 // boringssl_tables.h for BoringSSL, told apart by a BoringSSL-only export so
@@ -743,26 +760,21 @@ void LoadTableSymbols(int fd, const ElfFile& f, const std::vector<uint64_t>& exp
            s.name == "EVP_AEAD_CTX_seal_scatter";
   });
   if (boringssl) {
-    auto tables = ReadBoringSslTables(fd, f.path);
-    if (!tables) {
-      spdlog::debug("{}: no method tables: {}", f.path, tables.error().message);
-    } else if (!tables->functions.empty()) {
-      AddTableFunctions(tables->functions, export_addrs, options, img);
-      img.symbol_source = SymbolSource::kMethodTables;
-      spdlog::debug("{}: {} functions named from {} getters and {} curves", f.path, tables->stats.functions,
-                    tables->stats.getters, tables->stats.curves);
-    }
+    AddReadTables(
+        ReadBoringSslTables(fd, f.path), SymbolSource::kMethodTables, "method tables",
+        [](const BoringSslTablesStats& st) {
+          return fmt::format("{} functions named from {} getters and {} curves", st.functions, st.getters, st.curves);
+        },
+        f, export_addrs, options, img);
     return;
   }
-  auto tables = ReadLibraryTables(fd, f.path);
-  if (!tables) {
-    spdlog::debug("{}: no library tables: {}", f.path, tables.error().message);
-  } else if (!tables->functions.empty()) {
-    AddTableFunctions(tables->functions, export_addrs, options, img);
-    img.symbol_source = SymbolSource::kLibraryTables;
-    spdlog::debug("{}: {} functions named from {} provider algorithms in {} tables", f.path, tables->stats.functions,
-                  tables->stats.algorithms, tables->stats.tables);
-  }
+  AddReadTables(
+      ReadLibraryTables(fd, f.path), SymbolSource::kLibraryTables, "library tables",
+      [](const LibraryTablesStats& st) {
+        return fmt::format("{} functions named from {} provider algorithms in {} tables", st.functions, st.algorithms,
+                           st.tables);
+      },
+      f, export_addrs, options, img);
 }
 
 }  // namespace
