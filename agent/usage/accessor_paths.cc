@@ -375,6 +375,15 @@ class Runner {
   // On at the next instruction if the step held, else the path fails.
   static Step NextIf(bool held) { return held ? Step::kNext : Step::kFail; }
 
+  // The one operand, a register of `width` bytes (ah..bh refused); nullopt
+  // for any other operand form.
+  static std::optional<Reg> SoleReg(const cs_x86& x, int width) {
+    if (x.op_count != 1 || x.operands[0].type != X86_OP_REG) return std::nullopt;
+    auto r = RegOf(x.operands[0].reg);
+    if (!r || r->width != width) return std::nullopt;
+    return r;
+  }
+
   static bool IsAxNop(const cs_x86& x) {
     const cs_x86_op* ops = x.operands;
     return x.op_count == 2 && ops[0].type == X86_OP_REG && ops[0].reg == X86_REG_AX && ops[1].type == X86_OP_REG &&
@@ -400,9 +409,8 @@ class Runner {
 
   // A 64-bit register saved to or restored from the modelled stack.
   Step PushPop(Path& p, const cs_x86& x, bool push) const {
-    if (x.op_count != 1 || x.operands[0].type != X86_OP_REG) return Step::kFail;
-    auto r = RegOf(x.operands[0].reg);
-    if (!r || r->width != 8) return Step::kFail;
+    auto r = SoleReg(x, 8);
+    if (!r) return Step::kFail;
     if (push) {
       p.stack.push_back({false, p.regs[r->index], {}});
       return Step::kNext;
@@ -543,9 +551,8 @@ class Runner {
 
   // sete / setne into a byte register (not ah..bh).
   Step SetCcInsn(Path& p, const cs_x86& x, bool if_zero) const {
-    if (x.op_count != 1 || x.operands[0].type != X86_OP_REG) return Step::kFail;
-    auto r = RegOf(x.operands[0].reg);
-    if (!r || r->width != 1) return Step::kFail;
+    auto r = SoleReg(x, 1);
+    if (!r) return Step::kFail;
     auto v = SetCc(p, if_zero, p.regs[r->index]);
     return NextIf(v && SetReg(p, r->index, *v));
   }
