@@ -321,15 +321,8 @@ Result<BoringSslTables> ReadBoringSslTables(int fd, std::string_view path) {
     }
   }
 
-  for (const auto& [addr, list] : uses) {
-    auto size = image.FunctionSize(addr);
-    if (!size) {
-      ++out.stats.no_extent;
-      continue;
-    }
-    out.functions.push_back(
-        {addr, *size, TableFunctionName("boringssl", list, [](const Use& u) { return KindName(u.kind); })});
-  }
+  NameTableFunctions(
+      image, "boringssl", uses, [](const Use& u) { return KindName(u.kind); }, out.functions, out.stats.no_extent);
   out.stats.functions = out.functions.size();
   return out;
 }

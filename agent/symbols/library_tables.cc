@@ -762,15 +762,8 @@ Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
   const std::vector<Algorithm> algorithms = FindAlgorithms(image);
   out.stats.algorithms = algorithms.size();
   const ProviderUses uses = ReadProviderTables(algorithms, out.stats);
-  for (const auto& [addr, list] : uses) {
-    auto size = image.FunctionSize(addr);
-    if (!size) {
-      ++out.stats.no_extent;
-      continue;
-    }
-    out.functions.push_back(
-        {addr, *size, TableFunctionName("provider", list, [](const ProviderUse& u) { return OpName(u.op); })});
-  }
+  NameTableFunctions(
+      image, "provider", uses, [](const ProviderUse& u) { return OpName(u.op); }, out.functions, out.stats.no_extent);
   out.stats.functions = out.functions.size();
 
   // Only a library with provider tables has the code tables below them.

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/symbols/library_tables.h"
 #include "common/result.h"
 
 namespace tlsprof::symbols {
@@ -123,6 +124,22 @@ std::string TableFunctionName(std::string_view prefix, const std::vector<Use>& u
   std::sort(algs.begin(), algs.end());
   return std::string(prefix) + ":" + JoinOrStar(kinds, ":", 1) + ":" + JoinOrStar(algs, "|", kMaxListed) + ":" +
          JoinOrStar(roles, "+", kMaxRoles);
+}
+
+// Adds a TableFunction for each function `uses` maps (address -> its table
+// uses), named TableFunctionName(prefix, its uses, kind_name), when it has
+// an extent (an FDE); counts the others in `no_extent`.
+template <typename Uses, typename KindName>
+void NameTableFunctions(const LoaderImage& image, std::string_view prefix, const Uses& uses, KindName kind_name,
+                        std::vector<TableFunction>& out, uint64_t& no_extent) {
+  for (const auto& [addr, list] : uses) {
+    auto size = image.FunctionSize(addr);
+    if (!size) {
+      ++no_extent;
+      continue;
+    }
+    out.push_back({addr, *size, TableFunctionName(prefix, list, kind_name)});
+  }
 }
 
 // Loads the x86-64 ELF64 file open at `fd`. Errors: not such a file, its
