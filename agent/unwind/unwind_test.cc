@@ -32,6 +32,7 @@
 
 #include <gtest/gtest.h>
 
+#include "agent/unwind/loaded_segments_test_util.h"
 #include "agent/unwind/unwind_table.h"
 #include "common/fd.h"
 #include "common/sanitizer.h"
@@ -39,6 +40,8 @@
 using tlsprof::unwind::BuildGoUnwindTable;
 using tlsprof::unwind::BuildUnwindTable;
 using tlsprof::unwind::FindRow;
+using tlsprof::unwind::LoadedSegment;
+using tlsprof::unwind::LoadedSegments;
 using tlsprof::unwind::MappedTable;
 using tlsprof::unwind::Registers;
 using tlsprof::unwind::Unwind;
@@ -73,21 +76,11 @@ std::shared_ptr<const UnwindTable> TableFor(const std::string& path) {
 // Executable mappings of this process, each with the table of its file.
 std::vector<MappedTable> SelfMappings() {
   std::vector<MappedTable> out;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* arg) {
-        auto* out = static_cast<std::vector<MappedTable>*>(arg);
-        std::string path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "/proc/self/exe";
-        if (path.find("linux-vdso") != std::string::npos) return 0;
-        std::shared_ptr<const UnwindTable> table = TableFor(path);
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X) || !table) continue;
-          out->push_back(
-              {info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz, info->dlpi_addr, table.get()});
-        }
-        return 0;
-      },
-      &out);
+  for (const LoadedSegment& seg : LoadedSegments()) {
+    if (seg.path.find("linux-vdso") != std::string::npos) continue;
+    std::shared_ptr<const UnwindTable> table = TableFor(seg.path);
+    if (table) out.push_back({seg.start, seg.end, seg.bias, table.get()});
+  }
   return out;
 }
 

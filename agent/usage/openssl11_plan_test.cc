@@ -30,16 +30,13 @@
 namespace tlsprof::usage {
 namespace {
 
-constexpr const char* kRoot = "/opt/tlsprof-openssl-1.1";
-const std::string kLibDir = std::string(kRoot) + "/usr/lib/x86_64-linux-gnu/";
-const std::string kLibssl = kLibDir + "libssl.so.1.1";
-const std::string kLibcrypto = kLibDir + "libcrypto.so.1.1";
+const RootLibraries kLibs("/opt/tlsprof-openssl-1.1", "1.1");
 
 using Functions = std::map<std::string, FunctionCode, std::less<>>;
 
 // Fails (never skips) without the files, saying how to get them.
 bool Installed() {
-  return FilesInstalled({kLibssl, kLibcrypto},
+  return FilesInstalled({kLibs.libssl, kLibs.libcrypto},
                         "OpenSSL 1.1 (Debian 11's libssl1.1) is unpacked there by scripts/install-deps.sh (as root)");
 }
 
@@ -67,7 +64,7 @@ const std::map<std::string, std::string> kDebian111w = {
 
 TEST(OpenSsl11Plan, DebianChainsDecode) {
   if (!Installed()) return;
-  Functions ssl = Find(kLibssl), crypto = Find(kLibcrypto);
+  Functions ssl = Find(kLibs.libssl), crypto = Find(kLibs.libcrypto);
   // The renamed accessors are found by their 1.1 names.
   EXPECT_TRUE(crypto.count("EVP_PKEY_id"));
   EXPECT_FALSE(crypto.count("EVP_PKEY_get_id"));
@@ -84,7 +81,7 @@ TEST(OpenSsl11Plan, DebianChainsDecode) {
 // `mov/xor %esi; jmp` to the rest of state_machine, which is probed once.
 TEST(OpenSsl11Plan, StateMachineThroughTheMethodTables) {
   if (!Installed()) return;
-  PlannedLibrary lib = PlanLibrary(kLibssl);
+  PlannedLibrary lib = PlanLibrary(kLibs.libssl);
   const std::vector<FoundFunction>& found = lib.state_machine;
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].name, "state_machine");
@@ -111,8 +108,8 @@ struct OpenSsl11 {
   bool Open() {
     // libcrypto first, by path: libssl.so.1.1's DT_NEEDED then finds it
     // loaded (by soname), where the loader's search path has no 1.1.
-    crypto = dlopen(kLibcrypto.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (crypto) ssl = dlopen(kLibssl.c_str(), RTLD_NOW | RTLD_LOCAL);
+    crypto = dlopen(kLibs.libcrypto.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (crypto) ssl = dlopen(kLibs.libssl.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!ssl) ADD_FAILURE() << "dlopen: " << dlerror();
     return ssl != nullptr;
   }
@@ -285,8 +282,8 @@ TEST(OpenSsl11Plan, ChainsFollowedThroughLiveObjects) {
   if (!Installed()) return;
   OpenSsl11 lib;
   ASSERT_TRUE(lib.Open());
-  PlannedLibrary ssl_lib = PlanLibrary(kLibssl);
-  Functions crypto_functions = Find(kLibcrypto);
+  PlannedLibrary ssl_lib = PlanLibrary(kLibs.libssl);
+  Functions crypto_functions = Find(kLibs.libcrypto);
   ProcessPlan plan = PlanLayout({&ssl_lib.functions, &crypto_functions});
   const Follow follow{plan.layout};
   const Api11 api(lib);

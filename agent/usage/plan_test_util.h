@@ -43,6 +43,16 @@ inline PlannedLibrary PlanLibrary(const std::string& path) {
   return out;
 }
 
+// libssl and libcrypto of a Debian root unpacked under `root`, with the
+// soname version `so` ("1.1", "3").
+struct RootLibraries {
+  std::string libssl, libcrypto;
+
+  RootLibraries(std::string_view root, std::string_view so)
+      : libssl(std::string(root) + "/usr/lib/x86_64-linux-gnu/libssl.so." + std::string(so)),
+        libcrypto(std::string(root) + "/usr/lib/x86_64-linux-gnu/libcrypto.so." + std::string(so)) {}
+};
+
 // Whether all `paths` are readable; a test failure (never a skip) naming
 // the first that is not and `how` to get it.
 inline bool FilesInstalled(std::initializer_list<std::string> paths, std::string_view how) {
