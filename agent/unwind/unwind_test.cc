@@ -37,18 +37,7 @@
 #include "common/fd.h"
 #include "common/sanitizer.h"
 
-using tlsprof::unwind::BuildGoUnwindTable;
-using tlsprof::unwind::BuildUnwindTable;
-using tlsprof::unwind::FindRow;
-using tlsprof::unwind::LoadedSegment;
-using tlsprof::unwind::LoadedSegments;
-using tlsprof::unwind::MappedTable;
-using tlsprof::unwind::Registers;
-using tlsprof::unwind::Unwind;
-using tlsprof::unwind::UnwindResult;
-using tlsprof::unwind::UnwindStop;
-using tlsprof::unwind::UnwindTable;
-using tlsprof::unwind::UnwindWithReason;
+using namespace tlsprof::unwind;
 
 // Captures the registers at this point of the calling function. The ip is
 // that of the next instruction, whose CFI row describes the captured rsp.
