@@ -454,7 +454,7 @@ TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
   size_t by_kind[UNWIND_CFA_NR_KINDS] = {}, reached_by_kind[UNWIND_CFA_NR_KINDS] = {};
   size_t by_phase[kPhases] = {}, reached_by_phase[kPhases] = {};
   // The same walks without the sample's general registers: what CFA_REG
-  // rows add (they stop such walks, as before CFA_REG existed).
+  // rows add (without the registers they stop such walks).
   size_t reached_crypto_no_gpr = 0, reached_by_phase_no_gpr[kPhases] = {};
   std::map<uint64_t, size_t> cut_at;  // libcrypto vaddr of the frame whose rule stopped the walk
   std::string failures;

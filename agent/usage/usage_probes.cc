@@ -575,8 +575,8 @@ void UsageProbes::Calibrate() {
 // What a run of the sched_switch program costs: its run time per run from
 // BPF stats (held on for the measurement only, BPF_ENABLE_STATS), over
 // context switches made on purpose (two threads passing a byte through
-// pipes). Without stats (kernel.bpf_stats_enabled's fd refused): 0.5 us,
-// this VM's idle figure.
+// pipes). Without stats (kernel.bpf_stats_enabled's fd refused): a fixed
+// 0.5 us, an idle machine's figure (bench/README.md).
 void UsageProbes::CalibrateSwitches() {
   constexpr double kFallback = 0.5e-6;
   impl_->switch_cost = kFallback;
