@@ -151,6 +151,21 @@ std::map<uint64_t, const TableFunction*> ByAddr(const BoringSslTables& t) {
   return out;
 }
 
+// The once-init of P-256's EC_METHOD, read by hand from the curve table's
+// init `init`: the first once-init after the entry's
+// `mov DWORD PTR [..],0x19f` (NID 415; in this build the method's getter is
+// inlined after it). 0: none.
+uint64_t P256MethodInit(uint64_t init) {
+  const std::regex once_init(R"(lea\s+rsi,\[rip\+0x[0-9a-f]+\]\s+# ([0-9a-f]+))");
+  bool after_p256 = false;
+  for (const std::string& line : Binutils::Disassemble(init)) {
+    if (line.find("DWORD PTR") != std::string::npos && line.find(",0x19f") != std::string::npos) after_p256 = true;
+    std::smatch m;
+    if (after_p256 && std::regex_search(line, m, once_init)) return Hex(m[1]);
+  }
+  return 0;
+}
+
 TEST(BoringSslTablesTest, NamesDebianBoringSslFromItsGetters) {
   REQUIRE_FILES(kLibcrypto);
   ASSERT_TRUE(symtest::HaveTool("objdump") && symtest::HaveTool("readelf") && symtest::HaveTool("nm"))
@@ -233,16 +248,7 @@ TEST(BoringSslTablesTest, NamesDebianBoringSslFromItsGetters) {
   {
     const Binutils::Getter curves = Binutils::ReadGetter(bu.Export("EC_GROUP_new_by_curve_name"));
     ASSERT_NE(curves.init, 0u);
-    const std::regex once_init(R"(lea\s+rsi,\[rip\+0x[0-9a-f]+\]\s+# ([0-9a-f]+))");
-    const std::vector<std::string> lines = Binutils::Disassemble(curves.init);
-    uint64_t p256_init = 0;
-    bool after_p256 = false;
-    for (const std::string& line : lines) {
-      if (line.find("DWORD PTR") != std::string::npos && line.find(",0x19f") != std::string::npos) after_p256 = true;
-      std::smatch m;
-      if (std::regex_search(line, m, once_init) && p256_init == 0 && after_p256) p256_init = Hex(m[1]);
-    }
-    // In this build the P-256 method getter is inlined after the entry's NID.
+    const uint64_t p256_init = P256MethodInit(curves.init);
     ASSERT_NE(p256_init, 0u) << "no once-init after the P-256 entry in the curve table's init";
     const auto method = Binutils::ReadInit(p256_init);
     ASSERT_GE(method.size(), 10u);
