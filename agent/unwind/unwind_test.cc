@@ -418,31 +418,44 @@ extern "C" __attribute__((noinline)) int tlsprof_unwind_test_crypto_loop(double 
   return rounds;
 }
 
-TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
+// Runs the crypto loop for 0.8 s of CPU under a 1 ms SIGPROF timer, whose
+// handler keeps each sample's registers and stack in `samples`; how many it
+// kept (`rounds`: the loop's own count).
+size_t SampleCryptoLoop(std::vector<StackSample>& samples, int* rounds) {
   pthread_attr_t attr;
-  ASSERT_EQ(pthread_getattr_np(pthread_self(), &attr), 0);
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) {
+    ADD_FAILURE() << "pthread_getattr_np failed";
+    return 0;
+  }
   void* stack_addr = nullptr;
   size_t stack_size = 0;
   pthread_attr_getstack(&attr, &stack_addr, &stack_size);
   pthread_attr_destroy(&attr);
   g_stack_lo = uint64_t(stack_addr);
   g_stack_hi = g_stack_lo + stack_size;
-  std::vector<StackSample> samples(kMaxSamples);
   g_samples = samples.data();
   g_nsamples = 0;
-
-  std::vector<MappedTable> mappings = SelfMappings();  // built before sampling starts
   struct sigaction sa = {}, old = {};
   sa.sa_sigaction = OnProfSignal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(sigaction(SIGPROF, &sa, &old), 0);
+  if (sigaction(SIGPROF, &sa, &old) != 0) {
+    ADD_FAILURE() << "sigaction failed";
+    return 0;
+  }
   itimerval timer = {{0, 1000}, {0, 1000}}, off = {};
   setitimer(ITIMER_PROF, &timer, nullptr);
-  int rounds = tlsprof_unwind_test_crypto_loop(0.8);
+  *rounds = tlsprof_unwind_test_crypto_loop(0.8);
   setitimer(ITIMER_PROF, &off, nullptr);
   sigaction(SIGPROF, &old, nullptr);
-  const size_t n = g_nsamples.load();
+  return g_nsamples.load();
+}
+
+TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
+  std::vector<StackSample> samples(kMaxSamples);
+  std::vector<MappedTable> mappings = SelfMappings();  // built before sampling starts
+  int rounds = 0;
+  const size_t n = SampleCryptoLoop(samples, &rounds);
   ASSERT_GT(n, 100u) << "too few SIGPROF samples (" << rounds << " rounds)";
 
   uint64_t crypto_bias = 0;
