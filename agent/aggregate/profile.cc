@@ -156,45 +156,131 @@ void Attributor::Account(ProcessProfile& p, const Frame& where, const classify::
   }
 }
 
+namespace {
+
+using Frame = Attributor::Frame;
+
+// A stack's frames, innermost first, each with its IP.
+struct StackFrames {
+  static constexpr size_t kMaxFrames = 64;  // of the sampled stack; put-back entries come on top
+  std::array<Frame, 2 * kMaxFrames> frames;
+  std::array<uint64_t, 2 * kMaxFrames> ips;
+  size_t size = 0;
+
+  void Push(const Frame& f, uint64_t ip) {
+    ips[size] = ip;
+    frames[size++] = f;
+  }
+};
+
+// The TLS entry point `called` that a caller's call instruction called, in
+// the library of `callee` (the frame below it, which is not that function).
+Frame PutBackEntry(const Frame& callee, std::string_view called) {
+  Frame entry;
+  entry.where.image = callee.where.image;
+  entry.name = called;
+  entry.family = callee.family;
+  entry.tls = true;
+  entry.leaf = classify::ClassifySymbol(entry.family, entry.name).value_or(classify::Classification{});
+  return entry;
+}
+
+// Frames innermost first. Where a caller's return address says which TLS
+// entry point it called and the callee's frame is not that function (the
+// entry tail-called away, e.g. EVP_PKEY_sign into the provider), the entry
+// is put back between them, so the operation it starts is seen.
+StackFrames ResolveStack(Attributor& attributor, const discovery::ProcessSnapshot& snap,
+                         std::span<const uint64_t> ips) {
+  StackFrames s;
+  const size_t n = std::min(ips.size(), StackFrames::kMaxFrames);
+  for (size_t i = 0; i < n; ++i) {
+    Frame f = attributor.Resolve(snap, ips[i], i > 0);
+    const Frame* below = s.size > 0 ? &s.frames[s.size - 1] : nullptr;
+    if (!f.called.empty() && below != nullptr && below->tls && below->name != f.called) {
+      s.Push(PutBackEntry(*below, f.called), ips[i]);
+    }
+    s.Push(f, ips[i]);
+  }
+  return s;
+}
+
+// The operation entry whose samples are pooled for InferFromOperations: the
+// outermost one of the stack's bucket that names an algorithm family
+// (ecdsa_sign: some ECDSA curve), else the outermost generic one
+// (EVP_PKEY_sign, which RSA and ECDSA share). Its index; nullopt if none.
+std::optional<size_t> FindOperation(const StackFrames& s, classify::Bucket bucket) {
+  std::optional<size_t> operation;
+  for (size_t i = s.size; i-- > 0;) {
+    const Frame& f = s.frames[i];
+    if (!f.tls || f.name.empty()) continue;
+    auto op = classify::ClassifyOperation(f.family, f.name);
+    if (!op || op->bucket != bucket) continue;
+    if (classify::IsSpecificOperation(f.family, f.name)) return i;
+    if (!operation) operation = i;
+  }
+  return operation;
+}
+
+// What the entry point at `operation` dispatched to, which splits its group.
+struct Callee {
+  uint64_t site = 0;      // an unnamed callee: the call site inside it (its return address)
+  std::string_view name;  // a named callee that is an operation entry of the bucket
+};
+
+// When the callee has no name (stripped code), the call site inside it.
+// BoringSSL's EVP_AEAD_CTX_seal calls aead_aes_gcm_seal_scatter or the
+// ChaCha20-Poly1305 one, both unexported; only the GCM path reaches an
+// exported, named function (CRYPTO_gcm128_*), so without this the ChaCha20
+// samples would take AES-GCM's name. A named callee that is itself an
+// operation entry of the bucket splits the group by its name the same way:
+// over a stripped libcrypto.so.3 named from its provider tables
+// (library_tables.h), EVP_EncryptUpdate calls the ChaCha20-Poly1305 update,
+// the AES-GCM|ARIA-GCM one or the generic block-cipher one, and the last
+// must not take the others' names. Any other named callee keeps the group
+// whole.
+Callee CalleeOf(const StackFrames& s, size_t operation, classify::Bucket bucket) {
+  Callee c;
+  if (operation == 0) return c;
+  const Frame& below = s.frames[operation - 1];
+  if (below.name.empty()) {
+    c.site = s.ips[operation - 1];
+  } else if (below.tls) {
+    auto op = classify::ClassifyOperation(below.family, below.name);
+    if (op && op->bucket == bucket) c.name = below.name;
+  }
+  return c;
+}
+
+// A provider function below the entry that the tables share with algorithms
+// that have no report name: the one that has (innermost first).
+std::string_view CandidateBelow(const StackFrames& s, size_t operation) {
+  for (size_t i = 0; i < operation; ++i) {
+    const Frame& f = s.frames[i];
+    if (!f.tls || f.name.empty()) continue;
+    std::string_view candidate = classify::SoleNamedCandidate(f.family, f.name);
+    if (!candidate.empty()) return candidate;
+  }
+  return {};
+}
+
+}  // namespace
+
 void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t count) {
   if (ips.empty()) return;
   const auto* snap = registry_.Get(static_cast<pid_t>(tgid));
   if (snap == nullptr) return;  // left to the leaf path, which counts it unresolved
   covered_[{tgid, ips[0]}] += count;
 
-  // Frames innermost first. Where a caller's return address says which TLS
-  // entry point it called and the callee's frame is not that function (the
-  // entry tail-called away, e.g. EVP_PKEY_sign into the provider), the entry
-  // is put back between them, so the operation it starts is seen.
-  constexpr size_t kMaxFrames = 64;
-  const size_t n = std::min(ips.size(), kMaxFrames);
-  std::array<Frame, 2 * kMaxFrames> frames;
-  std::array<classify::FrameInfo, 2 * kMaxFrames> infos;
-  std::array<uint64_t, 2 * kMaxFrames> frame_ips;
-  size_t m = 0;
-  for (size_t i = 0; i < n; ++i) {
-    Frame f = Resolve(*snap, ips[i], i > 0);
-    if (!f.called.empty() && m > 0 && frames[m - 1].tls && frames[m - 1].name != f.called) {
-      Frame entry;
-      entry.where.image = frames[m - 1].where.image;
-      entry.name = f.called;
-      entry.family = frames[m - 1].family;
-      entry.tls = true;
-      entry.leaf = classify::ClassifySymbol(entry.family, entry.name).value_or(classify::Classification{});
-      frame_ips[m] = ips[i];
-      frames[m++] = entry;
-    }
-    frame_ips[m] = ips[i];
-    frames[m++] = f;
-  }
+  const StackFrames s = ResolveStack(*this, *snap, ips);
+  std::array<classify::FrameInfo, 2 * StackFrames::kMaxFrames> infos;
   const Frame* innermost_tls = nullptr;
-  for (size_t i = 0; i < m; ++i) {
-    infos[i] = {frames[i].name, frames[i].family, frames[i].tls};
-    if (frames[i].tls && innermost_tls == nullptr) innermost_tls = &frames[i];
+  for (size_t i = 0; i < s.size; ++i) {
+    infos[i] = {s.frames[i].name, s.frames[i].family, s.frames[i].tls};
+    if (s.frames[i].tls && innermost_tls == nullptr) innermost_tls = &s.frames[i];
   }
-  const classify::StackClassification sc = classify::ClassifyStack({infos.data(), m});
+  const classify::StackClassification sc = classify::ClassifyStack({infos.data(), s.size});
   if (!sc.tls || innermost_tls == nullptr) return;
-  if (!frames[0].tls && frames[0].where.image != nullptr &&
+  if (!s.frames[0].tls && s.frames[0].where.image != nullptr &&
       registry_.IsSyscallReturn(static_cast<pid_t>(tgid), *snap->Find(ips[0]), ips[0])) {
     // The timer fired inside the system call (socket I/O of a BIO, a lock's
     // futex) and the sample was taken on its return to user mode: the CPU
@@ -203,56 +289,11 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
     profile_.syscall_return_samples += count;
     return;
   }
-  // The operation entry whose samples are pooled for InferFromOperations:
-  // the outermost one of the stack's bucket that names an algorithm family
-  // (ecdsa_sign: some ECDSA curve), else the outermost generic one
-  // (EVP_PKEY_sign, which RSA and ECDSA share).
-  const Frame* operation = nullptr;
-  size_t operation_index = 0;
-  for (size_t i = m; i-- > 0;) {
-    if (!frames[i].tls || frames[i].name.empty()) continue;
-    auto op = classify::ClassifyOperation(frames[i].family, frames[i].name);
-    if (!op || op->bucket != sc.classification.bucket) continue;
-    if (classify::IsSpecificOperation(frames[i].family, frames[i].name)) {
-      operation = &frames[i];
-      operation_index = i;
-      break;
-    }
-    if (operation == nullptr) {
-      operation = &frames[i];
-      operation_index = i;
-    }
-  }
-  // What the entry point dispatched to, when that has no name (stripped
-  // code): the call site inside it, i.e. the frame's return address. BoringSSL's
-  // EVP_AEAD_CTX_seal calls aead_aes_gcm_seal_scatter or the ChaCha20-Poly1305
-  // one, both unexported; only the GCM path reaches an exported, named
-  // function (CRYPTO_gcm128_*), so without this the ChaCha20 samples would
-  // take AES-GCM's name. A named callee that is itself an operation entry of
-  // the bucket splits the group by its name the same way: over a stripped
-  // libcrypto.so.3 named from its provider tables (library_tables.h),
-  // EVP_EncryptUpdate calls the ChaCha20-Poly1305 update, the AES-GCM|ARIA-GCM
-  // one or the generic block-cipher one, and the last must not take the
-  // others' names. Any other named callee keeps the group whole.
-  uint64_t callee_site = 0;
-  std::string_view callee;
-  if (operation != nullptr && operation_index > 0) {
-    const Frame& below = frames[operation_index - 1];
-    if (below.name.empty()) {
-      callee_site = frame_ips[operation_index - 1];
-    } else if (below.tls) {
-      auto op = classify::ClassifyOperation(below.family, below.name);
-      if (op && op->bucket == sc.classification.bucket) callee = below.name;
-    }
-  }
-
-  // A provider function below the entry that the tables share with
-  // algorithms that have no report name: the one that has (innermost first).
-  std::string_view candidate;
-  for (size_t i = 0; i < operation_index && candidate.empty(); ++i) {
-    if (frames[i].tls && !frames[i].name.empty())
-      candidate = classify::SoleNamedCandidate(frames[i].family, frames[i].name);
-  }
+  const classify::Bucket bucket = sc.classification.bucket;
+  const std::optional<size_t> operation_index = FindOperation(s, bucket);
+  const Frame* operation = operation_index ? &s.frames[*operation_index] : nullptr;
+  const Callee callee = operation_index ? CalleeOf(s, *operation_index, bucket) : Callee{};
+  const std::string_view candidate = CandidateBelow(s, operation_index.value_or(0));
 
   ProcessProfile& p = Process(tgid);
   Account(p, *innermost_tls, sc.classification, sc.phase, count, /*from_stack=*/true);
@@ -263,17 +304,17 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   stack.classification = sc.classification;
   stack.phase = sc.phase;
   stack.samples = count;
-  stack.frames.reserve(m);
-  for (size_t i = 0; i < m; ++i) stack.frames.push_back(FrameName(frames[i], frame_ips[i], /*leaf=*/i == 0));
+  stack.frames.reserve(s.size);
+  for (size_t i = 0; i < s.size; ++i) stack.frames.push_back(FrameName(s.frames[i], s.ips[i], /*leaf=*/i == 0));
   profile_.stacks.push_back(std::move(stack));
 
   // Bucket `other` has groups only for a key's context (EVP_PKEY_CTX_new),
   // whose bucket is inferred too.
-  if (operation != nullptr && (sc.classification.bucket != classify::Bucket::kOther ||
-                               classify::IsKeyContext(operation->family, operation->name))) {
-    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name, callee_site,
-                                         callee, candidate}];
-    group.bucket = sc.classification.bucket;
+  if (operation != nullptr &&
+      (bucket != classify::Bucket::kOther || classify::IsKeyContext(operation->family, operation->name))) {
+    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name, callee.site,
+                                         callee.name, candidate}];
+    group.bucket = bucket;
     group.family = operation->family;
     group.entry = operation->name;
     if (sc.classification.algorithm == classify::algo::kUnknown) {

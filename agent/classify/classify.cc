@@ -160,19 +160,7 @@ bool IsTlsNamespace(FamilyMask mask, std::string_view ns) {
 }
 
 bool RuleMatches(const rules::Rule& r, std::string_view s) {
-  bool ok = false;
-  switch (r.match) {
-    case rules::Match::kExact:
-      ok = s == r.pattern;
-      break;
-    case rules::Match::kPrefix:
-      ok = StartsWith(s, r.pattern);
-      break;
-    case rules::Match::kContains:
-      ok = Contains(s, r.pattern);
-      break;
-  }
-  return ok && (r.and_contains.empty() || Contains(s, r.and_contains));
+  return rules::PatternMatches(r.match, r.pattern, s) && (r.and_contains.empty() || Contains(s, r.and_contains));
 }
 
 std::optional<Classification> ApplyRules(FamilyMask mask, std::string_view s) {
@@ -236,14 +224,20 @@ std::optional<std::pair<Bucket, std::string_view>> Common(std::string_view algor
   return std::pair{first.first, common};
 }
 
-// One listed algorithm of a provider operation: its bucket and algorithm from
-// kProviderAlgorithms, {`bucket`, ""} if the table does not list it.
-std::pair<Bucket, std::string_view> ProviderAlgorithm(std::string_view operation, Bucket bucket,
-                                                      std::string_view name) {
-  for (const auto& row : rules::ProviderAlgorithms()) {
-    if (row.operation == operation && row.name == name) return {row.bucket, row.algorithm};
+// One listed algorithm of a table entry of `kind`: its bucket and algorithm
+// from `table`, {`bucket`, ""} if the table does not list it.
+std::pair<Bucket, std::string_view> TableAlgorithmOf(std::span<const rules::TableAlgorithm> table,
+                                                     std::string_view kind, Bucket bucket, std::string_view name) {
+  for (const auto& row : table) {
+    if (row.kind == kind && row.name == name) return {row.bucket, row.algorithm};
   }
   return {bucket, std::string_view()};
+}
+
+// The same for a provider operation (rules::ProviderAlgorithms()).
+std::pair<Bucket, std::string_view> ProviderAlgorithm(std::string_view operation, Bucket bucket,
+                                                      std::string_view name) {
+  return TableAlgorithmOf(rules::ProviderAlgorithms(), operation, bucket, name);
 }
 
 struct ProviderHit {
@@ -300,7 +294,7 @@ constexpr std::string_view kOpenSslTablePrefix = "openssl:";
 // is not one.
 std::optional<Classification> ClassifyMethodTableName(std::string_view leaf, std::string_view prefix,
                                                       std::span<const rules::BoringTableKind> kinds,
-                                                      std::span<const rules::BoringTableAlgorithm> table) {
+                                                      std::span<const rules::TableAlgorithm> table) {
   const std::optional<TableName> name = SplitTableName(leaf, prefix);
   if (!name || name->kind.empty()) return name ? std::optional(Classification{}) : std::nullopt;
   const rules::BoringTableKind* k = nullptr;
@@ -314,10 +308,7 @@ std::optional<Classification> ClassifyMethodTableName(std::string_view leaf, std
   // Named only if every listed algorithm maps to the same one (so
   // P-224|P-256|P-384|P-521, the generic Montgomery code, names no curve).
   const auto common = Common(name->algorithms, [k, table](std::string_view listed) {
-    for (const auto& row : table) {
-      if (row.kind == k->kind && row.name == listed) return std::pair{row.bucket, row.algorithm};
-    }
-    return std::pair{k->bucket, std::string_view()};
+    return TableAlgorithmOf(table, k->kind, k->bucket, listed);
   });
   if (!common) return Classification{k->bucket, algo::kUnknown};
   return Classification{common->first, common->second.empty() ? algo::kUnknown : common->second};
@@ -399,15 +390,8 @@ EntryName PrepareEntryName(Family family, std::string_view name) {
 template <typename Row>
 bool EntryMatches(const Row& r, const EntryName& e) {
   if (!(r.families & e.mask) || e.leaf.empty()) return false;
-  switch (r.match) {
-    case rules::Match::kExact:
-      return e.leaf == r.pattern;
-    case rules::Match::kPrefix:
-      return StartsWith(e.leaf, r.pattern);
-    case rules::Match::kContains:
-      return Contains(e.full, r.pattern);
-  }
-  return false;
+  // kExact/kPrefix rows see the innermost name, kContains rows the whole one.
+  return rules::PatternMatches(r.match, r.pattern, r.match == rules::Match::kContains ? e.full : e.leaf);
 }
 
 // What an operation entry says (a row of rules::Operations(), or a provider

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,14 @@ std::vector<std::string> ReadLines(const std::string& file) {
     out.push_back(line);
   }
   return out;
+}
+
+// A fixture's names; a test failure when it has `min` or fewer (a fixture
+// cut short would pass the checks on it vacuously).
+std::vector<std::string> Fixture(const std::string& file, size_t min) {
+  std::vector<std::string> names = ReadLines(file);
+  EXPECT_GT(names.size(), min) << file;
+  return names;
 }
 
 struct Expected {
@@ -95,6 +104,35 @@ void ExpectNoneTls(const std::vector<std::string>& names, const std::string& wha
   EXPECT_TRUE(wrong.empty()) << wrong.size() << " " << what << " names are wrongly TLS:" << list;
 }
 
+// A name a table reader gives a stripped library's function
+// (agent/symbols), and the verdict it must get.
+struct TableNameCase {
+  const char* name;
+  Bucket bucket;
+  std::string_view algorithm;
+  std::optional<Bucket> operation = std::nullopt;  // nullopt: not an operation entry
+};
+
+// Each name is TLS code of `family` with its bucket and algorithm, and an
+// operation entry where the case says so; the `foreign` families do not
+// know `example`.
+void ExpectTableNames(Family family, std::span<const TableNameCase> cases, std::initializer_list<Family> foreign,
+                      const char* example) {
+  for (const TableNameCase& c : cases) {
+    auto got = ClassifySymbol(family, c.name);
+    ASSERT_TRUE(got) << c.name << " is not TLS code";
+    EXPECT_EQ(BucketName(got->bucket), BucketName(c.bucket)) << c.name;
+    EXPECT_EQ(got->algorithm, c.algorithm) << c.name;
+    auto op = ClassifyOperation(family, c.name);
+    EXPECT_EQ(op.has_value(), c.operation.has_value()) << c.name;
+    if (op && c.operation) {
+      EXPECT_EQ(BucketName(op->bucket), BucketName(*c.operation)) << c.name;
+    }
+    EXPECT_TRUE(IsTlsSymbol(c.name)) << c.name;
+  }
+  for (Family f : foreign) EXPECT_FALSE(ClassifySymbol(f, example)) << FamilyName(f);
+}
+
 // ---- OpenSSL 3.0 (libcrypto.a / libssl.a)
 
 TEST(ClassifyOpenSsl3, HotPrimitivesMapToBucketAndAlgorithm) {
@@ -127,14 +165,8 @@ TEST(ClassifyOpenSsl3, EveryLibraryFunctionIsTlsExceptTheDocumentedGenericStatic
 // Names agent/symbols/library_tables.h gives a stripped libcrypto.so.3's
 // provider functions (library_tables_test checks them against the real ones).
 TEST(ClassifyOpenSsl3, ProviderTableNames) {
-  struct Case {
-    const char* name;
-    Bucket bucket;
-    std::string_view algorithm;
-    std::optional<Bucket> operation;  // nullopt: not an operation entry
-  };
   using enum Bucket;
-  const Case cases[] = {
+  const TableNameCase cases[] = {
       {"provider:cipher:AES-GCM:update", kCipher, algo::kAesGcm, kCipher},
       {"provider:cipher:ChaCha20-Poly1305:update+cipher", kCipher, algo::kChaCha20Poly1305, kCipher},
       {"provider:cipher:AES-CBC-HMAC-SHA1|AES-CBC-HMAC-SHA256:update", kCipher, algo::kAesCbc, kCipher},
@@ -166,33 +198,16 @@ TEST(ClassifyOpenSsl3, ProviderTableNames) {
       {"provider:cipher", kOther, algo::kUnknown, std::nullopt},  // malformed: no fields
       {"provider:", kOther, algo::kUnknown, std::nullopt},
   };
-  for (const Case& c : cases) {
-    auto got = ClassifySymbol(Family::kOpenSSL, c.name);
-    ASSERT_TRUE(got) << c.name << " is not TLS code";
-    EXPECT_EQ(BucketName(got->bucket), BucketName(c.bucket)) << c.name;
-    EXPECT_EQ(got->algorithm, c.algorithm) << c.name;
-    auto op = ClassifyOperation(Family::kOpenSSL, c.name);
-    EXPECT_EQ(op.has_value(), c.operation.has_value()) << c.name;
-    if (op && c.operation) {
-      EXPECT_EQ(BucketName(op->bucket), BucketName(*c.operation)) << c.name;
-    }
-    EXPECT_TRUE(IsTlsSymbol(c.name)) << c.name;
-  }
   // Only OpenSSL's family: BoringSSL and Go have no provider tables.
-  EXPECT_FALSE(ClassifySymbol(Family::kGo, "provider:cipher:AES-GCM:update"));
+  ExpectTableNames(Family::kOpenSSL, cases, {Family::kGo}, "provider:cipher:AES-GCM:update");
 }
 
 // Names agent/symbols/library_tables.h gives the code below a stripped
 // libcrypto.so.3's providers (library_tables_test checks them against
 // libcrypto.a): primitives, never operation entries.
 TEST(ClassifyOpenSsl3, CodeTableNames) {
-  struct Case {
-    const char* name;
-    Bucket bucket;
-    std::string_view algorithm;
-  };
   using enum Bucket;
-  const Case cases[] = {
+  const TableNameCase cases[] = {
       // The curve; ECDSA or ECDH by the operation above (stack_test).
       {"openssl:ec:P-256:mul", kSignature, algo::kP256Ambiguous},
       {"openssl:ec:P-256:field_inverse_mod_ord", kSignature, algo::kP256Ambiguous},
@@ -211,17 +226,8 @@ TEST(ClassifyOpenSsl3, CodeTableNames) {
       {"openssl:bn:RSA:mul", kOther, algo::kUnknown},  // a kind not listed
       {"openssl:ec", kOther, algo::kUnknown},          // malformed: no fields
   };
-  for (const Case& c : cases) {
-    auto got = ClassifySymbol(Family::kOpenSSL, c.name);
-    ASSERT_TRUE(got) << c.name << " is not TLS code";
-    EXPECT_EQ(BucketName(got->bucket), BucketName(c.bucket)) << c.name;
-    EXPECT_EQ(got->algorithm, c.algorithm) << c.name;
-    EXPECT_FALSE(ClassifyOperation(Family::kOpenSSL, c.name)) << c.name;
-    EXPECT_TRUE(IsTlsSymbol(c.name)) << c.name;
-  }
   // Only OpenSSL's family has these names.
-  EXPECT_FALSE(ClassifySymbol(Family::kBoringSSL, "openssl:ec:P-256:mul"));
-  EXPECT_FALSE(ClassifySymbol(Family::kGo, "openssl:ec:P-256:mul"));
+  ExpectTableNames(Family::kOpenSSL, cases, {Family::kBoringSSL, Family::kGo}, "openssl:ec:P-256:mul");
 }
 
 // ---- BoringSSL (android shared build + upstream names)
@@ -234,13 +240,8 @@ TEST(ClassifyBoringSsl, HotPrimitivesMapToBucketAndAlgorithm) {
 // functions (boringssl_tables_test checks them against the structs read by
 // hand). Primitives, never operation entries.
 TEST(ClassifyBoringSsl, MethodTableNames) {
-  struct Case {
-    const char* name;
-    Bucket bucket;
-    std::string_view algorithm;
-  };
   using enum Bucket;
-  const Case cases[] = {
+  const TableNameCase cases[] = {
       {"boringssl:aead:ChaCha20-Poly1305:seal_scatter", kCipher, algo::kChaCha20Poly1305},
       {"boringssl:aead:ChaCha20-Poly1305|XChaCha20-Poly1305:init", kCipher, algo::kChaCha20Poly1305},
       {"boringssl:aead:AES-GCM:seal_scatter", kCipher, algo::kAesGcm},
@@ -263,23 +264,13 @@ TEST(ClassifyBoringSsl, MethodTableNames) {
       {"boringssl:md", kOther, algo::kUnknown},                 // malformed: no fields
       {"boringssl:", kOther, algo::kUnknown},
   };
-  for (const Case& c : cases) {
-    auto got = ClassifySymbol(Family::kBoringSSL, c.name);
-    ASSERT_TRUE(got) << c.name << " is not TLS code";
-    EXPECT_EQ(BucketName(got->bucket), BucketName(c.bucket)) << c.name;
-    EXPECT_EQ(got->algorithm, c.algorithm) << c.name;
-    EXPECT_FALSE(ClassifyOperation(Family::kBoringSSL, c.name)) << c.name;
-    EXPECT_TRUE(IsTlsSymbol(c.name)) << c.name;
-  }
   // Only BoringSSL's family has these names.
-  EXPECT_FALSE(ClassifySymbol(Family::kOpenSSL, "boringssl:aead:AES-GCM:seal_scatter"));
-  EXPECT_FALSE(ClassifySymbol(Family::kGo, "boringssl:aead:AES-GCM:seal_scatter"));
+  ExpectTableNames(Family::kBoringSSL, cases, {Family::kOpenSSL, Family::kGo}, "boringssl:aead:AES-GCM:seal_scatter");
 }
 
 TEST(ClassifyBoringSsl, EveryAndroidExportIsTls) {
-  const auto names = ReadLines("boringssl_android_exports.txt");
-  ASSERT_GT(names.size(), 2500u);
-  ExpectAllTls(Family::kBoringSSL, names, "android libcrypto.so.0/libssl.so.0");
+  ExpectAllTls(Family::kBoringSSL, Fixture("boringssl_android_exports.txt", 2500),
+               "android libcrypto.so.0/libssl.so.0");
 }
 
 TEST(ClassifyBoringSsl, CxxNamesNeedABoringSslNamespace) {
@@ -303,15 +294,11 @@ TEST(ClassifyBoringSsl, CxxNamesNeedABoringSslNamespace) {
 TEST(ClassifyGo, HotPrimitivesMapToBucketAndAlgorithm) { ExpectPrimitives(Family::kGo, "go_primitives.tsv"); }
 
 TEST(ClassifyGo, EveryCryptoFunctionOfAGo119TlsServerIsTls) {
-  const auto names = ReadLines("go119_tls_names.txt");
-  ASSERT_GT(names.size(), 800u);
-  ExpectAllTls(Family::kGo, names, "Go 1.19 crypto/ + x/crypto + math/big");
+  ExpectAllTls(Family::kGo, Fixture("go119_tls_names.txt", 800), "Go 1.19 crypto/ + x/crypto + math/big");
 }
 
 TEST(ClassifyGo, RuntimeNetHttpAndEncodingAsn1AreNotTls) {
-  const auto names = ReadLines("go119_not_tls_names.txt");
-  ASSERT_GT(names.size(), 800u);
-  ExpectNoneTls(names, "Go 1.19 non-crypto");
+  ExpectNoneTls(Fixture("go119_not_tls_names.txt", 800), "Go 1.19 non-crypto");
   EXPECT_FALSE(ClassifySymbol(Family::kGo, "encoding/asn1.parseTagAndLength"));
   // Go names are never read as C names of another family either.
   EXPECT_FALSE(ClassifySymbol(Family::kOpenSSL, "crypto/tls.(*Conn).Write"));
@@ -328,15 +315,11 @@ TEST(ClassifyGo, VendorPrefixIsIgnored) {
 // ---- node: a static executable with OpenSSL inside, plus libc
 
 TEST(ClassifyNode, EmbeddedOpenSslFunctionsAreTls) {
-  const auto names = ReadLines("node_openssl_names.txt");
-  ASSERT_GT(names.size(), 1000u);
-  ExpectAllTls(Family::kOpenSSL, names, "node's embedded OpenSSL");
+  ExpectAllTls(Family::kOpenSSL, Fixture("node_openssl_names.txt", 1000), "node's embedded OpenSSL");
 }
 
 TEST(ClassifyNode, NodeV8UvAndLibcFunctionsAreNotTls) {
-  const auto names = ReadLines("not_tls_names.txt");
-  ASSERT_GT(names.size(), 1000u);
-  ExpectNoneTls(names, "node/V8/libuv/ICU/libc");
+  ExpectNoneTls(Fixture("not_tls_names.txt", 1000), "node/V8/libuv/ICU/libc");
   // Names that look close to TLS prefixes but are not OpenSSL's.
   for (const char* n : {"__tls_get_addr", "SHA256Init", "MD5Update", "rand_r", "pkey_alloc",
                         "crypto_aead_aes256gcm_encrypt", "lh_table_new", "asn1_der_decoding", "default_malloc",
@@ -399,18 +382,7 @@ TEST(ClassifyTable, NoRowIsShadowedByAnEarlierOne) {
     for (size_t j = 0; j < i; ++j) {
       const auto& e = rules_span[j];
       if ((e.families & r.families) != r.families) continue;
-      bool hit = false;
-      switch (e.match) {
-        case rules::Match::kExact:
-          hit = probe == e.pattern;
-          break;
-        case rules::Match::kPrefix:
-          hit = probe.starts_with(e.pattern);
-          break;
-        case rules::Match::kContains:
-          hit = probe.find(e.pattern) != std::string::npos;
-          break;
-      }
+      bool hit = rules::PatternMatches(e.match, e.pattern, probe);
       if (hit && !e.and_contains.empty()) hit = probe.find(e.and_contains) != std::string::npos;
       EXPECT_FALSE(hit && (e.bucket != r.bucket || e.algorithm != r.algorithm))
           << "row '" << r.pattern << "' is shadowed by earlier row '" << e.pattern << "'";

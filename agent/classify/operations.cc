@@ -24,12 +24,7 @@
 namespace tlsprof::classify::rules {
 namespace {
 
-using enum Match;
-using enum Bucket;
-using namespace algo;
-
-constexpr Bucket kSig = kSignature;
-constexpr Bucket kKx = kKeyExchange;
+using namespace table;
 constexpr Phase kHandshake = Phase::kHandshake;
 constexpr Phase kRecord = Phase::kRecord;
 

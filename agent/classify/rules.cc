@@ -25,12 +25,7 @@
 namespace tlsprof::classify::rules {
 namespace {
 
-using enum Match;
-using enum Bucket;
-using namespace algo;
-
-constexpr Bucket kSig = kSignature;
-constexpr Bucket kKx = kKeyExchange;
+using namespace table;
 
 // clang-format off
 constexpr Rule kRules[] = {
@@ -457,7 +452,7 @@ constexpr Rule kRules[] = {
 // generic static helper names (do_*, get_*, check_*, print_*, ...) that a
 // static binary's own code may define too; they are listed, with the share of
 // libcrypto.a they cover, in testdata/openssl3_not_covered.txt.
-// OpenSSL 3 provider tables (rules.h, ProviderOperation/ProviderAlgorithm).
+// OpenSSL 3 provider tables (rules.h, ProviderOperation/TableAlgorithm).
 constexpr ProviderOperation kProviderOperations[] = {
   {"cipher",      kCipher, ""},
   {"digest",      kHash,   ""},
@@ -470,7 +465,7 @@ constexpr ProviderOperation kProviderOperations[] = {
   {"keymgmt",     kKx,     "gen"}, // gen, gen_init, gen_set_params, ...
 };
 
-constexpr ProviderAlgorithm kProviderAlgorithms[] = {
+constexpr TableAlgorithm kProviderAlgorithms[] = {
   {"cipher",      "AES-GCM",             kCipher, kAesGcm},
   {"cipher",      "ChaCha20-Poly1305",   kCipher, kChaCha20Poly1305},
   {"cipher",      "AES-CBC",             kCipher, kAesCbc},
@@ -513,7 +508,7 @@ constexpr ProviderAlgorithm kProviderAlgorithms[] = {
   {"keymgmt",     "ML-DSA-87",           kSig,    kMlDsa},
 };
 
-// ---- BoringSSL method tables (rules.h, BoringTableKind/BoringTableAlgorithm;
+// ---- BoringSSL method tables (rules.h, BoringTableKind/TableAlgorithm;
 // names from agent/symbols/boringssl_tables.h).
 constexpr BoringTableKind kBoringTableKinds[] = {
   {"aead",   kCipher},
@@ -522,7 +517,7 @@ constexpr BoringTableKind kBoringTableKinds[] = {
   {"ec",     kSig},     // the curve's arithmetic; ECDSA or ECDH by the operation above
 };
 
-constexpr BoringTableAlgorithm kBoringTableAlgorithms[] = {
+constexpr TableAlgorithm kBoringTableAlgorithms[] = {
   {"aead",   "AES-GCM",              kCipher, kAesGcm},
   {"aead",   "ChaCha20-Poly1305",    kCipher, kChaCha20Poly1305},
   {"aead",   "XChaCha20-Poly1305",   kCipher, kChaCha20Poly1305},  // the same cipher with a longer nonce; shares init/cleanup
@@ -551,7 +546,7 @@ constexpr BoringTableKind kOpenSslTableKinds[] = {
   {"ml-kem",    kKx},      // the ML-KEM code below the provider's encapsulate/decapsulate (3.5)
 };
 
-constexpr BoringTableAlgorithm kOpenSslTableAlgorithms[] = {
+constexpr TableAlgorithm kOpenSslTableAlgorithms[] = {
   // Curves: only P-256's and P-384's names are the report's. A function
   // shared with another curve's method (the generic Montgomery code under
   // P-384 and most others) lists them and names no curve.
@@ -694,11 +689,11 @@ constexpr CxxNamespace kCxxNamespaces[] = {
 }  // namespace
 
 std::span<const ProviderOperation> ProviderOperations() { return kProviderOperations; }
-std::span<const ProviderAlgorithm> ProviderAlgorithms() { return kProviderAlgorithms; }
+std::span<const TableAlgorithm> ProviderAlgorithms() { return kProviderAlgorithms; }
 std::span<const BoringTableKind> BoringTableKinds() { return kBoringTableKinds; }
-std::span<const BoringTableAlgorithm> BoringTableAlgorithms() { return kBoringTableAlgorithms; }
+std::span<const TableAlgorithm> BoringTableAlgorithms() { return kBoringTableAlgorithms; }
 std::span<const BoringTableKind> OpenSslTableKinds() { return kOpenSslTableKinds; }
-std::span<const BoringTableAlgorithm> OpenSslTableAlgorithms() { return kOpenSslTableAlgorithms; }
+std::span<const TableAlgorithm> OpenSslTableAlgorithms() { return kOpenSslTableAlgorithms; }
 std::span<const Rule> Rules() { return kRules; }
 std::span<const LibraryPrefix> LibraryPrefixes() { return kLibraryPrefixes; }
 std::span<const CxxNamespace> CxxNamespaces() { return kCxxNamespaces; }

@@ -27,6 +27,19 @@ enum class Match : uint8_t {
   kContains,  // name contains pattern anywhere
 };
 
+// Whether `name` matches `pattern` the way `match` says.
+constexpr bool PatternMatches(Match match, std::string_view pattern, std::string_view name) {
+  switch (match) {
+    case Match::kExact:
+      return name == pattern;
+    case Match::kPrefix:
+      return name.starts_with(pattern);
+    case Match::kContains:
+      return name.find(pattern) != std::string_view::npos;
+  }
+  return false;
+}
+
 // One row of the rules table. `and_contains`, when not empty, must also occur
 // somewhere in the name (e.g. prefix "crypto/ecdsa." and contains "P256").
 struct Rule {
@@ -125,20 +138,24 @@ struct ProviderOperation {
   std::string_view entry_roles;  // "" = every role
 };
 
-// One algorithm of one provider operation, by its table name (a cipher's key
-// size dropped). `algorithm` may be kAnyEcdsa/kAnyEcdh (the curve is in the
-// key, not the table). A function shared by several algorithms (its name
-// lists them) gets an algorithm only if every one of them maps to it here;
-// an algorithm not listed maps to {operation's bucket, unknown}.
-struct ProviderAlgorithm {
-  std::string_view operation;
+// One algorithm of one kind of table entry (a provider operation, a
+// BoringSSL method kind, an OpenSSL code table kind), by the name the table
+// reader gives it (a cipher's key size dropped; the curve for kind "ec").
+// `algorithm` may be kAnyEcdsa/kAnyEcdh (the curve is in the key, not the
+// table), or kP256Ambiguous for an EC_METHOD function, which names the curve
+// only (the operation above it says ECDSA or ECDH). A function shared by
+// several algorithms (its name lists them) gets an algorithm only if every
+// one of them maps to it here; an algorithm not listed maps to {the kind's
+// bucket, unknown}.
+struct TableAlgorithm {
+  std::string_view kind;
   std::string_view name;
   Bucket bucket;
   std::string_view algorithm;
 };
 
 std::span<const ProviderOperation> ProviderOperations();
-std::span<const ProviderAlgorithm> ProviderAlgorithms();
+std::span<const TableAlgorithm> ProviderAlgorithms();
 
 // ---- BoringSSL method tables
 // Names a stripped BoringSSL libcrypto's method structs give its functions
@@ -153,21 +170,8 @@ struct BoringTableKind {
   Bucket bucket;
 };
 
-// One algorithm of one kind, as the getter's name gives it (key size
-// dropped), or the curve for kind "ec". A function shared by several
-// algorithms gets an algorithm only if every one of them maps to it here; an
-// algorithm not listed maps to {kind's bucket, unknown}. An EC_METHOD
-// function names the curve only (kP256Ambiguous): the operation above it says
-// ECDSA or ECDH.
-struct BoringTableAlgorithm {
-  std::string_view kind;
-  std::string_view name;
-  Bucket bucket;
-  std::string_view algorithm;
-};
-
 std::span<const BoringTableKind> BoringTableKinds();
-std::span<const BoringTableAlgorithm> BoringTableAlgorithms();
+std::span<const TableAlgorithm> BoringTableAlgorithms();
 
 // ---- OpenSSL 3 code tables below the providers
 // Names a stripped OpenSSL 3 libcrypto's EC methods, cipher hw structs and
@@ -178,7 +182,7 @@ std::span<const BoringTableAlgorithm> BoringTableAlgorithms();
 // names the curve only, and the operation above it (ECDSA sign, ECDH derive,
 // EC key generation) says ECDSA or ECDH.
 std::span<const BoringTableKind> OpenSslTableKinds();
-std::span<const BoringTableAlgorithm> OpenSslTableAlgorithms();
+std::span<const TableAlgorithm> OpenSslTableAlgorithms();
 
 std::span<const Rule> Rules();
 std::span<const PartOf> PartsOf();
@@ -198,5 +202,15 @@ struct OtherPart {
   std::string_view part;
 };
 std::span<const OtherPart> OtherParts();
+
+// Shorthand for writing the tables one row a line: for rules.cc and
+// operations.cc only (`using namespace table;`).
+namespace table {
+using enum Match;
+using enum Bucket;
+using namespace algo;
+inline constexpr Bucket kSig = Bucket::kSignature;
+inline constexpr Bucket kKx = Bucket::kKeyExchange;
+}  // namespace table
 
 }  // namespace tlsprof::classify::rules

@@ -561,7 +561,7 @@ TEST(ClassifyTables, PhaseRowsAreReachable) {
 }
 
 // Cheap enough to run once per unique stack: a 40-frame stack well under
-// 100 us on any machine this runs on (it is ~10 us here).
+// 100 us on any machine this runs on (bench/README.md has the figure).
 TEST(ClassifyStack, IsCheap) {
   const auto cases = ReadStacks("stacks_openssl3.txt");
   ASSERT_FALSE(cases.empty());

@@ -32,14 +32,9 @@ constexpr uint32_t kMinFrequencyHz = 1;
 constexpr uint32_t kMaxFrequencyHz = 10000;
 constexpr uint64_t kNsPerSecond = 1'000'000'000;
 
-struct SkelDeleter {
-  void operator()(profile* skel) const { profile__destroy(skel); }
-};
-struct LinkDeleter {
-  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
-};
-using SkelPtr = std::unique_ptr<profile, SkelDeleter>;
-using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+// Owners of the skeleton and its links (destroying a link detaches it).
+using SkelPtr = std::unique_ptr<profile, decltype([](profile* skel) { profile__destroy(skel); })>;
+using LinkPtr = std::unique_ptr<bpf_link, decltype([](bpf_link* link) { bpf_link__destroy(link); })>;
 
 std::string ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 

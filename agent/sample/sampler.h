@@ -49,13 +49,14 @@ struct SamplerOptions {
 // much aside (profiler::Profiler).
 uint64_t WindowMemoryBound(uint32_t max_pids, uint32_t max_sample_keys, uint32_t max_stack_keys);
 
+// The program's totals (the TOTAL_* slots of bpf/profile.h).
 struct Totals {
   uint64_t samples = 0;
-  uint64_t idle = 0;
-  uint64_t kernel = 0;
-  uint64_t user = 0;
-  uint64_t dropped_ip = 0;
-  uint64_t dropped_pid = 0;
+  uint64_t idle = 0;         // the idle task (pid 0) was on CPU
+  uint64_t kernel = 0;       // a task was in kernel mode
+  uint64_t user = 0;         // a task was in user mode
+  uint64_t dropped_ip = 0;   // samples_by_ip was full: the sample is in the pid counts only
+  uint64_t dropped_pid = 0;  // samples_by_pid was full
   // Stack unwinding (see the TOTAL_* slots in bpf/profile.h).
   uint64_t unwound = 0;         // samples counted in samples_by_stack
   uint64_t dropped_stack = 0;   // samples_by_stack was full

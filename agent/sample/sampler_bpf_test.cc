@@ -86,10 +86,9 @@ double CpuSeconds(pid_t pid) {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// One busy child per online CPU, so that no CPU idles. On the 6.18 guests we
-// run on, an idle vCPU is not reliably sampled (measured: CPU 0 yields idle
-// samples at the full rate, CPU 1 none at all), so cpus x time x frequency
-// holds only while every CPU is busy. The child's own expectation comes from
+// One busy child per online CPU, so that no CPU idles: an idle vCPU of a
+// guest is not reliably sampled (bench/README.md), so cpus x time x
+// frequency holds only while every CPU is busy. The child's own expectation comes from
 // its CPU-time clock, because other load may share the CPUs.
 TEST(SamplerBpfTest, CountsABusyChildAndEveryCpu) {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);

@@ -30,6 +30,7 @@
 #include "agent/sample/forked_child_test_util.h"
 #include "agent/sample/sampler.h"
 #include "agent/sample/unwind_bpf_test_chains.h"
+#include "agent/unwind/loaded_segments_test_util.h"
 #include "agent/unwind/unwind_table.h"
 #include "common/fd.h"
 
@@ -184,6 +185,14 @@ std::unique_ptr<Sampler> StartOrFail(const SamplerOptions& options) {
   return std::move(sampler).value();
 }
 
+// A sampler sampling the ready `child` alone; null (after a test failure)
+// when the child did not start or the sampler did not.
+std::unique_ptr<Sampler> SampleChild(const ForkedChild& child) {
+  EXPECT_TRUE(child.ready());
+  if (!child.ready()) return nullptr;
+  return StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+}
+
 // Rows of the test binary's own DWARF CFI, uploaded to the sampler.
 struct UploadedTable {
   uint32_t first = 0;
@@ -207,8 +216,7 @@ UploadedTable UploadExeTable(Sampler& sampler) {
 
 TEST(UnwindBpfTest, FramePointerChain) {
   ChainChild child(tlsprof_fp_chain1);
-  ASSERT_TRUE(child.ready());
-  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+  auto sampler = SampleChild(child);
   ASSERT_NE(sampler, nullptr);
   unwind_proc proc = ExeProc(child.pid(), UNWIND_MAPPING_FP | UNWIND_MAPPING_TLS, 0, 0);
   ASSERT_GT(proc.nr_mappings, 0u);
@@ -234,8 +242,7 @@ TEST(UnwindBpfTest, FramePointerChain) {
 
 TEST(UnwindBpfTest, DwarfChain) {
   ChainChild child(tlsprof_dw_chain1);
-  ASSERT_TRUE(child.ready());
-  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+  auto sampler = SampleChild(child);
   ASSERT_NE(sampler, nullptr);
   UploadedTable table = UploadExeTable(*sampler);
   ASSERT_GT(table.len, 0u);
@@ -330,7 +337,7 @@ TEST(UnwindBpfTest, WalksThroughAnotherToolsUretprobe) {
   ASSERT_TRUE(child.ready());
   UniqueFd probe = OpenForeignUretprobe(static_cast<pid_t>(child.pid()), reinterpret_cast<void*>(&tlsprof_dw_chain3));
   ASSERT_TRUE(probe.valid()) << "perf_event_open of a uretprobe: " << std::strerror(errno);
-  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+  auto sampler = SampleChild(child);
   ASSERT_NE(sampler, nullptr);
   UploadedTable table = UploadExeTable(*sampler);
   ASSERT_GT(table.len, 0u);
@@ -358,8 +365,7 @@ TEST(UnwindBpfTest, WalksThroughAnotherToolsUretprobe) {
 // it: the walk sees the new rows.
 TEST(UnwindBpfTest, RowCacheFollowsUploads) {
   ChainChild child(tlsprof_dw_chain1);
-  ASSERT_TRUE(child.ready());
-  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+  auto sampler = SampleChild(child);
   ASSERT_NE(sampler, nullptr);
   ASSERT_TRUE(sampler->AllocateRows(100).ok());
   UploadedTable table = UploadExeTable(*sampler);
@@ -409,8 +415,7 @@ TEST(UnwindBpfTest, RowCacheFollowsUploads) {
 // no stack: only samples that need a stack pay for a full walk.
 TEST(UnwindBpfTest, NoStackWithoutTlsFrames) {
   ChainChild child(tlsprof_dw_chain1);
-  ASSERT_TRUE(child.ready());
-  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+  auto sampler = SampleChild(child);
   ASSERT_NE(sampler, nullptr);
   UploadedTable table = UploadExeTable(*sampler);
   ASSERT_TRUE(sampler->SetProcess(child.pid(), ExeProc(child.pid(), 0, table.first, table.len)).ok());
@@ -464,28 +469,8 @@ TEST(UnwindBpfTest, ApiChecksBounds) {
 // AES-128-GCM spends most of its time in perlasm's _aesni_ctr32_ghash_6x,
 // called from aesni_gcm_encrypt, whose CFA is rax + 8 throughout (CFA_REG).
 
-// One executable segment of a loaded object, as the child (a fork) has it.
-struct LoadedSegment {
-  std::string path;
-  uint64_t start = 0, end = 0, bias = 0;
-};
-std::vector<LoadedSegment> LoadedSegments() {
-  std::vector<LoadedSegment> out;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) {
-        auto* out = static_cast<std::vector<LoadedSegment>*>(data);
-        std::string path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "/proc/self/exe";
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
-          out->push_back(
-              {path, info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz, info->dlpi_addr});
-        }
-        return 0;
-      },
-      &out);
-  return out;
-}
+using tlsprof::unwind::LoadedSegment;
+using tlsprof::unwind::LoadedSegments;
 
 struct GcmRun {
   uint64_t crypto_leaf = 0;  // stacks (samples) whose leaf is in libcrypto
@@ -496,11 +481,11 @@ struct GcmRun {
 };
 
 // Profiles `child` for `cpu_seconds` of its CPU time with libcrypto, libc and the test binary
-// registered; `strip_cfa_reg` turns CFA_REG rows into CFA_NONE (the walk as
-// it was before CFA_REG existed).
+// registered; `strip_cfa_reg` turns CFA_REG rows into CFA_NONE (a walk that
+// cannot use them).
 GcmRun ProfileGcmChild(const ChainChild& child, bool strip_cfa_reg, double cpu_seconds) {
   GcmRun run;
-  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {static_cast<pid_t>(child.pid())}});
+  auto sampler = SampleChild(child);
   if (!sampler) return run;
   std::map<std::string, UploadedTable> tables;
   unwind_proc proc{};

@@ -36,18 +36,9 @@ double UnixSecondsNow() {
 
 // ------------------------------------------------------------- TLS files
 
-struct BioDeleter {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-struct X509Deleter {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct PkeyDeleter {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-using BioPtr = std::unique_ptr<BIO, BioDeleter>;
-using X509Ptr = std::unique_ptr<X509, X509Deleter>;
-using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyDeleter>;
+using BioPtr = std::unique_ptr<BIO, decltype([](BIO* b) { BIO_free(b); })>;
+using X509Ptr = std::unique_ptr<X509, decltype([](X509* x) { X509_free(x); })>;
+using PkeyPtr = std::unique_ptr<EVP_PKEY, decltype([](EVP_PKEY* k) { EVP_PKEY_free(k); })>;
 
 Result<std::string> ReadPemFile(const std::string& path, std::string_view what) {
   if (path.empty()) return MakeError("no TLS {} file given (or ship with --insecure)", what);

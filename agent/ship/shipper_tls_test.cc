@@ -15,18 +15,7 @@ namespace tlsprof::ship {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::MakeReport;
-using testing::TempDir;
-using testing::TestCollector;
-using testing::TestServer;
-using testing::WaitFor;
-
-constexpr int64_t kT0 = 1'700'000'000'000'000'000;
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using namespace testing;
 
 // Runs a shell command in `dir`; its output goes to dir/openssl.log.
 bool Run(const std::string& dir, const std::string& command) {
@@ -88,44 +77,51 @@ class ShipperTlsTest : public ::testing::Test {
     return o;
   }
 
+  // A shipper trusting `ca` and presenting `leaf`, with one batch sealed.
+  void StartAndSealOne(const std::string& ca, const std::string& leaf) {
+    auto shipper = Shipper::Start(Options(ca, leaf));
+    ASSERT_TRUE(shipper.ok()) << shipper.error().message;
+    shipper_ = std::move(*shipper);
+    ASSERT_TRUE(shipper_->Seal(MakeReport(kT0, 10, 1)).ok());
+  }
+
+  // The handshakes fail as send errors: the collector sees no call and the
+  // batch stays in the spool.
+  void ExpectHandshakesFail() {
+    ASSERT_TRUE(WaitFor([&] { return shipper_->stats().send_errors >= 2; }, 5s));
+    EXPECT_EQ(collector_.calls(), 0u);
+    EXPECT_EQ(shipper_->stats().spooled_batches, 1u);
+  }
+
   static inline TempDir* pki_dir_ = nullptr;
   static inline std::string pki_error_;
   TempDir state_;
   std::string pki_;
   TestCollector collector_;
   std::unique_ptr<TestServer> server_;
+  std::unique_ptr<Shipper> shipper_;  // stopped before the server
 };
 
 TEST_F(ShipperTlsTest, MutualTlsDelivers) {
-  auto shipper = Shipper::Start(Options("ca", "agent-1"));
-  ASSERT_TRUE(shipper.ok()) << shipper.error().message;
-  ASSERT_TRUE((*shipper)->Seal(MakeReport(kT0, 10, 1)).ok());
-  ASSERT_TRUE((*shipper)->Flush(5s));
+  ASSERT_NO_FATAL_FAILURE(StartAndSealOne("ca", "agent-1"));
+  ASSERT_TRUE(shipper_->Flush(5s));
   EXPECT_EQ(collector_.accepted_sequences(), std::vector<uint64_t>{1});
   EXPECT_EQ(collector_.peer_common_names(), std::vector<std::string>{"agent-1"});
-  EXPECT_EQ((*shipper)->stats().send_errors, 0u);
+  EXPECT_EQ(shipper_->stats().send_errors, 0u);
 }
 
 TEST_F(ShipperTlsTest, WrongCaFailsTheHandshakeAsASendError) {
   // The agent does not trust the collector's certificate.
-  auto shipper = Shipper::Start(Options("other-ca", "agent-1"));
-  ASSERT_TRUE(shipper.ok()) << shipper.error().message;
-  ASSERT_TRUE((*shipper)->Seal(MakeReport(kT0, 10, 1)).ok());
-  ASSERT_TRUE(WaitFor([&] { return (*shipper)->stats().send_errors >= 2; }, 5s));
-  EXPECT_FALSE((*shipper)->Flush(50ms));
-  EXPECT_EQ(collector_.calls(), 0u);
-  EXPECT_EQ((*shipper)->stats().spooled_batches, 1u);
-  EXPECT_EQ((*shipper)->stats().accepted, 0u);
+  ASSERT_NO_FATAL_FAILURE(StartAndSealOne("other-ca", "agent-1"));
+  ASSERT_NO_FATAL_FAILURE(ExpectHandshakesFail());
+  EXPECT_FALSE(shipper_->Flush(50ms));
+  EXPECT_EQ(shipper_->stats().accepted, 0u);
 }
 
 TEST_F(ShipperTlsTest, ClientCertificateFromAnotherCaIsRefused) {
   // The agent trusts the collector, but the collector does not trust it.
-  auto shipper = Shipper::Start(Options("ca", "intruder"));
-  ASSERT_TRUE(shipper.ok()) << shipper.error().message;
-  ASSERT_TRUE((*shipper)->Seal(MakeReport(kT0, 10, 1)).ok());
-  ASSERT_TRUE(WaitFor([&] { return (*shipper)->stats().send_errors >= 2; }, 5s));
-  EXPECT_EQ(collector_.calls(), 0u);
-  EXPECT_EQ((*shipper)->stats().spooled_batches, 1u);
+  ASSERT_NO_FATAL_FAILURE(StartAndSealOne("ca", "intruder"));
+  ASSERT_NO_FATAL_FAILURE(ExpectHandshakesFail());
 }
 
 TEST_F(ShipperTlsTest, StartNamesTheBadFile) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,16 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using testing::MakeReport;
-using testing::TempDir;
-using testing::UnusedPort;
-
-constexpr int64_t kT0 = 1'700'000'000'000'000'000;
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using namespace testing;
 
 void Spit(const std::string& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -42,7 +34,7 @@ std::vector<std::string> Names(const std::string& dir) {
 }
 
 v1::AgentReport Numbered(uint64_t sequence) {
-  v1::AgentReport r = MakeReport(kT0 + static_cast<int64_t>(sequence) * 10'000'000'000, 10, 1);
+  v1::AgentReport r = MakeReport(WindowStart(static_cast<int64_t>(sequence)), 10, 1);
   r.set_sequence(sequence);
   r.set_agent_instance(std::string(16, 'x'));
   return r;
@@ -107,6 +99,16 @@ TEST(StateDirTest, UnreadableCounterStartsANewInstance) {
   EXPECT_EQ(state->next_sequence(), 1u);
 }
 
+// Opens the spool in `dir` again (up to `max_quarantined` files kept aside)
+// and checks how many files it quarantined.
+void Reopen(const std::string& dir, uint32_t max_quarantined, uint64_t quarantined, std::optional<Spool>* out) {
+  Spool::Loaded loaded;
+  auto spool = Spool::Open(dir, max_quarantined, &loaded);
+  ASSERT_TRUE(spool.ok()) << spool.error().message;
+  EXPECT_EQ(loaded.quarantined, quarantined);
+  out->emplace(std::move(*spool));
+}
+
 TEST(SpoolTest, BatchesSurviveReopenInSequenceOrder) {
   TempDir dir;
   {
@@ -117,10 +119,8 @@ TEST(SpoolTest, BatchesSurviveReopenInSequenceOrder) {
     spool->Remove(2);
   }
   Spit(dir.path() + "/.00000000000000000011.batch.tmp", "half a batch");  // a crash mid-write
-  Spool::Loaded loaded;
-  auto spool = Spool::Open(dir.path(), 8, &loaded);
-  ASSERT_TRUE(spool.ok());
-  EXPECT_EQ(loaded.quarantined, 0u);
+  std::optional<Spool> spool;
+  ASSERT_NO_FATAL_FAILURE(Reopen(dir.path(), 8, 0, &spool));
   EXPECT_EQ(spool->batches(), 3u);
   EXPECT_EQ(spool->Oldest(), 1u);
   EXPECT_EQ(spool->Oldest(1), 3u);
@@ -156,10 +156,8 @@ TEST(SpoolTest, CorruptFilesAreQuarantinedNotFatal) {
   Spit(p3, "");                                                                                    // empty
   fs::copy_file(dir.path() + "/" + Spool::FileName(5), p4, fs::copy_options::overwrite_existing);  // wrong name
 
-  Spool::Loaded loaded;
-  auto spool = Spool::Open(dir.path(), 8, &loaded);
-  ASSERT_TRUE(spool.ok());
-  EXPECT_EQ(loaded.quarantined, 4u);
+  std::optional<Spool> spool;
+  ASSERT_NO_FATAL_FAILURE(Reopen(dir.path(), 8, 4, &spool));
   EXPECT_EQ(spool->batches(), 1u);
   EXPECT_EQ(spool->Oldest(), 5u);
   EXPECT_EQ(Names(dir.path() + "/corrupt").size(), 4u);
@@ -174,10 +172,8 @@ TEST(SpoolTest, CorruptFilesAreQuarantinedNotFatal) {
 TEST(SpoolTest, QuarantineIsBounded) {
   TempDir dir;
   for (uint64_t seq = 1; seq <= 6; ++seq) Spit(dir.path() + "/" + Spool::FileName(seq), "junk");
-  Spool::Loaded loaded;
-  auto spool = Spool::Open(dir.path(), 3, &loaded);
-  ASSERT_TRUE(spool.ok());
-  EXPECT_EQ(loaded.quarantined, 6u);
+  std::optional<Spool> spool;
+  ASSERT_NO_FATAL_FAILURE(Reopen(dir.path(), 3, 6, &spool));
   std::vector<std::string> kept = Names(dir.path() + "/corrupt");
   ASSERT_EQ(kept.size(), 3u);
   for (const std::string& name : kept) EXPECT_GE(name, Spool::FileName(4)) << name;  // the newest kept
@@ -223,7 +219,7 @@ TEST(ShipperSpoolTest, SequenceIsNeverReusedAfterACrashBetweenSpoolAndCounter) {
   auto shipper = Shipper::Start(Offline(dir.path()));
   ASSERT_TRUE(shipper.ok()) << shipper.error().message;
   EXPECT_EQ((*shipper)->stats().next_sequence, 10u);
-  EXPECT_EQ(*(*shipper)->Seal(MakeReport(kT0 + 10'000'000'000, 10, 1)), 10u);
+  EXPECT_EQ(*(*shipper)->Seal(MakeReport(WindowStart(1), 10, 1)), 10u);
   EXPECT_EQ((*shipper)->stats().spooled_batches, 3u);
 }
 
@@ -239,7 +235,7 @@ TEST(ShipperSpoolTest, BoundDropsOldestAndCounts) {
   ASSERT_TRUE(shipper.ok());
   ASSERT_TRUE((*shipper)->Seal(MakeReport(kT0, 10, 1)).ok());
   ASSERT_TRUE(testing::WaitFor([&] { return (*shipper)->stats().send_errors == 1; }, 5s));
-  for (int i = 1; i < 8; ++i) ASSERT_TRUE((*shipper)->Seal(MakeReport(kT0 + i * 10'000'000'000, 10, 1)).ok());
+  for (int i = 1; i < 8; ++i) ASSERT_TRUE((*shipper)->Seal(MakeReport(WindowStart(i), 10, 1)).ok());
   ShipperStats s = (*shipper)->stats();
   EXPECT_EQ(s.sealed, 8u);
   EXPECT_EQ(s.spool_dropped, 5u);

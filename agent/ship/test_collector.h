@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -219,6 +220,17 @@ class CapturedLog {
  private:
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> ring_;
 };
+
+// The start of the tests' first window, in Unix ns; WindowStart(i) is the
+// start of the i-th 10 s window after it.
+inline constexpr int64_t kT0 = 1'700'000'000'000'000'000;
+inline int64_t WindowStart(int64_t i) { return kT0 + i * 10'000'000'000; }
+
+// A file's bytes; "" when it cannot be read.
+inline std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 // A small valid report for window [start, start + 10 s).
 inline v1::AgentReport MakeReport(int64_t start_unix_ns, uint64_t busy, uint64_t tls) {

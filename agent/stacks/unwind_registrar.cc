@@ -76,8 +76,8 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
     spdlog::debug("unwind: {}", fd.error().message);
     return slot;  // not cached: another process may still have it open
   }
-  // Building a table needs about the file's size at its peak (measured on
-  // tlsprof-many-symbols, 100k functions: 17 MiB for a 17 MiB file). Over the cap,
+  // Building a table needs about the file's size at its peak (bench/README.md).
+  // Over the cap,
   // only shared TLS libraries get theirs; the others are tried again at the
   // next registration that maps them.
   struct stat st {};

@@ -169,6 +169,120 @@ Status CheckArLayout(int fd, std::string_view path, uint64_t file_size) {
   return OkStatus();
 }
 
+// An archive member's section headers, each checked to lie inside the
+// member.
+struct MemberSections {
+  std::vector<GElf_Shdr> shdrs;
+  std::vector<Elf_Scn*> scns;
+
+  size_t count() const { return shdrs.size(); }
+
+  // Executable PROGBITS: where functions are.
+  bool IsCode(size_t i) const {
+    return i < count() && (shdrs[i].sh_flags & SHF_EXECINSTR) && shdrs[i].sh_type == SHT_PROGBITS;
+  }
+
+  // The section's bytes (empty for NOBITS and empty sections).
+  Result<std::span<const uint8_t>> Bytes(size_t i) const {
+    if (shdrs[i].sh_type == SHT_NOBITS || shdrs[i].sh_size == 0) return std::span<const uint8_t>{};
+    Elf_Data* d = elf_getdata(scns[i], nullptr);
+    if (d == nullptr) return MakeError("cannot read section {}: {}", i, ElfErr());
+    if (d->d_buf == nullptr) return std::span<const uint8_t>{};
+    return std::span<const uint8_t>(static_cast<const uint8_t*>(d->d_buf), d->d_size);
+  }
+
+  // The first .symtab; 0: none.
+  size_t Symtab() const {
+    for (size_t i = 1; i < count(); ++i) {
+      if (shdrs[i].sh_type == SHT_SYMTAB) return i;
+    }
+    return 0;
+  }
+};
+
+Result<MemberSections> ReadMemberSections(Elf* m, const GElf_Ehdr& ehdr, uint64_t member_size) {
+  size_t shnum = 0;
+  if (elf_getshdrnum(m, &shnum) != 0) return MakeError("cannot read the section count: {}", ElfErr());
+  if (shnum > 0 && (ehdr.e_shentsize != sizeof(Elf64_Shdr) || ehdr.e_shoff > member_size ||
+                    (member_size - ehdr.e_shoff) / sizeof(Elf64_Shdr) < shnum)) {
+    return MakeError("section header table past the end of the member");
+  }
+  MemberSections out;
+  out.shdrs.resize(shnum);
+  out.scns.resize(shnum);
+  for (size_t i = 0; i < shnum; ++i) {
+    out.scns[i] = elf_getscn(m, i);
+    if (out.scns[i] == nullptr || gelf_getshdr(out.scns[i], &out.shdrs[i]) == nullptr) {
+      return MakeError("cannot read section header {}: {}", i, ElfErr());
+    }
+    const GElf_Shdr& s = out.shdrs[i];
+    if (s.sh_type != SHT_NOBITS && (s.sh_offset > member_size || member_size - s.sh_offset < s.sh_size)) {
+      return MakeError("section {} ({} bytes at {:#x}) extends past the end of the member ({} bytes)", i, s.sh_size,
+                       s.sh_offset, member_size);
+    }
+  }
+  return out;
+}
+
+// Code section -> its relocations (offset, type), sorted.
+using CodeRelocs = std::map<size_t, std::vector<std::pair<uint64_t, uint32_t>>>;
+
+Result<CodeRelocs> ReadCodeRelocs(const MemberSections& sections) {
+  CodeRelocs relocs;
+  for (size_t i = 1; i < sections.count(); ++i) {
+    const GElf_Shdr& sh = sections.shdrs[i];
+    if (sh.sh_type != SHT_RELA && sh.sh_type != SHT_REL) continue;
+    if (!sections.IsCode(sh.sh_info)) continue;
+    if (sh.sh_type == SHT_REL) return MakeError("SHT_REL relocations (not x86-64 RELA)");
+    auto b = sections.Bytes(i);
+    if (!b) return b.error();
+    Elf_Data* d = b->empty() ? nullptr : elf_getdata(sections.scns[i], nullptr);
+    auto& v = relocs[sh.sh_info];
+    const size_t n = b->size() / sizeof(Elf64_Rela);
+    for (size_t k = 0; k < n; ++k) {
+      GElf_Rela r;
+      if (gelf_getrela(d, static_cast<int>(k), &r) == nullptr) return MakeError("bad relocation {}", k);
+      v.emplace_back(r.r_offset, static_cast<uint32_t>(GELF_R_TYPE(r.r_info)));
+    }
+    std::sort(v.begin(), v.end());
+  }
+  return relocs;
+}
+
+// Whether symbol `sym` may name a function: named, sized, defined in a code
+// section, and of a function's type (or none: assembly).
+bool IsCodeSymbol(const MemberSections& sections, const GElf_Sym& sym) {
+  const int type = GELF_ST_TYPE(sym.st_info);
+  const size_t shndx = sym.st_shndx;
+  if (sym.st_name == 0 || sym.st_size == 0 || shndx == SHN_UNDEF || shndx >= SHN_LORESERVE) return false;
+  if (!sections.IsCode(shndx)) return false;
+  return type == STT_FUNC || type == STT_GNU_IFUNC || type == STT_NOTYPE;
+}
+
+// Symbol `k`'s name in `strtab`; an error where it lies outside or runs off
+// its end.
+Result<std::string_view> SymbolName(std::span<const uint8_t> strtab, const GElf_Sym& sym, size_t k) {
+  if (sym.st_name >= strtab.size()) return MakeError("symbol {} has a name outside .strtab", k);
+  const char* nb = reinterpret_cast<const char*>(strtab.data()) + sym.st_name;
+  const void* nul = std::memchr(nb, '\0', strtab.size() - sym.st_name);
+  if (nul == nullptr) return MakeError("symbol {} has an unterminated name", k);
+  return std::string_view(nb, static_cast<const char*>(nul) - nb);
+}
+
+// Sorts `ranges` and merges those that touch or overlap.
+std::vector<ByteRange> MergeRanges(std::vector<ByteRange>& ranges) {
+  std::sort(ranges.begin(), ranges.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+  std::vector<ByteRange> merged;
+  for (const ByteRange& r : ranges) {
+    if (!merged.empty() && r.begin <= merged.back().end) {
+      merged.back().end = std::max(merged.back().end, r.end);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -276,7 +390,7 @@ class ArchiveIndexBuilder {
                          static_cast<uint64_t>(hdr->ar_size));
       }
       if (elf_kind(m.get()) == ELF_K_ELF) {
-        auto st = AddMember(m.get(), name, static_cast<uint64_t>(hdr->ar_size));
+        auto st = AddMember(m.get(), static_cast<uint64_t>(hdr->ar_size));
         if (!st) return MakeError("{}: member {}: {}", path, name, st.error().message);
         ++index_->members_;
       }
@@ -289,155 +403,115 @@ class ArchiveIndexBuilder {
   }
 
  private:
-  Status AddMember(Elf* m, const std::string& member_name, uint64_t member_size) {
+  // Per member: its code sections' bytes (read on demand), their section
+  // ids in the index, and the body id of each (section, offset, size).
+  struct Member {
+    const MemberSections& sections;
+    const CodeRelocs& relocs;
+    std::map<size_t, std::span<const uint8_t>> code;
+    std::map<size_t, uint32_t> section_ids;
+    std::map<std::tuple<size_t, uint64_t, uint64_t>, uint32_t> bodies;
+  };
+
+  // Indexes the functions of an x86-64 relocatable member; other members
+  // are ignored.
+  Status AddMember(Elf* m, uint64_t member_size) {
     GElf_Ehdr ehdr;
     if (gelf_getehdr(m, &ehdr) == nullptr) return MakeError("unreadable ELF header: {}", ElfErr());
     if (ehdr.e_type != ET_REL || ehdr.e_machine != EM_X86_64 || gelf_getclass(m) != ELFCLASS64 ||
         ehdr.e_ident[EI_DATA] != ELFDATA2LSB) {
       return OkStatus();  // not something this matcher understands: ignored
     }
-    size_t shnum = 0;
-    if (elf_getshdrnum(m, &shnum) != 0) return MakeError("cannot read the section count: {}", ElfErr());
-    if (shnum > 0 && (ehdr.e_shentsize != sizeof(Elf64_Shdr) || ehdr.e_shoff > member_size ||
-                      (member_size - ehdr.e_shoff) / sizeof(Elf64_Shdr) < shnum)) {
-      return MakeError("section header table past the end of the member");
-    }
-    std::vector<GElf_Shdr> shdrs(shnum);
-    std::vector<Elf_Scn*> scns(shnum);
-    for (size_t i = 0; i < shnum; ++i) {
-      scns[i] = elf_getscn(m, i);
-      if (scns[i] == nullptr || gelf_getshdr(scns[i], &shdrs[i]) == nullptr) {
-        return MakeError("cannot read section header {}: {}", i, ElfErr());
-      }
-      const GElf_Shdr& s = shdrs[i];
-      if (s.sh_type != SHT_NOBITS && (s.sh_offset > member_size || member_size - s.sh_offset < s.sh_size)) {
-        return MakeError("section {} ({} bytes at {:#x}) extends past the end of the member ({} bytes)", i, s.sh_size,
-                         s.sh_offset, member_size);
-      }
-    }
-    auto bytes_of = [&](size_t i) -> Result<std::span<const uint8_t>> {
-      if (shdrs[i].sh_type == SHT_NOBITS || shdrs[i].sh_size == 0) return std::span<const uint8_t>{};
-      Elf_Data* d = elf_getdata(scns[i], nullptr);
-      if (d == nullptr) return MakeError("cannot read section {}: {}", i, ElfErr());
-      if (d->d_buf == nullptr) return std::span<const uint8_t>{};
-      return std::span<const uint8_t>(static_cast<const uint8_t*>(d->d_buf), d->d_size);
-    };
-    size_t symtab = 0;
-    for (size_t i = 1; i < shnum; ++i) {
-      if (shdrs[i].sh_type == SHT_SYMTAB) {
-        symtab = i;
-        break;
-      }
-    }
+    auto sections = ReadMemberSections(m, ehdr, member_size);
+    if (!sections) return sections.error();
+    const size_t symtab = sections->Symtab();
     if (symtab == 0) return OkStatus();  // nothing named
-    auto is_code = [&](size_t i) {
-      return i < shnum && (shdrs[i].sh_flags & SHF_EXECINSTR) && shdrs[i].sh_type == SHT_PROGBITS;
-    };
+    auto relocs = ReadCodeRelocs(*sections);
+    if (!relocs) return relocs.error();
+    return AddFunctions(*sections, symtab, *relocs);
+  }
 
-    // Relocation offsets per code section, sorted.
-    std::map<size_t, std::vector<std::pair<uint64_t, uint32_t>>> relocs;
-    for (size_t i = 1; i < shnum; ++i) {
-      if (shdrs[i].sh_type != SHT_RELA && shdrs[i].sh_type != SHT_REL) continue;
-      if (!is_code(shdrs[i].sh_info)) continue;
-      if (shdrs[i].sh_type == SHT_REL) return MakeError("SHT_REL relocations (not x86-64 RELA)");
-      auto b = bytes_of(i);
-      if (!b) return b.error();
-      Elf_Data* d = b->empty() ? nullptr : elf_getdata(scns[i], nullptr);
-      auto& v = relocs[shdrs[i].sh_info];
-      const size_t n = b->size() / sizeof(Elf64_Rela);
-      for (size_t k = 0; k < n; ++k) {
-        GElf_Rela r;
-        if (gelf_getrela(d, static_cast<int>(k), &r) == nullptr) return MakeError("bad relocation {}", k);
-        v.emplace_back(r.r_offset, static_cast<uint32_t>(GELF_R_TYPE(r.r_info)));
-      }
-      std::sort(v.begin(), v.end());
-    }
-
-    const GElf_Shdr& symhdr = shdrs[symtab];
-    if (symhdr.sh_link == 0 || symhdr.sh_link >= shnum || shdrs[symhdr.sh_link].sh_type != SHT_STRTAB) {
+  // Every function symbol of the member's .symtab.
+  Status AddFunctions(const MemberSections& sections, size_t symtab, const CodeRelocs& relocs) {
+    const GElf_Shdr& symhdr = sections.shdrs[symtab];
+    if (symhdr.sh_link == 0 || symhdr.sh_link >= sections.count() ||
+        sections.shdrs[symhdr.sh_link].sh_type != SHT_STRTAB) {
       return MakeError(".symtab links to section {}, which is not a string table", symhdr.sh_link);
     }
-    auto strtab = bytes_of(symhdr.sh_link);
+    auto strtab = sections.Bytes(symhdr.sh_link);
     if (!strtab) return strtab.error();
-    auto syms = bytes_of(symtab);
+    auto syms = sections.Bytes(symtab);
     if (!syms) return syms.error();
-    Elf_Data* symdata = syms->empty() ? nullptr : elf_getdata(scns[symtab], nullptr);
+    Elf_Data* symdata = syms->empty() ? nullptr : elf_getdata(sections.scns[symtab], nullptr);
     const size_t nsyms = syms->size() / sizeof(Elf64_Sym);
-    std::map<size_t, std::span<const uint8_t>> code;  // section bytes, read on demand
-    std::map<size_t, uint32_t> section_ids;
-    std::map<std::tuple<size_t, uint64_t, uint64_t>, uint32_t> bodies;
+    Member member{sections, relocs, {}, {}, {}};
     for (size_t k = 1; k < nsyms; ++k) {
       GElf_Sym sym;
       if (gelf_getsym(symdata, static_cast<int>(k), &sym) == nullptr) return MakeError("bad symbol {}", k);
-      const int type = GELF_ST_TYPE(sym.st_info);
-      const size_t shndx = sym.st_shndx;
-      if (sym.st_name == 0 || sym.st_size == 0 || shndx == SHN_UNDEF || shndx >= SHN_LORESERVE) continue;
-      if (!is_code(shndx)) continue;
-      if (type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_NOTYPE) continue;
-      if (sym.st_name >= strtab->size()) return MakeError("symbol {} has a name outside .strtab", k);
-      const char* nb = reinterpret_cast<const char*>(strtab->data()) + sym.st_name;
-      const void* nul = std::memchr(nb, '\0', strtab->size() - sym.st_name);
-      if (nul == nullptr) return MakeError("symbol {} has an unterminated name", k);
-      std::string_view name(nb, static_cast<const char*>(nul) - nb);
-      if (name.empty()) continue;
-      auto it = code.find(shndx);
-      if (it == code.end()) {
-        auto b = bytes_of(shndx);
-        if (!b) return b.error();
-        it = code.emplace(shndx, *b).first;
-      }
-      std::span<const uint8_t> sec = it->second;
-      if (sym.st_value > sec.size() || sec.size() - sym.st_value < sym.st_size) {
-        ++skipped_;  // a size past its section: not trusted, not fatal
-        continue;
-      }
-      if (sym.st_size > (1u << 28)) continue;
-      std::span<const uint8_t> body = sec.subspan(sym.st_value, sym.st_size);
-
-      scratch_.clear();
-      if (auto r = relocs.find(shndx); r != relocs.end()) {
-        auto lo = std::lower_bound(r->second.begin(), r->second.end(), std::make_pair(sym.st_value, uint32_t{0}));
-        for (; lo != r->second.end() && lo->first < sym.st_value + sym.st_size; ++lo) {
-          ByteRange br = RelocRange(lo->second, lo->first - sym.st_value);
-          br.end = std::min<uint32_t>(br.end, static_cast<uint32_t>(sym.st_size));
-          if (br.begin < br.end) scratch_.push_back(br);
-        }
-      }
-      // Sorted, merged ranges.
-      std::sort(scratch_.begin(), scratch_.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
-      std::vector<ByteRange> merged;
-      uint32_t masked = 0;
-      for (const ByteRange& r : scratch_) {
-        if (!merged.empty() && r.begin <= merged.back().end) {
-          merged.back().end = std::max(merged.back().end, r.end);
-        } else {
-          merged.push_back(r);
-        }
-      }
-      for (const ByteRange& r : merged) masked += r.end - r.begin;
-
-      ArchiveFunction f;
-      f.name = std::string(name);
-      f.size = sym.st_size;
-      f.offset = sym.st_value;
-      f.mask = InternMask(merged);
-      f.hash = ArchiveIndex::MaskedHash(body, merged);
-      f.unmasked = static_cast<uint32_t>(sym.st_size - masked);
-      f.global = GELF_ST_BIND(sym.st_info) != STB_LOCAL;
-      auto sid = section_ids.find(shndx);
-      if (sid == section_ids.end()) {
-        sid = section_ids.emplace(shndx, static_cast<uint32_t>(index_->section_members_.size())).first;
-        index_->section_members_.push_back(static_cast<uint32_t>(index_->members_));
-      }
-      f.section = sid->second;
-      auto [b, inserted] =
-          bodies.emplace(std::make_tuple(shndx, sym.st_value, sym.st_size), static_cast<uint32_t>(next_body_));
-      if (inserted) ++next_body_;
-      f.body = b->second;
-      index_->functions_.push_back(std::move(f));
+      if (!IsCodeSymbol(sections, sym)) continue;
+      auto name = SymbolName(*strtab, sym, k);
+      if (!name) return name.error();
+      if (name->empty()) continue;
+      if (auto st = AddFunction(member, sym, *name); !st) return st;
     }
-    (void)member_name;
     return OkStatus();
+  }
+
+  // One function: its bytes hashed around what relocations may change.
+  Status AddFunction(Member& member, const GElf_Sym& sym, std::string_view name) {
+    const size_t shndx = sym.st_shndx;
+    auto it = member.code.find(shndx);
+    if (it == member.code.end()) {
+      auto b = member.sections.Bytes(shndx);
+      if (!b) return b.error();
+      it = member.code.emplace(shndx, *b).first;
+    }
+    std::span<const uint8_t> sec = it->second;
+    if (sym.st_value > sec.size() || sec.size() - sym.st_value < sym.st_size) {
+      ++skipped_;  // a size past its section: not trusted, not fatal
+      return OkStatus();
+    }
+    if (sym.st_size > (1u << 28)) return OkStatus();
+    std::span<const uint8_t> body = sec.subspan(sym.st_value, sym.st_size);
+    const std::vector<ByteRange> merged = RelocMask(member.relocs, shndx, sym.st_value, sym.st_size);
+    uint32_t masked = 0;
+    for (const ByteRange& r : merged) masked += r.end - r.begin;
+
+    ArchiveFunction f;
+    f.name = std::string(name);
+    f.size = sym.st_size;
+    f.offset = sym.st_value;
+    f.mask = InternMask(merged);
+    f.hash = ArchiveIndex::MaskedHash(body, merged);
+    f.unmasked = static_cast<uint32_t>(sym.st_size - masked);
+    f.global = GELF_ST_BIND(sym.st_info) != STB_LOCAL;
+    auto sid = member.section_ids.find(shndx);
+    if (sid == member.section_ids.end()) {
+      sid = member.section_ids.emplace(shndx, static_cast<uint32_t>(index_->section_members_.size())).first;
+      index_->section_members_.push_back(static_cast<uint32_t>(index_->members_));
+    }
+    f.section = sid->second;
+    auto [b, inserted] =
+        member.bodies.emplace(std::make_tuple(shndx, sym.st_value, sym.st_size), static_cast<uint32_t>(next_body_));
+    if (inserted) ++next_body_;
+    f.body = b->second;
+    index_->functions_.push_back(std::move(f));
+    return OkStatus();
+  }
+
+  // The bytes of the function at [value, value + size) of code section
+  // `shndx` that its relocations may change: sorted, merged ranges.
+  std::vector<ByteRange> RelocMask(const CodeRelocs& relocs, size_t shndx, uint64_t value, uint64_t size) {
+    scratch_.clear();
+    if (auto r = relocs.find(shndx); r != relocs.end()) {
+      auto lo = std::lower_bound(r->second.begin(), r->second.end(), std::make_pair(value, uint32_t{0}));
+      for (; lo != r->second.end() && lo->first < value + size; ++lo) {
+        ByteRange br = RelocRange(lo->second, lo->first - value);
+        br.end = std::min<uint32_t>(br.end, static_cast<uint32_t>(size));
+        if (br.begin < br.end) scratch_.push_back(br);
+      }
+    }
+    return MergeRanges(scratch_);
   }
 
   uint32_t InternMask(const std::vector<ByteRange>& ranges) {
@@ -601,219 +675,273 @@ bool Matches(const ArchiveIndex& index, const ArchiveFunction& f, std::span<cons
   return bytes.size() == f.size && ArchiveIndex::MaskedHash(bytes, index.mask(f.mask)) == f.hash;
 }
 
+// A section's functions all matching at one base: the bytes they cover and
+// the unmasked bytes that matched.
+struct Fit {
+  uint64_t begin = 0, end = 0, weight = 0;
+  uint32_t section = 0;
+  uint64_t base = 0;
+};
+
+// One MatchArchive run over a .so and an archive's index. The steps run in
+// order, each using what the ones before learned: anchor votes (section ->
+// base -> votes), the addresses named so far, the FDE ranges that stayed
+// ambiguous and the ranges of placed sections.
+class Matcher {
+ public:
+  Matcher(const SoView& so, const ArchiveIndex& index, const ArchiveMatchOptions& options, ArchiveMatchStats& stats)
+      : so_(so), index_(index), fn_(index.functions()), options_(options), stats_(stats) {}
+
+  // 1. Is the archive from this build? Its globals must cover enough of the
+  // exports, and enough of those must match. Matching exports vote for their
+  // section's base when options.anchor_on_exports.
+  Status CheckExports(std::string_view so_path) {
+    for (const Export& e : so_.exports) {
+      ++stats_.exports;
+      std::span<const uint32_t> globals = index_.GlobalsNamed(e.name);
+      if (globals.empty()) continue;
+      ++stats_.exports_checked;
+      std::span<const uint8_t> bytes = so_.code.Read(e.addr, e.size);
+      for (uint32_t g : globals) {
+        if (Matches(index_, fn_[g], bytes)) {
+          ++stats_.exports_matched;
+          if (options_.anchor_on_exports) ++votes_[fn_[g].section][e.addr - fn_[g].offset];
+          break;
+        }
+      }
+    }
+    if (stats_.exports_checked == 0 || static_cast<double>(stats_.exports_checked) <
+                                           options_.min_export_coverage * static_cast<double>(stats_.exports)) {
+      return MakeError("{}: archive {} defines {} of the library's {} exported functions; not its static counterpart",
+                       so_path, index_.path(), stats_.exports_checked, stats_.exports);
+    }
+    if (static_cast<double>(stats_.exports_matched) <
+        options_.min_export_match * static_cast<double>(stats_.exports_checked)) {
+      return MakeError("{}: only {} of {} exported functions match their code in {}; the archive is from another build",
+                       so_path, stats_.exports_matched, stats_.exports_checked, index_.path());
+    }
+    return OkStatus();
+  }
+
+  // 2. FDE ranges: each is named where its candidates agree.
+  void MatchFdes() {
+    for (const Range& r : so_.fdes) MatchFde(r);
+  }
+
+  // 3. Anchored sections: a section whose votes agree on one base is placed
+  // there.
+  void PlaceAnchoredSections() {
+    for (const auto& [section, bases] : votes_) {
+      if (bases.size() != 1) {
+        ++stats_.conflicting_sections;
+        continue;
+      }
+      ++stats_.anchored_sections;
+      const uint64_t base = bases.begin()->first;
+      stats_.anchored_functions += Place(section, base);
+      uint64_t b = UINT64_MAX, e = 0;
+      for (uint32_t c : index_.InSection(section)) {
+        b = std::min(b, base + fn_[c].offset);
+        e = std::max(e, base + fn_[c].offset + fn_[c].size);
+      }
+      if (b < e) taken_.emplace_back(b, e);
+    }
+  }
+
+  // 3b. Sections without an anchor whose whole layout fits where an
+  // ambiguous range points (a file of macro-generated wrappers that are
+  // identical one by one, but not as a sequence). A fit overlapping a placed
+  // section, another fit of a similar weight, or the same section elsewhere
+  // is not used.
+  void PlaceByLayout() {
+    std::map<uint32_t, int> fits_per_section;
+    std::vector<Fit> fits = LayoutFits(fits_per_section);
+    std::sort(taken_.begin(), taken_.end());
+    std::sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) { return a.begin < b.begin; });
+    for (size_t k = 0; k < fits.size();) {
+      // A cluster of overlapping fits, and its heaviest.
+      size_t e = k + 1;
+      uint64_t end = fits[k].end;
+      while (e < fits.size() && fits[e].begin < end) end = std::max(end, fits[e++].end);
+      size_t best = k;
+      for (size_t j = k; j < e; ++j) {
+        if (fits[j].weight > fits[best].weight) best = j;
+      }
+      bool clear = fits_per_section[fits[best].section] == 1 && !OverlapsTaken(fits[best]);
+      for (size_t j = k; j < e && clear; ++j) {
+        if (j != best && fits[j].weight * 2 > fits[best].weight) clear = false;
+      }
+      if (clear) {
+        ++stats_.layout_sections;
+        stats_.layout_functions += Place(fits[best].section, fits[best].base);
+      }
+      k = e;
+    }
+  }
+
+  // Every name of every named address, by address.
+  std::vector<MatchedFunction> Named() {
+    std::vector<MatchedFunction> out;
+    for (const auto& [addr, entry] : named_) {
+      std::set<std::string_view> names;
+      for (uint32_t c : entry.second) names.insert(fn_[c].name);
+      for (std::string_view n : names) out.push_back({addr, entry.first, std::string(n)});
+    }
+    stats_.functions = named_.size();
+    return out;
+  }
+
+ private:
+  // Calls hit(c) for each candidate of `cands` whose masked hash is that of
+  // `bytes`. Candidates of one size sharing a mask are adjacent
+  // (ArchiveIndex::WithSize), so the bytes hash once per run of them.
+  template <typename Hit>
+  void ForEachHashMatch(std::span<const uint8_t> bytes, std::span<const uint32_t> cands, Hit&& hit) const {
+    uint32_t last_mask = UINT32_MAX;
+    uint64_t h = 0;
+    for (uint32_t c : cands) {
+      if (fn_[c].mask != last_mask) {
+        last_mask = fn_[c].mask;
+        h = ArchiveIndex::MaskedHash(bytes, index_.mask(last_mask));
+      }
+      if (h == fn_[c].hash) hit(c);
+    }
+  }
+
+  // Names range `r` where its matches are one body (aliases: they also vote
+  // for their section's base) or one name, with enough unmasked bytes;
+  // keeps it as ambiguous where they are neither.
+  void MatchFde(const Range& r) {
+    std::span<const uint8_t> bytes = so_.code.Read(r.start, r.len);
+    if (bytes.empty()) return;
+    ++stats_.fde_ranges;
+    std::span<const uint32_t> cands = index_.WithSize(r.len);
+    if (cands.empty()) {
+      ++stats_.fde_no_candidate;
+      return;
+    }
+    hits_.clear();
+    ForEachHashMatch(bytes, cands, [this](uint32_t c) { hits_.push_back(c); });
+    if (hits_.empty()) {
+      ++stats_.fde_no_match;
+      return;
+    }
+    const ArchiveFunction& first = fn_[hits_[0]];
+    bool one_body = std::all_of(hits_.begin(), hits_.end(), [&](uint32_t c) { return fn_[c].body == first.body; });
+    bool one_name = std::all_of(hits_.begin(), hits_.end(), [&](uint32_t c) { return fn_[c].name == first.name; });
+    if (!one_body && !one_name) {
+      ++stats_.fde_ambiguous;
+      ambiguous_.push_back(r);
+      return;
+    }
+    uint32_t unmasked = UINT32_MAX;
+    for (uint32_t c : hits_) unmasked = std::min(unmasked, fn_[c].unmasked);
+    if (unmasked < options_.min_unique_bytes) {
+      ++stats_.fde_too_small;
+      return;
+    }
+    ++stats_.fde_unique;
+    if (one_body) {
+      ++votes_[first.section][r.start - first.offset];
+      named_[r.start] = {r.len, hits_};
+    } else {
+      named_[r.start] = {r.len, {hits_[0]}};
+    }
+  }
+
+  // Checks every function of `section` at `base`; nullopt if one differs.
+  std::optional<Fit> FitAt(uint32_t section, uint64_t base) const {
+    Fit f{UINT64_MAX, 0, 0, section, base};
+    for (uint32_t c : index_.InSection(section)) {
+      const ArchiveFunction& a = fn_[c];
+      if (!Matches(index_, a, so_.code.Read(base + a.offset, a.size))) return std::nullopt;
+      f.begin = std::min(f.begin, base + a.offset);
+      f.end = std::max(f.end, base + a.offset + a.size);
+      f.weight += a.unmasked;
+    }
+    return f;
+  }
+
+  // Names the functions of `section` that match at `base`; returns how many
+  // addresses were new.
+  uint64_t Place(uint32_t section, uint64_t base) {
+    uint64_t added = 0;
+    std::span<const uint32_t> members = index_.InSection(section);
+    for (size_t k = 0; k < members.size();) {
+      // Aliases (one body) are adjacent: same offset.
+      size_t e = k + 1;
+      while (e < members.size() && fn_[members[e]].body == fn_[members[k]].body) ++e;
+      const ArchiveFunction& f = fn_[members[k]];
+      const uint64_t addr = base + f.offset;
+      std::span<const uint8_t> bytes = so_.code.Read(addr, f.size);
+      if (!bytes.empty() && Matches(index_, f, bytes) && !named_.contains(addr)) {
+        named_[addr] = {f.size, std::vector<uint32_t>(members.begin() + k, members.begin() + e)};
+        ++added;
+      }
+      k = e;
+    }
+    return added;
+  }
+
+  // Candidates: (section, base) pairs that at least two ambiguous ranges
+  // point to, for sections without anchors (a section of one function
+  // cannot be told from its twins by layout), whose whole layout fits with
+  // at least options.min_layout_bytes. Counts the fits of each section.
+  std::vector<Fit> LayoutFits(std::map<uint32_t, int>& fits_per_section) const {
+    std::vector<std::pair<uint32_t, uint64_t>> candidates;
+    for (const Range& r : ambiguous_) {
+      ForEachHashMatch(so_.code.Read(r.start, r.len), index_.WithSize(r.len), [&](uint32_t c) {
+        if (!votes_.contains(fn_[c].section)) candidates.emplace_back(fn_[c].section, r.start - fn_[c].offset);
+      });
+    }
+    std::sort(candidates.begin(), candidates.end());
+    std::vector<Fit> fits;
+    for (size_t k = 0; k < candidates.size();) {
+      size_t e = k + 1;
+      while (e < candidates.size() && candidates[e] == candidates[k]) ++e;
+      const auto [section, base] = candidates[k];
+      const bool supported = e - k >= 2;
+      k = e;
+      if (!supported) continue;
+      std::optional<Fit> f = FitAt(section, base);
+      if (!f || f->weight < options_.min_layout_bytes) continue;
+      fits.push_back(*f);
+      ++fits_per_section[section];
+    }
+    return fits;
+  }
+
+  // Whether `f` overlaps a section placed by its anchors (taken_ sorted).
+  bool OverlapsTaken(const Fit& f) const {
+    auto it = std::lower_bound(taken_.begin(), taken_.end(), std::make_pair(f.end, uint64_t{0}));
+    return it != taken_.begin() && std::prev(it)->second > f.begin;
+  }
+
+  const SoView& so_;
+  const ArchiveIndex& index_;
+  const std::vector<ArchiveFunction>& fn_;
+  const ArchiveMatchOptions& options_;
+  ArchiveMatchStats& stats_;
+  std::map<uint32_t, std::map<uint64_t, uint32_t>> votes_;
+  std::map<uint64_t, std::pair<uint64_t, std::vector<uint32_t>>> named_;  // addr -> (size, function indices)
+  std::vector<Range> ambiguous_;
+  std::vector<std::pair<uint64_t, uint64_t>> taken_;  // [begin, end) of placed sections
+  std::vector<uint32_t> hits_;                        // MatchFde's, kept for its capacity
+};
+
 }  // namespace
 
 Result<ArchiveMatch> MatchArchive(int so_fd, std::string_view so_path, const ArchiveIndex& index,
                                   const ArchiveMatchOptions& options) {
   auto read = ReadSo(so_fd, so_path);
   if (!read) return read.error();
-  const SoView& so = *read;
-  const auto& fn = index.functions();
   ArchiveMatch out;
-  ArchiveMatchStats& stats = out.stats;
-
-  // Anchor votes: section id -> base address -> votes.
-  std::map<uint32_t, std::map<uint64_t, uint32_t>> votes;
-
-  // 1. Is the archive from this build?
-  for (const Export& e : so.exports) {
-    ++stats.exports;
-    std::span<const uint32_t> globals = index.GlobalsNamed(e.name);
-    if (globals.empty()) continue;
-    ++stats.exports_checked;
-    std::span<const uint8_t> bytes = so.code.Read(e.addr, e.size);
-    for (uint32_t g : globals) {
-      if (Matches(index, fn[g], bytes)) {
-        ++stats.exports_matched;
-        if (options.anchor_on_exports) ++votes[fn[g].section][e.addr - fn[g].offset];
-        break;
-      }
-    }
-  }
-  if (stats.exports_checked == 0 ||
-      static_cast<double>(stats.exports_checked) < options.min_export_coverage * static_cast<double>(stats.exports)) {
-    return MakeError("{}: archive {} defines {} of the library's {} exported functions; not its static counterpart",
-                     so_path, index.path(), stats.exports_checked, stats.exports);
-  }
-  if (static_cast<double>(stats.exports_matched) <
-      options.min_export_match * static_cast<double>(stats.exports_checked)) {
-    return MakeError("{}: only {} of {} exported functions match their code in {}; the archive is from another build",
-                     so_path, stats.exports_matched, stats.exports_checked, index.path());
-  }
-
-  // 2. FDE ranges.
-  std::map<uint64_t, std::pair<uint64_t, std::vector<uint32_t>>> named;  // addr -> (size, function indices)
-  std::vector<uint32_t> hits;
-  std::vector<Range> ambiguous;
-  for (const Range& r : so.fdes) {
-    std::span<const uint8_t> bytes = so.code.Read(r.start, r.len);
-    if (bytes.empty()) continue;
-    ++stats.fde_ranges;
-    std::span<const uint32_t> cands = index.WithSize(r.len);
-    if (cands.empty()) {
-      ++stats.fde_no_candidate;
-      continue;
-    }
-    hits.clear();
-    uint32_t last_mask = UINT32_MAX;
-    uint64_t h = 0;
-    for (uint32_t c : cands) {
-      if (fn[c].mask != last_mask) {
-        last_mask = fn[c].mask;
-        h = ArchiveIndex::MaskedHash(bytes, index.mask(last_mask));
-      }
-      if (h == fn[c].hash) hits.push_back(c);
-    }
-    if (hits.empty()) {
-      ++stats.fde_no_match;
-      continue;
-    }
-    bool one_body = std::all_of(hits.begin(), hits.end(), [&](uint32_t c) { return fn[c].body == fn[hits[0]].body; });
-    bool one_name = std::all_of(hits.begin(), hits.end(), [&](uint32_t c) { return fn[c].name == fn[hits[0]].name; });
-    if (!one_body && !one_name) {
-      ++stats.fde_ambiguous;
-      ambiguous.push_back(r);
-      continue;
-    }
-    uint32_t unmasked = UINT32_MAX;
-    for (uint32_t c : hits) unmasked = std::min(unmasked, fn[c].unmasked);
-    if (unmasked < options.min_unique_bytes) {
-      ++stats.fde_too_small;
-      continue;
-    }
-    ++stats.fde_unique;
-    if (one_body) {
-      ++votes[fn[hits[0]].section][r.start - fn[hits[0]].offset];
-      named[r.start] = {r.len, hits};
-    } else {
-      named[r.start] = {r.len, {hits[0]}};
-    }
-  }
-
-  // 3. Anchored sections.
-  // Checks every function of `section` at `base`; returns the bytes they
-  // cover and the unmasked bytes that matched, or nullopt if one differs.
-  struct Fit {
-    uint64_t begin = 0, end = 0, weight = 0;
-    uint32_t section = 0;
-    uint64_t base = 0;
-  };
-  auto fit = [&](uint32_t section, uint64_t base) -> std::optional<Fit> {
-    Fit f{UINT64_MAX, 0, 0, section, base};
-    for (uint32_t c : index.InSection(section)) {
-      const ArchiveFunction& a = fn[c];
-      if (!Matches(index, a, so.code.Read(base + a.offset, a.size))) return std::nullopt;
-      f.begin = std::min(f.begin, base + a.offset);
-      f.end = std::max(f.end, base + a.offset + a.size);
-      f.weight += a.unmasked;
-    }
-    return f;
-  };
-  // Names the functions of `section` that match at `base`; returns how many
-  // addresses were new.
-  auto place = [&](uint32_t section, uint64_t base) {
-    uint64_t added = 0;
-    std::span<const uint32_t> members = index.InSection(section);
-    for (size_t k = 0; k < members.size();) {
-      // Aliases (one body) are adjacent: same offset.
-      size_t e = k + 1;
-      while (e < members.size() && fn[members[e]].body == fn[members[k]].body) ++e;
-      const ArchiveFunction& f = fn[members[k]];
-      const uint64_t addr = base + f.offset;
-      std::span<const uint8_t> bytes = so.code.Read(addr, f.size);
-      if (!bytes.empty() && Matches(index, f, bytes) && !named.contains(addr)) {
-        named[addr] = {f.size, std::vector<uint32_t>(members.begin() + k, members.begin() + e)};
-        ++added;
-      }
-      k = e;
-    }
-    return added;
-  };
-  std::vector<std::pair<uint64_t, uint64_t>> taken;  // [begin, end) of placed sections
-  for (const auto& [section, bases] : votes) {
-    if (bases.size() != 1) {
-      ++stats.conflicting_sections;
-      continue;
-    }
-    ++stats.anchored_sections;
-    const uint64_t base = bases.begin()->first;
-    stats.anchored_functions += place(section, base);
-    uint64_t b = UINT64_MAX, e = 0;
-    for (uint32_t c : index.InSection(section)) {
-      b = std::min(b, base + fn[c].offset);
-      e = std::max(e, base + fn[c].offset + fn[c].size);
-    }
-    if (b < e) taken.emplace_back(b, e);
-  }
-
-  // 3b. Sections without an anchor whose whole layout fits where an
-  // ambiguous range points (a file of macro-generated wrappers that are
-  // identical one by one, but not as a sequence). A fit overlapping a placed
-  // section, another fit of a similar weight, or the same section elsewhere is
-  // not used.
-  // Candidates: (section, base) pairs that at least two ambiguous ranges
-  // point to, for sections without anchors. (A section of one function
-  // cannot be told from its twins by layout.)
-  std::vector<std::pair<uint32_t, uint64_t>> layout_candidates;
-  for (const Range& r : ambiguous) {
-    std::span<const uint8_t> bytes = so.code.Read(r.start, r.len);
-    uint32_t last_mask = UINT32_MAX;
-    uint64_t h = 0;
-    for (uint32_t c : index.WithSize(r.len)) {
-      if (votes.contains(fn[c].section)) continue;
-      if (fn[c].mask != last_mask) {
-        last_mask = fn[c].mask;
-        h = ArchiveIndex::MaskedHash(bytes, index.mask(last_mask));
-      }
-      if (h == fn[c].hash) layout_candidates.emplace_back(fn[c].section, r.start - fn[c].offset);
-    }
-  }
-  std::sort(layout_candidates.begin(), layout_candidates.end());
-  std::vector<Fit> fits;
-  std::map<uint32_t, int> fits_per_section;
-  for (size_t k = 0; k < layout_candidates.size();) {
-    size_t e = k + 1;
-    while (e < layout_candidates.size() && layout_candidates[e] == layout_candidates[k]) ++e;
-    const auto [section, base] = layout_candidates[k];
-    const bool supported = e - k >= 2;
-    k = e;
-    if (!supported) continue;
-    std::optional<Fit> f = fit(section, base);
-    if (!f || f->weight < options.min_layout_bytes) continue;
-    fits.push_back(*f);
-    ++fits_per_section[section];
-  }
-  std::sort(taken.begin(), taken.end());
-  auto overlaps_taken = [&](const Fit& f) {
-    auto it = std::lower_bound(taken.begin(), taken.end(), std::make_pair(f.end, uint64_t{0}));
-    return it != taken.begin() && std::prev(it)->second > f.begin;
-  };
-  std::sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) { return a.begin < b.begin; });
-  for (size_t k = 0; k < fits.size();) {
-    size_t e = k + 1;
-    uint64_t end = fits[k].end;
-    while (e < fits.size() && fits[e].begin < end) end = std::max(end, fits[e++].end);
-    size_t best = k;
-    for (size_t j = k; j < e; ++j) {
-      if (fits[j].weight > fits[best].weight) best = j;
-    }
-    bool clear = fits_per_section[fits[best].section] == 1 && !overlaps_taken(fits[best]);
-    for (size_t j = k; j < e && clear; ++j) {
-      if (j != best && fits[j].weight * 2 > fits[best].weight) clear = false;
-    }
-    if (clear) {
-      ++stats.layout_sections;
-      stats.layout_functions += place(fits[best].section, fits[best].base);
-    }
-    k = e;
-  }
-
-  for (const auto& [addr, entry] : named) {
-    std::set<std::string_view> names;
-    for (uint32_t c : entry.second) names.insert(fn[c].name);
-    for (std::string_view n : names) out.functions.push_back({addr, entry.first, std::string(n)});
-  }
-  stats.functions = named.size();
+  Matcher matcher(*read, index, options, out.stats);
+  if (auto st = matcher.CheckExports(so_path); !st) return st.error();
+  matcher.MatchFdes();
+  matcher.PlaceAnchoredSections();
+  matcher.PlaceByLayout();
+  out.functions = matcher.Named();
   return out;
 }
 

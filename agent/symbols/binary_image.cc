@@ -16,6 +16,7 @@
 #include "agent/symbols/go_pclntab.h"
 #include "agent/symbols/library_tables.h"
 #include "agent/symbols/object_layout.h"
+#include "agent/symbols/x86_elf.h"
 
 namespace tlsprof::symbols {
 
@@ -72,13 +73,6 @@ namespace {
 // (cmd/link/internal/ld/elf.go, ELF_NOTE_GOBUILDID_TAG).
 constexpr uint32_t kGoBuildIdNoteType = 4;
 
-struct ElfDeleter {
-  void operator()(Elf* elf) const { elf_end(elf); }
-};
-using ElfPtr = std::unique_ptr<Elf, ElfDeleter>;
-
-std::string ElfErr() { return elf_errmsg(-1); }
-
 // An open ELF file. ELF_C_READ (not ELF_C_READ_MMAP): libelf reads headers up
 // front and each section only when asked, into its own buffers that elf_end()
 // frees. A mapping would save the copy but turns a file truncated while we read
@@ -91,8 +85,7 @@ struct ElfFile {
 };
 
 Result<ElfFile> OpenElf(int fd, std::string_view path) {
-  static const bool initialized = elf_version(EV_CURRENT) != EV_NONE;
-  if (!initialized) return MakeError("libelf is too old (elf_version failed)");
+  if (!InitLibelf()) return MakeError("libelf is too old (elf_version failed)");
   ElfFile f;
   f.path = std::string(path);
   struct stat st {};
@@ -614,27 +607,14 @@ bool LoadStaticArchive(int fd, std::string_view binary, std::string_view soname,
   return false;
 }
 
-}  // namespace
-
-Result<std::string> ReadBuildId(int fd) {
-  auto f = OpenElf(fd, "fd " + std::to_string(fd));
-  if (!f) return f.error();
-  return FindBuildIdNote(*f).hex;
-}
-
-Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_view display_path,
-                                                           const LoadOptions& options, std::string_view host_dir) {
-  auto opened = OpenElf(fd, display_path);
-  if (!opened) return opened.error();
-  const ElfFile& f = *opened;
+// The PT_LOAD segments: they map sample addresses to vaddrs.
+Result<std::vector<LoadSegment>> LoadSegmentsOf(const ElfFile& f) {
   Elf* elf = f.elf.get();
-  auto img = std::make_shared<BinaryImage>();
-
-  // Program headers: the PT_LOAD segments map sample addresses to vaddrs.
   size_t phnum = 0;
   if (elf_getphdrnum(elf, &phnum) != 0) {
     return MakeError("{}: cannot read the program header count: {}", f.path, ElfErr());
   }
+  std::vector<LoadSegment> out;
   for (size_t i = 0; i < phnum; ++i) {
     GElf_Phdr phdr;
     if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) {
@@ -650,133 +630,206 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
           "{:#x}, file {} bytes)",
           f.path, i, phdr.p_offset, phdr.p_filesz, phdr.p_memsz, f.file_size);
     }
-    img->segments.push_back(
-        LoadSegment{phdr.p_offset, phdr.p_vaddr, phdr.p_filesz, phdr.p_memsz, (phdr.p_flags & PF_X) != 0});
+    out.push_back(LoadSegment{phdr.p_offset, phdr.p_vaddr, phdr.p_filesz, phdr.p_memsz, (phdr.p_flags & PF_X) != 0});
   }
+  return out;
+}
 
+// The DT_SONAME of the first SHT_DYNAMIC section that has one; "" if none.
+Result<std::string> ReadSoname(const ElfFile& f, const std::vector<Section>& sections) {
+  Elf* elf = f.elf.get();
+  for (const Section& s : sections) {
+    if (s.shdr.sh_type != SHT_DYNAMIC) continue;
+    auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+    if (!bytes) return bytes.error();
+    Elf_Data* data = bytes->empty() ? nullptr : elf_getdata(s.scn, nullptr);
+    const size_t dyn_size = gelf_fsize(elf, ELF_T_DYN, 1, EV_CURRENT);
+    for (size_t i = 0; data != nullptr && i < data->d_size / dyn_size; ++i) {
+      GElf_Dyn dyn;
+      if (gelf_getdyn(data, static_cast<int>(i), &dyn) == nullptr || dyn.d_tag == DT_NULL) break;
+      if (dyn.d_tag != DT_SONAME) continue;
+      const char* soname = elf_strptr(elf, s.shdr.sh_link, dyn.d_un.d_val);
+      if (soname == nullptr) {
+        return MakeError("{}: DT_SONAME offset {:#x} is outside the dynamic string table", f.path, dyn.d_un.d_val);
+      }
+      return std::string(soname);
+    }
+  }
+  return std::string();
+}
+
+// The sections LoadBinaryImage reads by role (the first of each), and
+// whether they show a Go binary.
+struct KeySections {
+  const Section* symtab = nullptr;
+  const Section* dynsym = nullptr;
+  const Section* debuglink = nullptr;
+  bool go = false;
+};
+
+KeySections FindKeySections(const std::vector<Section>& sections) {
+  KeySections k;
+  for (const Section& s : sections) {
+    if (s.shdr.sh_type == SHT_SYMTAB && k.symtab == nullptr) k.symtab = &s;
+    if (s.shdr.sh_type == SHT_DYNSYM && k.dynsym == nullptr) k.dynsym = &s;
+    if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab" || s.name == ".go.buildinfo") k.go = true;
+    if (s.name == ".gnu_debuglink" && k.debuglink == nullptr) k.debuglink = &s;
+  }
+  return k;
+}
+
+// The binary's own primary symbols: .symtab, else Go's pclntab. False when
+// it has neither.
+Result<bool> ReadOwnSymbols(const ElfFile& f, const Sections& sections, const KeySections& key,
+                            const LoadOptions& options, std::vector<uint64_t>& addrs, BinaryImage& img) {
+  if (key.symtab != nullptr) {
+    auto st = ReadSymbols(f, *key.symtab, sections.sections, sections.exec, options, nullptr, &addrs, img.symbols,
+                          img.symbols_seen, options.keep_whole_objects && !img.is_go);
+    if (!st) return st.error();
+    img.symbol_source = SymbolSource::kSymtab;
+    return true;
+  }
+  auto go = ReadGoPclntab(f, sections.sections, options, addrs, img);
+  if (!go) return go.error();
+  if (*go) img.symbol_source = SymbolSource::kGoPclntab;
+  return *go;
+}
+
+// Primary symbols from elsewhere for a stripped binary: a separate debug
+// file (DebugSearch), else a static archive of the same build. False when
+// neither has them.
+bool LoadOutsideSymbols(int fd, const ElfFile& f, std::string_view display_path, std::string_view host_dir,
+                        const BuildId& build_id, const Section* debuglink, const LoadOptions& options,
+                        std::vector<uint64_t>& addrs, BinaryImage& img) {
+  std::optional<DebugLink> link;
+  if (debuglink != nullptr) {
+    auto bytes = SectionBytes(f, debuglink->scn, debuglink->shdr, debuglink->name);
+    if (bytes) link = ParseDebugLink(*bytes, f.ehdr.e_ident[EI_DATA] == ELFDATA2MSB);
+    if (!link) spdlog::debug("{}: ignoring a malformed .gnu_debuglink section", f.path);
+  }
+  std::string own_dir = DirName(display_path);
+  std::string dir = host_dir.empty() && !own_dir.empty() && own_dir.front() == '/' ? own_dir : std::string(host_dir);
+  DebugFileRequest request{build_id, link, std::move(dir), std::move(own_dir)};
+  if (auto source = LoadDebugSymtab(f.path, request, options, addrs, img)) {
+    img.symbol_source = *source;
+    return true;
+  }
+  if (LoadStaticArchive(fd, f.path, img.soname, request, options, addrs, img)) {
+    img.symbol_source = SymbolSource::kStaticArchive;
+    return true;
+  }
+  return false;
+}
+
+// Adds the functions a library's own tables name, except at an export's
+// address (`export_addrs`, sorted): the export's own name wins there.
+void AddTableFunctions(const std::vector<TableFunction>& functions, const std::vector<uint64_t>& export_addrs,
+                       const LoadOptions& options, BinaryImage& img) {
+  for (const TableFunction& t : functions) {
+    if (std::binary_search(export_addrs.begin(), export_addrs.end(), t.addr)) continue;
+    ++img.symbols_seen;
+    if (!options.keep || options.keep(t.name)) img.symbols.Add(t.addr, t.size, t.name);
+  }
+}
+
+// What one table reader made of the file: its functions added as from
+// `source`, or a debug line saying why there are none (`what`: the
+// tables' name).
+template <typename Tables, typename Describe>
+void AddReadTables(const Result<Tables>& tables, SymbolSource source, std::string_view what, Describe describe,
+                   const ElfFile& f, const std::vector<uint64_t>& export_addrs, const LoadOptions& options,
+                   BinaryImage& img) {
+  if (!tables) {
+    spdlog::debug("{}: no {}: {}", f.path, what, tables.error().message);
+    return;
+  }
+  if (tables->functions.empty()) return;
+  AddTableFunctions(tables->functions, export_addrs, options, img);
+  img.symbol_source = source;
+  spdlog::debug("{}: {}", f.path, describe(tables->stats));
+}
+
+// Last resort for a stripped shared library: its own tables name the
+// functions behind its exports (library_tables.h for OpenSSL 3,
+// boringssl_tables.h for BoringSSL, told apart by a BoringSSL-only export so
+// that only one of them reads the file). Only logged when they cannot.
+void LoadTableSymbols(int fd, const ElfFile& f, const std::vector<uint64_t>& export_addrs, const LoadOptions& options,
+                      BinaryImage& img) {
+  const bool boringssl = std::any_of(img.symbols.all().begin(), img.symbols.all().end(), [](const Symbol& s) {
+    return s.name == "BORINGSSL_self_test" || s.name == "CRYPTO_is_confidential_build" ||
+           s.name == "EVP_AEAD_CTX_seal_scatter";
+  });
+  if (boringssl) {
+    AddReadTables(
+        ReadBoringSslTables(fd, f.path), SymbolSource::kMethodTables, "method tables",
+        [](const BoringSslTablesStats& st) {
+          return fmt::format("{} functions named from {} getters and {} curves", st.functions, st.getters, st.curves);
+        },
+        f, export_addrs, options, img);
+    return;
+  }
+  AddReadTables(
+      ReadLibraryTables(fd, f.path), SymbolSource::kLibraryTables, "library tables",
+      [](const LibraryTablesStats& st) {
+        return fmt::format("{} functions named from {} provider algorithms in {} tables", st.functions, st.algorithms,
+                           st.tables);
+      },
+      f, export_addrs, options, img);
+}
+
+}  // namespace
+
+Result<std::string> ReadBuildId(int fd) {
+  auto f = OpenElf(fd, "fd " + std::to_string(fd));
+  if (!f) return f.error();
+  return FindBuildIdNote(*f).hex;
+}
+
+Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_view display_path,
+                                                           const LoadOptions& options, std::string_view host_dir) {
+  auto opened = OpenElf(fd, display_path);
+  if (!opened) return opened.error();
+  const ElfFile& f = *opened;
+  auto img = std::make_shared<BinaryImage>();
+  auto segments = LoadSegmentsOf(f);
+  if (!segments) return segments.error();
+  img->segments = std::move(*segments);
   const BuildId build_id = FindBuildIdNote(f);
   img->build_id = build_id.hex;
 
   auto read_sections = ReadSections(f);
   if (!read_sections) return read_sections.error();
   const std::vector<Section>& sections = read_sections->sections;
-  const std::vector<bool>& exec_sections = read_sections->exec;
+  const KeySections key = FindKeySections(sections);
+  img->is_go = key.go;
+  auto soname = ReadSoname(f, sections);
+  if (!soname) return soname.error();
+  img->soname = std::move(*soname);
 
-  const Section* symtab = nullptr;
-  const Section* dynsym = nullptr;
-  const Section* debuglink = nullptr;
-  for (const Section& s : sections) {
-    if (s.shdr.sh_type == SHT_SYMTAB && symtab == nullptr) symtab = &s;
-    if (s.shdr.sh_type == SHT_DYNSYM && dynsym == nullptr) dynsym = &s;
-    if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab" || s.name == ".go.buildinfo") {
-      img->is_go = true;
-    }
-    if (s.name == ".gnu_debuglink" && debuglink == nullptr) debuglink = &s;
-    if (s.shdr.sh_type == SHT_DYNAMIC && img->soname.empty()) {
-      auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
-      if (!bytes) return bytes.error();
-      Elf_Data* data = bytes->empty() ? nullptr : elf_getdata(s.scn, nullptr);
-      const size_t dyn_size = gelf_fsize(elf, ELF_T_DYN, 1, EV_CURRENT);
-      for (size_t i = 0; data != nullptr && i < data->d_size / dyn_size; ++i) {
-        GElf_Dyn dyn;
-        if (gelf_getdyn(data, static_cast<int>(i), &dyn) == nullptr || dyn.d_tag == DT_NULL) break;
-        if (dyn.d_tag != DT_SONAME) continue;
-        const char* soname = elf_strptr(elf, s.shdr.sh_link, dyn.d_un.d_val);
-        if (soname == nullptr) {
-          return MakeError("{}: DT_SONAME offset {:#x} is outside the dynamic string table", f.path, dyn.d_un.d_val);
-        }
-        img->soname = soname;
-        break;
-      }
-    }
-  }
-
-  // Symbols: .symtab, else Go's pclntab; .dynsym fills in what those lack.
+  // Symbols: .symtab, else Go's pclntab, else a debug file or a static
+  // archive; .dynsym fills in what those lack.
   std::vector<uint64_t> primary_addrs;
-  bool have_primary = false;
-  if (symtab != nullptr) {
-    auto st = ReadSymbols(f, *symtab, sections, exec_sections, options, nullptr, &primary_addrs, img->symbols,
-                          img->symbols_seen, options.keep_whole_objects && !img->is_go);
-    if (!st) return st.error();
-    img->symbol_source = SymbolSource::kSymtab;
-    have_primary = true;
-  } else {
-    auto go = ReadGoPclntab(f, sections, options, primary_addrs, *img);
-    if (!go) return go.error();
-    if (*go) {
-      img->symbol_source = SymbolSource::kGoPclntab;
-      have_primary = true;
-    }
-  }
-  if (!have_primary) {
-    std::optional<DebugLink> link;
-    if (debuglink != nullptr) {
-      auto bytes = SectionBytes(f, debuglink->scn, debuglink->shdr, debuglink->name);
-      if (bytes) link = ParseDebugLink(*bytes, f.ehdr.e_ident[EI_DATA] == ELFDATA2MSB);
-      if (!link) spdlog::debug("{}: ignoring a malformed .gnu_debuglink section", f.path);
-    }
-    std::string own_dir = DirName(display_path);
-    std::string dir = host_dir.empty() && !own_dir.empty() && own_dir.front() == '/' ? own_dir : std::string(host_dir);
-    DebugFileRequest request{build_id, link, std::move(dir), std::move(own_dir)};
-    if (auto source = LoadDebugSymtab(f.path, request, options, primary_addrs, *img)) {
-      img->symbol_source = *source;
-      have_primary = true;
-    } else if (LoadStaticArchive(fd, f.path, img->soname, request, options, primary_addrs, *img)) {
-      img->symbol_source = SymbolSource::kStaticArchive;
-      have_primary = true;
-    }
-  }
+  auto own = ReadOwnSymbols(f, *read_sections, key, options, primary_addrs, *img);
+  if (!own) return own.error();
+  const bool have_primary =
+      *own || LoadOutsideSymbols(fd, f, display_path, host_dir, build_id, key.debuglink, options, primary_addrs, *img);
   std::vector<uint64_t> dynsym_addrs;
-  if (dynsym != nullptr) {
+  if (key.dynsym != nullptr) {
     std::sort(primary_addrs.begin(), primary_addrs.end());
     uint64_t before = img->symbols_seen;
-    auto st = ReadSymbols(f, *dynsym, sections, exec_sections, options, have_primary ? &primary_addrs : nullptr,
-                          have_primary ? nullptr : &dynsym_addrs, img->symbols, img->symbols_seen);
+    auto st =
+        ReadSymbols(f, *key.dynsym, sections, read_sections->exec, options, have_primary ? &primary_addrs : nullptr,
+                    have_primary ? nullptr : &dynsym_addrs, img->symbols, img->symbols_seen);
     if (!st) return st.error();
     if (!have_primary && img->symbols_seen > before) img->symbol_source = SymbolSource::kDynsym;
   }
   if (!have_primary && !img->soname.empty() && options.debug.library_tables) {
-    // Last resort for a stripped shared library: its own tables name the
-    // functions behind its exports (library_tables.h for OpenSSL 3,
-    // boringssl_tables.h for BoringSSL, told apart by a BoringSSL-only
-    // export so that only one of them reads the file). An export's own name
-    // wins at its address.
     std::sort(dynsym_addrs.begin(), dynsym_addrs.end());
-    auto add = [&](const std::vector<TableFunction>& functions) {
-      for (const TableFunction& t : functions) {
-        if (std::binary_search(dynsym_addrs.begin(), dynsym_addrs.end(), t.addr)) continue;
-        ++img->symbols_seen;
-        if (!options.keep || options.keep(t.name)) img->symbols.Add(t.addr, t.size, t.name);
-      }
-    };
-    const bool boringssl = std::any_of(img->symbols.all().begin(), img->symbols.all().end(), [](const Symbol& s) {
-      return s.name == "BORINGSSL_self_test" || s.name == "CRYPTO_is_confidential_build" ||
-             s.name == "EVP_AEAD_CTX_seal_scatter";
-    });
-    if (boringssl) {
-      auto tables = ReadBoringSslTables(fd, f.path);
-      if (!tables) {
-        spdlog::debug("{}: no method tables: {}", f.path, tables.error().message);
-      } else if (!tables->functions.empty()) {
-        add(tables->functions);
-        img->symbol_source = SymbolSource::kMethodTables;
-        spdlog::debug("{}: {} functions named from {} getters and {} curves", f.path, tables->stats.functions,
-                      tables->stats.getters, tables->stats.curves);
-      }
-    } else {
-      auto tables = ReadLibraryTables(fd, f.path);
-      if (!tables) {
-        spdlog::debug("{}: no library tables: {}", f.path, tables.error().message);
-      } else if (!tables->functions.empty()) {
-        add(tables->functions);
-        img->symbol_source = SymbolSource::kLibraryTables;
-        spdlog::debug("{}: {} functions named from {} provider algorithms in {} tables", f.path,
-                      tables->stats.functions, tables->stats.algorithms, tables->stats.tables);
-      }
-    }
+    LoadTableSymbols(fd, f, dynsym_addrs, options, *img);
   }
   img->symbols.Finalize();
-  if (f.ehdr.e_machine == EM_X86_64 && gelf_getclass(elf) == ELFCLASS64 && f.ehdr.e_ident[EI_DATA] == ELFDATA2LSB) {
+  if (f.ehdr.e_machine == EM_X86_64 && gelf_getclass(f.elf.get()) == ELFCLASS64 &&
+      f.ehdr.e_ident[EI_DATA] == ELFDATA2LSB) {
     img->import_calls = ReadImportCalls(f, sections, options);
   }
   // Everything libelf read (section copies, headers) is freed when `opened`

@@ -23,27 +23,22 @@ extern "C" __attribute__((noinline, used)) int TlsprofSymbolsTestMarker(int x) {
 namespace tlsprof::symbols {
 namespace {
 
-using symtest::AddrOf;
-using symtest::LoadPath;
-using symtest::RunCommand;
-using symtest::SymbolNamed;
-using symtest::TempDir;
+using namespace symtest;
 
-constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
-
-// Build ID as printed by `readelf -n`, or "" if it prints none.
-std::string ReadelfBuildId(const std::string& path) {
-  auto r = RunCommand("readelf -n " + path);
-  std::smatch m;
-  static const std::regex re("Build ID: ([0-9a-f]+)");
-  return std::regex_search(r.output, m, re) ? m[1].str() : "";
-}
-
+// The names the report and the logs give each source.
 TEST(BinaryImageTest, SymbolSourceNames) {
-  EXPECT_EQ(SymbolSourceName(SymbolSource::kNone), "none");
-  EXPECT_EQ(SymbolSourceName(SymbolSource::kDynsym), "dynsym");
-  EXPECT_EQ(SymbolSourceName(SymbolSource::kSymtab), "symtab");
-  EXPECT_EQ(SymbolSourceName(SymbolSource::kGoPclntab), "gopclntab");
+  using enum SymbolSource;
+  const std::pair<SymbolSource, std::string_view> kNames[] = {{kNone, "none"},
+                                                              {kDynsym, "dynsym"},
+                                                              {kSymtab, "symtab"},
+                                                              {kGoPclntab, "gopclntab"},
+                                                              {kDebugLink, "debuglink"},
+                                                              {kBuildIdDebugDir, "build-id-dir"},
+                                                              {kDebuginfod, "debuginfod"},
+                                                              {kStaticArchive, "static-archive"},
+                                                              {kLibraryTables, "library-tables"},
+                                                              {kMethodTables, "method-tables"}};
+  for (const auto& [source, name] : kNames) EXPECT_EQ(SymbolSourceName(source), name);
 }
 
 TEST(BinaryImageTest, FileOffsetToVaddrUsesCoveringLoadSegment) {

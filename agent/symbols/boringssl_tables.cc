@@ -29,20 +29,11 @@ using Interpreter = X86Interpreter;
 // these offsets since 2017.
 
 enum class Kind : uint8_t { kAead, kCipher, kMd, kEc };
+// The kinds' names, in Kind's order.
+constexpr std::string_view kKindNames[] = {"aead", "cipher", "md", "ec"};
+static_assert(std::size(kKindNames) == static_cast<size_t>(Kind::kEc) + 1);
 
-std::string_view KindName(Kind k) {
-  switch (k) {
-    case Kind::kAead:
-      return "aead";
-    case Kind::kCipher:
-      return "cipher";
-    case Kind::kMd:
-      return "md";
-    case Kind::kEc:
-      return "ec";
-  }
-  return "*";
-}
+std::string_view KindName(Kind k) { return kKindNames[static_cast<size_t>(k)]; }
 
 struct Field {
   uint64_t offset;
@@ -165,11 +156,6 @@ std::string AlgorithmOf(Kind kind, std::string_view getter) {
 // LibreSSL define none of them).
 constexpr std::string_view kBoringSslOnly[] = {"BORINGSSL_self_test", "CRYPTO_is_confidential_build",
                                                "EVP_AEAD_CTX_seal_scatter"};
-
-// A function shared by more algorithms than this, or filling more fields,
-// is named with "*" there.
-constexpr size_t kMaxListed = 8;
-constexpr size_t kMaxRoles = 3;
 
 struct Use {
   Kind kind;
@@ -335,25 +321,8 @@ Result<BoringSslTables> ReadBoringSslTables(int fd, std::string_view path) {
     }
   }
 
-  for (const auto& [addr, list] : uses) {
-    auto size = image.FunctionSize(addr);
-    if (!size) {
-      ++out.stats.no_extent;
-      continue;
-    }
-    // Several kinds: "*". Several algorithms: all of them, sorted. Several
-    // fields: joined by '+'.
-    std::vector<std::string> kinds, algs, roles;
-    for (const Use& u : list) {
-      AddDistinct(kinds, std::string(KindName(u.kind)));
-      AddDistinct(algs, u.algorithm);
-      AddDistinct(roles, u.role);
-    }
-    std::sort(algs.begin(), algs.end());
-    out.functions.push_back({addr, *size,
-                             "boringssl:" + JoinOrStar(kinds, ":", 1) + ":" + JoinOrStar(algs, "|", kMaxListed) + ":" +
-                                 JoinOrStar(roles, "+", kMaxRoles)});
-  }
+  NameTableFunctions(
+      image, "boringssl", uses, [](const Use& u) { return KindName(u.kind); }, out.functions, out.stats.no_extent);
   out.stats.functions = out.functions.size();
   return out;
 }

@@ -28,24 +28,13 @@ namespace {
 
 constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/android/libcrypto.so.0";
 constexpr const char* kLibssl = "/usr/lib/x86_64-linux-gnu/android/libssl.so.0";
-constexpr const char* kOpenSsl3 = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
+constexpr const char* kOpenSsl3 = symtest::kLibcrypto;
 
-#define REQUIRE_FILES(...)                                                                                       \
-  for (const char* f : {__VA_ARGS__}) {                                                                          \
-    ASSERT_EQ(access(f, R_OK), 0) << f << " is missing: run scripts/install-deps.sh (android-libboringssl-dev)"; \
-  }
+#define REQUIRE_FILES(...) SYMTEST_REQUIRE_FILES("run scripts/install-deps.sh (android-libboringssl-dev)", __VA_ARGS__)
 
-Result<BoringSslTables> Read(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return MakeError("cannot open {}", path);
-  return ReadBoringSslTables(fd.get(), path);
-}
+Result<BoringSslTables> Read(const std::string& path) { return symtest::ReadPath(path, ReadBoringSslTables); }
 
-std::string Run(const std::string& command) {
-  auto r = symtest::RunCommand(command);
-  EXPECT_EQ(r.status, 0) << command << "\n" << r.output;
-  return r.output;
-}
+using symtest::MustRun;
 
 uint64_t Hex(const std::string& s) { return std::stoull(s, nullptr, 16); }
 
@@ -54,21 +43,21 @@ class Binutils {
  public:
   Binutils() {
     // Exported functions.
-    std::istringstream nm(Run(std::string("nm -D --defined-only ") + kLibcrypto));
+    std::istringstream nm(MustRun(std::string("nm -D --defined-only ") + kLibcrypto));
     for (std::string line; std::getline(nm, line);) {
       std::istringstream f(line);
       std::string addr, type, name;
       if (f >> addr >> type >> name) exports_[name] = Hex(addr);
     }
     // Relocations: R_X86_64_RELATIVE slot -> target.
-    std::istringstream rel(Run(std::string("readelf -rW ") + kLibcrypto));
+    std::istringstream rel(MustRun(std::string("readelf -rW ") + kLibcrypto));
     const std::regex relative(R"(^([0-9a-f]{16})\s+[0-9a-f]+\s+R_X86_64_RELATIVE\s+([0-9a-f]+))");
     for (std::string line; std::getline(rel, line);) {
       std::smatch m;
       if (std::regex_search(line, m, relative)) relative_[Hex(m[1])] = Hex(m[2]);
     }
     // FDEs: start -> length.
-    std::istringstream fr(Run(std::string("readelf --debug-dump=frames ") + kLibcrypto));
+    std::istringstream fr(MustRun(std::string("readelf --debug-dump=frames ") + kLibcrypto));
     const std::regex fde(R"(FDE cie=[0-9a-f]+ pc=([0-9a-f]+)\.\.([0-9a-f]+))");
     for (std::string line; std::getline(fr, line);) {
       std::smatch m;
@@ -96,7 +85,7 @@ class Binutils {
     char range[96];
     std::snprintf(range, sizeof range, "--start-address=0x%llx --stop-address=0x%llx",
                   static_cast<unsigned long long>(addr), static_cast<unsigned long long>(addr + 1024));
-    std::istringstream out(Run(std::string("objdump -d -M intel --no-show-raw-insn ") + range + " " + kLibcrypto));
+    std::istringstream out(MustRun(std::string("objdump -d -M intel --no-show-raw-insn ") + range + " " + kLibcrypto));
     std::vector<std::string> lines;
     bool started = false;
     for (std::string line; std::getline(out, line);) {
@@ -160,6 +149,21 @@ std::map<uint64_t, const TableFunction*> ByAddr(const BoringSslTables& t) {
   std::map<uint64_t, const TableFunction*> out;
   for (const TableFunction& f : t.functions) out[f.addr] = &f;
   return out;
+}
+
+// The once-init of P-256's EC_METHOD, read by hand from the curve table's
+// init `init`: the first once-init after the entry's
+// `mov DWORD PTR [..],0x19f` (NID 415; in this build the method's getter is
+// inlined after it). 0: none.
+uint64_t P256MethodInit(uint64_t init) {
+  const std::regex once_init(R"(lea\s+rsi,\[rip\+0x[0-9a-f]+\]\s+# ([0-9a-f]+))");
+  bool after_p256 = false;
+  for (const std::string& line : Binutils::Disassemble(init)) {
+    if (line.find("DWORD PTR") != std::string::npos && line.find(",0x19f") != std::string::npos) after_p256 = true;
+    std::smatch m;
+    if (after_p256 && std::regex_search(line, m, once_init)) return Hex(m[1]);
+  }
+  return 0;
 }
 
 TEST(BoringSslTablesTest, NamesDebianBoringSslFromItsGetters) {
@@ -244,16 +248,7 @@ TEST(BoringSslTablesTest, NamesDebianBoringSslFromItsGetters) {
   {
     const Binutils::Getter curves = Binutils::ReadGetter(bu.Export("EC_GROUP_new_by_curve_name"));
     ASSERT_NE(curves.init, 0u);
-    const std::regex once_init(R"(lea\s+rsi,\[rip\+0x[0-9a-f]+\]\s+# ([0-9a-f]+))");
-    const std::vector<std::string> lines = Binutils::Disassemble(curves.init);
-    uint64_t p256_init = 0;
-    bool after_p256 = false;
-    for (const std::string& line : lines) {
-      if (line.find("DWORD PTR") != std::string::npos && line.find(",0x19f") != std::string::npos) after_p256 = true;
-      std::smatch m;
-      if (std::regex_search(line, m, once_init) && p256_init == 0 && after_p256) p256_init = Hex(m[1]);
-    }
-    // In this build the P-256 method getter is inlined after the entry's NID.
+    const uint64_t p256_init = P256MethodInit(curves.init);
     ASSERT_NE(p256_init, 0u) << "no once-init after the P-256 entry in the curve table's init";
     const auto method = Binutils::ReadInit(p256_init);
     ASSERT_GE(method.size(), 10u);
@@ -277,38 +272,33 @@ TEST(BoringSslTablesTest, NamesDebianBoringSslFromItsGetters) {
 // compile differently: -Os keeps the getters' frames).
 class SyntheticBoringSslTest : public ::testing::TestWithParam<const char*> {};
 
+// What the reader names each function of testdata/boringssl_methods.c.
+const std::map<std::string, std::string> kBoringSslMethodNames = {
+    // A static struct, through its relocations.
+    {"chacha_init", "boringssl:aead:ChaCha20-Poly1305:init"},
+    {"chacha_cleanup", "boringssl:aead:ChaCha20-Poly1305:cleanup"},
+    {"chacha_seal_scatter", "boringssl:aead:ChaCha20-Poly1305:seal_scatter"},
+    {"chacha_open_gather", "boringssl:aead:ChaCha20-Poly1305:open_gather"},
+    // Structs filled by once-inits; two getters (key sizes) of one struct.
+    {"sha256_init", "boringssl:md:SHA-256:init"},
+    {"sha256_update", "boringssl:md:SHA-256:update"},
+    {"sha256_final", "boringssl:md:SHA-256:final"},
+    {"aes_init_key", "boringssl:cipher:AES-CBC:init"},
+    {"aes_cbc_cipher", "boringssl:cipher:AES-CBC:cipher"},
+    // The curve table: a method per curve, a function both share.
+    {"p256_mul", "boringssl:ec:P-256:mul"},
+    {"p256_mul_base", "boringssl:ec:P-256:mul_base"},
+    {"mont_mul", "boringssl:ec:P-384:mul"},
+    {"mont_mul_base", "boringssl:ec:P-384:mul_base"},
+    {"mont_group_init", "boringssl:ec:P-256|P-384:group_init"},
+};
+
 TEST_P(SyntheticBoringSslTest, NamesEveryMethodFunction) {
-  ASSERT_TRUE(symtest::HaveTool("cc")) << "cc is missing: run scripts/install-deps.sh";
-  symtest::TempDir dir;
-  auto built =
-      symtest::BuildTestLibrary(dir, "libbssl", "libbssl.so.0", GetParam(), "boringssl_methods.c", "-lpthread");
-  ASSERT_EQ(built.status, 0) << built.output;
-  auto full = symtest::LoadPath(dir.File("libbssl.so"));  // .symtab: the truth
-  ASSERT_TRUE(full) << full.error().message;
-  auto tables = Read(dir.File("libbssl.stripped.so"));
-  ASSERT_TRUE(tables) << tables.error().message;
-  const std::map<std::string, std::string> got = symtest::TableNamesByRealName(**full, tables->functions);
-  const std::map<std::string, std::string> want = {
-      // A static struct, through its relocations.
-      {"chacha_init", "boringssl:aead:ChaCha20-Poly1305:init"},
-      {"chacha_cleanup", "boringssl:aead:ChaCha20-Poly1305:cleanup"},
-      {"chacha_seal_scatter", "boringssl:aead:ChaCha20-Poly1305:seal_scatter"},
-      {"chacha_open_gather", "boringssl:aead:ChaCha20-Poly1305:open_gather"},
-      // Structs filled by once-inits; two getters (key sizes) of one struct.
-      {"sha256_init", "boringssl:md:SHA-256:init"},
-      {"sha256_update", "boringssl:md:SHA-256:update"},
-      {"sha256_final", "boringssl:md:SHA-256:final"},
-      {"aes_init_key", "boringssl:cipher:AES-CBC:init"},
-      {"aes_cbc_cipher", "boringssl:cipher:AES-CBC:cipher"},
-      // The curve table: a method per curve, a function both share.
-      {"p256_mul", "boringssl:ec:P-256:mul"},
-      {"p256_mul_base", "boringssl:ec:P-256:mul_base"},
-      {"mont_mul", "boringssl:ec:P-384:mul"},
-      {"mont_mul_base", "boringssl:ec:P-384:mul_base"},
-      {"mont_group_init", "boringssl:ec:P-256|P-384:group_init"},
-  };
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(tables->stats.curves, 2u);
+  symtest::BuiltTables<BoringSslTables> built;
+  ASSERT_NO_FATAL_FAILURE(symtest::ReadBuiltLibrary("libbssl", "libbssl.so.0", GetParam(), "boringssl_methods.c",
+                                                    "-lpthread", ReadBoringSslTables, &built));
+  EXPECT_EQ(built.by_real_name, kBoringSslMethodNames);
+  EXPECT_EQ(built.tables.stats.curves, 2u);
 }
 
 INSTANTIATE_TEST_SUITE_P(OptLevels, SyntheticBoringSslTest, ::testing::Values("-O2", "-Os"));
@@ -328,18 +318,11 @@ TEST(BoringSslTablesTest, OtherLibrariesGiveNothing) {
 // name an address.
 TEST(BoringSslTablesTest, LoadBinaryImageAddsThemAfterDynsym) {
   REQUIRE_FILES(kLibcrypto);
-  LoadOptions options;
-  options.debug.use_debuginfod = false;
-  auto img = symtest::LoadPath(kLibcrypto, options);
-  ASSERT_TRUE(img) << img.error().message;
-  const BinaryImage& i = **img;
-  EXPECT_EQ(i.symbol_source, SymbolSource::kMethodTables);
-  EXPECT_EQ(SymbolSourceName(i.symbol_source), "method-tables");
-  const Symbol* seal = symtest::SymbolNamed(i, "boringssl:aead:ChaCha20-Poly1305:seal_scatter");
-  ASSERT_NE(seal, nullptr);
-  auto found = i.symbols.Find(seal->addr + seal->size / 2);
-  ASSERT_TRUE(found);
-  EXPECT_EQ(i.symbols.at(*found).name, "boringssl:aead:ChaCha20-Poly1305:seal_scatter");
+  const LoadOptions options = symtest::NoArchiveNoDebuginfod();
+  auto img = symtest::LoadFrom(kLibcrypto, options, SymbolSource::kMethodTables);
+  ASSERT_NE(img, nullptr);
+  const BinaryImage& i = *img;
+  symtest::ExpectFoundInside(i, "boringssl:aead:ChaCha20-Poly1305:seal_scatter");
   // Exports keep their names: none of the table's functions is at an export.
   for (const Symbol& s : i.symbols.all()) {
     if (s.name.rfind("boringssl:", 0) != 0) continue;
@@ -347,12 +330,7 @@ TEST(BoringSslTablesTest, LoadBinaryImageAddsThemAfterDynsym) {
     ASSERT_TRUE(at);
     EXPECT_EQ(i.symbols.at(*at).name.rfind("boringssl:", 0), 0u) << s.name << " lost to an export";
   }
-
-  options.debug.library_tables = false;
-  auto dyn = symtest::LoadPath(kLibcrypto, options);
-  ASSERT_TRUE(dyn);
-  EXPECT_EQ((*dyn)->symbol_source, SymbolSource::kDynsym);
-  EXPECT_GE(i.symbols.size(), (*dyn)->symbols.size() + 100);
+  EXPECT_GE(i.symbols.size(), symtest::DynsymOnlySize(kLibcrypto, options) + 100);
 }
 
 // Truncated and corrupted copies: an Error or a (partial) result, never a
@@ -361,39 +339,15 @@ TEST(BoringSslTablesTest, LoadBinaryImageAddsThemAfterDynsym) {
 // structs and the relocations) as well as spread over the whole file.
 TEST(BoringSslTablesTest, MalformedCopiesGiveErrorsNotCrashes) {
   REQUIRE_FILES(kLibcrypto);
-  const std::vector<uint8_t> bytes = symtest::ReadFileBytes(kLibcrypto);
-  ASSERT_GT(bytes.size(), 1u << 20);
-  symtest::TempDir dir;
-  const std::string path = dir.File("libcrypto.so.0");
-  symtest::ExpectTruncatedCopiesFail(bytes, path, [](const std::string& p) { return static_cast<bool>(Read(p)); });
   // File offsets of the decoded regions: .text (getters, inits) at 0x863c0
   // for 1 MiB, .data.rel.ro at 0x18c230, .rela.dyn at 0x24838 (readelf -S).
-  struct Region {
-    size_t begin, end;
-  };
-  const Region kRegions[] = {{0, bytes.size()}, {0x863c0, 0x18c000}, {0x18c230, 0x19af48}, {0x24838, 0x3c400}};
-  std::random_device rd;
-  const unsigned seed = rd();
-  std::printf("corruption seed %u\n", seed);
-  std::mt19937 rng(seed);
-  for (const Region& r : kRegions) {
-    ASSERT_LE(r.end, bytes.size());
-    for (int round = 0; round < 4; ++round) {
-      std::vector<uint8_t> copy = bytes;
-      for (int k = 0; k < 4000; ++k) {
-        copy[r.begin + rng() % (r.end - r.begin)] ^= static_cast<uint8_t>(1u + rng() % 255);
-      }
-      symtest::WriteFileBytes(path, copy);
-      auto t = Read(path);
-      if (t) {
-        for (const TableFunction& f : t->functions) ASSERT_EQ(f.name.rfind("boringssl:", 0), 0u) << "seed " << seed;
-      }
-    }
-  }
-  symtest::WriteFileBytes(path, std::vector<uint8_t>(10000, 0x41));
-  auto not_elf = Read(path);
-  ASSERT_FALSE(not_elf);
-  EXPECT_NE(not_elf.error().message.find("not an ELF"), std::string::npos) << not_elf.error().message;
+  symtest::ExpectMalformedCopiesHandled(kLibcrypto, "libcrypto.so.0",
+                                        {{0, 0}, {0x863c0, 0x18c000}, {0x18c230, 0x19af48}, {0x24838, 0x3c400}}, 4,
+                                        4000, Read, [](const Result<BoringSslTables>& t, unsigned seed) {
+                                          if (!t) return;
+                                          for (const TableFunction& f : t->functions)
+                                            ASSERT_EQ(f.name.rfind("boringssl:", 0), 0u) << "seed " << seed;
+                                        });
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace tlsprof::symbols {
 
 std::optional<DebugLink> ParseDebugLink(std::span<const uint8_t> section, bool big_endian) {
   // An empty section (sh_size 0) has no data pointer, and memchr(nullptr, ...)
-  // is undefined even for 0 bytes (found by tests/fuzz/elf_symbols_fuzz).
+  // is undefined even for 0 bytes (tests/fuzz/elf_symbols_fuzz covers it).
   if (section.empty()) return std::nullopt;
   const void* nul = std::memchr(section.data(), '\0', section.size());
   if (nul == nullptr) return std::nullopt;
@@ -115,9 +115,7 @@ NegativeCache& Negatives() {
   return *cache;
 }
 
-struct ClientDeleter {
-  void operator()(debuginfod_client* c) const { debuginfod_end(c); }
-};
+using ClientPtr = std::unique_ptr<debuginfod_client, decltype([](debuginfod_client* c) { debuginfod_end(c); })>;
 
 // Called by libdebuginfod about once a second (and on progress) while a query
 // runs; a non-zero return cancels the query.
@@ -144,7 +142,7 @@ Result<UniqueFd> FetchFromDebuginfod(std::string_view build_id_hex, std::chrono:
   // at once, and queries are rare (once per build-id), so a pool is not worth
   // it. libdebuginfod initialises libcurl in its own constructor, so
   // debuginfod_begin() is safe to call from any thread.
-  std::unique_ptr<debuginfod_client, ClientDeleter> client(debuginfod_begin());
+  ClientPtr client(debuginfod_begin());
   if (!client) return MakeError("build-id {}: cannot start a debuginfod client", key);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   debuginfod_set_user_data(client.get(), const_cast<std::chrono::steady_clock::time_point*>(&deadline));

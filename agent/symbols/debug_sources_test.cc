@@ -29,15 +29,9 @@ namespace tlsprof::symbols {
 namespace {
 
 namespace fs = std::filesystem;
-using symtest::AddrOf;
-using symtest::ReadFileBytes;
-using symtest::RunCommand;
-using symtest::SymbolNamed;
-using symtest::TempDir;
-using symtest::WriteFileBytes;
+using namespace symtest;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
 constexpr const char* kStaticName = "tlsprof_dbg_static_helper";
 constexpr const char* kApiName = "tlsprof_dbg_api_encrypt";
 
@@ -55,19 +49,6 @@ __attribute__((noinline, visibility("hidden"))) unsigned tlsprof_dbg_hidden(unsi
 unsigned tlsprof_dbg_api_encrypt(unsigned x) { return tlsprof_dbg_hidden(x) + tlsprof_dbg_static_helper(x + 1); }
 unsigned tlsprof_dbg_api_decrypt(unsigned x) { return tlsprof_dbg_static_helper(x) - 3; }
 )";
-
-std::string MustRun(const std::string& command) {
-  auto r = RunCommand(command);
-  EXPECT_EQ(r.status, 0) << command << "\n" << r.output;
-  return r.output;
-}
-
-std::string ReadelfBuildId(const std::string& path) {
-  auto r = RunCommand("readelf -n " + path);
-  std::smatch m;
-  static const std::regex re("Build ID: ([0-9a-f]+)");
-  return std::regex_search(r.output, m, re) ? m[1].str() : "";
-}
 
 // Libraries built once for the whole suite.
 struct Artifacts {
@@ -136,6 +117,18 @@ class DebugSourcesTest : public ::testing::Test {
     return LoadBinaryImage(fd.get(), display_path.empty() ? path : display_path, options, host_dir);
   }
 
+  // Loads `path` (as `display_path` in `host_dir`, when given) with options_
+  // and checks where its names came from; null (after a test failure) when
+  // it does not load.
+  std::shared_ptr<const BinaryImage> LoadExpecting(SymbolSource source, const std::string& path,
+                                                   std::string_view display_path = {}, std::string_view host_dir = {}) {
+    auto img = Load(path, options_, display_path, host_dir);
+    EXPECT_TRUE(img.ok()) << (img.ok() ? "" : img.error().message);
+    if (!img.ok()) return nullptr;
+    EXPECT_EQ((*img)->symbol_source, source) << path;
+    return *img;
+  }
+
   // Copies `from` to `to`, creating parent directories.
   static void Place(const std::string& from, const std::string& to) {
     fs::create_directories(fs::path(to).parent_path());
@@ -166,81 +159,59 @@ class DebugSourcesTest : public ::testing::Test {
   LoadOptions options_;
 };
 
-TEST_F(DebugSourcesTest, SourceNames) {
-  EXPECT_EQ(SymbolSourceName(SymbolSource::kDebugLink), "debuglink");
-  EXPECT_EQ(SymbolSourceName(SymbolSource::kBuildIdDebugDir), "build-id-dir");
-  EXPECT_EQ(SymbolSourceName(SymbolSource::kDebuginfod), "debuginfod");
-  EXPECT_EQ(SymbolSourceName(SymbolSource::kDynsym), "dynsym");
-}
-
 TEST_F(DebugSourcesTest, StrippedLibraryWithoutDebugFileUsesDynsym) {
-  auto img = Load(g_art->stripped, options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDynsym);
-  EXPECT_NE(SymbolNamed(**img, kApiName), nullptr);
-  EXPECT_EQ(SymbolNamed(**img, kStaticName), nullptr);
+  auto img = LoadExpecting(SymbolSource::kDynsym, g_art->stripped);
+  ASSERT_NE(img, nullptr);
+  EXPECT_NE(SymbolNamed(*img, kApiName), nullptr);
+  EXPECT_EQ(SymbolNamed(*img, kStaticName), nullptr);
 }
 
-TEST_F(DebugSourcesTest, DebugLinkNextToTheFile) {
-  Place(g_art->linked, work_.File("lib.so"));
-  Place(g_art->debug, work_.File("lib.debug"));
-  auto img = Load(work_.File("lib.so"), options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDebugLink);
-  ExpectFullSymbols(**img);
-}
-
-TEST_F(DebugSourcesTest, DebugLinkInDotDebugDir) {
-  Place(g_art->linked, work_.File("lib.so"));
-  Place(g_art->debug, work_.File(".debug/lib.debug"));
-  auto img = Load(work_.File("lib.so"), options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDebugLink);
-  ExpectFullSymbols(**img);
-}
-
-// The registry's case: the path in /proc/PID/maps is not host-visible; the
-// caller passes the host directory (/proc/PID/root/<dir>) separately.
-TEST_F(DebugSourcesTest, DebugLinkFoundThroughHostDir) {
-  Place(g_art->linked, work_.File("lib.so"));
-  Place(g_art->debug, work_.File("lib.debug"));
-  auto img = Load(work_.File("lib.so"), options_, "/tlsprof-no-such-dir/lib.so", work_.path());
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDebugLink);
-  ExpectFullSymbols(**img);
-}
-
-// <root>/<dir of the in-namespace path>/<debuglink name>, as Debian lays out
-// /usr/lib/debug/usr/lib/x86_64-linux-gnu/...
-TEST_F(DebugSourcesTest, DebugLinkUnderDebugRoot) {
-  Place(g_art->linked, work_.File("lib.so"));
-  Place(g_art->debug, root_.path() + "/opt/tlsprof-test/lib.debug");
-  auto img = Load(work_.File("lib.so"), options_, "/opt/tlsprof-test/lib.so", work_.path());
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDebugLink);
-  ExpectFullSymbols(**img);
+// Where a .gnu_debuglink file is looked for: next to the file, in its
+// .debug/, next to it through the host directory when the path (as in
+// /proc/PID/maps) is not host-visible (the registry passes
+// /proc/PID/root/<dir>), and under the debug root at the in-namespace
+// directory (as Debian lays out /usr/lib/debug/usr/lib/x86_64-linux-gnu/...).
+TEST_F(DebugSourcesTest, DebugLinkFoundInEachPlace) {
+  struct Place {
+    std::string debug;
+    std::string display_path;  // "": the file's own path
+    std::string host_dir;
+  };
+  const Place places[] = {
+      {work_.File("lib.debug"), "", ""},
+      {work_.File(".debug/lib.debug"), "", ""},
+      {work_.File("lib.debug"), "/tlsprof-no-such-dir/lib.so", work_.path()},
+      {root_.path() + "/opt/tlsprof-test/lib.debug", "/opt/tlsprof-test/lib.so", work_.path()},
+  };
+  DebugSourcesTest::Place(g_art->linked, work_.File("lib.so"));
+  for (const Place& p : places) {
+    SCOPED_TRACE(p.debug + " for " + p.display_path);
+    DebugSourcesTest::Place(g_art->debug, p.debug);
+    auto img = LoadExpecting(SymbolSource::kDebugLink, work_.File("lib.so"), p.display_path, p.host_dir);
+    ASSERT_NE(img, nullptr);
+    ExpectFullSymbols(*img);
+    fs::remove(p.debug);
+  }
 }
 
 TEST_F(DebugSourcesTest, DebugLinkWithWrongCrcIsRejected) {
   Place(g_art->linked, work_.File("lib.so"));
   Place(g_art->other_debug, work_.File("lib.debug"));  // right name, wrong contents
-  auto img = Load(work_.File("lib.so"), options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDynsym);
-  EXPECT_EQ(SymbolNamed(**img, kStaticName), nullptr);
+  auto img = LoadExpecting(SymbolSource::kDynsym, work_.File("lib.so"));
+  ASSERT_NE(img, nullptr);
+  EXPECT_EQ(SymbolNamed(*img, kStaticName), nullptr);
 }
 
 TEST_F(DebugSourcesTest, BuildIdDirUnderDebugRoot) {
   Place(g_art->stripped, work_.File("lib.so"));
   Place(g_art->debug, BuildIdPath(root_.path(), g_art->build_id));
-  auto img = Load(work_.File("lib.so"), options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kBuildIdDebugDir);
-  ExpectFullSymbols(**img);
+  auto img = LoadExpecting(SymbolSource::kBuildIdDebugDir, work_.File("lib.so"));
+  ASSERT_NE(img, nullptr);
+  ExpectFullSymbols(*img);
   // Merged with .dynsym, as for a file with its own .symtab: the exported
   // names are there once each.
   int api_count = 0;
-  for (const Symbol& s : (*img)->symbols.all()) api_count += s.name == kApiName;
+  for (const Symbol& s : img->symbols.all()) api_count += s.name == kApiName;
   EXPECT_EQ(api_count, 1);
 }
 
@@ -248,9 +219,8 @@ TEST_F(DebugSourcesTest, DebugLinkComesBeforeBuildIdDir) {
   Place(g_art->linked, work_.File("lib.so"));
   Place(g_art->debug, work_.File("lib.debug"));
   Place(g_art->debug, BuildIdPath(root_.path(), g_art->build_id));
-  auto img = Load(work_.File("lib.so"), options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDebugLink);
+  auto img = LoadExpecting(SymbolSource::kDebugLink, work_.File("lib.so"));
+  ASSERT_NE(img, nullptr);
 }
 
 // (e) A debug file of another build at the build-id path is rejected; the
@@ -261,17 +231,15 @@ TEST_F(DebugSourcesTest, MismatchedBuildIdIsRejected) {
   Place(g_art->stripped, work_.File("lib.so"));
   Place(g_art->other_debug, BuildIdPath(root_.path(), g_art->build_id));
   {
-    auto img = Load(work_.File("lib.so"), options_);
-    ASSERT_TRUE(img.ok()) << img.error().message;
-    EXPECT_EQ((*img)->symbol_source, SymbolSource::kDynsym);
-    EXPECT_EQ(SymbolNamed(**img, kStaticName), nullptr);
-    EXPECT_EQ(SymbolNamed(**img, "tlsprof_dbg_other"), nullptr);
+    auto img = LoadExpecting(SymbolSource::kDynsym, work_.File("lib.so"));
+    ASSERT_NE(img, nullptr);
+    EXPECT_EQ(SymbolNamed(*img, kStaticName), nullptr);
+    EXPECT_EQ(SymbolNamed(*img, "tlsprof_dbg_other"), nullptr);
   }
   Place(g_art->debug, BuildIdPath(second_root.path(), g_art->build_id));
-  auto img = Load(work_.File("lib.so"), options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kBuildIdDebugDir);
-  ExpectFullSymbols(**img);
+  auto img = LoadExpecting(SymbolSource::kBuildIdDebugDir, work_.File("lib.so"));
+  ASSERT_NE(img, nullptr);
+  ExpectFullSymbols(*img);
 }
 
 // (f) Truncated debug files: skipped, never a crash or an error for the
@@ -284,10 +252,9 @@ TEST_F(DebugSourcesTest, TruncatedDebugFileIsSkipped) {
   for (size_t len : {size_t{0}, size_t{16}, size_t{64}, size_t{1000}, whole.size() / 2, whole.size() - 1}) {
     SCOPED_TRACE("debug file truncated to " + std::to_string(len) + " bytes");
     WriteFileBytes(target, std::vector<uint8_t>(whole.begin(), whole.begin() + static_cast<ptrdiff_t>(len)));
-    auto img = Load(work_.File("lib.so"), options_);
-    ASSERT_TRUE(img.ok()) << img.error().message;
-    EXPECT_EQ((*img)->symbol_source, SymbolSource::kDynsym);
-    EXPECT_NE(SymbolNamed(**img, kApiName), nullptr);
+    auto img = LoadExpecting(SymbolSource::kDynsym, work_.File("lib.so"));
+    ASSERT_NE(img, nullptr);
+    EXPECT_NE(SymbolNamed(*img, kApiName), nullptr);
   }
 }
 
@@ -297,21 +264,19 @@ TEST_F(DebugSourcesTest, FifoInPlaceOfDebugFileDoesNotBlock) {
   const std::string target = BuildIdPath(root_.path(), g_art->build_id);
   fs::create_directories(fs::path(target).parent_path());
   ASSERT_EQ(mkfifo(target.c_str(), 0600), 0);
-  auto img = Load(work_.File("lib.so"), options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDynsym);
+  auto img = LoadExpecting(SymbolSource::kDynsym, work_.File("lib.so"));
+  ASSERT_NE(img, nullptr);
 }
 
 TEST_F(DebugSourcesTest, KeepFilterAppliesToDebugSymbols) {
   Place(g_art->stripped, work_.File("lib.so"));
   Place(g_art->debug, BuildIdPath(root_.path(), g_art->build_id));
   options_.keep = [](std::string_view name) { return name == kStaticName; };
-  auto img = Load(work_.File("lib.so"), options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kBuildIdDebugDir);
-  ASSERT_EQ((*img)->symbols.size(), 1u);
-  EXPECT_EQ((*img)->symbols.at(0).name, kStaticName);
-  EXPECT_GT((*img)->symbols_seen, 3u);  // counted before the filter
+  auto img = LoadExpecting(SymbolSource::kBuildIdDebugDir, work_.File("lib.so"));
+  ASSERT_NE(img, nullptr);
+  ASSERT_EQ(img->symbols.size(), 1u);
+  EXPECT_EQ(img->symbols.at(0).name, kStaticName);
+  EXPECT_GT(img->symbols_seen, 3u);  // counted before the filter
 }
 
 TEST_F(DebugSourcesTest, ImageCachePassesHostDir) {
@@ -355,10 +320,9 @@ TEST_F(DebugSourcesTest, SystemLibcryptoWithoutDebugFilesIsDynsym) {
   // own tables (library_tables_test) as the last resorts.
   options_.debug.static_archive_sonames.clear();
   options_.debug.library_tables = false;
-  auto img = Load(kLibcrypto, options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDynsym);
-  EXPECT_NE(SymbolNamed(**img, "EVP_EncryptUpdate"), nullptr);
+  auto img = LoadExpecting(SymbolSource::kDynsym, kLibcrypto);
+  ASSERT_NE(img, nullptr);
+  EXPECT_NE(SymbolNamed(*img, "EVP_EncryptUpdate"), nullptr);
 }
 
 // --- debuginfod ------------------------------------------------------------
@@ -498,9 +462,8 @@ TEST_F(DebugSourcesTest, DebuginfodNegativeCache) {
 
   const DebuginfodStats before = GetDebuginfodStats();
   const auto start = Clock::now();
-  auto img = Load(work_.File("other.so"), options_);
-  ASSERT_TRUE(img.ok()) << img.error().message;
-  EXPECT_EQ((*img)->symbol_source, SymbolSource::kDynsym);
+  auto img = LoadExpecting(SymbolSource::kDynsym, work_.File("other.so"));
+  ASSERT_NE(img, nullptr);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
   const DebuginfodStats after_first = GetDebuginfodStats();
   EXPECT_EQ(after_first.queries, before.queries + 1);

@@ -5,10 +5,15 @@
 namespace tlsprof::symbols {
 namespace {
 
-constexpr uint32_t kMagic12 = 0xfffffffb;
-constexpr uint32_t kMagic116 = 0xfffffffa;
-constexpr uint32_t kMagic118 = 0xfffffff0;
-constexpr uint32_t kMagic120 = 0xfffffff1;
+// The table's first word, by Go version.
+struct Magic {
+  uint32_t value;
+  GoPclntabVersion version;
+};
+constexpr Magic kMagics[] = {{0xfffffffb, GoPclntabVersion::kGo12},
+                             {0xfffffffa, GoPclntabVersion::kGo116},
+                             {0xfffffff0, GoPclntabVersion::kGo118},
+                             {0xfffffff1, GoPclntabVersion::kGo120}};
 
 // Bounds-checked reader over the table's bytes, in the table's byte order.
 class Reader {
@@ -116,27 +121,12 @@ Result<GoPclntabHeader> ParseGoPclntabHeader(std::span<const uint8_t> data) {
                 static_cast<uint32_t>(data[2]) << 16 | static_cast<uint32_t>(data[3]) << 24;
   uint32_t be = static_cast<uint32_t>(data[3]) | static_cast<uint32_t>(data[2]) << 8 |
                 static_cast<uint32_t>(data[1]) << 16 | static_cast<uint32_t>(data[0]) << 24;
-  uint32_t magic = 0;
-  for (uint32_t m : {kMagic12, kMagic116, kMagic118, kMagic120}) {
-    if (le == m) magic = m;
-    if (be == m) magic = m, h.big_endian = true;
+  bool known = false;
+  for (const Magic& m : kMagics) {
+    if (le == m.value) h.version = m.version, known = true;
+    if (be == m.value) h.version = m.version, known = true, h.big_endian = true;
   }
-  switch (magic) {
-    case kMagic12:
-      h.version = GoPclntabVersion::kGo12;
-      break;
-    case kMagic116:
-      h.version = GoPclntabVersion::kGo116;
-      break;
-    case kMagic118:
-      h.version = GoPclntabVersion::kGo118;
-      break;
-    case kMagic120:
-      h.version = GoPclntabVersion::kGo120;
-      break;
-    default:
-      return MakeError("not a Go pclntab: unknown magic {:#010x}", le);
-  }
+  if (!known) return MakeError("not a Go pclntab: unknown magic {:#010x}", le);
   h.quantum = data[6];
   h.ptr_size = data[7];
   if (data[4] != 0 || data[5] != 0 || (h.quantum != 1 && h.quantum != 2 && h.quantum != 4) ||
@@ -158,40 +148,30 @@ Result<GoPclntabHeader> ParseGoPclntabHeader(std::span<const uint8_t> data) {
   auto nfunc = word(0);
   if (!nfunc) return MakeError("Go pclntab header is truncated");
   h.nfunc = *nfunc;
-  switch (h.version) {
-    case GoPclntabVersion::kGo12:
-      h.functab_offset = 8 + uint64_t{h.ptr_size};
-      h.funcdata_offset = 0;
-      h.funcname_offset = 0;
-      break;
-    case GoPclntabVersion::kGo116: {
-      auto names = offset(2);
-      if (!names) return names.error();
-      auto pctab = offset(5);
-      if (!pctab) return pctab.error();
-      h.pctab_offset = *pctab;
-      auto pcln = offset(6);
-      if (!pcln) return pcln.error();
-      h.funcname_offset = *names;
-      h.functab_offset = h.funcdata_offset = *pcln;
-      break;
-    }
-    case GoPclntabVersion::kGo118:
-    case GoPclntabVersion::kGo120: {
+  if (h.version == GoPclntabVersion::kGo12) {
+    h.functab_offset = 8 + uint64_t{h.ptr_size};
+    h.funcdata_offset = 0;
+    h.funcname_offset = 0;
+  } else {
+    // 1.16: nfunc, nfiles, then the offsets of funcnametab (2), cutab,
+    // filetab, pctab (5) and pclntab (6). 1.18 puts textStart at word 2,
+    // before them.
+    unsigned shift = 0;
+    if (h.version >= GoPclntabVersion::kGo118) {
       auto text = word(2);
       if (!text) return MakeError("Go pclntab header is truncated");
       h.text_start = *text;
-      auto names = offset(3);
-      if (!names) return names.error();
-      auto pctab = offset(6);
-      if (!pctab) return pctab.error();
-      h.pctab_offset = *pctab;
-      auto pcln = offset(7);
-      if (!pcln) return pcln.error();
-      h.funcname_offset = *names;
-      h.functab_offset = h.funcdata_offset = *pcln;
-      break;
+      shift = 1;
     }
+    auto names = offset(2 + shift);
+    if (!names) return names.error();
+    auto pctab = offset(5 + shift);
+    if (!pctab) return pctab.error();
+    h.pctab_offset = *pctab;
+    auto pcln = offset(6 + shift);
+    if (!pcln) return pcln.error();
+    h.funcname_offset = *names;
+    h.functab_offset = h.funcdata_offset = *pcln;
   }
   // The functab (nfunc + 1 pairs) must fit, which also caps nfunc by the
   // table's size before anything is sized from it.

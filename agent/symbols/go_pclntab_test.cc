@@ -17,10 +17,7 @@
 namespace tlsprof::symbols {
 namespace {
 
-using symtest::LoadPath;
-using symtest::RunCommand;
-using symtest::SymbolNamed;
-using symtest::TempDir;
+using namespace symtest;
 
 struct Func {
   uint64_t entry;
@@ -41,6 +38,11 @@ Result<std::vector<Func>> Decode(std::span<const uint8_t> data, uint64_t text_st
 // ---------------------------------------------------------------------------
 // Synthetic tables, one per layout, little-endian with 8-byte pointers.
 
+constexpr uint64_t kText = 0x401000;
+const std::vector<std::pair<uint64_t, std::string>> kFuncs = {
+    {0x0, "runtime.text"}, {0x40, "crypto/aes.encryptBlockAsm"}, {0x100, "crypto/tls.(*Conn).Handshake"}};
+constexpr uint64_t kEndOff = 0x180;
+
 struct Builder {
   std::vector<uint8_t> b;
   void Put(uint64_t off, uint64_t v, unsigned size) {
@@ -52,73 +54,71 @@ struct Builder {
     std::memcpy(b.data() + off, s.c_str(), s.size() + 1);
     return off + s.size() + 1;
   }
+  // The header's magic, quantum (1) and pointer size (8).
+  void PutMagic(uint32_t magic) {
+    Put(0, magic, 4);
+    Put(6, 1, 1);  // quantum
+    Put(7, 8, 1);  // ptr size
+  }
+  // kFuncs' names from `names` on; their offsets from `names`, and the end.
+  std::vector<uint64_t> PutNames(uint64_t names, uint64_t* end) {
+    std::vector<uint64_t> nameoffs;
+    uint64_t off = names;
+    for (auto& [entry, name] : kFuncs) {
+      nameoffs.push_back(off - names);
+      off = PutString(off, name);
+    }
+    *end = off;
+    return nameoffs;
+  }
+  // The functab at `pcln` ({pc, funcoff} of `word` bytes each, then the end
+  // PC) and the _func entries after it ({entry, nameoff, rest}), PCs from
+  // `pc_base`: 1.18's u32 offsets (word 4) or 1.16's uintptr PCs (word 8).
+  void PutFunctab(uint64_t pcln, uint64_t pc_base, unsigned word, const std::vector<uint64_t>& nameoffs) {
+    const uint64_t funcs = pcln + (kFuncs.size() + 1) * 2 * word;
+    const uint64_t func_size = 2 * word + 8;
+    for (size_t i = 0; i < kFuncs.size(); ++i) {
+      const uint64_t funcoff = funcs + i * func_size - pcln;
+      Put(pcln + i * 2 * word, pc_base + kFuncs[i].first, word);
+      Put(pcln + i * 2 * word + word, funcoff, word);
+      Put(pcln + funcoff, pc_base + kFuncs[i].first, word);
+      Put(pcln + funcoff + word, nameoffs[i], 4);
+      Put(pcln + funcoff + word + 4, 0, word + 4);  // rest of _func
+    }
+    Put(pcln + kFuncs.size() * 2 * word, pc_base + kEndOff, word);
+  }
 };
-
-constexpr uint64_t kText = 0x401000;
-const std::vector<std::pair<uint64_t, std::string>> kFuncs = {
-    {0x0, "runtime.text"}, {0x40, "crypto/aes.encryptBlockAsm"}, {0x100, "crypto/tls.(*Conn).Handshake"}};
-constexpr uint64_t kEndOff = 0x180;
 
 // 1.18 (magic 0xfffffff0) or 1.20 (0xfffffff1): u32 functab relative to textStart.
 std::vector<uint8_t> Build118(uint32_t magic, uint64_t header_text_start) {
   Builder t;
-  t.Put(0, magic, 4);
-  t.Put(6, 1, 1);  // quantum
-  t.Put(7, 8, 1);  // ptr size
+  t.PutMagic(magic);
   const uint64_t names = 72;
   t.Put(8, kFuncs.size(), 8);  // nfunc
   t.Put(16, 0, 8);             // nfiles
   t.Put(24, header_text_start, 8);
   t.Put(32, names, 8);
-  std::vector<uint64_t> nameoffs;
-  uint64_t off = names;
-  for (auto& [entry, name] : kFuncs) {
-    nameoffs.push_back(off - names);
-    off = t.PutString(off, name);
-  }
+  uint64_t off = 0;
+  const std::vector<uint64_t> nameoffs = t.PutNames(names, &off);
   uint64_t pcln = (off + 7) & ~7ull;
   for (int w : {5, 6, 7, 8}) t.Put(8 + 8 * static_cast<uint64_t>(w - 1), pcln, 8);  // cu/file/pc tabs, pcln
-  uint64_t funcs = pcln + (kFuncs.size() + 1) * 8;
-  for (size_t i = 0; i < kFuncs.size(); ++i) {
-    uint64_t funcoff = funcs + i * 16 - pcln;
-    t.Put(pcln + i * 8, kFuncs[i].first, 4);
-    t.Put(pcln + i * 8 + 4, funcoff, 4);
-    t.Put(pcln + funcoff, kFuncs[i].first, 4);
-    t.Put(pcln + funcoff + 4, nameoffs[i], 4);
-    t.Put(pcln + funcoff + 8, 0, 8);  // rest of _func
-  }
-  t.Put(pcln + kFuncs.size() * 8, kEndOff, 4);
+  t.PutFunctab(pcln, 0, 4, nameoffs);
   return t.b;
 }
 
 // 1.16/1.17 (0xfffffffa): uintptr PCs, names in funcnametab.
 std::vector<uint8_t> Build116() {
   Builder t;
-  t.Put(0, 0xfffffffa, 4);
-  t.Put(6, 1, 1);
-  t.Put(7, 8, 1);
+  t.PutMagic(0xfffffffa);
   const uint64_t names = 64;
   t.Put(8, kFuncs.size(), 8);
   t.Put(16, 0, 8);
   t.Put(24, names, 8);
-  std::vector<uint64_t> nameoffs;
-  uint64_t off = names;
-  for (auto& [entry, name] : kFuncs) {
-    nameoffs.push_back(off - names);
-    off = t.PutString(off, name);
-  }
+  uint64_t off = 0;
+  const std::vector<uint64_t> nameoffs = t.PutNames(names, &off);
   uint64_t pcln = (off + 7) & ~7ull;
   for (int w : {4, 5, 6, 7}) t.Put(8 + 8 * static_cast<uint64_t>(w - 1), pcln, 8);
-  uint64_t funcs = pcln + (kFuncs.size() + 1) * 16;
-  for (size_t i = 0; i < kFuncs.size(); ++i) {
-    uint64_t funcoff = funcs + i * 24 - pcln;
-    t.Put(pcln + i * 16, kText + kFuncs[i].first, 8);
-    t.Put(pcln + i * 16 + 8, funcoff, 8);
-    t.Put(pcln + funcoff, kText + kFuncs[i].first, 8);
-    t.Put(pcln + funcoff + 8, nameoffs[i], 4);
-    t.Put(pcln + funcoff + 12, 0, 12);
-  }
-  t.Put(pcln + kFuncs.size() * 16, kText + kEndOff, 8);
+  t.PutFunctab(pcln, kText, 8, nameoffs);
   return t.b;
 }
 
@@ -126,9 +126,7 @@ std::vector<uint8_t> Build116() {
 // table start for both _func and names.
 std::vector<uint8_t> Build12() {
   Builder t;
-  t.Put(0, 0xfffffffb, 4);
-  t.Put(6, 1, 1);
-  t.Put(7, 8, 1);
+  t.PutMagic(0xfffffffb);
   t.Put(8, kFuncs.size(), 8);
   const uint64_t functab = 16;
   uint64_t funcs = functab + (kFuncs.size() + 1) * 16 + 8;

@@ -35,39 +35,12 @@ enum class Op : uint8_t {
   kStore
 };
 
-std::string_view OpName(Op op) {
-  switch (op) {
-    case Op::kDigest:
-      return "digest";
-    case Op::kCipher:
-      return "cipher";
-    case Op::kMac:
-      return "mac";
-    case Op::kKdf:
-      return "kdf";
-    case Op::kRand:
-      return "rand";
-    case Op::kKeymgmt:
-      return "keymgmt";
-    case Op::kKeyexch:
-      return "keyexch";
-    case Op::kSignature:
-      return "signature";
-    case Op::kAsymCipher:
-      return "asym_cipher";
-    case Op::kKem:
-      return "kem";
-    case Op::kEncoder:
-      return "encoder";
-    case Op::kDecoder:
-      return "decoder";
-    case Op::kStore:
-      return "store";
-    case Op::kUnknown:
-      break;
-  }
-  return "*";
-}
+// The operations' names (openssl/core_dispatch.h), in Op's order.
+constexpr std::string_view kOpNames[] = {"*",       "digest",    "cipher",      "mac", "kdf",     "rand",    "keymgmt",
+                                         "keyexch", "signature", "asym_cipher", "kem", "encoder", "decoder", "store"};
+static_assert(std::size(kOpNames) == static_cast<size_t>(Op::kStore) + 1);
+
+std::string_view OpName(Op op) { return kOpNames[static_cast<size_t>(op)]; }
 
 // Dispatch function ids by operation (openssl/core_dispatch.h; stable ABI:
 // ids are only ever added).
@@ -238,11 +211,6 @@ Op ClassifyTable(std::span<const Algorithm> table) {
   return Op::kUnknown;
 }
 
-// A function shared by more algorithms than this, or filling more slots of
-// its tables, is named with "*" there.
-constexpr size_t kMaxListed = 8;
-constexpr size_t kMaxRoles = 3;
-
 // The algorithm as named here: a cipher's key size is dropped, so the
 // functions AES-128-GCM and AES-256-GCM share are one algorithm's.
 std::string AlgorithmName(Op op, std::string_view names) {
@@ -266,24 +234,8 @@ void AddDistinctAddr(std::vector<uint64_t>& items, uint64_t item) {
 // What the provider functions reach: the code tables below them
 // (library_tables.h, "openssl:" names).
 
-enum class CodeKind : uint8_t { kEc, kCipherHw, kEcx, kMlKem };
-
-std::string_view CodeKindName(CodeKind k) {
-  switch (k) {
-    case CodeKind::kEc:
-      return "ec";
-    case CodeKind::kCipherHw:
-      return "cipher-hw";
-    case CodeKind::kEcx:
-      return "ecx";
-    case CodeKind::kMlKem:
-      return "ml-kem";
-  }
-  return "*";
-}
-
 struct CodeUse {
-  CodeKind kind;
+  std::string_view kind;  // the name's: "ec", "cipher-hw", "ecx" or "ml-kem"
   std::string algorithm;
   std::string role;
 };
@@ -454,221 +406,347 @@ std::span<const std::string_view> HwFields(std::string_view algorithm) {
 // not one (ossl_cipher_generic_initkey and the like are not scanned).
 constexpr uint64_t kMaxHwGetterBytes = 256;
 
-// The code tables below the provider functions. `provider` maps each
-// provider function to its table uses.
-template <typename ProviderUses>
-std::map<uint64_t, std::vector<CodeUse>> ReadCodeTables(const Image& image, const ProviderUses& provider,
-                                                        LibraryTablesStats& stats) {
-  std::map<uint64_t, std::vector<CodeUse>> uses;
-  X86Interpreter cpu(image);
-  if (!cpu.ok()) return uses;
-  std::set<uint64_t> exported;
-  for (const auto& [name, addr] : image.exports) exported.insert(addr);
-  auto is_function = [&image](uint64_t addr) { return image.KindAt(addr) == Image::kCode && image.FunctionSize(addr); };
-  auto export_at = [&image](std::string_view name) -> std::optional<uint64_t> {
-    auto it = image.exports.find(std::string(name));
-    if (it == image.exports.end()) return std::nullopt;
+// A provider function's place in the provider tables: an operation's
+// dispatch slot for one algorithm.
+struct ProviderUse {
+  Op op;
+  std::string algorithm;
+  std::string role;
+};
+using ProviderUses = std::map<uint64_t, std::vector<ProviderUse>>;
+using CodeUses = std::map<uint64_t, std::vector<CodeUse>>;
+
+// The code tables below the provider functions, one kind of table at a
+// time. Each Read*() adds to the uses; their order is the order of a
+// function's uses, which its name keeps (library_tables.h).
+class CodeTableReader {
+ public:
+  CodeTableReader(const Image& image, const ProviderUses& provider, LibraryTablesStats& stats)
+      : image_(image), provider_(provider), stats_(stats), cpu_(image) {
+    for (const auto& [name, addr] : image.exports) exported_.insert(addr);
+  }
+
+  bool ok() const { return cpu_.ok(); }
+  CodeUses Take() { return std::move(uses_); }
+
+  // EC: the curve table's methods, and the generic method of each field for
+  // the curves that name none (EC_GROUP_new_curve_GFp/GF2m pick it; on
+  // x86-64 the Montgomery one). A curve's method is where its arithmetic
+  // is: ECDSA and ECDH reach it through EC_POINT_mul and the group's
+  // inverse.
+  void ReadEcMethods() {
+    for (const auto& [method, curve_list] : CurvesByMethod()) {
+      ++stats_.ec_methods;
+      for (size_t i = 0; i < std::size(kEcMethodFields); ++i) {
+        auto fn = image_.PointerAt(method + 8 + 8 * i);
+        if (!fn || !IsFunction(*fn)) continue;
+        for (const std::string& curve : curve_list) {
+          uses_[*fn].push_back({"ec", curve, std::string(kEcMethodFields[i])});
+        }
+      }
+    }
+  }
+
+  // Cipher hw structs, from each cipher's newctx through its hw getter: a
+  // callee of newctx, or of the helper newctx tail-calls (aes128gcm_newctx
+  // -> aes_gcm_newctx -> ossl_prov_aes_hw_gcm), that takes the address of a
+  // struct whose first slot is a function. Every algorithm whose newctx
+  // reaches a struct is its (AES-CBC and AES-CBC-CTS share newctx).
+  void ReadCipherHw() {
+    const std::map<uint64_t, std::vector<std::string>> hw_structs = AlgorithmsByHwStruct();
+    for (auto it = hw_structs.begin(); it != hw_structs.end(); ++it) {
+      ++stats_.hw_structs;
+      // The next struct bounds this one's slots.
+      const auto next = std::next(it);
+      AddHwStruct(it->first, next == hw_structs.end() ? std::nullopt : std::optional(next->first), it->second);
+    }
+  }
+
+  // X25519: the provider's derive is shared with X448 (ecx_derive picks
+  // ossl_x25519 or ossl_x448 by key length). The function it calls that the
+  // legacy X25519 EVP_PKEY_METHOD's derive calls too, and X448's does not,
+  // is X25519's.
+  void ReadX25519() {
+    const std::optional<uint64_t> shared_derive = SharedEcxDerive();
+    if (!shared_derive) return;
+    std::set<uint64_t> legacy25519, legacy448;
+    LegacyEcxDerives(legacy25519, legacy448);
+    std::set<uint64_t> x25519_callees, x448_callees;
+    for (uint64_t fn : legacy25519) x25519_callees.merge(Callees(fn));
+    for (uint64_t fn : legacy448) x448_callees.merge(Callees(fn));
+    // OpenSSL 3.2 and later put ossl_ecx_compute_key between the provider's
+    // derive and ossl_x25519: look two calls deep.
+    std::set<uint64_t> reached = Callees(*shared_derive);
+    for (uint64_t fn : std::set<uint64_t>(reached)) reached.merge(Callees(fn));
+    for (uint64_t fn : reached) {
+      if (x25519_callees.count(fn) && !x448_callees.count(fn)) {
+        uses_[fn].push_back({"ecx", "X25519", "derive"});
+      }
+    }
+  }
+
+  // ML-KEM (OpenSSL 3.5): the provider's encapsulate and decapsulate, which
+  // all ML-KEM parameter sets share, tail-call the ML-KEM code
+  // (ossl_ml_kem_encap_rand, ossl_ml_kem_decap): their internal callees are
+  // ML-KEM's.
+  void ReadMlKem() {
+    for (const auto& [fn, list] : provider_) {
+      bool mlkem = !list.empty();
+      std::string role;
+      for (const ProviderUse& u : list) {
+        mlkem = mlkem && u.op == Op::kKem && u.algorithm.starts_with("ML-KEM-") &&
+                (u.role == "encapsulate" || u.role == "decapsulate");
+        role = u.role;
+      }
+      if (!mlkem) continue;
+      for (uint64_t callee : Callees(fn)) uses_[callee].push_back({"ml-kem", "ML-KEM", role});
+    }
+  }
+
+ private:
+  bool IsFunction(uint64_t addr) const { return image_.KindAt(addr) == Image::kCode && image_.FunctionSize(addr); }
+
+  std::optional<uint64_t> ExportAt(std::string_view name) const {
+    auto it = image_.exports.find(std::string(name));
+    if (it == image_.exports.end()) return std::nullopt;
     return it->second;
-  };
+  }
+
   // Direct callees of `fn` that are functions of this file, not exports
   // (those have their own names) and not PLT stubs (no FDE starts there).
-  auto callees = [&](uint64_t fn) {
+  std::set<uint64_t> Callees(uint64_t fn) {
     std::set<uint64_t> out;
-    auto size = image.FunctionSize(fn);
+    auto size = image_.FunctionSize(fn);
     if (!size) return out;
-    for (uint64_t t : cpu.Scan(fn, *size).calls) {
-      if (!exported.count(t) && is_function(t)) out.insert(t);
+    for (uint64_t t : cpu_.Scan(fn, *size).calls) {
+      if (!exported_.count(t) && IsFunction(t)) out.insert(t);
     }
     return out;
-  };
+  }
 
-  // --- EC: the curve table's methods, and the generic method of each field
-  // for the curves that name none (EC_GROUP_new_curve_GFp/GF2m pick it; on
-  // x86-64 the Montgomery one). A curve's method is where its arithmetic is:
-  // ECDSA and ECDH reach it through EC_POINT_mul and the group's inverse.
-  std::map<uint64_t, std::vector<std::string>> method_curves;  // EC_METHOD -> curves
-  auto method_of = [&](uint64_t getter) -> std::optional<uint64_t> {
-    const X86Run run = cpu.Execute(getter);
-    if (!run.returned || !run.rax || image.KindAt(*run.rax) != Image::kWritable) return std::nullopt;
-    auto field = image.Read(*run.rax + 4, 4);
+  const std::set<uint64_t>& CachedCallees(uint64_t fn) {
+    auto it = callee_cache_.find(fn);
+    if (it == callee_cache_.end()) it = callee_cache_.emplace(fn, Callees(fn)).first;
+    return it->second;
+  }
+
+  // The EC_METHOD a getter returns: writable, with a field type after its
+  // flags.
+  std::optional<uint64_t> MethodOf(uint64_t getter) {
+    const X86Run run = cpu_.Execute(getter);
+    if (!run.returned || !run.rax || image_.KindAt(*run.rax) != Image::kWritable) return std::nullopt;
+    auto field = image_.Read(*run.rax + 4, 4);
     if (!field || (*field != kNidPrimeField && *field != kNidChar2Field)) return std::nullopt;
     return *run.rax;
-  };
-  // The generic getters EC_GROUP_new_curve_GFp/GF2m call (through the PLT).
-  auto generic_methods = [&](std::string_view constructor, std::initializer_list<std::string_view> getters) {
+  }
+
+  // The methods of the generic getters `constructor` calls (through the PLT).
+  std::vector<uint64_t> GenericMethods(std::string_view constructor, std::initializer_list<std::string_view> getters) {
     std::vector<uint64_t> out;
-    auto fn = export_at(constructor);
-    if (!fn || !image.FunctionSize(*fn)) return out;
-    for (uint64_t t : cpu.Scan(*fn, *image.FunctionSize(*fn)).calls) {
+    auto fn = ExportAt(constructor);
+    if (!fn || !image_.FunctionSize(*fn)) return out;
+    for (uint64_t t : cpu_.Scan(*fn, *image_.FunctionSize(*fn)).calls) {
       for (std::string_view g : getters) {
-        auto addr = export_at(g);
-        if (addr && cpu.CallsExport(t, g)) {
-          if (auto m = method_of(*addr)) AddDistinctAddr(out, *m);
+        auto addr = ExportAt(g);
+        if (addr && cpu_.CallsExport(t, g)) {
+          if (auto m = MethodOf(*addr)) AddDistinctAddr(out, *m);
         }
       }
     }
     return out;
-  };
-  const std::vector<CurveEntry> curves = FindCurveTable(image);
-  if (!curves.empty()) {
+  }
+
+  // EC_METHOD -> the curves built on it.
+  std::map<uint64_t, std::vector<std::string>> CurvesByMethod() {
+    std::map<uint64_t, std::vector<std::string>> method_curves;
+    const std::vector<CurveEntry> curves = FindCurveTable(image_);
+    if (curves.empty()) return method_curves;
     const std::vector<uint64_t> prime =
-        generic_methods("EC_GROUP_new_curve_GFp", {"EC_GFp_mont_method", "EC_GFp_nist_method", "EC_GFp_simple_method"});
-    const std::vector<uint64_t> char2 = generic_methods("EC_GROUP_new_curve_GF2m", {"EC_GF2m_simple_method"});
+        GenericMethods("EC_GROUP_new_curve_GFp", {"EC_GFp_mont_method", "EC_GFp_nist_method", "EC_GFp_simple_method"});
+    const std::vector<uint64_t> char2 = GenericMethods("EC_GROUP_new_curve_GF2m", {"EC_GF2m_simple_method"});
     for (const CurveEntry& c : curves) {
-      ++stats.curves;
+      ++stats_.curves;
       std::vector<uint64_t> methods;
       if (c.getter != 0) {
-        if (auto m = method_of(c.getter)) methods.push_back(*m);
+        if (auto m = MethodOf(c.getter)) methods.push_back(*m);
       } else {
         methods = c.field_type == kNidPrimeField ? prime : char2;
       }
       for (uint64_t m : methods) method_curves[m].push_back(CurveLabel(c.nid));
     }
-  }
-  for (const auto& [method, curve_list] : method_curves) {
-    ++stats.ec_methods;
-    for (size_t i = 0; i < std::size(kEcMethodFields); ++i) {
-      auto fn = image.PointerAt(method + 8 + 8 * i);
-      if (!fn || !is_function(*fn)) continue;
-      for (const std::string& curve : curve_list) {
-        uses[*fn].push_back({CodeKind::kEc, curve, std::string(kEcMethodFields[i])});
-      }
-    }
+    return method_curves;
   }
 
-  // --- Cipher hw structs, from each cipher's newctx through its hw getter:
-  // a callee of newctx, or of the helper newctx tail-calls (aes128gcm_newctx
-  // -> aes_gcm_newctx -> ossl_prov_aes_hw_gcm), that takes the address of a
-  // struct whose first slot is a function. Every algorithm whose newctx
-  // reaches a struct is its (AES-CBC and AES-CBC-CTS share newctx).
-  std::map<uint64_t, std::vector<std::string>> hw_structs;   // struct -> algorithms
-  std::map<uint64_t, std::vector<uint64_t>> getter_structs;  // function -> structs its leas take
-  std::map<uint64_t, std::set<uint64_t>> callee_cache;
-  auto cached_callees = [&](uint64_t fn) -> const std::set<uint64_t>& {
-    auto it = callee_cache.find(fn);
-    if (it == callee_cache.end()) it = callee_cache.emplace(fn, callees(fn)).first;
-    return it->second;
-  };
-  auto structs_of = [&](uint64_t fn) -> const std::vector<uint64_t>& {
-    auto it = getter_structs.find(fn);
-    if (it != getter_structs.end()) return it->second;
+  // The hw structs a (short) function takes the address of: writable, a
+  // function in the first slot and in one more of the first kMaxHwSlots.
+  const std::vector<uint64_t>& StructsOf(uint64_t fn) {
+    auto it = getter_structs_.find(fn);
+    if (it != getter_structs_.end()) return it->second;
     std::vector<uint64_t> found;
-    if (auto size = image.FunctionSize(fn); size && *size <= kMaxHwGetterBytes) {
-      for (uint64_t x : cpu.Scan(fn, *size).leas) {
-        if (image.KindAt(x) != Image::kWritable) continue;
-        auto first = image.PointerAt(x);
-        if (!first || !is_function(*first)) continue;
+    if (auto size = image_.FunctionSize(fn); size && *size <= kMaxHwGetterBytes) {
+      for (uint64_t x : cpu_.Scan(fn, *size).leas) {
+        if (image_.KindAt(x) != Image::kWritable) continue;
+        auto first = image_.PointerAt(x);
+        if (!first || !IsFunction(*first)) continue;
         // PROV_CIPHER_HW's cipher and copyctx may be NULL in a mode's own
         // struct (ChaCha20-Poly1305's), whose functions follow it.
         bool more = false;
         for (uint64_t i = 1; i < kMaxHwSlots && !more; ++i) {
-          auto p = image.PointerAt(x + 8 * i);
-          more = p && is_function(*p);
+          auto p = image_.PointerAt(x + 8 * i);
+          more = p && IsFunction(*p);
         }
         if (more) AddDistinctAddr(found, x);
       }
     }
-    return getter_structs.emplace(fn, std::move(found)).first->second;
-  };
-  for (const auto& [fn, list] : provider) {
-    std::vector<std::string> algs;
-    bool newctx = false, cipher = !list.empty();
-    for (const auto& u : list) {
-      cipher = cipher && u.op == Op::kCipher;
-      newctx = newctx || u.role == "newctx";
-      AddDistinct(algs, u.algorithm);
-    }
-    if (!cipher || !newctx || algs.size() > kMaxListed) continue;
-    std::set<uint64_t> reached;
-    for (uint64_t callee : cached_callees(fn)) {
-      reached.insert(callee);
-      for (uint64_t c2 : cached_callees(callee)) reached.insert(c2);
-    }
-    for (uint64_t f : reached) {
-      for (uint64_t st : structs_of(f)) {
-        for (const std::string& a : algs) AddDistinct(hw_structs[st], a);
+    return getter_structs_.emplace(fn, std::move(found)).first->second;
+  }
+
+  // hw struct -> the algorithms whose newctx reaches it (two calls deep).
+  std::map<uint64_t, std::vector<std::string>> AlgorithmsByHwStruct() {
+    std::map<uint64_t, std::vector<std::string>> hw_structs;
+    for (const auto& [fn, list] : provider_) {
+      std::vector<std::string> algs;
+      bool newctx = false, cipher = !list.empty();
+      for (const ProviderUse& u : list) {
+        cipher = cipher && u.op == Op::kCipher;
+        newctx = newctx || u.role == "newctx";
+        AddDistinct(algs, u.algorithm);
+      }
+      if (!cipher || !newctx || algs.size() > kMaxListed) continue;
+      std::set<uint64_t> reached;
+      for (uint64_t callee : CachedCallees(fn)) {
+        reached.insert(callee);
+        for (uint64_t c2 : CachedCallees(callee)) reached.insert(c2);
+      }
+      for (uint64_t f : reached) {
+        for (uint64_t st : StructsOf(f)) {
+          for (const std::string& a : algs) AddDistinct(hw_structs[st], a);
+        }
       }
     }
+    return hw_structs;
   }
-  for (auto it = hw_structs.begin(); it != hw_structs.end(); ++it) {
-    ++stats.hw_structs;
-    const auto next = std::next(it);
-    // The layout of its algorithms' mode; PROV_CIPHER_HW's three fields if
-    // they differ (ChaCha20's struct, reached from ChaCha20-Poly1305 too).
-    std::span<const std::string_view> fields = HwFields(it->second.front());
-    for (const std::string& alg : it->second) {
+
+  // The functions in the slots of the hw struct at `at` (up to `bound`, the
+  // next struct), named by the layout of its algorithms' mode; PROV_CIPHER_HW's
+  // three fields if they differ (ChaCha20's struct, reached from
+  // ChaCha20-Poly1305 too).
+  void AddHwStruct(uint64_t at, std::optional<uint64_t> bound, const std::vector<std::string>& algorithms) {
+    std::span<const std::string_view> fields = HwFields(algorithms.front());
+    for (const std::string& alg : algorithms) {
       if (HwFields(alg).data() != fields.data()) fields = kCipherHwFields;
     }
-    for (const std::string& alg : it->second) {
+    for (const std::string& alg : algorithms) {
       for (size_t i = 0; i < fields.size(); ++i) {
-        const uint64_t slot = it->first + 8 * i;
-        if (next != hw_structs.end() && slot >= next->first) break;
-        auto fn = image.PointerAt(slot);
+        const uint64_t slot = at + 8 * i;
+        if (bound && slot >= *bound) break;
+        auto fn = image_.PointerAt(slot);
         if (!fn) {
-          if (image.Read(slot, 8).value_or(1) != 0) break;
+          if (image_.Read(slot, 8).value_or(1) != 0) break;
           continue;  // a NULL slot
         }
-        if (!is_function(*fn)) break;
-        uses[*fn].push_back({CodeKind::kCipherHw, alg, std::string(fields[i])});
+        if (!IsFunction(*fn)) break;
+        uses_[*fn].push_back({"cipher-hw", alg, std::string(fields[i])});
       }
     }
   }
 
-  // --- X25519: the provider's derive is shared with X448 (ecx_derive picks
-  // ossl_x25519 or ossl_x448 by key length). The function it calls that the
-  // legacy X25519 EVP_PKEY_METHOD's derive calls too, and X448's does not,
-  // is X25519's. EVP_PKEY_METHOD (crypto/evp/evp_local.h): int pkey_id, int
-  // flags, then function pointers with derive at offset 184, ctrl at 192.
-  std::optional<uint64_t> shared_derive;
-  for (const auto& [fn, list] : provider) {
-    std::vector<std::string> algs;
-    bool derive = !list.empty();
-    for (const auto& u : list) {
-      derive = derive && u.op == Op::kKeyexch && u.role == "derive";
-      AddDistinct(algs, u.algorithm);
+  // The provider function that is the derive of both X25519 and X448.
+  std::optional<uint64_t> SharedEcxDerive() const {
+    std::optional<uint64_t> shared_derive;
+    for (const auto& [fn, list] : provider_) {
+      std::vector<std::string> algs;
+      bool derive = !list.empty();
+      for (const ProviderUse& u : list) {
+        derive = derive && u.op == Op::kKeyexch && u.role == "derive";
+        AddDistinct(algs, u.algorithm);
+      }
+      std::sort(algs.begin(), algs.end());
+      if (derive && algs == std::vector<std::string>{"X25519", "X448"}) shared_derive = fn;
     }
-    std::sort(algs.begin(), algs.end());
-    if (derive && algs == std::vector<std::string>{"X25519", "X448"}) shared_derive = fn;
+    return shared_derive;
   }
-  if (shared_derive) {
-    std::set<uint64_t> legacy25519, legacy448;
-    for (const auto& [slot, target] : image.pointers) {
-      if (slot < 184 || image.KindAt(slot) != Image::kWritable || !is_function(target)) continue;
+
+  // The derives of the legacy X25519 and X448 EVP_PKEY_METHODs
+  // (crypto/evp/evp_local.h): int pkey_id, int flags, then function
+  // pointers with derive at offset 184, ctrl at 192.
+  void LegacyEcxDerives(std::set<uint64_t>& x25519, std::set<uint64_t>& x448) const {
+    for (const auto& [slot, target] : image_.pointers) {
+      if (slot < 184 || image_.KindAt(slot) != Image::kWritable || !IsFunction(target)) continue;
       const uint64_t base = slot - 184;
-      auto id = image.Read(base, 8);  // pkey_id, and flags 0
-      auto ctrl = image.PointerAt(base + 192);
-      if (!id || !ctrl || !is_function(*ctrl)) continue;
-      if (*id == kNidX25519) legacy25519.insert(target);
-      if (*id == kNidX448) legacy448.insert(target);
-    }
-    std::set<uint64_t> x25519_callees, x448_callees;
-    for (uint64_t fn : legacy25519) x25519_callees.merge(callees(fn));
-    for (uint64_t fn : legacy448) x448_callees.merge(callees(fn));
-    // OpenSSL 3.2 and later put ossl_ecx_compute_key between the provider's
-    // derive and ossl_x25519: look two calls deep.
-    std::set<uint64_t> reached = callees(*shared_derive);
-    for (uint64_t fn : std::set<uint64_t>(reached)) reached.merge(callees(fn));
-    for (uint64_t fn : reached) {
-      if (x25519_callees.count(fn) && !x448_callees.count(fn)) {
-        uses[fn].push_back({CodeKind::kEcx, "X25519", "derive"});
-      }
+      auto id = image_.Read(base, 8);  // pkey_id, and flags 0
+      auto ctrl = image_.PointerAt(base + 192);
+      if (!id || !ctrl || !IsFunction(*ctrl)) continue;
+      if (*id == kNidX25519) x25519.insert(target);
+      if (*id == kNidX448) x448.insert(target);
     }
   }
 
-  // --- ML-KEM (OpenSSL 3.5): the provider's encapsulate and decapsulate,
-  // which all ML-KEM parameter sets share, tail-call the ML-KEM code
-  // (ossl_ml_kem_encap_rand, ossl_ml_kem_decap): their internal callees are
-  // ML-KEM's.
-  for (const auto& [fn, list] : provider) {
-    bool mlkem = !list.empty();
-    std::string role;
-    for (const auto& u : list) {
-      mlkem = mlkem && u.op == Op::kKem && u.algorithm.starts_with("ML-KEM-") &&
-              (u.role == "encapsulate" || u.role == "decapsulate");
-      role = u.role;
+  const Image& image_;
+  const ProviderUses& provider_;
+  LibraryTablesStats& stats_;
+  X86Interpreter cpu_;
+  std::set<uint64_t> exported_;
+  std::map<uint64_t, std::set<uint64_t>> callee_cache_;
+  std::map<uint64_t, std::vector<uint64_t>> getter_structs_;  // function -> structs its leas take
+  CodeUses uses_;
+};
+
+// The code tables below the provider functions. `provider` maps each
+// provider function to its table uses.
+CodeUses ReadCodeTables(const Image& image, const ProviderUses& provider, LibraryTablesStats& stats) {
+  CodeTableReader reader(image, provider, stats);
+  if (!reader.ok()) return {};
+  reader.ReadEcMethods();
+  reader.ReadCipherHw();
+  reader.ReadX25519();
+  reader.ReadMlKem();
+  return reader.Take();
+}
+
+// Candidates: every relocated slot in a writable segment (.data.rel.ro is
+// writable until RELRO) that points into a read-only one, where strings
+// are; most are not algorithms. The OSSL_ALGORITHMs among them, by address.
+std::vector<Algorithm> FindAlgorithms(const Image& image) {
+  std::vector<uint64_t> slots;
+  for (const auto& [slot, target] : image.pointers) {
+    const Image::Kind to = image.KindAt(target);
+    if (image.KindAt(slot) == Image::kWritable && (to == Image::kReadOnly || to == Image::kCode)) slots.push_back(slot);
+  }
+  std::sort(slots.begin(), slots.end());
+  std::vector<Algorithm> algorithms;
+  for (uint64_t slot : slots) {
+    if (!algorithms.empty() && slot < algorithms.back().slot + 32) continue;
+    if (auto a = ReadAlgorithm(image, slot)) algorithms.push_back(std::move(*a));
+  }
+  return algorithms;
+}
+
+// Arrays: runs at a constant stride (32 for OSSL_ALGORITHM, 40 for the
+// OSSL_ALGORITHM_CAPABLE of the default provider's ciphers). Each array's
+// operation comes from ClassifyTable; each dispatch slot is a use of its
+// function.
+ProviderUses ReadProviderTables(std::span<const Algorithm> algorithms, LibraryTablesStats& stats) {
+  ProviderUses uses;
+  for (size_t begin = 0; begin < algorithms.size();) {
+    size_t end = begin + 1;
+    if (end < algorithms.size()) {
+      const uint64_t stride = algorithms[end].slot - algorithms[begin].slot;
+      if (stride == 32 || stride == 40) {
+        while (end < algorithms.size() && algorithms[end].slot - algorithms[end - 1].slot == stride) ++end;
+      }
     }
-    if (!mlkem) continue;
-    for (uint64_t callee : callees(fn)) uses[callee].push_back({CodeKind::kMlKem, "ML-KEM", role});
+    std::span<const Algorithm> table = algorithms.subspan(begin, end - begin);
+    const Op op = ClassifyTable(table);
+    ++stats.tables;
+    for (const Algorithm& a : table) {
+      std::string alg = AlgorithmName(op, a.names);
+      for (const Dispatch& d : a.dispatch) {
+        ++stats.dispatch_slots;
+        uses[d.function].push_back({op, alg, RoleName(op, d.id)});
+      }
+    }
+    begin = end;
   }
   return uses;
 }
@@ -681,91 +759,21 @@ Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
   const Image& image = *loaded;
   LibraryTables out;
 
-  // Candidates: every relocated slot in a writable segment (.data.rel.ro is
-  // writable until RELRO) that points into a read-only one, where strings
-  // are; most are not algorithms.
-  std::vector<uint64_t> slots;
-  for (const auto& [slot, target] : image.pointers) {
-    const Image::Kind to = image.KindAt(target);
-    if (image.KindAt(slot) == Image::kWritable && (to == Image::kReadOnly || to == Image::kCode)) slots.push_back(slot);
-  }
-  std::sort(slots.begin(), slots.end());
-  std::vector<Algorithm> algorithms;
-  for (uint64_t slot : slots) {
-    if (!algorithms.empty() && slot < algorithms.back().slot + 32) continue;
-    if (auto a = ReadAlgorithm(image, slot)) algorithms.push_back(std::move(*a));
-  }
+  const std::vector<Algorithm> algorithms = FindAlgorithms(image);
   out.stats.algorithms = algorithms.size();
-
-  // Arrays: runs at a constant stride (32 for OSSL_ALGORITHM, 40 for the
-  // OSSL_ALGORITHM_CAPABLE of the default provider's ciphers).
-  struct Use {
-    Op op;
-    std::string algorithm;
-    std::string role;
-  };
-  std::map<uint64_t, std::vector<Use>> uses;
-  for (size_t begin = 0; begin < algorithms.size();) {
-    size_t end = begin + 1;
-    if (end < algorithms.size()) {
-      const uint64_t stride = algorithms[end].slot - algorithms[begin].slot;
-      if (stride == 32 || stride == 40) {
-        while (end < algorithms.size() && algorithms[end].slot - algorithms[end - 1].slot == stride) ++end;
-      }
-    }
-    std::span<const Algorithm> table(algorithms.data() + begin, end - begin);
-    const Op op = ClassifyTable(table);
-    ++out.stats.tables;
-    for (const Algorithm& a : table) {
-      std::string alg = AlgorithmName(op, a.names);
-      for (const Dispatch& d : a.dispatch) {
-        ++out.stats.dispatch_slots;
-        uses[d.function].push_back({op, alg, RoleName(op, d.id)});
-      }
-    }
-    begin = end;
-  }
-
-  for (const auto& [addr, list] : uses) {
-    auto size = image.FunctionSize(addr);
-    if (!size) {
-      ++out.stats.no_extent;
-      continue;
-    }
-    // Several operations: "*". Several algorithms: all of them, sorted (AES-GCM|ARIA-GCM).
-    // Several slots of one table (ChaCha20-Poly1305's update and cipher): update+cipher.
-    std::vector<std::string> ops, algs, roles;
-    for (const Use& u : list) {
-      AddDistinct(ops, std::string(OpName(u.op)));
-      AddDistinct(algs, u.algorithm);
-      AddDistinct(roles, u.role);
-    }
-    std::sort(algs.begin(), algs.end());
-    const std::string op = JoinOrStar(ops, ":", 1);
-    const std::string alg = JoinOrStar(algs, "|", kMaxListed);
-    const std::string role = JoinOrStar(roles, "+", kMaxRoles);
-    out.functions.push_back({addr, *size, "provider:" + op + ":" + alg + ":" + role});
-  }
+  const ProviderUses uses = ReadProviderTables(algorithms, out.stats);
+  NameTableFunctions(
+      image, "provider", uses, [](const ProviderUse& u) { return OpName(u.op); }, out.functions, out.stats.no_extent);
   out.stats.functions = out.functions.size();
 
   // Only a library with provider tables has the code tables below them.
   if (out.functions.empty()) return out;
-  const auto code = ReadCodeTables(image, uses, out.stats);
-  for (const auto& [addr, list] : code) {
+  for (const auto& [addr, list] : ReadCodeTables(image, uses, out.stats)) {
     // A provider function keeps its provider name.
     if (uses.count(addr)) continue;
     auto size = image.FunctionSize(addr);
     if (!size) continue;  // ReadCodeTables takes only functions with an FDE
-    std::vector<std::string> kinds, algs, roles;
-    for (const CodeUse& u : list) {
-      AddDistinct(kinds, std::string(CodeKindName(u.kind)));
-      AddDistinct(algs, u.algorithm);
-      AddDistinct(roles, u.role);
-    }
-    std::sort(algs.begin(), algs.end());
-    out.functions.push_back({addr, *size,
-                             "openssl:" + JoinOrStar(kinds, ":", 1) + ":" + JoinOrStar(algs, "|", kMaxListed) + ":" +
-                                 JoinOrStar(roles, "+", kMaxRoles)});
+    out.functions.push_back({addr, *size, TableFunctionName("openssl", list, [](const CodeUse& u) { return u.kind; })});
     ++out.stats.code_functions;
   }
   out.stats.functions = out.functions.size();

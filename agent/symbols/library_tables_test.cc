@@ -25,19 +25,30 @@
 namespace tlsprof::symbols {
 namespace {
 
-constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
-constexpr const char* kLibcryptoA = "/usr/lib/x86_64-linux-gnu/libcrypto.a";
-constexpr const char* kLibssl = "/usr/lib/x86_64-linux-gnu/libssl.so.3";
+using namespace symtest;
 
-#define REQUIRE_FILES(...)                                                                                  \
-  for (const char* f : {__VA_ARGS__}) {                                                                     \
-    ASSERT_EQ(access(f, R_OK), 0) << f << " is missing: run scripts/install-deps.sh (libssl3, libssl-dev)"; \
+#define REQUIRE_FILES(...) SYMTEST_REQUIRE_FILES("run scripts/install-deps.sh (libssl3, libssl-dev)", __VA_ARGS__)
+
+Result<LibraryTables> Read(const std::string& path) { return symtest::ReadPath(path, ReadLibraryTables); }
+
+// The truth: the names libssl-dev's libcrypto.a (the same build) gives the
+// addresses of libcrypto.so.3, and their sizes.
+struct ArchiveTruth {
+  std::map<uint64_t, std::set<std::string>> names;
+  std::map<uint64_t, uint64_t> sizes;
+};
+
+void ReadArchiveTruth(ArchiveTruth* out) {
+  auto index = GetArchiveIndex(kLibcryptoA);
+  ASSERT_TRUE(index) << index.error().message;
+  UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  auto match = MatchArchive(fd.get(), kLibcrypto, **index);
+  ASSERT_TRUE(match) << match.error().message;
+  for (const MatchedFunction& f : match->functions) {
+    out->names[f.addr].insert(f.name);
+    out->sizes[f.addr] = f.size;
   }
-
-Result<LibraryTables> Read(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return MakeError("cannot open {}", path);
-  return ReadLibraryTables(fd.get(), path);
 }
 
 std::map<std::string, uint64_t> ByName(const LibraryTables& t) {
@@ -67,11 +78,23 @@ const std::pair<const char*, const char*> kProviderFunctions[] = {
     {"provider:mac:HMAC:update", "hmac_update"},
 };
 
-TEST(LibraryTablesTest, NamesDebianLibcryptoProviderFunctions) {
-  REQUIRE_FILES(kLibcrypto, kLibcryptoA);
-  auto tables = Read(kLibcrypto);
-  ASSERT_TRUE(tables) << tables.error().message;
-  const LibraryTablesStats& st = tables->stats;
+// Debian's libcrypto.so.3 named from its tables, and the truth for it.
+class DebianLibcryptoTables : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    REQUIRE_FILES(kLibcrypto, kLibcryptoA);
+    auto read = Read(kLibcrypto);
+    ASSERT_TRUE(read) << read.error().message;
+    tables_ = std::move(*read);
+    ASSERT_NO_FATAL_FAILURE(ReadArchiveTruth(&archive_));
+  }
+
+  LibraryTables tables_;
+  ArchiveTruth archive_;
+};
+
+TEST_F(DebianLibcryptoTables, NameTheProviderFunctions) {
+  const LibraryTablesStats& st = tables_.stats;
   std::printf(
       "libcrypto.so.3: %llu algorithms in %llu tables, %llu dispatch slots, %llu functions named, %llu "
       "without an FDE\n",
@@ -81,37 +104,26 @@ TEST(LibraryTablesTest, NamesDebianLibcryptoProviderFunctions) {
   EXPECT_GE(st.algorithms, 400u);
   EXPECT_GE(st.tables, 15u);
   EXPECT_GE(st.functions, 1000u);
-  EXPECT_EQ(st.functions, tables->functions.size());
+  EXPECT_EQ(st.functions, tables_.functions.size());
 
-  // The truth: names libcrypto.a gives the same addresses.
-  auto index = GetArchiveIndex(kLibcryptoA);
-  ASSERT_TRUE(index) << index.error().message;
-  UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
-  ASSERT_TRUE(fd.valid());
-  auto match = MatchArchive(fd.get(), kLibcrypto, **index);
-  ASSERT_TRUE(match) << match.error().message;
-  std::map<uint64_t, std::set<std::string>> truth;
-  std::map<uint64_t, uint64_t> truth_size;
-  for (const MatchedFunction& f : match->functions) {
-    truth[f.addr].insert(f.name);
-    truth_size[f.addr] = f.size;
-  }
+  std::map<uint64_t, std::set<std::string>>& truth = archive_.names;
+  const std::map<uint64_t, uint64_t>& truth_size = archive_.sizes;
 
   // Every named address is the start of a function of that size (nothing is
   // read from a table that is not one), wherever the archive names it.
   size_t known = 0, wrong_extent = 0;
-  for (const TableFunction& f : tables->functions) {
+  for (const TableFunction& f : tables_.functions) {
     auto it = truth_size.find(f.addr);
     if (it == truth_size.end()) continue;
     ++known;
     if (it->second != f.size) ++wrong_extent;
   }
   std::printf("%zu of %zu named functions also named by libcrypto.a; %zu with another extent\n", known,
-              tables->functions.size(), wrong_extent);
-  EXPECT_GE(known, tables->functions.size() * 95 / 100);
+              tables_.functions.size(), wrong_extent);
+  EXPECT_GE(known, tables_.functions.size() * 95 / 100);
   EXPECT_EQ(wrong_extent, 0u);
 
-  const auto by_name = ByName(*tables);
+  const auto by_name = ByName(tables_);
   for (const auto& [synthetic, real] : kProviderFunctions) {
     auto it = by_name.find(synthetic);
     if (it == by_name.end()) {
@@ -126,7 +138,7 @@ TEST(LibraryTablesTest, NamesDebianLibcryptoProviderFunctions) {
   // Functions shared by algorithms list them all (X25519 and X448 share
   // ecx_derive), or "*" for many (every block cipher mode the generic update).
   auto named_as = [&](const std::string& synthetic, const std::string& real) {
-    for (const TableFunction& f : tables->functions) {
+    for (const TableFunction& f : tables_.functions) {
       if (f.name == synthetic && truth[f.addr].count(real)) return true;
     }
     return false;
@@ -154,11 +166,8 @@ const std::pair<const char*, const char*> kCodeFunctions[] = {
     {"openssl:ecx:X25519:derive", "ossl_x25519"},
 };
 
-TEST(LibraryTablesTest, NamesTheCodeBelowTheProviders) {
-  REQUIRE_FILES(kLibcrypto, kLibcryptoA);
-  auto tables = Read(kLibcrypto);
-  ASSERT_TRUE(tables) << tables.error().message;
-  const LibraryTablesStats& st = tables->stats;
+TEST_F(DebianLibcryptoTables, NameTheCodeBelowTheProviders) {
+  const LibraryTablesStats& st = tables_.stats;
   std::printf("libcrypto.so.3: %llu curves, %llu EC methods, %llu cipher hw structs, %llu functions named below\n",
               (unsigned long long)st.curves, (unsigned long long)st.ec_methods, (unsigned long long)st.hw_structs,
               (unsigned long long)st.code_functions);
@@ -168,21 +177,14 @@ TEST(LibraryTablesTest, NamesTheCodeBelowTheProviders) {
   EXPECT_EQ(st.ec_methods, 5u);
   EXPECT_GE(st.hw_structs, 40u);
 
-  auto index = GetArchiveIndex(kLibcryptoA);
-  ASSERT_TRUE(index) << index.error().message;
-  UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
-  ASSERT_TRUE(fd.valid());
-  auto match = MatchArchive(fd.get(), kLibcrypto, **index);
-  ASSERT_TRUE(match) << match.error().message;
-  std::map<uint64_t, std::set<std::string>> truth;
-  for (const MatchedFunction& f : match->functions) truth[f.addr].insert(f.name);
+  std::map<uint64_t, std::set<std::string>>& truth = archive_.names;
 
   // Several functions may share a name (aes_gcm_initkey and
   // aesni_gcm_initkey are both AES-GCM's setkey): one of them is `real`.
   for (const auto& [synthetic, real] : kCodeFunctions) {
     bool found = false;
     std::string other = "not among the names";
-    for (const TableFunction& f : tables->functions) {
+    for (const TableFunction& f : tables_.functions) {
       if (f.name != synthetic) continue;
       if (truth[f.addr].count(real)) {
         found = true;
@@ -200,7 +202,7 @@ TEST(LibraryTablesTest, NamesTheCodeBelowTheProviders) {
                        [part](const std::string& n) { return n.find(part) != std::string::npos; });
   };
   size_t p256 = 0, cbc = 0, checked = 0;
-  for (const TableFunction& f : tables->functions) {
+  for (const TableFunction& f : tables_.functions) {
     if (f.name.rfind("openssl:", 0) != 0) continue;
     const std::set<std::string>& names = truth[f.addr];
     if (names.empty()) continue;
@@ -235,38 +237,33 @@ TEST(LibraryTablesTest, NamesTheCodeBelowTheProviders) {
 // (-z noseparate-code, older binutils' default).
 class SyntheticProviderTest : public ::testing::TestWithParam<const char*> {};
 
+// What the reader names each function of testdata/provider_tables.c.
+const std::map<std::string, std::string> kProviderTableNames = {
+    // Shared by two digests: both listed.
+    {"sha_newctx", "provider:digest:SHA1|SHA2-256:newctx"},
+    {"sha1_update", "provider:digest:SHA1:update"},
+    {"sha256_update", "provider:digest:SHA2-256:update"},
+    {"sha256_final", "provider:digest:SHA2-256:final"},
+    // Ciphers (OSSL_ALGORITHM_CAPABLE, 40 bytes apart): the key size dropped.
+    {"aes128gcm_newctx", "provider:cipher:AES-GCM:newctx"},
+    {"aes256gcm_newctx", "provider:cipher:AES-GCM:newctx"},
+    {"aria128gcm_newctx", "provider:cipher:ARIA-GCM:newctx"},
+    // Two slots of one table, and two algorithms.
+    {"gcm_update", "provider:cipher:AES-GCM|ARIA-GCM:update+cipher"},
+    {"ecdsa_newctx", "provider:signature:ECDSA:newctx"},
+    {"ecdsa_sign", "provider:signature:ECDSA:sign"},
+    {"rsa_sign", "provider:signature:RSA:sign"},
+    // Properties with output=: an encoder, whose ids this module does not name.
+    {"rsa_encoder", "provider:encoder:RSA:fn1"},
+};
+
 TEST_P(SyntheticProviderTest, NamesEveryTableFunction) {
-  ASSERT_TRUE(symtest::HaveTool("cc")) << "cc is missing: run scripts/install-deps.sh";
-  symtest::TempDir dir;
-  auto built =
-      symtest::BuildTestLibrary(dir, "libprov", "libprov.so.1", std::string("-O2 ") + GetParam(), "provider_tables.c");
-  ASSERT_EQ(built.status, 0) << built.output;
-  auto full = symtest::LoadPath(dir.File("libprov.so"));  // .symtab: the truth
-  ASSERT_TRUE(full) << full.error().message;
-  auto tables = Read(dir.File("libprov.stripped.so"));
-  ASSERT_TRUE(tables) << tables.error().message;
-  const std::map<std::string, std::string> got = symtest::TableNamesByRealName(**full, tables->functions);
-  const std::map<std::string, std::string> want = {
-      // Shared by two digests: both listed.
-      {"sha_newctx", "provider:digest:SHA1|SHA2-256:newctx"},
-      {"sha1_update", "provider:digest:SHA1:update"},
-      {"sha256_update", "provider:digest:SHA2-256:update"},
-      {"sha256_final", "provider:digest:SHA2-256:final"},
-      // Ciphers (OSSL_ALGORITHM_CAPABLE, 40 bytes apart): the key size dropped.
-      {"aes128gcm_newctx", "provider:cipher:AES-GCM:newctx"},
-      {"aes256gcm_newctx", "provider:cipher:AES-GCM:newctx"},
-      {"aria128gcm_newctx", "provider:cipher:ARIA-GCM:newctx"},
-      // Two slots of one table, and two algorithms.
-      {"gcm_update", "provider:cipher:AES-GCM|ARIA-GCM:update+cipher"},
-      {"ecdsa_newctx", "provider:signature:ECDSA:newctx"},
-      {"ecdsa_sign", "provider:signature:ECDSA:sign"},
-      {"rsa_sign", "provider:signature:RSA:sign"},
-      // Properties with output=: an encoder, whose ids this module does not name.
-      {"rsa_encoder", "provider:encoder:RSA:fn1"},
-  };
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(tables->stats.tables, 4u);
-  EXPECT_EQ(tables->stats.algorithms, 8u);
+  symtest::BuiltTables<LibraryTables> built;
+  ASSERT_NO_FATAL_FAILURE(symtest::ReadBuiltLibrary("libprov", "libprov.so.1", std::string("-O2 ") + GetParam(),
+                                                    "provider_tables.c", "", ReadLibraryTables, &built));
+  EXPECT_EQ(built.by_real_name, kProviderTableNames);
+  EXPECT_EQ(built.tables.stats.tables, 4u);
+  EXPECT_EQ(built.tables.stats.algorithms, 8u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, SyntheticProviderTest,
@@ -284,63 +281,33 @@ TEST(LibraryTablesTest, LibsslHasNoProviderTables) {
 // the tables, an export's own name kept where both name an address.
 TEST(LibraryTablesTest, LoadBinaryImageAddsThemAfterDynsym) {
   REQUIRE_FILES(kLibcrypto);
-  LoadOptions options;
-  options.debug.static_archive_sonames.clear();
-  options.debug.use_debuginfod = false;
-  auto img = symtest::LoadPath(kLibcrypto, options);
-  ASSERT_TRUE(img) << img.error().message;
-  const BinaryImage& i = **img;
-  EXPECT_EQ(i.symbol_source, SymbolSource::kLibraryTables);
-  EXPECT_EQ(SymbolSourceName(i.symbol_source), "library-tables");
-  const Symbol* sign = symtest::SymbolNamed(i, "provider:signature:ECDSA:sign");
-  ASSERT_NE(sign, nullptr);
-  auto found = i.symbols.Find(sign->addr + sign->size / 2);
-  ASSERT_TRUE(found);
-  EXPECT_EQ(i.symbols.at(*found).name, "provider:signature:ECDSA:sign");
+  const LoadOptions options = symtest::NoArchiveNoDebuginfod();
+  auto img = symtest::LoadFrom(kLibcrypto, options, SymbolSource::kLibraryTables);
+  ASSERT_NE(img, nullptr);
+  const BinaryImage& i = *img;
+  symtest::ExpectFoundInside(i, "provider:signature:ECDSA:sign");
   // SHA256_Update is both exported and in the SHA2-256 dispatch table.
   const Symbol* update = symtest::SymbolNamed(i, "SHA256_Update");
   ASSERT_NE(update, nullptr);
   EXPECT_EQ(i.symbols.at(*i.symbols.Find(update->addr)).name, "SHA256_Update");
   EXPECT_EQ(symtest::SymbolNamed(i, "provider:digest:SHA2-256:update"), nullptr);
-
-  options.debug.library_tables = false;
-  auto dyn = symtest::LoadPath(kLibcrypto, options);
-  ASSERT_TRUE(dyn);
-  EXPECT_EQ((*dyn)->symbol_source, SymbolSource::kDynsym);
-  EXPECT_GT(i.symbols.size(), (*dyn)->symbols.size() + 1000);
+  EXPECT_GT(i.symbols.size(), symtest::DynsymOnlySize(kLibcrypto, options) + 1000);
 }
 
 // Truncated and corrupted copies: an Error or a (partial) result, never a
 // crash or a read outside the file (ASan in the sanitizer pass).
 TEST(LibraryTablesTest, MalformedCopiesGiveErrorsNotCrashes) {
   REQUIRE_FILES(kLibcrypto);
-  const std::vector<uint8_t> bytes = symtest::ReadFileBytes(kLibcrypto);
-  ASSERT_GT(bytes.size(), 1u << 20);
-  symtest::TempDir dir;
-  const std::string path = dir.File("libcrypto.so.3");
-  symtest::ExpectTruncatedCopiesFail(bytes, path, [](const std::string& p) { return static_cast<bool>(Read(p)); });
-  std::random_device rd;
-  const unsigned seed = rd();
-  std::printf("corruption seed %u\n", seed);
-  std::mt19937 rng(seed);
-  for (int round = 0; round < 8; ++round) {
-    std::vector<uint8_t> copy = bytes;
-    // Flip bytes all over the file, the headers and tables included.
-    for (int k = 0; k < 2000; ++k) copy[rng() % copy.size()] ^= static_cast<uint8_t>(1u + rng() % 255);
-    symtest::WriteFileBytes(path, copy);
-    auto t = Read(path);
-    if (t) {
-      for (const TableFunction& f : t->functions) {
-        ASSERT_TRUE(f.name.rfind("provider:", 0) == 0 || f.name.rfind("openssl:", 0) == 0)
-            << f.name << " seed " << seed;
-        ASSERT_GT(f.size, 0u) << f.name << " seed " << seed;
-      }
-    }
-  }
-  symtest::WriteFileBytes(path, std::vector<uint8_t>(10000, 0x41));
-  auto not_elf = Read(path);
-  ASSERT_FALSE(not_elf);
-  EXPECT_NE(not_elf.error().message.find("not an ELF"), std::string::npos) << not_elf.error().message;
+  // Bytes flipped all over the file, the headers and tables included.
+  symtest::ExpectMalformedCopiesHandled(
+      kLibcrypto, "libcrypto.so.3", {{0, 0}}, 8, 2000, Read, [](const Result<LibraryTables>& t, unsigned seed) {
+        if (!t) return;
+        for (const TableFunction& f : t->functions) {
+          ASSERT_TRUE(f.name.rfind("provider:", 0) == 0 || f.name.rfind("openssl:", 0) == 0)
+              << f.name << " seed " << seed;
+          ASSERT_GT(f.size, 0u) << f.name << " seed " << seed;
+        }
+      });
 }
 
 }  // namespace

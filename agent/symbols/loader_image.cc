@@ -17,6 +17,61 @@ namespace {
 // "library" of gigabytes is not one these readers should decode.
 constexpr uint64_t kMaxImageBytes = 256ull << 20;
 
+// A relocation section and its header.
+struct Rela {
+  Elf_Scn* scn;
+  GElf_Shdr sh;
+};
+
+// The file's loadable segments, each with its kind and memory size.
+Result<std::vector<LoaderImage::Segment>> ImageSegments(int fd, const X86Elf& file, std::string_view path) {
+  auto segments = ReadLoadSegments(fd, file, path, /*code_only=*/false, kMaxImageBytes);
+  if (!segments) return segments.error();
+  size_t phnum = 0;
+  std::vector<uint64_t> memsz;  // p_memsz of the segments ReadLoadSegments returned, in order
+  if (elf_getphdrnum(file.elf.get(), &phnum) == 0) {
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(file.elf.get(), static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
+          ph.p_filesz != 0) {
+        memsz.push_back(ph.p_memsz);
+      }
+    }
+  }
+  std::vector<LoaderImage::Segment> out;
+  for (size_t i = 0; i < segments->size(); ++i) {
+    LoadedSegment& seg = (*segments)[i];
+    const LoaderImage::Kind kind = (seg.flags & PF_X)   ? LoaderImage::kCode
+                                   : (seg.flags & PF_W) ? LoaderImage::kWritable
+                                                        : LoaderImage::kReadOnly;
+    const uint64_t size = i < memsz.size() ? memsz[i] : seg.bytes.size();
+    out.push_back({seg.vaddr, std::move(seg.bytes), size, kind});
+  }
+  return out;
+}
+
+// The pointers one dynamic relocation section fills (RELATIVE, and 64/GLOB_DAT
+// to a defined .dynsym symbol: `dynsym_values`), and with `dynsym_names` the
+// imports its JUMP_SLOTs call.
+void ApplyRelocations(Elf_Data* d, const std::vector<uint64_t>& dynsym_values,
+                      const std::vector<std::string_view>& dynsym_names, LoaderImage& image) {
+  const size_t n = d->d_size / sizeof(Elf64_Rela);
+  for (size_t k = 0; k < n; ++k) {
+    GElf_Rela rel;
+    if (gelf_getrela(d, static_cast<int>(k), &rel) == nullptr) break;
+    const uint32_t type = GELF_R_TYPE(rel.r_info);
+    const uint64_t sym = GELF_R_SYM(rel.r_info);
+    if (type == R_X86_64_RELATIVE) {
+      image.pointers[rel.r_offset] = static_cast<uint64_t>(rel.r_addend);
+    } else if ((type == R_X86_64_64 || type == R_X86_64_GLOB_DAT) && sym < dynsym_values.size() &&
+               dynsym_values[sym] != 0) {
+      image.pointers[rel.r_offset] = dynsym_values[sym] + static_cast<uint64_t>(rel.r_addend);
+    } else if (type == R_X86_64_JUMP_SLOT && sym < dynsym_names.size() && !dynsym_names[sym].empty()) {
+      image.plt_slots.emplace(rel.r_offset, std::string(dynsym_names[sym]));
+    }
+  }
+}
+
 }  // namespace
 
 const LoaderImage::Segment* LoaderImage::SegmentAt(uint64_t vaddr) const {
@@ -81,35 +136,14 @@ Result<LoaderImage> LoadLoaderImage(int fd, std::string_view path, const LoaderI
   const ElfPtr& elf = opened->elf;
   const uint64_t file_size = opened->file_size;
   LoaderImage image;
-  auto segments = ReadLoadSegments(fd, *opened, path, /*code_only=*/false, kMaxImageBytes);
+  auto segments = ImageSegments(fd, *opened, path);
   if (!segments) return segments.error();
-  size_t phnum = 0;
-  std::vector<uint64_t> memsz;  // p_memsz of the segments ReadLoadSegments returned, in order
-  if (elf_getphdrnum(elf.get(), &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD && ph.p_filesz != 0) {
-        memsz.push_back(ph.p_memsz);
-      }
-    }
-  }
-  for (size_t i = 0; i < segments->size(); ++i) {
-    LoadedSegment& seg = (*segments)[i];
-    const LoaderImage::Kind kind = (seg.flags & PF_X)   ? LoaderImage::kCode
-                                   : (seg.flags & PF_W) ? LoaderImage::kWritable
-                                                        : LoaderImage::kReadOnly;
-    const uint64_t size = i < memsz.size() ? memsz[i] : seg.bytes.size();
-    image.segments.push_back({seg.vaddr, std::move(seg.bytes), size, kind});
-  }
+  image.segments = std::move(*segments);
 
   // Sections: .dynsym (for R_X86_64_64 targets, and the export names), the
   // dynamic relocations against it, and .eh_frame (function extents).
   size_t shstrndx = 0;
   if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) return MakeError("{}: no section name table", path);
-  struct Rela {
-    Elf_Scn* scn;
-    GElf_Shdr sh;
-  };
   std::vector<Rela> relas;
   std::vector<uint64_t> dynsym_values;  // st_value of defined symbols, 0 for undefined
   std::vector<std::string_view> dynsym_names;
@@ -156,24 +190,7 @@ Result<LoaderImage> LoadLoaderImage(int fd, std::string_view path, const LoaderI
     // symbols at all); .rela.plt holds JUMP_SLOTs, which are not data but say
     // what a PLT stub calls.
     if (r.sh.sh_link != dynsym_index && r.sh.sh_link != 0) continue;
-    Elf_Data* d = elf_getdata(r.scn, nullptr);
-    if (d == nullptr) continue;
-    const size_t n = d->d_size / sizeof(Elf64_Rela);
-    for (size_t k = 0; k < n; ++k) {
-      GElf_Rela rel;
-      if (gelf_getrela(d, static_cast<int>(k), &rel) == nullptr) break;
-      const uint32_t type = GELF_R_TYPE(rel.r_info);
-      const uint64_t sym = GELF_R_SYM(rel.r_info);
-      if (type == R_X86_64_RELATIVE) {
-        image.pointers[rel.r_offset] = static_cast<uint64_t>(rel.r_addend);
-      } else if ((type == R_X86_64_64 || type == R_X86_64_GLOB_DAT) && sym < dynsym_values.size() &&
-                 dynsym_values[sym] != 0) {
-        image.pointers[rel.r_offset] = dynsym_values[sym] + static_cast<uint64_t>(rel.r_addend);
-      } else if (type == R_X86_64_JUMP_SLOT && options.symbol_names && sym < dynsym_names.size() &&
-                 !dynsym_names[sym].empty()) {
-        image.plt_slots.emplace(rel.r_offset, std::string(dynsym_names[sym]));
-      }
-    }
+    if (Elf_Data* d = elf_getdata(r.scn, nullptr)) ApplyRelocations(d, dynsym_values, dynsym_names, image);
   }
   return image;
 }

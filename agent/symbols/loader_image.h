@@ -11,6 +11,7 @@
 // read from several threads.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/symbols/library_tables.h"
 #include "common/result.h"
 
 namespace tlsprof::symbols {
@@ -98,6 +100,46 @@ inline std::string JoinOrStar(const std::vector<std::string>& items, std::string
     out.append(item);
   }
   return out;
+}
+
+// A function shared by more algorithms than this, or filling more slots of
+// its tables, is named with "*" there.
+inline constexpr size_t kMaxListed = 8;
+inline constexpr size_t kMaxRoles = 3;
+
+// The name a table reader gives a function from its table uses (each with
+// an `algorithm` and a `role`; kind_name(use) gives its kind):
+// "<prefix>:<kind>:<algorithms>:<roles>". Several kinds: "*". Several
+// algorithms: all of them, sorted (AES-GCM|ARIA-GCM), "*" past kMaxListed.
+// Several slots (ChaCha20-Poly1305's update and cipher): update+cipher, "*"
+// past kMaxRoles.
+template <typename Use, typename KindName>
+std::string TableFunctionName(std::string_view prefix, const std::vector<Use>& uses, KindName kind_name) {
+  std::vector<std::string> kinds, algs, roles;
+  for (const Use& u : uses) {
+    AddDistinct(kinds, std::string(kind_name(u)));
+    AddDistinct(algs, u.algorithm);
+    AddDistinct(roles, u.role);
+  }
+  std::sort(algs.begin(), algs.end());
+  return std::string(prefix) + ":" + JoinOrStar(kinds, ":", 1) + ":" + JoinOrStar(algs, "|", kMaxListed) + ":" +
+         JoinOrStar(roles, "+", kMaxRoles);
+}
+
+// Adds a TableFunction for each function `uses` maps (address -> its table
+// uses), named TableFunctionName(prefix, its uses, kind_name), when it has
+// an extent (an FDE); counts the others in `no_extent`.
+template <typename Uses, typename KindName>
+void NameTableFunctions(const LoaderImage& image, std::string_view prefix, const Uses& uses, KindName kind_name,
+                        std::vector<TableFunction>& out, uint64_t& no_extent) {
+  for (const auto& [addr, list] : uses) {
+    auto size = image.FunctionSize(addr);
+    if (!size) {
+      ++no_extent;
+      continue;
+    }
+    out.push_back({addr, *size, TableFunctionName(prefix, list, kind_name)});
+  }
 }
 
 // Loads the x86-64 ELF64 file open at `fd`. Errors: not such a file, its

@@ -16,11 +16,7 @@
 namespace tlsprof::symbols {
 namespace {
 
-using symtest::ReadFileBytes;
-using symtest::TempDir;
-using symtest::WriteFileBytes;
-
-constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
+using namespace symtest;
 
 // A copy of an ELF64 file with helpers to patch its headers.
 struct ElfBytes {

@@ -24,18 +24,51 @@
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/boringssl_tables.h"
 #include "agent/symbols/library_tables.h"
+#include "agent/symbols/proc_status.h"
 #include "common/fd.h"
 
 namespace {
 
-// VmRSS / VmHWM from /proc/self/status, in KiB.
-long StatusKb(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) return std::stol(line.substr(std::strlen(field)));
+// --tables-only: both table readers on the file, each the fastest of
+// `repeat` runs; a reader that names nothing in this file (the other
+// library's) is printed only if neither does. The exit status.
+int TimeTableReaders(int fd, const char* path, int repeat) {
+  double best = 1e30, best_boring = 1e30;
+  tlsprof::symbols::LibraryTablesStats st;
+  tlsprof::symbols::BoringSslTablesStats bst;
+  for (int i = 0; i < repeat; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto tables = tlsprof::symbols::ReadLibraryTables(fd, path);
+    auto t1 = std::chrono::steady_clock::now();
+    auto boring = tlsprof::symbols::ReadBoringSslTables(fd, path);
+    auto t2 = std::chrono::steady_clock::now();
+    if (!tables || !boring) {
+      std::fprintf(stderr, "error: %s\n", (!tables ? tables.error() : boring.error()).message.c_str());
+      return 1;
+    }
+    st = tables->stats;
+    bst = boring->stats;
+    best = std::min(best, std::chrono::duration<double, std::milli>(t1 - t0).count());
+    best_boring = std::min(best_boring, std::chrono::duration<double, std::milli>(t2 - t1).count());
   }
-  return -1;
+  if (st.functions != 0 || bst.functions == 0) {
+    std::printf(
+        "%s: %llu algorithms in %llu tables, %llu curves, %llu EC methods, %llu cipher hw structs, %llu functions "
+        "named (%llu below the providers); decode %.1f ms (fastest of %d)\n",
+        path, static_cast<unsigned long long>(st.algorithms), static_cast<unsigned long long>(st.tables),
+        static_cast<unsigned long long>(st.curves), static_cast<unsigned long long>(st.ec_methods),
+        static_cast<unsigned long long>(st.hw_structs), static_cast<unsigned long long>(st.functions),
+        static_cast<unsigned long long>(st.code_functions), best, repeat);
+  }
+  if (bst.functions != 0) {
+    std::printf(
+        "%s: %llu getters and %llu curves, %llu slots, %llu functions named (%llu without an FDE); method-table "
+        "decode %.1f ms (fastest of %d)\n",
+        path, static_cast<unsigned long long>(bst.getters), static_cast<unsigned long long>(bst.curves),
+        static_cast<unsigned long long>(bst.slots), static_cast<unsigned long long>(bst.functions),
+        static_cast<unsigned long long>(bst.no_extent), best_boring, repeat);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -74,46 +107,7 @@ int main(int argc, char** argv) {
     std::perror(argv[1]);
     return 1;
   }
-  if (tables_only) {
-    // Both readers, each the fastest of `repeat` runs; a reader that names
-    // nothing in this file (the other library's) is printed only if neither does.
-    double best = 1e30, best_boring = 1e30;
-    tlsprof::symbols::LibraryTablesStats st;
-    tlsprof::symbols::BoringSslTablesStats bst;
-    for (int i = 0; i < repeat; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      auto tables = tlsprof::symbols::ReadLibraryTables(fd.get(), argv[1]);
-      auto t1 = std::chrono::steady_clock::now();
-      auto boring = tlsprof::symbols::ReadBoringSslTables(fd.get(), argv[1]);
-      auto t2 = std::chrono::steady_clock::now();
-      if (!tables || !boring) {
-        std::fprintf(stderr, "error: %s\n", (!tables ? tables.error() : boring.error()).message.c_str());
-        return 1;
-      }
-      st = tables->stats;
-      bst = boring->stats;
-      best = std::min(best, std::chrono::duration<double, std::milli>(t1 - t0).count());
-      best_boring = std::min(best_boring, std::chrono::duration<double, std::milli>(t2 - t1).count());
-    }
-    if (st.functions != 0 || bst.functions == 0) {
-      std::printf(
-          "%s: %llu algorithms in %llu tables, %llu curves, %llu EC methods, %llu cipher hw structs, %llu functions "
-          "named (%llu below the providers); decode %.1f ms (fastest of %d)\n",
-          argv[1], static_cast<unsigned long long>(st.algorithms), static_cast<unsigned long long>(st.tables),
-          static_cast<unsigned long long>(st.curves), static_cast<unsigned long long>(st.ec_methods),
-          static_cast<unsigned long long>(st.hw_structs), static_cast<unsigned long long>(st.functions),
-          static_cast<unsigned long long>(st.code_functions), best, repeat);
-    }
-    if (bst.functions != 0) {
-      std::printf(
-          "%s: %llu getters and %llu curves, %llu slots, %llu functions named (%llu without an FDE); method-table "
-          "decode %.1f ms (fastest of %d)\n",
-          argv[1], static_cast<unsigned long long>(bst.getters), static_cast<unsigned long long>(bst.curves),
-          static_cast<unsigned long long>(bst.slots), static_cast<unsigned long long>(bst.functions),
-          static_cast<unsigned long long>(bst.no_extent), best_boring, repeat);
-    }
-    return 0;
-  }
+  if (tables_only) return TimeTableReaders(fd.get(), argv[1], repeat);
   tlsprof::symbols::LoadOptions options;
   if (!all) {
     options.keep = tlsprof::classify::IsTlsSymbol;
@@ -121,8 +115,8 @@ int main(int argc, char** argv) {
   }
   if (no_archive) options.debug.static_archive_sonames.clear();
   options.debug.library_tables = !no_tables;
-  long rss_before = StatusKb("VmRSS:");
-  long hwm_before = StatusKb("VmHWM:");
+  long rss_before = tlsprof::symbols::ProcStatusKb("VmRSS:");
+  long hwm_before = tlsprof::symbols::ProcStatusKb("VmHWM:");
   auto t0 = std::chrono::steady_clock::now();
   auto image = tlsprof::symbols::LoadBinaryImage(fd.get(), argv[1], options);
   auto t1 = std::chrono::steady_clock::now();
@@ -130,8 +124,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", image.error().message.c_str());
     return 1;
   }
-  long rss_after = StatusKb("VmRSS:");
-  long hwm_after = StatusKb("VmHWM:");
+  long rss_after = tlsprof::symbols::ProcStatusKb("VmRSS:");
+  long hwm_after = tlsprof::symbols::ProcStatusKb("VmHWM:");
   const auto& img = **image;
   std::printf("%s: build-id %s, source %s, %llu function symbols seen, %zu kept, go=%d\n", argv[1],
               img.build_id.c_str(), std::string(tlsprof::symbols::SymbolSourceName(img.symbol_source)).c_str(),

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <stdexcept>
 
 #include <gtest/gtest.h>
@@ -50,6 +51,19 @@ CommandResult RunCommand(const std::string& command) {
 }
 
 bool HaveTool(const std::string& name) { return RunCommand("command -v " + name).status == 0; }
+
+std::string MustRun(const std::string& command) {
+  auto r = RunCommand(command);
+  EXPECT_EQ(r.status, 0) << command << "\n" << r.output;
+  return r.output;
+}
+
+std::string ReadelfBuildId(const std::string& path) {
+  auto r = RunCommand("readelf -n " + path);
+  std::smatch m;
+  static const std::regex re("Build ID: ([0-9a-f]+)");
+  return std::regex_search(r.output, m, re) ? m[1].str() : "";
+}
 
 Result<std::shared_ptr<const BinaryImage>> LoadPath(const std::string& path, const LoadOptions& options) {
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -101,6 +115,56 @@ void ExpectTruncatedCopiesFail(const std::vector<uint8_t>& bytes, const std::str
       EXPECT_FALSE(reads(path)) << "truncated to " << len;
     }
   }
+}
+
+std::mt19937 SeededRng(unsigned& seed) {
+  std::random_device rd;
+  seed = rd();
+  std::printf("corruption seed %u\n", seed);
+  return std::mt19937(seed);
+}
+
+void ForEachCorruptedCopy(const std::vector<uint8_t>& bytes, const std::string& path, size_t begin, size_t end,
+                          int rounds, int flips, std::mt19937& rng, const std::function<void()>& check) {
+  ASSERT_LE(end, bytes.size());
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<uint8_t> copy = bytes;
+    for (int k = 0; k < flips; ++k) copy[begin + rng() % (end - begin)] ^= static_cast<uint8_t>(1u + rng() % 255);
+    WriteFileBytes(path, copy);
+    check();
+  }
+}
+
+LoadOptions NoArchiveNoDebuginfod() {
+  LoadOptions o;
+  o.debug.static_archive_sonames.clear();
+  o.debug.use_debuginfod = false;
+  return o;
+}
+
+std::shared_ptr<const BinaryImage> LoadFrom(const std::string& path, const LoadOptions& options, SymbolSource source) {
+  auto img = LoadPath(path, options);
+  EXPECT_TRUE(img) << (img ? "" : img.error().message);
+  if (!img) return nullptr;
+  EXPECT_EQ((*img)->symbol_source, source) << path;
+  return *img;
+}
+
+size_t DynsymOnlySize(const std::string& path, LoadOptions options) {
+  options.debug.library_tables = false;
+  auto dyn = LoadPath(path, options);
+  EXPECT_TRUE(dyn) << (dyn ? "" : dyn.error().message);
+  if (!dyn) return 0;
+  EXPECT_EQ((*dyn)->symbol_source, SymbolSource::kDynsym);
+  return (*dyn)->symbols.size();
+}
+
+void ExpectFoundInside(const BinaryImage& image, const std::string& name) {
+  const Symbol* s = SymbolNamed(image, name);
+  ASSERT_NE(s, nullptr) << name;
+  auto found = image.symbols.Find(s->addr + s->size / 2);
+  ASSERT_TRUE(found) << name;
+  EXPECT_EQ(image.symbols.at(*found).name, name);
 }
 
 }  // namespace tlsprof::symbols::symtest

@@ -73,7 +73,7 @@ struct X86Interpreter::Impl {
   X86Run Execute(uint64_t fn) {
     X86Run run;
     if (!ok() || image_.KindAt(fn) != LoaderImage::kCode) return run;
-    std::array<std::optional<uint64_t>, 16> regs{};
+    Regs regs{};
     auto [bytes, size] = image_.Bytes(fn, kMaxInstructions * 16);
     const uint8_t* code = bytes;
     size_t left = size;
@@ -83,19 +83,6 @@ struct X86Interpreter::Impl {
       const cs_x86& x = insn_->detail->x86;
       const uint64_t next = insn_->address + insn_->size;
       const cs_x86_op* ops = x.operands;
-      // rip-relative [rip+disp] with no index: its address.
-      auto rip_address = [next](const cs_x86_op& op) -> std::optional<uint64_t> {
-        if (op.type != X86_OP_MEM || op.mem.base != X86_REG_RIP || op.mem.index != X86_REG_INVALID ||
-            op.mem.segment != X86_REG_INVALID) {
-          return std::nullopt;
-        }
-        return next + static_cast<uint64_t>(op.mem.disp);
-      };
-      auto set = [&regs](Gpr r, std::optional<uint64_t> v) {
-        if (r.index < 0) return;
-        // A 32-bit write zero-extends; an 8- or 16-bit one keeps the rest, unknown here.
-        regs[r.index] = (v && r.width >= 4) ? std::optional<uint64_t>(Truncate(*v, r.width)) : std::nullopt;
-      };
       switch (insn_->id) {
         case X86_INS_RET:
           run.returned = true;
@@ -114,70 +101,24 @@ struct X86Interpreter::Impl {
         }
         case X86_INS_LEA: {
           if (x.op_count != 2 || ops[0].type != X86_OP_REG) return run;
-          set(GprOf(ops[0].reg), rip_address(ops[1]));
+          Set(regs, GprOf(ops[0].reg), RipAddress(ops[1], next));
           continue;
         }
         case X86_INS_XOR: {
           if (x.op_count == 2 && ops[0].type == X86_OP_REG && ops[1].type == X86_OP_REG && ops[0].reg == ops[1].reg) {
-            set(GprOf(ops[0].reg), 0);
+            Set(regs, GprOf(ops[0].reg), 0);
             continue;
           }
           break;
         }
         case X86_INS_MOV:
-        case X86_INS_MOVABS: {
-          if (x.op_count != 2) return run;
-          if (ops[0].type == X86_OP_REG) {
-            const Gpr dst = GprOf(ops[0].reg);
-            if (ops[1].type == X86_OP_IMM) {
-              set(dst, static_cast<uint64_t>(ops[1].imm));
-            } else if (ops[1].type == X86_OP_REG) {
-              const Gpr src = GprOf(ops[1].reg);
-              set(dst, src.index >= 0 && src.width == dst.width ? regs[src.index] : std::nullopt);
-            } else {
-              set(dst, std::nullopt);
-            }
-            continue;
-          }
-          if (ops[0].type == X86_OP_MEM) {
-            if (auto at = rip_address(ops[0])) {
-              std::optional<uint64_t> v;
-              if (ops[1].type == X86_OP_IMM) {
-                v = Truncate(static_cast<uint64_t>(ops[1].imm), ops[0].size);
-              } else if (ops[1].type == X86_OP_REG) {
-                const Gpr src = GprOf(ops[1].reg);
-                if (src.index >= 0) v = regs[src.index] ? std::optional(Truncate(*regs[src.index], src.width)) : v;
-              }
-              run.stores.push_back({*at, ops[0].size, v});
-            }
-            continue;  // a store elsewhere (the stack) changes no register
-          }
-          return run;
-        }
+        case X86_INS_MOVABS:
+          if (!Move(x, next, regs, run)) return run;
+          continue;
         default:
           break;
       }
-      // Control flow the run does not follow: stop.
-      if (cs_insn_group(cs_, insn_, CS_GRP_JUMP) || cs_insn_group(cs_, insn_, CS_GRP_CALL) ||
-          cs_insn_group(cs_, insn_, CS_GRP_RET) || cs_insn_group(cs_, insn_, CS_GRP_INT) ||
-          cs_insn_group(cs_, insn_, CS_GRP_IRET)) {
-        return run;
-      }
-      // Anything else: its stores to rip-relative memory have no known value
-      // (vector stores of zeroes or of a constant from .rodata), and the
-      // registers it writes are forgotten.
-      if (x.op_count >= 1) {
-        if (auto at = rip_address(ops[0]); at && (ops[0].access & CS_AC_WRITE)) {
-          run.stores.push_back({*at, ops[0].size, std::nullopt});
-        }
-      }
-      cs_regs read{}, written{};
-      uint8_t nread = 0, nwritten = 0;
-      if (cs_regs_access(cs_, insn_, read, &nread, written, &nwritten) != CS_ERR_OK) return run;
-      for (uint8_t i = 0; i < nwritten; ++i) {
-        const Gpr r = GprOf(written[i]);
-        if (r.index >= 0) regs[r.index].reset();
-      }
+      if (!Other(x, next, regs, run)) return run;
     }
     return run;
   }
@@ -227,6 +168,83 @@ struct X86Interpreter::Impl {
       return it != image_.plt_slots.end() && it->second == name;
     }
     return false;
+  }
+
+  // The registers' values where known (rax 0 .. r15 15).
+  using Regs = std::array<std::optional<uint64_t>, 16>;
+
+  // rip-relative [rip+disp] with no index: its address (`next`: the
+  // instruction's end).
+  static std::optional<uint64_t> RipAddress(const cs_x86_op& op, uint64_t next) {
+    if (op.type != X86_OP_MEM || op.mem.base != X86_REG_RIP || op.mem.index != X86_REG_INVALID ||
+        op.mem.segment != X86_REG_INVALID) {
+      return std::nullopt;
+    }
+    return next + static_cast<uint64_t>(op.mem.disp);
+  }
+
+  static void Set(Regs& regs, Gpr r, std::optional<uint64_t> v) {
+    if (r.index < 0) return;
+    // A 32-bit write zero-extends; an 8- or 16-bit one keeps the rest, unknown here.
+    regs[r.index] = (v && r.width >= 4) ? std::optional<uint64_t>(Truncate(*v, r.width)) : std::nullopt;
+  }
+
+  // mov/movabs into a register (an immediate, a register of its width, else
+  // unknown) or a store: to rip-relative memory recorded, to other memory
+  // (the stack) ignored. False: a form the run does not follow.
+  static bool Move(const cs_x86& x, uint64_t next, Regs& regs, X86Run& run) {
+    const cs_x86_op* ops = x.operands;
+    if (x.op_count != 2) return false;
+    if (ops[0].type == X86_OP_REG) {
+      const Gpr dst = GprOf(ops[0].reg);
+      if (ops[1].type == X86_OP_IMM) {
+        Set(regs, dst, static_cast<uint64_t>(ops[1].imm));
+      } else if (ops[1].type == X86_OP_REG) {
+        const Gpr src = GprOf(ops[1].reg);
+        Set(regs, dst, src.index >= 0 && src.width == dst.width ? regs[src.index] : std::nullopt);
+      } else {
+        Set(regs, dst, std::nullopt);
+      }
+      return true;
+    }
+    if (ops[0].type != X86_OP_MEM) return false;
+    if (auto at = RipAddress(ops[0], next)) {
+      std::optional<uint64_t> v;
+      if (ops[1].type == X86_OP_IMM) {
+        v = Truncate(static_cast<uint64_t>(ops[1].imm), ops[0].size);
+      } else if (ops[1].type == X86_OP_REG) {
+        const Gpr src = GprOf(ops[1].reg);
+        if (src.index >= 0) v = regs[src.index] ? std::optional(Truncate(*regs[src.index], src.width)) : v;
+      }
+      run.stores.push_back({*at, ops[0].size, v});
+    }
+    return true;  // a store elsewhere (the stack) changes no register
+  }
+
+  // Any other instruction in insn_. Control flow the run does not follow
+  // stops it (false). Otherwise its stores to rip-relative memory have no
+  // known value (vector stores of zeroes or of a constant from .rodata), and
+  // the registers it writes are forgotten.
+  bool Other(const cs_x86& x, uint64_t next, Regs& regs, X86Run& run) {
+    if (cs_insn_group(cs_, insn_, CS_GRP_JUMP) || cs_insn_group(cs_, insn_, CS_GRP_CALL) ||
+        cs_insn_group(cs_, insn_, CS_GRP_RET) || cs_insn_group(cs_, insn_, CS_GRP_INT) ||
+        cs_insn_group(cs_, insn_, CS_GRP_IRET)) {
+      return false;
+    }
+    const cs_x86_op* ops = x.operands;
+    if (x.op_count >= 1) {
+      if (auto at = RipAddress(ops[0], next); at && (ops[0].access & CS_AC_WRITE)) {
+        run.stores.push_back({*at, ops[0].size, std::nullopt});
+      }
+    }
+    cs_regs read{}, written{};
+    uint8_t nread = 0, nwritten = 0;
+    if (cs_regs_access(cs_, insn_, read, &nread, written, &nwritten) != CS_ERR_OK) return false;
+    for (uint8_t i = 0; i < nwritten; ++i) {
+      const Gpr r = GprOf(written[i]);
+      if (r.index >= 0) regs[r.index].reset();
+    }
+    return true;
   }
 
   const LoaderImage& image_;

@@ -19,15 +19,14 @@
 #include <string_view>
 
 #include "agent/symbols/go_pclntab.h"
+#include "agent/symbols/x86_elf.h"
+#include "agent/unwind/row_builder.h"
 #include "agent/unwind/unwind_table.h"
 
 namespace tlsprof::unwind {
 namespace {
 
-struct ElfCloser {
-  void operator()(Elf* e) const { elf_end(e); }
-};
-using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
+using symbols::ElfPtr;
 
 struct Section {
   std::string_view name;
@@ -101,6 +100,149 @@ unsigned SavesFramePointer(std::span<const uint8_t> code, int64_t delta) {
   return 0;
 }
 
+// The pclntab: its own section, else (externally linked and stripped)
+// merged into .data.rel.ro. Empty: none.
+std::span<const uint8_t> FindPclntab(const std::vector<Section>& sections) {
+  std::span<const uint8_t> pclntab;
+  for (const Section& s : sections) {
+    if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab") pclntab = s.bytes;
+  }
+  if (!pclntab.empty()) return pclntab;
+  for (const Section& s : sections) {
+    if (s.name != ".data.rel.ro") continue;
+    if (auto off = symbols::FindGoPclntab(s.bytes)) pclntab = s.bytes.subspan(*off);
+  }
+  return pclntab;
+}
+
+// The rows of a Go binary, function by function in address order
+// (symbols::ForEachGoFrame), with the gaps between functions and around
+// them filled.
+class GoRows {
+ public:
+  GoRows(int fd, std::string_view display_path, const std::vector<Section>& sections, const Section* text,
+         UnwindTable& table)
+      : fd_(fd), display_path_(display_path), sections_(sections), text_(text), table_(table), rows_(&table) {}
+
+  // One Go function [entry, end) and its pcsp ranges; the gap before it
+  // first.
+  void AddFunction(uint64_t entry, uint64_t end, std::string_view name, std::span<const symbols::GoSpRange> sp) {
+    if (last_end_ == 0 && text_ != nullptr && entry > text_->shdr.sh_addr) FillGap(text_->shdr.sh_addr, entry);
+    if (last_end_ != 0 && entry > last_end_) FillGap(last_end_, entry);
+    last_end_ = std::max(last_end_, end);
+    ++table_.fdes;
+    const Special special = SpecialOf(name);
+    if (special != Special::kNone) {
+      rows_.Add(entry, special == Special::kEnd ? EndRow() : FramePointerRow());
+      ++table_.cfi_rows;
+      table_.covered_bytes += end - entry;
+      return;
+    }
+    if (sp.empty()) {
+      rows_.AddNone(entry);
+      ++table_.unsupported_rows;
+      table_.unsupported_bytes += end - entry;
+      return;
+    }
+    AddPcsp(sp);
+    if (sp.back().end < end) {  // the table stopped early
+      rows_.AddNone(sp.back().end);
+      table_.unsupported_bytes += end - sp.back().end;
+    }
+  }
+
+  // The rest of .text after the last function, and the row that ends the
+  // table.
+  void Finish() {
+    if (last_end_ != 0 && text_ != nullptr && text_->shdr.sh_addr + text_->shdr.sh_size > last_end_) {
+      FillGap(last_end_, text_->shdr.sh_addr + text_->shdr.sh_size);
+      last_end_ = text_->shdr.sh_addr + text_->shdr.sh_size;
+    }
+    if (last_end_ != 0) rows_.AddNone(last_end_);
+    rows_.Finish();
+  }
+
+ private:
+  static unwind_row EndRow() {
+    unwind_row r{};
+    r.cfa_kind = CFA_END;
+    return r;
+  }
+
+  // The code at `vaddr` to the end of its executable section; empty if none.
+  std::span<const uint8_t> CodeAt(uint64_t vaddr) const {
+    for (const Section& s : sections_) {
+      if (!(s.shdr.sh_flags & SHF_EXECINSTR) || vaddr < s.shdr.sh_addr || vaddr - s.shdr.sh_addr >= s.bytes.size()) {
+        continue;
+      }
+      return s.bytes.subspan(vaddr - s.shdr.sh_addr);
+    }
+    return {};
+  }
+
+  // CFA = RSP + delta + 8 over each pcsp range; the caller's RBP from the
+  // slot the prologue saves it in, once it is there (a second row at that
+  // PC).
+  void AddPcsp(std::span<const symbols::GoSpRange> sp) {
+    uint64_t bp_saved_from = UINT64_MAX;  // RBP is in the frame's slot from this PC on
+    for (const auto& range : sp) {
+      if (bp_saved_from == UINT64_MAX && range.sp_delta > 0) {
+        if (unsigned len = SavesFramePointer(CodeAt(range.start), range.sp_delta)) {
+          bp_saved_from = range.start + len;
+        }
+      }
+      for (uint64_t pc : {range.start, bp_saved_from}) {
+        if (pc < range.start || pc >= range.end) continue;
+        unwind_row r{};
+        if (range.sp_delta < 0 || range.sp_delta > INT32_MAX - 8) {
+          r = NoneRow();
+          ++table_.unsupported_rows;
+          table_.unsupported_bytes += range.end - pc;
+        } else {
+          r.cfa_kind = CFA_RSP;
+          r.cfa_off = static_cast<int32_t>(range.sp_delta + 8);
+          const bool saved = pc >= bp_saved_from && range.sp_delta > 0;
+          r.rbp_kind = saved ? RBP_AT_CFA : RBP_SAME;
+          r.rbp_off = saved ? -16 : 0;
+        }
+        rows_.Add(pc, r);
+        ++table_.cfi_rows;
+      }
+      table_.covered_bytes += range.end - range.start;
+    }
+  }
+
+  // Code outside every Go function: C linked in (cgo, boringcrypto's
+  // BoringSSL) and the padding between functions. Its rows come from the
+  // file's CFI where there is some, else the frame-pointer rule, never from
+  // pcsp. The CFI table is built at the first gap wider than padding.
+  void FillGap(uint64_t start, uint64_t end) {
+    constexpr uint64_t kPadding = 64;  // Go pads functions to 32 bytes
+    if (end - start >= kPadding && !cfi_tried_) {
+      cfi_tried_ = true;
+      if (auto built = BuildUnwindTable(fd_, display_path_); built.ok()) cfi_ = *built;
+    }
+    const unwind_row fp = FramePointerRow();
+    const unwind_row* r = cfi_ && end - start >= kPadding ? FindRow(*cfi_, start) : nullptr;
+    rows_.Add(start, r != nullptr && r->cfa_kind != CFA_NONE ? *r : fp);
+    if (r == nullptr) return;
+    for (++r; r < cfi_->rows.data() + cfi_->rows.size() && r->pc < end; ++r) {
+      rows_.Add(r->pc, r->cfa_kind != CFA_NONE ? *r : fp);
+      ++table_.gap_cfi_rows;
+    }
+  }
+
+  int fd_;
+  std::string_view display_path_;
+  const std::vector<Section>& sections_;
+  const Section* text_;
+  UnwindTable& table_;
+  RowBuilder rows_;
+  uint64_t last_end_ = 0;
+  std::shared_ptr<const UnwindTable> cfi_;
+  bool cfi_tried_ = false;
+};
+
 }  // namespace
 
 Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::string_view display_path) {
@@ -115,17 +257,7 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
     return MakeError("{}: not an x86-64 ELF file; only x86-64 stacks can be unwound", display_path);
   }
   const std::vector<Section> sections = Sections(elf.get());
-  std::span<const uint8_t> pclntab;
-  for (const Section& s : sections) {
-    if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab") pclntab = s.bytes;
-  }
-  if (pclntab.empty()) {
-    // Externally linked and stripped: the table is merged into .data.rel.ro.
-    for (const Section& s : sections) {
-      if (s.name != ".data.rel.ro") continue;
-      if (auto off = symbols::FindGoPclntab(s.bytes)) pclntab = s.bytes.subspan(*off);
-    }
-  }
+  const std::span<const uint8_t> pclntab = FindPclntab(sections);
   if (pclntab.empty()) return MakeError("{}: no Go pclntab", display_path);
   auto header = symbols::ParseGoPclntabHeader(pclntab);
   if (!header) return MakeError("{}: {}", display_path, header.error().message);
@@ -139,67 +271,14 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
   if (text_start == 0 && text != nullptr) text_start = text->shdr.sh_addr;
   // Rows hold 32-bit PCs: a .text reaching past 4 GiB would give the rows of
   // its tail truncated, unsorted PCs (the gap after the last function is
-  // filled up to the end of .text). Found by tests/fuzz/eh_frame_fuzz.
+  // filled up to the end of .text).
   if (text != nullptr && (text->shdr.sh_addr > UINT32_MAX || text->shdr.sh_size > UINT32_MAX - text->shdr.sh_addr)) {
     return MakeError("{}: .text reaches beyond 4 GiB, which the 32-bit unwind rows cannot describe", display_path);
   }
-  auto code_at = [&](uint64_t vaddr) -> std::span<const uint8_t> {
-    for (const Section& s : sections) {
-      if (!(s.shdr.sh_flags & SHF_EXECINSTR) || vaddr < s.shdr.sh_addr || vaddr - s.shdr.sh_addr >= s.bytes.size()) {
-        continue;
-      }
-      return s.bytes.subspan(vaddr - s.shdr.sh_addr);
-    }
-    return {};
-  };
 
   auto table = std::make_shared<UnwindTable>();
-  std::vector<unwind_row>& rows = table->rows;
-  auto add = [&](uint64_t pc, unwind_row row) {
-    row.pc = static_cast<uint32_t>(pc);
-    if (!rows.empty() && rows.back().pc == row.pc) rows.pop_back();
-    if (!rows.empty()) {
-      const unwind_row& b = rows.back();
-      if (b.cfa_kind == row.cfa_kind && b.rbp_kind == row.rbp_kind && b.cfa_off == row.cfa_off &&
-          b.rbp_off == row.rbp_off && b.reg == row.reg && b.flags == row.flags && b.deref_add == row.deref_add) {
-        return;
-      }
-    }
-    rows.push_back(row);
-  };
-  auto none = [] {
-    unwind_row r{};
-    r.cfa_kind = CFA_NONE;
-    r.rbp_kind = RBP_LOST;
-    return r;
-  };
-  // Code outside every Go function: C linked in (cgo, boringcrypto's
-  // BoringSSL) and the padding between functions. Its rows come from the
-  // file's CFI where there is some, else the frame-pointer rule (what the
-  // whole mapping used before), never from pcsp.
-  std::shared_ptr<const UnwindTable> cfi;
-  bool cfi_tried = false;
-  auto fill_gap = [&](uint64_t start, uint64_t end) {
-    unwind_row fp{};
-    fp.cfa_kind = CFA_RBP;
-    fp.cfa_off = 16;
-    fp.rbp_kind = RBP_AT_CFA;
-    fp.rbp_off = -16;
-    constexpr uint64_t kPadding = 64;  // Go pads functions to 32 bytes
-    if (end - start >= kPadding && !cfi_tried) {
-      cfi_tried = true;
-      if (auto built = BuildUnwindTable(fd, display_path); built.ok()) cfi = *built;
-    }
-    const unwind_row* r = cfi && end - start >= kPadding ? FindRow(*cfi, start) : nullptr;
-    add(start, r != nullptr && r->cfa_kind != CFA_NONE ? *r : fp);
-    if (r == nullptr) return;
-    for (++r; r < cfi->rows.data() + cfi->rows.size() && r->pc < end; ++r) {
-      add(r->pc, r->cfa_kind != CFA_NONE ? *r : fp);
-      ++table->gap_cfi_rows;
-    }
-  };
+  GoRows rows(fd, display_path, sections, text, *table);
   bool too_high = false;
-  uint64_t last_end = 0;
   auto visited = symbols::ForEachGoFrame(
       pclntab, text_start,
       [&](uint64_t entry, uint64_t end, std::string_view name, std::span<const symbols::GoSpRange> sp) {
@@ -207,74 +286,13 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
           too_high = true;
           return;
         }
-        if (last_end == 0 && text != nullptr && entry > text->shdr.sh_addr) fill_gap(text->shdr.sh_addr, entry);
-        if (last_end != 0 && entry > last_end) fill_gap(last_end, entry);
-        last_end = std::max(last_end, end);
-        ++table->fdes;
-        const Special special = SpecialOf(name);
-        if (special != Special::kNone) {
-          unwind_row r{};
-          if (special == Special::kEnd) {
-            r.cfa_kind = CFA_END;
-          } else {
-            r.cfa_kind = CFA_RBP;
-            r.cfa_off = 16;
-            r.rbp_kind = RBP_AT_CFA;
-            r.rbp_off = -16;
-          }
-          add(entry, r);
-          ++table->cfi_rows;
-          table->covered_bytes += end - entry;
-          return;
-        }
-        if (sp.empty()) {
-          add(entry, none());
-          ++table->unsupported_rows;
-          table->unsupported_bytes += end - entry;
-          return;
-        }
-        uint64_t bp_saved_from = UINT64_MAX;  // RBP is in the frame's slot from this PC on
-        for (const auto& range : sp) {
-          if (bp_saved_from == UINT64_MAX && range.sp_delta > 0) {
-            if (unsigned len = SavesFramePointer(code_at(range.start), range.sp_delta)) {
-              bp_saved_from = range.start + len;
-            }
-          }
-          // One row per range, and a second where the saved RBP appears.
-          for (uint64_t pc : {range.start, bp_saved_from}) {
-            if (pc < range.start || pc >= range.end) continue;
-            unwind_row r{};
-            if (range.sp_delta < 0 || range.sp_delta > INT32_MAX - 8) {
-              r = none();
-              ++table->unsupported_rows;
-              table->unsupported_bytes += range.end - pc;
-            } else {
-              r.cfa_kind = CFA_RSP;
-              r.cfa_off = static_cast<int32_t>(range.sp_delta + 8);
-              const bool saved = pc >= bp_saved_from && range.sp_delta > 0;
-              r.rbp_kind = saved ? RBP_AT_CFA : RBP_SAME;
-              r.rbp_off = saved ? -16 : 0;
-            }
-            add(pc, r);
-            ++table->cfi_rows;
-          }
-          table->covered_bytes += range.end - range.start;
-        }
-        if (sp.back().end < end) {  // the table stopped early
-          add(sp.back().end, none());
-          table->unsupported_bytes += end - sp.back().end;
-        }
+        rows.AddFunction(entry, end, name, sp);
       });
   if (!visited) return MakeError("{}: {}", display_path, visited.error().message);
   if (too_high) {
     return MakeError("{}: Go code beyond 4 GiB, which the 32-bit unwind rows cannot describe", display_path);
   }
-  if (last_end != 0 && text != nullptr && text->shdr.sh_addr + text->shdr.sh_size > last_end) {
-    fill_gap(last_end, text->shdr.sh_addr + text->shdr.sh_size);
-    last_end = text->shdr.sh_addr + text->shdr.sh_size;
-  }
-  if (last_end != 0) add(last_end, none());
-  for (const unwind_row& row : rows) ++table->kind_rows[row.cfa_kind];
+  rows.Finish();
   return std::shared_ptr<const UnwindTable>(table);
 }
 

@@ -8,6 +8,8 @@
 #include "agent/unwind/unwind_table.h"
 
 #include "agent/symbols/eh_frame.h"
+#include "agent/symbols/x86_elf.h"
+#include "agent/unwind/row_builder.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -30,19 +32,10 @@ constexpr int kRegRbp = 6;
 constexpr int kRegRsp = 7;
 constexpr int kRegRip = 16;
 
-// Owners for the libelf / libdw handles.
-struct ElfCloser {
-  void operator()(Elf* e) const { elf_end(e); }
-};
-struct DwarfCloser {
-  void operator()(Dwarf* d) const { dwarf_end(d); }
-};
-struct CfiCloser {
-  void operator()(Dwarf_CFI* c) const { dwarf_cfi_end(c); }
-};
-using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
-using DwarfPtr = std::unique_ptr<Dwarf, DwarfCloser>;
-using CfiPtr = std::unique_ptr<Dwarf_CFI, CfiCloser>;
+// Owners for the libdw handles (the libelf one is symbols::ElfPtr).
+using symbols::ElfPtr;
+using DwarfPtr = std::unique_ptr<Dwarf, decltype([](Dwarf* d) { dwarf_end(d); })>;
+using CfiPtr = std::unique_ptr<Dwarf_CFI, decltype([](Dwarf_CFI* c) { dwarf_cfi_end(c); })>;
 
 struct Interval {
   uint64_t start = 0, end = 0;
@@ -220,33 +213,79 @@ RowResult MakeRow(Dwarf_Frame* frame, int ra_reg, unwind_row* row) {
   return RowResult::kOk;
 }
 
-bool SameRule(const unwind_row& a, const unwind_row& b) {
-  return a.cfa_kind == b.cfa_kind && a.reg == b.reg && a.flags == b.flags && a.rbp_kind == b.rbp_kind &&
-         a.cfa_off == b.cfa_off && a.deref_add == b.deref_add && a.rbp_off == b.rbp_off;
+using ExecRanges = std::vector<std::pair<uint64_t, uint64_t>>;
+
+// Executable segments, [start, end): the only code the unwinder can be in.
+// An Error where one reaches past 4 GiB.
+Result<ExecRanges> ExecSegments(Elf* elf, std::string_view display_path) {
+  ExecRanges exec;
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) != 0) {
+    return MakeError("{}: unreadable program headers ({})", display_path, elf_errmsg(-1));
+  }
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (!gelf_getphdr(elf, int(i), &ph)) continue;
+    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X) || ph.p_memsz == 0) continue;
+    if (ph.p_vaddr + ph.p_memsz > (uint64_t{1} << 32) || ph.p_vaddr + ph.p_memsz < ph.p_vaddr) {
+      return MakeError(
+          "{}: code at ELF address {:#x} is beyond 4 GiB, which the 32-bit unwind rows cannot describe; "
+          "stacks through it fall back to frame pointers",
+          display_path, ph.p_vaddr);
+    }
+    exec.emplace_back(ph.p_vaddr, ph.p_vaddr + ph.p_memsz);
+  }
+  return exec;
 }
 
-class RowBuilder {
- public:
-  explicit RowBuilder(UnwindTable* t) : t_(t) {}
-  void Add(uint64_t pc, unwind_row row) {
-    row.pc = uint32_t(pc);
-    auto& rows = t_->rows;
-    if (!rows.empty() && rows.back().pc == row.pc) {
-      rows.pop_back();  // an empty range: the later rule wins
+// Keeps the FDEs inside executable segments whose CFI is open, sorted by
+// start, .eh_frame's first at one start.
+void KeepUsableFdes(std::vector<Interval>& fdes, const ExecRanges& exec, Dwarf_CFI* const (&cfis)[2]) {
+  auto in_exec = [&](const Interval& iv) {
+    for (auto [s, e] : exec) {
+      if (iv.start >= s && iv.end <= e) return true;
     }
-    if (!rows.empty() && SameRule(rows.back(), row)) return;
-    rows.push_back(row);
-  }
-  void AddNone(uint64_t pc) {
-    unwind_row row{};
-    row.cfa_kind = CFA_NONE;
-    row.rbp_kind = RBP_LOST;
-    Add(pc, row);
-  }
+    return false;
+  };
+  std::erase_if(fdes, [&](const Interval& iv) { return !in_exec(iv) || !cfis[iv.source]; });
+  std::sort(fdes.begin(), fdes.end(), [](const Interval& a, const Interval& b) {
+    return a.start != b.start ? a.start < b.start : a.source < b.source;
+  });
+}
 
- private:
-  UnwindTable* t_;
-};
+// The rows of one FDE's range [iv.start, iv.end), one per row libdw reports.
+void AddFdeRows(Dwarf_CFI* cfi, const Interval& iv, UnwindTable& table, RowBuilder& builder) {
+  for (uint64_t pc = iv.start; pc < iv.end;) {
+    Dwarf_Frame* frame = nullptr;
+    unwind_row row{};
+    uint64_t next = iv.end;
+    if (dwarf_cfi_addrframe(cfi, pc, &frame) != 0 || frame == nullptr) {
+      // Bad CFI program: give up on the rest of this FDE.
+      ++table.cfi_errors;
+      ++table.unsupported_rows;
+      table.unsupported_bytes += iv.end - pc;
+      builder.AddNone(pc);
+      return;
+    }
+    Dwarf_Addr start = 0, end = 0;
+    bool signal = false;
+    int ra = dwarf_frame_info(frame, &start, &end, &signal);
+    if (ra < 0) ra = kRegRip;
+    if (end > pc) next = std::min<uint64_t>(end, iv.end);
+    ++table.cfi_rows;
+    RowResult r = MakeRow(frame, ra, &row);
+    std::free(frame);
+    if (r == RowResult::kUnsupported) {
+      ++table.unsupported_rows;
+      table.unsupported_bytes += next - pc;
+      row = NoneRow();
+    }
+    table.covered_bytes += next - pc;
+    builder.Add(pc, row);
+    if (next <= pc) next = iv.end;  // libdw gave an empty range: never loop
+    pc = next;
+  }
+}
 
 }  // namespace
 
@@ -264,27 +303,10 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
   if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_machine != EM_X86_64) {
     return MakeError("{}: not an x86-64 ELF file; only x86-64 stacks can be unwound", display_path);
   }
-
-  // Executable segments: the only code the unwinder can be in.
-  std::vector<std::pair<uint64_t, uint64_t>> exec;
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) != 0) {
-    return MakeError("{}: unreadable program headers ({})", display_path, elf_errmsg(-1));
-  }
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr ph;
-    if (!gelf_getphdr(elf.get(), int(i), &ph)) continue;
-    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X) || ph.p_memsz == 0) continue;
-    if (ph.p_vaddr + ph.p_memsz > (uint64_t{1} << 32) || ph.p_vaddr + ph.p_memsz < ph.p_vaddr) {
-      return MakeError(
-          "{}: code at ELF address {:#x} is beyond 4 GiB, which the 32-bit unwind rows cannot describe; "
-          "stacks through it fall back to frame pointers",
-          display_path, ph.p_vaddr);
-    }
-    exec.emplace_back(ph.p_vaddr, ph.p_vaddr + ph.p_memsz);
-  }
+  auto exec = ExecSegments(elf.get(), display_path);
+  if (!exec) return exec.error();
   auto table = std::make_shared<UnwindTable>();
-  if (exec.empty()) return std::shared_ptr<const UnwindTable>(table);
+  if (exec->empty()) return std::shared_ptr<const UnwindTable>(table);
 
   // .eh_frame first: it is what the runtime itself trusts. .debug_frame
   // (Go, or unstripped objects) fills what .eh_frame does not cover.
@@ -297,21 +319,11 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
   if (std::any_of(fdes.begin(), fdes.end(), [](const Interval& iv) { return iv.source == 1; })) {
     debug_cfi = dwarf ? dwarf_getcfi(dwarf.get()) : nullptr;  // owned by `dwarf`
   }
-  Dwarf_CFI* cfis[2] = {eh_cfi.get(), debug_cfi};
+  Dwarf_CFI* const cfis[2] = {eh_cfi.get(), debug_cfi};
+  KeepUsableFdes(fdes, *exec, cfis);
 
-  // Keep FDEs inside executable segments; drop the parts that overlap an
-  // earlier (or .eh_frame) FDE.
-  auto in_exec = [&](const Interval& iv) {
-    for (auto [s, e] : exec) {
-      if (iv.start >= s && iv.end <= e) return true;
-    }
-    return false;
-  };
-  std::erase_if(fdes, [&](const Interval& iv) { return !in_exec(iv) || !cfis[iv.source]; });
-  std::sort(fdes.begin(), fdes.end(), [](const Interval& a, const Interval& b) {
-    return a.start != b.start ? a.start < b.start : a.source < b.source;
-  });
-
+  // The parts of an FDE that overlap an earlier (or .eh_frame) one are
+  // dropped.
   RowBuilder builder(table.get());
   uint64_t covered_end = 0;
   for (Interval iv : fdes) {
@@ -319,43 +331,11 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
     iv.start = std::max(iv.start, covered_end);
     if (iv.start > covered_end && covered_end != 0) builder.AddNone(covered_end);  // gap between FDEs
     ++table->fdes;
-    Dwarf_CFI* cfi = cfis[iv.source];
-    for (uint64_t pc = iv.start; pc < iv.end;) {
-      Dwarf_Frame* frame = nullptr;
-      unwind_row row{};
-      uint64_t next = iv.end;
-      if (dwarf_cfi_addrframe(cfi, pc, &frame) != 0 || frame == nullptr) {
-        // Bad CFI program: give up on the rest of this FDE.
-        ++table->cfi_errors;
-        ++table->unsupported_rows;
-        table->unsupported_bytes += iv.end - pc;
-        builder.AddNone(pc);
-        break;
-      }
-      Dwarf_Addr start = 0, end = 0;
-      bool signal = false;
-      int ra = dwarf_frame_info(frame, &start, &end, &signal);
-      if (ra < 0) ra = kRegRip;
-      if (end > pc) next = std::min<uint64_t>(end, iv.end);
-      ++table->cfi_rows;
-      RowResult r = MakeRow(frame, ra, &row);
-      std::free(frame);
-      if (r == RowResult::kUnsupported) {
-        ++table->unsupported_rows;
-        table->unsupported_bytes += next - pc;
-        row = {};
-        row.cfa_kind = CFA_NONE;
-        row.rbp_kind = RBP_LOST;
-      }
-      table->covered_bytes += next - pc;
-      builder.Add(pc, row);
-      if (next <= pc) next = iv.end;  // libdw gave an empty range: never loop
-      pc = next;
-    }
+    AddFdeRows(cfis[iv.source], iv, *table, builder);
     covered_end = iv.end;
   }
   if (covered_end != 0) builder.AddNone(covered_end);  // nothing past the last FDE
-  for (const unwind_row& row : table->rows) ++table->kind_rows[row.cfa_kind];
+  builder.Finish();
   return std::shared_ptr<const UnwindTable>(table);
 }
 

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -31,20 +32,12 @@
 
 #include <gtest/gtest.h>
 
+#include "agent/unwind/loaded_segments_test_util.h"
 #include "agent/unwind/unwind_table.h"
 #include "common/fd.h"
 #include "common/sanitizer.h"
 
-using tlsprof::unwind::BuildGoUnwindTable;
-using tlsprof::unwind::BuildUnwindTable;
-using tlsprof::unwind::FindRow;
-using tlsprof::unwind::MappedTable;
-using tlsprof::unwind::Registers;
-using tlsprof::unwind::Unwind;
-using tlsprof::unwind::UnwindResult;
-using tlsprof::unwind::UnwindStop;
-using tlsprof::unwind::UnwindTable;
-using tlsprof::unwind::UnwindWithReason;
+using namespace tlsprof::unwind;
 
 // Captures the registers at this point of the calling function. The ip is
 // that of the next instruction, whose CFI row describes the captured rsp.
@@ -72,21 +65,11 @@ std::shared_ptr<const UnwindTable> TableFor(const std::string& path) {
 // Executable mappings of this process, each with the table of its file.
 std::vector<MappedTable> SelfMappings() {
   std::vector<MappedTable> out;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* arg) {
-        auto* out = static_cast<std::vector<MappedTable>*>(arg);
-        std::string path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "/proc/self/exe";
-        if (path.find("linux-vdso") != std::string::npos) return 0;
-        std::shared_ptr<const UnwindTable> table = TableFor(path);
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X) || !table) continue;
-          out->push_back(
-              {info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz, info->dlpi_addr, table.get()});
-        }
-        return 0;
-      },
-      &out);
+  for (const LoadedSegment& seg : LoadedSegments()) {
+    if (seg.path.find("linux-vdso") != std::string::npos) continue;
+    std::shared_ptr<const UnwindTable> table = TableFor(seg.path);
+    if (table) out.push_back({seg.start, seg.end, seg.bias, table.get()});
+  }
   return out;
 }
 
@@ -288,26 +271,30 @@ TEST(UnwindTableTest, LibcTableHasStartEnd) {
 
 // ---- End to end on this process's live stack.
 
-TEST(UnwindLiveTest, ChainWithoutFramePointers) {
+// Runs `run`, whose leaf `leaf` unwinds this thread's stack into g_frames
+// (once), prints the frames and checks there are at least `min`, `leaf`
+// first.
+void CaptureStack(const std::function<void()>& run, const char* leaf, size_t min) {
   g_frames.clear();
-  EXPECT_GT(tlsprof_unwind_test_a(1), 0);
+  g_captured = false;
+  run();
   const auto& f = g_frames;
   std::printf("%s", Describe(f).c_str());
-  ASSERT_GE(f.size(), 4u) << Describe(f);
-  EXPECT_EQ(Symbolize(f[0]).name, "tlsprof_unwind_test_c") << Describe(f);
+  ASSERT_GE(f.size(), min) << Describe(f);
+  EXPECT_EQ(Symbolize(f[0]).name, leaf) << Describe(f);
+}
+
+TEST(UnwindLiveTest, ChainWithoutFramePointers) {
+  ASSERT_NO_FATAL_FAILURE(CaptureStack([] { EXPECT_GT(tlsprof_unwind_test_a(1), 0); }, "tlsprof_unwind_test_c", 4));
+  const auto& f = g_frames;
   EXPECT_EQ(Symbolize(f[1]).name, "tlsprof_unwind_test_b") << Describe(f);
   EXPECT_EQ(Symbolize(f[2]).name, "tlsprof_unwind_test_a") << Describe(f);
   ExpectReachesStart(f, 3);
 }
 
 TEST(UnwindLiveTest, ThroughLibcQsort) {
-  g_frames.clear();
-  g_captured = false;
-  tlsprof_unwind_test_sort();
+  ASSERT_NO_FATAL_FAILURE(CaptureStack([] { tlsprof_unwind_test_sort(); }, "tlsprof_unwind_test_compare", 3));
   const auto& f = g_frames;
-  std::printf("%s", Describe(f).c_str());
-  ASSERT_GE(f.size(), 3u) << Describe(f);
-  EXPECT_EQ(Symbolize(f[0]).name, "tlsprof_unwind_test_compare") << Describe(f);
   int caller = FindFrame(f, "tlsprof_unwind_test_sort");
   ASSERT_GE(caller, 2) << "qsort's own frames must lie between\n" << Describe(f);
   // Under ASan, qsort is ASan's interceptor, which calls libc's: in libasan.so with gcc; linked into this
@@ -323,13 +310,8 @@ TEST(UnwindLiveTest, ThroughLibcQsort) {
 }
 
 TEST(UnwindLiveTest, ThroughLibcryptoCallback) {
-  g_frames.clear();
-  g_captured = false;
-  tlsprof_unwind_test_openssl();
+  ASSERT_NO_FATAL_FAILURE(CaptureStack([] { tlsprof_unwind_test_openssl(); }, "tlsprof_unwind_test_md_callback", 3));
   const auto& f = g_frames;
-  std::printf("%s", Describe(f).c_str());
-  ASSERT_GE(f.size(), 3u) << Describe(f);
-  EXPECT_EQ(Symbolize(f[0]).name, "tlsprof_unwind_test_md_callback") << Describe(f);
   int caller = FindFrame(f, "tlsprof_unwind_test_openssl");
   ASSERT_GE(caller, 2) << Describe(f);
   int in_crypto = 0;
@@ -436,31 +418,44 @@ extern "C" __attribute__((noinline)) int tlsprof_unwind_test_crypto_loop(double 
   return rounds;
 }
 
-TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
+// Runs the crypto loop for 0.8 s of CPU under a 1 ms SIGPROF timer, whose
+// handler keeps each sample's registers and stack in `samples`; how many it
+// kept (`rounds`: the loop's own count).
+size_t SampleCryptoLoop(std::vector<StackSample>& samples, int* rounds) {
   pthread_attr_t attr;
-  ASSERT_EQ(pthread_getattr_np(pthread_self(), &attr), 0);
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) {
+    ADD_FAILURE() << "pthread_getattr_np failed";
+    return 0;
+  }
   void* stack_addr = nullptr;
   size_t stack_size = 0;
   pthread_attr_getstack(&attr, &stack_addr, &stack_size);
   pthread_attr_destroy(&attr);
   g_stack_lo = uint64_t(stack_addr);
   g_stack_hi = g_stack_lo + stack_size;
-  std::vector<StackSample> samples(kMaxSamples);
   g_samples = samples.data();
   g_nsamples = 0;
-
-  std::vector<MappedTable> mappings = SelfMappings();  // built before sampling starts
   struct sigaction sa = {}, old = {};
   sa.sa_sigaction = OnProfSignal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(sigaction(SIGPROF, &sa, &old), 0);
+  if (sigaction(SIGPROF, &sa, &old) != 0) {
+    ADD_FAILURE() << "sigaction failed";
+    return 0;
+  }
   itimerval timer = {{0, 1000}, {0, 1000}}, off = {};
   setitimer(ITIMER_PROF, &timer, nullptr);
-  int rounds = tlsprof_unwind_test_crypto_loop(0.8);
+  *rounds = tlsprof_unwind_test_crypto_loop(0.8);
   setitimer(ITIMER_PROF, &off, nullptr);
   sigaction(SIGPROF, &old, nullptr);
-  const size_t n = g_nsamples.load();
+  return g_nsamples.load();
+}
+
+TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
+  std::vector<StackSample> samples(kMaxSamples);
+  std::vector<MappedTable> mappings = SelfMappings();  // built before sampling starts
+  int rounds = 0;
+  const size_t n = SampleCryptoLoop(samples, &rounds);
   ASSERT_GT(n, 100u) << "too few SIGPROF samples (" << rounds << " rounds)";
 
   uint64_t crypto_bias = 0;
@@ -472,7 +467,7 @@ TEST(UnwindLiveTest, SampledStacksThroughLibcryptoAssembly) {
   size_t by_kind[UNWIND_CFA_NR_KINDS] = {}, reached_by_kind[UNWIND_CFA_NR_KINDS] = {};
   size_t by_phase[kPhases] = {}, reached_by_phase[kPhases] = {};
   // The same walks without the sample's general registers: what CFA_REG
-  // rows add (they stop such walks, as before CFA_REG existed).
+  // rows add (without the registers they stop such walks).
   size_t reached_crypto_no_gpr = 0, reached_by_phase_no_gpr[kPhases] = {};
   std::map<uint64_t, size_t> cut_at;  // libcrypto vaddr of the frame whose rule stopped the walk
   std::string failures;
@@ -556,6 +551,15 @@ struct FakeMemory {
   }
 };
 
+// Unwinds from `regs` over `maps` and `mem`: the frames it gives and why it
+// stopped.
+void ExpectUnwind(const std::vector<MappedTable>& maps, const Registers& regs, FakeMemory& mem,
+                  const std::vector<uint64_t>& frames, UnwindStop stop, size_t max_frames = TLSPROF_UNWIND_MAX_FRAMES) {
+  UnwindResult r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem, max_frames);
+  EXPECT_EQ(r.frames, frames);
+  EXPECT_EQ(r.stop, stop);
+}
+
 unwind_row Row(uint32_t pc, uint8_t kind, int32_t off, uint8_t rbp_kind = RBP_SAME, int16_t rbp_off = 0,
                int16_t add = 0) {
   unwind_row r{};
@@ -594,9 +598,8 @@ TEST(UnwindAlgorithmTest, RowKindsAndReturnAddressLookup) {
   // Frame 3 at 0x1410 (ip - 1 = 0x140f: PLT row), sp = 0x9010: cfa = sp + 8
   // (+8 more only when (ip & 15) >= 11 — ip itself, here 0x11410 & 15 = 0).
   mem.words[0x9010] = 0x11301;  // ra; 0x1300 is CFA_END
-  UnwindResult r = UnwindWithReason(maps, {0x11010, sp0, 0x1234}, FakeMemory::Read, &mem, 16);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x11010, 0x11180, 0x11300, 0x11410, 0x11301}));
-  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+  ExpectUnwind(maps, Registers{0x11010, sp0, 0x1234}, mem, {0x11010, 0x11180, 0x11300, 0x11410, 0x11301},
+               UnwindStop::kEnd, 16);
 }
 
 TEST(UnwindAlgorithmTest, StopsAndFramePointers) {
@@ -620,9 +623,7 @@ TEST(UnwindAlgorithmTest, StopsAndFramePointers) {
   mem.words[0x8000] = 0x8100;
   mem.words[0x8108] = 0;  // a zero return address ends the walk
   mem.words[0x8100] = 0;
-  UnwindResult r = UnwindWithReason(maps, {0x5000, 0x7ff0, 0x8000}, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x5000, 0x5100}));
-  EXPECT_EQ(r.stop, UnwindStop::kZeroIp);
+  ExpectUnwind(maps, Registers{0x5000, 0x7ff0, 0x8000}, mem, {0x5000, 0x5100}, UnwindStop::kZeroIp);
   EXPECT_EQ(UnwindWithReason(maps, {0x5000, 0x7ff0, 0x8000}, FakeMemory::Read, &mem, 1).stop, UnwindStop::kMaxFrames);
 }
 
@@ -650,42 +651,33 @@ TEST(UnwindAlgorithmTest, CfaFromAnotherRegister) {
   mem.words[0x7108 + 8] = 0x1401;  // caller: cfa = 0x7108 + 16; ra at cfa - 8
   Registers regs{0x1150, 0x7000, 0};
   regs.gpr[0] = 0x7100;
-  UnwindResult r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1150, 0x1210, 0x1401}));
-  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+  ExpectUnwind(maps, regs, mem, {0x1150, 0x1210, 0x1401}, UnwindStop::kEnd);
 
   // Frame 0 is the leaf (CFA_RSP), frame 1 in the rax row of the same mapping.
   mem.words[0x6ff8] = 0x1180;  // the leaf's ra (cfa = sp + 8)
   regs = {0x1010, 0x6ff8, 0};
   regs.gpr[0] = 0x7100;
-  r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1010, 0x1180, 0x1210, 0x1401}));
-  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+  ExpectUnwind(maps, regs, mem, {0x1010, 0x1180, 0x1210, 0x1401}, UnwindStop::kEnd);
 
   // Frame 0 in another mapping (e.g. libc, which may clobber rax): stop.
   mem.words[0x6ff0] = 0x1180;
   regs = {0x5010, 0x6ff0, 0};
   regs.gpr[0] = 0x7100;
-  r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x5010, 0x1180}));
-  EXPECT_EQ(r.stop, UnwindStop::kRegUnknown);
+  ExpectUnwind(maps, regs, mem, {0x5010, 0x1180}, UnwindStop::kRegUnknown);
 
   // Frame 2: the sample's registers no longer hold, whatever they are.
   mem.words[0x7200] = 0x1010;  // frame 0 (CFA_RSP 16 at 0x1210) returns into the leaf
   mem.words[0x7208] = 0x1310;  // leaf returns into the r9 row
   regs = {0x1210, 0x71f8, 0};
   regs.gpr[9] = 0x7300;
-  r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1210, 0x1010, 0x1310}));
-  EXPECT_EQ(r.stop, UnwindStop::kRegUnknown);
+  ExpectUnwind(maps, regs, mem, {0x1210, 0x1010, 0x1310}, UnwindStop::kRegUnknown);
 
   // Implausible CFAs at frame 0: below SP, more than 1 MiB above, misaligned.
   for (uint64_t rax : {uint64_t{0x6000}, uint64_t{0x7000 + (2 << 20)}, uint64_t{0x7101}, ~uint64_t{0}}) {
     regs = {0x1150, 0x7000, 0};
     regs.gpr[0] = rax;
-    r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-    EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1150})) << std::hex << rax;
-    EXPECT_EQ(r.stop, UnwindStop::kRegUnknown) << std::hex << rax;
+    SCOPED_TRACE(::testing::Message() << std::hex << rax);
+    ExpectUnwind(maps, regs, mem, {0x1150}, UnwindStop::kRegUnknown);
   }
 }
 
@@ -704,16 +696,13 @@ TEST(UnwindAlgorithmTest, CfaFromSlotIndexedByRegister) {
   mem.words[0x7208 + 8] = 0x1401;  // caller: cfa = 0x7208 + 16
   Registers regs{0x1050, 0x7000, 0};
   regs.gpr[9] = 4;
-  UnwindResult r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-  EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1050, 0x1210, 0x1401}));
-  EXPECT_EQ(r.stop, UnwindStop::kEnd);
+  ExpectUnwind(maps, regs, mem, {0x1050, 0x1210, 0x1401}, UnwindStop::kEnd);
 
   // An implausible slot value (below SP, misaligned): stop, never a wrong frame.
   for (uint64_t saved : {uint64_t{0x6000}, uint64_t{0x7203}}) {
     mem.words[0x7028] = saved;
-    r = UnwindWithReason(maps, regs, FakeMemory::Read, &mem);
-    EXPECT_EQ(r.frames, (std::vector<uint64_t>{0x1050})) << std::hex << saved;
-    EXPECT_EQ(r.stop, UnwindStop::kRegUnknown) << std::hex << saved;
+    SCOPED_TRACE(::testing::Message() << std::hex << saved);
+    ExpectUnwind(maps, regs, mem, {0x1050}, UnwindStop::kRegUnknown);
   }
 }
 

@@ -286,10 +286,18 @@ class Runner {
     return Load(p, p.regs[mem->base], mem->disp, static_cast<uint8_t>(width));
   }
 
+  // What one instruction did to its path.
+  enum class Step : uint8_t {
+    kFail,   // not modelled: the path fails
+    kNext,   // on at the next instruction
+    kMoved,  // p.at already moved: a jump, a call, a return to the caller, a decided branch
+    kEnded,  // the path returned (an outcome recorded) or forked (both halves queued)
+  };
+
   // Runs one path until it returns (an outcome), forks (both halves queued)
   // or fails (false). The instructions come decoded from capstone; what
-  // each does to the symbolic registers and flags is below, and any other
-  // instruction, operand form or width fails the path.
+  // each does to the symbolic registers and flags is in Execute(), and any
+  // other instruction, operand form or width fails the path.
   bool RunPath(Path& p) {
     for (;;) {
       if (++p.steps > kMaxSteps) return false;
@@ -306,205 +314,267 @@ class Runner {
       uint64_t address = p.at.code->vaddr + i;
       if (!cs_disasm_iter(cs_, &bytes, &size, &address, insn_)) return false;
       const size_t next = i + insn_->size;
-      const cs_x86& x = insn_->detail->x86;
-      const cs_x86_op* ops = x.operands;
-      const int n = x.op_count;
-      switch (insn_->id) {
-        case X86_INS_NOP:
-          p.at.pc = next;
-          continue;
-        case X86_INS_XCHG:  // xchg %ax,%ax (66 90): a nop of padding
-          if (n != 2 || ops[0].type != X86_OP_REG || ops[0].reg != X86_REG_AX || ops[1].type != X86_OP_REG ||
-              ops[1].reg != X86_REG_AX)
-            return false;
-          p.at.pc = next;
-          continue;
-        case X86_INS_RET: {
-          if (n != 0) return false;
-          if (p.stack.empty()) {
-            // A pointer the path knows to be NULL is the constant 0.
-            Sym result = p.regs[kRax];
-            if (result.pointer() && result.add == 0 && Decide(p, result.chain) == true) result = Sym::Const(0);
-            outcomes_.push_back({std::move(p.conds), std::move(result)});
-            return true;
-          }
-          if (!p.stack.back().is_return) return false;  // unbalanced pushes
-          p.at = p.stack.back().frame;
-          p.stack.pop_back();
-          p.flags = {};
-          continue;
-        }
-        case X86_INS_PUSH:
-        case X86_INS_POP: {
-          if (n != 1 || ops[0].type != X86_OP_REG) return false;
-          auto r = RegOf(ops[0].reg);
-          if (!r || r->width != 8) return false;
-          if (insn_->id == X86_INS_PUSH) {
-            p.stack.push_back({false, p.regs[r->index], {}});
-          } else {
-            if (p.stack.empty() || p.stack.back().is_return) return false;
-            if (!SetReg(p, r->index, p.stack.back().value)) return false;
-            p.stack.pop_back();
-          }
-          p.at.pc = next;
-          continue;
-        }
-        case X86_INS_MOV:
-        case X86_INS_MOVABS: {
-          // Into a register only (no stores): an immediate, a register, or
-          // a load of 4 or 8 bytes.
-          if (n != 2) return false;
-          auto dst = Reg32Or64(ops[0]);
-          if (!dst) return false;
-          Sym v;
-          if (ops[1].type == X86_OP_IMM) {
-            const uint64_t imm = static_cast<uint64_t>(ops[1].imm);
-            v = Sym::Const(dst->width == 8 ? imm : imm & 0xffffffffu);
-          } else if (ops[1].type == X86_OP_REG) {
-            auto src = Reg32Or64(ops[1]);
-            if (!src) return false;
-            v = dst->width == 8 ? p.regs[src->index] : Narrow(p.regs[src->index], 32);
-          } else {
-            auto mem = PlainMemOf(ops[1]);
-            if (!mem) return false;
-            auto loaded = Load(p, p.regs[mem->base], mem->disp, static_cast<uint8_t>(dst->width));
-            if (!loaded) return false;
-            v = *loaded;
-          }
-          if (!SetReg(p, dst->index, v)) return false;
-          p.at.pc = next;
-          continue;
-        }
-        case X86_INS_MOVZX: {  // from 1 or 2 bytes of a register or memory
-          if (n != 2 || ops[1].size > 2) return false;
-          auto dst = Reg32Or64(ops[0]);
-          if (!dst) return false;
-          auto v = Read(p, ops[1], ops[1].size);
-          if (!v || !SetReg(p, dst->index, *v)) return false;
-          p.at.pc = next;
-          continue;
-        }
-        case X86_INS_LEA: {  // an address inside the object a pointer points to, else unknown
-          if (n != 2) return false;
-          auto dst = Reg32Or64(ops[0]);
-          if (!dst || ops[1].type != X86_OP_MEM) return false;
-          Sym v;
-          auto mem = PlainMemOf(ops[1]);
-          if (dst->width == 8 && mem && p.regs[mem->base].pointer()) {
-            const int64_t add = static_cast<int64_t>(p.regs[mem->base].add) + mem->disp;
-            if (add >= INT32_MIN && add <= INT32_MAX) {
-              v = p.regs[mem->base];
-              v.add = static_cast<int32_t>(add);
-            }
-          }
-          if (!SetReg(p, dst->index, v)) return false;
-          p.at.pc = next;
-          continue;
-        }
-        case X86_INS_XOR: {  // of registers: a register with itself clears it
-          if (n != 2) return false;
-          auto dst = Reg32Or64(ops[0]), src = Reg32Or64(ops[1]);
-          if (!dst || !src) return false;
-          if (!SetReg(p, dst->index, dst->index == src->index ? Sym::Const(0) : Sym{})) return false;
-          p.flags = {};
-          p.at.pc = next;
-          continue;
-        }
-        case X86_INS_TEST: {
-          if (n != 2) return false;
-          if (ops[1].type == X86_OP_REG) {  // a register with itself, 1, 4 or 8 bytes
-            if (ops[0].type != X86_OP_REG || ops[0].reg != ops[1].reg) return false;
-            auto r = RegOf(ops[0].reg);
-            if (!r || r->width == 2) return false;
-            p.flags = FlagsOf(p.regs[r->index], r->width * 8);
-            p.at.pc = next;
-            continue;
-          }
-          // $imm8 against a byte of a register or memory.
-          if (ops[1].type != X86_OP_IMM || ops[0].size != 1) return false;
-          const uint8_t imm = static_cast<uint8_t>(ops[1].imm);
-          auto tested = Read(p, ops[0], 1);
-          if (!tested) return false;
-          p.flags = {};
-          if (tested->kind == Sym::Kind::kConst) {
-            p.flags.kind = Flags::Kind::kConst;
-            p.flags.zero = (tested->constant & imm) == 0;
-          } else if (tested->value()) {
-            if (auto masked = Masked(tested->chain, imm, true)) {
-              p.flags.kind = Flags::Kind::kValue;
-              p.flags.tested = *masked;
-            }
-          }
-          p.at.pc = next;
-          continue;
-        }
-        case X86_INS_CMP: {  // with 0 it is a test; other comparisons are not modelled
-          if (n != 2 || ops[1].type != X86_OP_IMM || ops[0].size == 2) return false;
-          p.flags = {};
-          if (ops[1].imm == 0) {
-            auto v = Read(p, ops[0], ops[0].size);
-            if (!v) return false;
-            p.flags = FlagsOf(*v, ops[0].size * 8);
-          }
-          p.at.pc = next;
-          continue;
-        }
-        case X86_INS_AND:
-        case X86_INS_ADD:
-        case X86_INS_SHR: {  // a register and an immediate (shr: or 1)
-          auto r = n >= 1 ? Reg32Or64(ops[0]) : std::nullopt;
-          if (!r) return false;
-          const bool w = r->width == 8;
-          const Sym& v = p.regs[r->index];
-          Sym out;
-          if (insn_->id == X86_INS_SHR) {
-            if (n == 2 && ops[1].type != X86_OP_IMM) return false;
-            const int count = static_cast<int>((n == 2 ? ops[1].imm : 1) & (w ? 63 : 31));
-            out = Shr(v, count, w);
-          } else {
-            if (n != 2 || ops[1].type != X86_OP_IMM) return false;
-            const uint64_t imm = static_cast<uint64_t>(ops[1].imm);
-            out = insn_->id == X86_INS_AND ? And(v, w ? imm : imm & 0xffffffffu, w)
-                                           : Add(v, static_cast<int64_t>(ops[1].imm), w);
-          }
-          if (!SetReg(p, r->index, out)) return false;
-          p.flags = {};
-          p.at.pc = next;
-          continue;
-        }
-        case X86_INS_SETE:
-        case X86_INS_SETNE: {  // into a byte register (not ah..bh)
-          if (n != 1 || ops[0].type != X86_OP_REG) return false;
-          auto r = RegOf(ops[0].reg);
-          if (!r || r->width != 1) return false;
-          auto v = SetCc(p, insn_->id == X86_INS_SETE, p.regs[r->index]);
-          if (!v || !SetReg(p, r->index, *v)) return false;
-          p.at.pc = next;
-          continue;
-        }
-        case X86_INS_JE:
-        case X86_INS_JNE:
-          if (n != 1 || ops[0].type != X86_OP_IMM) return false;
-          if (!Branch(p, insn_->id == X86_INS_JE, static_cast<uint64_t>(ops[0].imm), next)) return false;
-          if (p.at.code == nullptr) return true;  // forked: both halves queued
-          continue;
-        case X86_INS_JMP:
-        case X86_INS_CALL: {  // relative only
-          if (n != 1 || ops[0].type != X86_OP_IMM) return false;
-          if (insn_->id == X86_INS_CALL) {
-            size_t frames = 0;
-            for (const StackSlot& slot : p.stack) frames += slot.is_return;
-            if (frames >= kMaxFrames) return false;
-            p.stack.push_back({true, Sym{}, {p.at.code, next}});
-            p.flags = {};
-          }
-          if (!Goto(p, static_cast<uint64_t>(ops[0].imm))) return false;
-          continue;
-        }
-        default:
+      switch (Execute(p, next)) {
+        case Step::kFail:
           return false;
+        case Step::kNext:
+          p.at.pc = next;
+          break;
+        case Step::kMoved:
+          break;
+        case Step::kEnded:
+          return true;
       }
     }
+  }
+
+  // The instruction in insn_, on path `p`; `next` is the offset after it.
+  Step Execute(Path& p, size_t next) {
+    const cs_x86& x = insn_->detail->x86;
+    switch (insn_->id) {
+      case X86_INS_NOP:
+        return Step::kNext;
+      case X86_INS_XCHG:  // xchg %ax,%ax (66 90): a nop of padding
+        return IsAxNop(x) ? Step::kNext : Step::kFail;
+      case X86_INS_RET:
+        return Ret(p, x);
+      case X86_INS_PUSH:
+      case X86_INS_POP:
+        return PushPop(p, x, insn_->id == X86_INS_PUSH);
+      case X86_INS_MOV:
+      case X86_INS_MOVABS:
+        return Mov(p, x);
+      case X86_INS_MOVZX:
+        return Movzx(p, x);
+      case X86_INS_LEA:
+        return Lea(p, x);
+      case X86_INS_XOR:
+        return Xor(p, x);
+      case X86_INS_TEST:
+        return Test(p, x);
+      case X86_INS_CMP:
+        return Cmp(p, x);
+      case X86_INS_AND:
+      case X86_INS_ADD:
+      case X86_INS_SHR:
+        return Arith(p, x, insn_->id);
+      case X86_INS_SETE:
+      case X86_INS_SETNE:
+        return SetCcInsn(p, x, insn_->id == X86_INS_SETE);
+      case X86_INS_JE:
+      case X86_INS_JNE:
+        return Jcc(p, x, insn_->id == X86_INS_JE, next);
+      case X86_INS_JMP:
+      case X86_INS_CALL:
+        return JmpOrCall(p, x, insn_->id == X86_INS_CALL, next);
+      default:
+        return Step::kFail;
+    }
+  }
+
+  // On at the next instruction if the step held, else the path fails.
+  static Step NextIf(bool held) { return held ? Step::kNext : Step::kFail; }
+
+  // The one operand, a register of `width` bytes (ah..bh refused); nullopt
+  // for any other operand form.
+  static std::optional<Reg> SoleReg(const cs_x86& x, int width) {
+    if (x.op_count != 1 || x.operands[0].type != X86_OP_REG) return std::nullopt;
+    auto r = RegOf(x.operands[0].reg);
+    if (!r || r->width != width) return std::nullopt;
+    return r;
+  }
+
+  static bool IsAxNop(const cs_x86& x) {
+    const cs_x86_op* ops = x.operands;
+    return x.op_count == 2 && ops[0].type == X86_OP_REG && ops[0].reg == X86_REG_AX && ops[1].type == X86_OP_REG &&
+           ops[1].reg == X86_REG_AX;
+  }
+
+  // Out of the accessor (an outcome) or back to a caller of the path's own.
+  Step Ret(Path& p, const cs_x86& x) {
+    if (x.op_count != 0) return Step::kFail;
+    if (p.stack.empty()) {
+      // A pointer the path knows to be NULL is the constant 0.
+      Sym result = p.regs[kRax];
+      if (result.pointer() && result.add == 0 && Decide(p, result.chain) == true) result = Sym::Const(0);
+      outcomes_.push_back({std::move(p.conds), std::move(result)});
+      return Step::kEnded;
+    }
+    if (!p.stack.back().is_return) return Step::kFail;  // unbalanced pushes
+    p.at = p.stack.back().frame;
+    p.stack.pop_back();
+    p.flags = {};
+    return Step::kMoved;
+  }
+
+  // A 64-bit register saved to or restored from the modelled stack.
+  Step PushPop(Path& p, const cs_x86& x, bool push) const {
+    auto r = SoleReg(x, 8);
+    if (!r) return Step::kFail;
+    if (push) {
+      p.stack.push_back({false, p.regs[r->index], {}});
+      return Step::kNext;
+    }
+    if (p.stack.empty() || p.stack.back().is_return) return Step::kFail;
+    if (!SetReg(p, r->index, p.stack.back().value)) return Step::kFail;
+    p.stack.pop_back();
+    return Step::kNext;
+  }
+
+  // Into a register only (no stores): an immediate, a register, or a load
+  // of 4 or 8 bytes.
+  Step Mov(Path& p, const cs_x86& x) const {
+    const cs_x86_op* ops = x.operands;
+    if (x.op_count != 2) return Step::kFail;
+    auto dst = Reg32Or64(ops[0]);
+    if (!dst) return Step::kFail;
+    Sym v;
+    if (ops[1].type == X86_OP_IMM) {
+      const uint64_t imm = static_cast<uint64_t>(ops[1].imm);
+      v = Sym::Const(dst->width == 8 ? imm : imm & 0xffffffffu);
+    } else if (ops[1].type == X86_OP_REG) {
+      auto src = Reg32Or64(ops[1]);
+      if (!src) return Step::kFail;
+      v = dst->width == 8 ? p.regs[src->index] : Narrow(p.regs[src->index], 32);
+    } else {
+      auto mem = PlainMemOf(ops[1]);
+      if (!mem) return Step::kFail;
+      auto loaded = Load(p, p.regs[mem->base], mem->disp, static_cast<uint8_t>(dst->width));
+      if (!loaded) return Step::kFail;
+      v = *loaded;
+    }
+    return NextIf(SetReg(p, dst->index, v));
+  }
+
+  // From 1 or 2 bytes of a register or memory.
+  Step Movzx(Path& p, const cs_x86& x) const {
+    const cs_x86_op* ops = x.operands;
+    if (x.op_count != 2 || ops[1].size > 2) return Step::kFail;
+    auto dst = Reg32Or64(ops[0]);
+    if (!dst) return Step::kFail;
+    auto v = Read(p, ops[1], ops[1].size);
+    return NextIf(v && SetReg(p, dst->index, *v));
+  }
+
+  // An address inside the object a pointer points to, else unknown.
+  Step Lea(Path& p, const cs_x86& x) const {
+    const cs_x86_op* ops = x.operands;
+    if (x.op_count != 2) return Step::kFail;
+    auto dst = Reg32Or64(ops[0]);
+    if (!dst || ops[1].type != X86_OP_MEM) return Step::kFail;
+    Sym v;
+    auto mem = PlainMemOf(ops[1]);
+    if (dst->width == 8 && mem && p.regs[mem->base].pointer()) {
+      const int64_t add = static_cast<int64_t>(p.regs[mem->base].add) + mem->disp;
+      if (add >= INT32_MIN && add <= INT32_MAX) {
+        v = p.regs[mem->base];
+        v.add = static_cast<int32_t>(add);
+      }
+    }
+    return NextIf(SetReg(p, dst->index, v));
+  }
+
+  // Of registers: a register with itself clears it.
+  Step Xor(Path& p, const cs_x86& x) const {
+    if (x.op_count != 2) return Step::kFail;
+    auto dst = Reg32Or64(x.operands[0]), src = Reg32Or64(x.operands[1]);
+    if (!dst || !src) return Step::kFail;
+    if (!SetReg(p, dst->index, dst->index == src->index ? Sym::Const(0) : Sym{})) return Step::kFail;
+    p.flags = {};
+    return Step::kNext;
+  }
+
+  // A register with itself (1, 4 or 8 bytes), or $imm8 against a byte of a
+  // register or memory.
+  Step Test(Path& p, const cs_x86& x) const {
+    const cs_x86_op* ops = x.operands;
+    if (x.op_count != 2) return Step::kFail;
+    if (ops[1].type == X86_OP_REG) {
+      if (ops[0].type != X86_OP_REG || ops[0].reg != ops[1].reg) return Step::kFail;
+      auto r = RegOf(ops[0].reg);
+      if (!r || r->width == 2) return Step::kFail;
+      p.flags = FlagsOf(p.regs[r->index], r->width * 8);
+      return Step::kNext;
+    }
+    if (ops[1].type != X86_OP_IMM || ops[0].size != 1) return Step::kFail;
+    const uint8_t imm = static_cast<uint8_t>(ops[1].imm);
+    auto tested = Read(p, ops[0], 1);
+    if (!tested) return Step::kFail;
+    p.flags = {};
+    if (tested->kind == Sym::Kind::kConst) {
+      p.flags.kind = Flags::Kind::kConst;
+      p.flags.zero = (tested->constant & imm) == 0;
+    } else if (tested->value()) {
+      if (auto masked = Masked(tested->chain, imm, true)) {
+        p.flags.kind = Flags::Kind::kValue;
+        p.flags.tested = *masked;
+      }
+    }
+    return Step::kNext;
+  }
+
+  // With 0 it is a test; other comparisons are not modelled.
+  Step Cmp(Path& p, const cs_x86& x) const {
+    const cs_x86_op* ops = x.operands;
+    if (x.op_count != 2 || ops[1].type != X86_OP_IMM || ops[0].size == 2) return Step::kFail;
+    p.flags = {};
+    if (ops[1].imm == 0) {
+      auto v = Read(p, ops[0], ops[0].size);
+      if (!v) return Step::kFail;
+      p.flags = FlagsOf(*v, ops[0].size * 8);
+    }
+    return Step::kNext;
+  }
+
+  // and, add or shr of a register and an immediate (shr: or 1).
+  Step Arith(Path& p, const cs_x86& x, unsigned id) const {
+    const cs_x86_op* ops = x.operands;
+    const int n = x.op_count;
+    auto r = n >= 1 ? Reg32Or64(ops[0]) : std::nullopt;
+    if (!r) return Step::kFail;
+    const bool w = r->width == 8;
+    const Sym& v = p.regs[r->index];
+    Sym out;
+    if (id == X86_INS_SHR) {
+      if (n == 2 && ops[1].type != X86_OP_IMM) return Step::kFail;
+      const int count = static_cast<int>((n == 2 ? ops[1].imm : 1) & (w ? 63 : 31));
+      out = Shr(v, count, w);
+    } else {
+      if (n != 2 || ops[1].type != X86_OP_IMM) return Step::kFail;
+      const uint64_t imm = static_cast<uint64_t>(ops[1].imm);
+      out = id == X86_INS_AND ? And(v, w ? imm : imm & 0xffffffffu, w) : Add(v, static_cast<int64_t>(ops[1].imm), w);
+    }
+    if (!SetReg(p, r->index, out)) return Step::kFail;
+    p.flags = {};
+    return Step::kNext;
+  }
+
+  // sete / setne into a byte register (not ah..bh).
+  Step SetCcInsn(Path& p, const cs_x86& x, bool if_zero) const {
+    auto r = SoleReg(x, 1);
+    if (!r) return Step::kFail;
+    auto v = SetCc(p, if_zero, p.regs[r->index]);
+    return NextIf(v && SetReg(p, r->index, *v));
+  }
+
+  // je / jne: decided by what the path knows, else a fork.
+  Step Jcc(Path& p, const cs_x86& x, bool if_zero, size_t next) {
+    if (x.op_count != 1 || x.operands[0].type != X86_OP_IMM) return Step::kFail;
+    if (!Branch(p, if_zero, static_cast<uint64_t>(x.operands[0].imm), next)) return Step::kFail;
+    return p.at.code == nullptr ? Step::kEnded : Step::kMoved;
+  }
+
+  // Relative only; a call pushes its return, up to kMaxFrames deep.
+  Step JmpOrCall(Path& p, const cs_x86& x, bool call, size_t next) const {
+    if (x.op_count != 1 || x.operands[0].type != X86_OP_IMM) return Step::kFail;
+    if (call) {
+      size_t frames = 0;
+      for (const StackSlot& slot : p.stack) frames += slot.is_return;
+      if (frames >= kMaxFrames) return Step::kFail;
+      p.stack.push_back({true, Sym{}, {p.at.code, next}});
+      p.flags = {};
+    }
+    return Goto(p, static_cast<uint64_t>(x.operands[0].imm)) ? Step::kMoved : Step::kFail;
   }
 
   // je (`if_zero`) or jne to `target`, else on at `fallthrough`. Forks when

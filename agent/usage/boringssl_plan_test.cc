@@ -100,15 +100,21 @@ const std::vector<uint8_t> kSessionReused = {0x48, 0x8b, 0x4f, 0x30, 0xb8, 0x01,
                                              0x00, 0x48, 0x85, 0xc0, 0x74, 0x0d, 0x8b, 0x80, 0x18, 0x06, 0x00, 0x00,
                                              0xc1, 0xe8, 0x0b, 0x83, 0xe0, 0x01, 0xc3, 0x31, 0xc0, 0xc3};
 
+// With the pointer `null` NULL by the facts (the handshake object of a
+// completed handshake), the accessor `code` reads the one field `want`.
+void ExpectDecodesGivenNull(const std::vector<uint8_t>& code, const LoadChain& null, const std::string& want) {
+  AccessorContext completed;
+  completed.null_pointers = {null};
+  auto chain = Decode(code, completed);
+  ASSERT_TRUE(chain);
+  EXPECT_EQ(ToString(*chain), want);
+}
+
 TEST(DecodeAccessor, FactsSettleBranches) {
   // Two bits ORed: no one field, unknown.
   EXPECT_FALSE(Decode(kSessionReused));
   // With the handshake object NULL (a completed handshake), one bit.
-  AccessorContext completed;
-  completed.null_pointers = {LoadChain{{0x30, 0x110}, 8}};
-  auto chain = Decode(kSessionReused, completed);
-  ASSERT_TRUE(chain);
-  EXPECT_EQ(ToString(*chain), "+0x30 -> +0xd4 (1 bytes) bit 6");
+  ExpectDecodesGivenNull(kSessionReused, LoadChain{{0x30, 0x110}, 8}, "+0x30 -> +0xd4 (1 bytes) bit 6");
 }
 
 // BoringSSL 14's SSL_get_session() shape, as SSL_get_current_cipher() reads
@@ -122,11 +128,7 @@ TEST(DecodeAccessor, PathsThroughANullFactAreDropped) {
                                        0xc0, 0x75, 0x0e, 0x48, 0x8b, 0xb9, 0x18, 0x01, 0x00, 0x00, 0x48, 0x8b, 0x87,
                                        0xf8, 0x05, 0x00, 0x00, 0x48, 0x8b, 0x80, 0xc8, 0x00, 0x00, 0x00, 0xc3};
   EXPECT_FALSE(Decode(cipher));  // two chains
-  AccessorContext completed;
-  completed.null_pointers = {LoadChain{{0x30, 0x118}, 8}};
-  auto chain = Decode(cipher, completed);
-  ASSERT_TRUE(chain);
-  EXPECT_EQ(ToString(*chain), "+0x30 -> +0x1d0 -> +0xc8 (8 bytes)");
+  ExpectDecodesGivenNull(cipher, LoadChain{{0x30, 0x118}, 8}, "+0x30 -> +0x1d0 -> +0xc8 (8 bytes)");
 }
 
 TEST(DecodeAccessor, FollowsCallsThroughTheResolver) {

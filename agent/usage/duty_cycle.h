@@ -1,24 +1,18 @@
 // DutyCycle: keeps the usage probes' CPU cost inside a budget by attaching
 // them for part of the time only (docs/usage.md, "Budget").
 //
-// A probe hit costs the probed process a trap into the kernel (~9 us on
-// this VM, 0.3-1.7 us on bare metal), whether the BPF program then does
-// anything or not, so the only way to spend less is to have fewer probes
-// attached. Time is cut into cycles; in each, events are counted for a
-// share d of it (the on-phase, at a random offset), and every event counted
-// in that cycle stands for 1/d events (the BPF side adds that weight;
-// `gate()`). An event counts by when it *began* (a handshake's first step,
-// an operation's entry): the probes stay attached `grace_seconds` past the
-// phase's close so that what began inside it can end, and what began
-// before the attach never counts, so the phase's edges lose nothing. d is
-// planned at the cycle's start from the cost rate measured while attached
-// (the calibrated cost per probed call x the calls) against the budget,
-// with what was overspent or saved paid back over the next cycles. Because
-// d is fixed before the cycle's events, the scaled counts are unbiased
-// whatever the load does inside it (a share that followed the load, probes
-// on while it is quiet, would not be). The one exception is a cycle at
-// share 1, where everything counts: it ends as soon as it has spent its
-// budget, so a load that jumps is measured within milliseconds.
+// A probe hit costs the probed process a trap into the kernel (docs/usage.md
+// gives figures), whether the BPF program then does anything or not, so the only way to spend less is to have fewer
+// probes attached. Time is cut into cycles; in each, events are counted for a share d of it (the on-phase, at a random
+// offset), and every event counted in that cycle stands for 1/d events (the BPF side adds that weight; `gate()`). An
+// event counts by when it *began* (a handshake's first step, an operation's entry): the probes stay attached
+// `grace_seconds` past the phase's close so that what began inside it can end, and what began before the attach never
+// counts, so the phase's edges lose nothing. d is planned at the cycle's start from the cost rate measured while
+// attached (the calibrated cost per probed call x the calls) against the budget, with what was overspent or saved paid
+// back over the next cycles. Because d is fixed before the cycle's events, the scaled counts are unbiased whatever the
+// load does inside it (a share that followed the load, probes on while it is quiet, would not be). The one exception is
+// a cycle at share 1, where everything counts: it ends as soon as it has spent its budget, so a load that jumps is
+// measured within milliseconds.
 //
 // The estimate's error: each sampled cycle's weighted count e_c varies
 // with where its phase fell and with the load's changes inside the cycle.

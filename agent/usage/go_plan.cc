@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "agent/symbols/binary_image.h"
+#include "agent/symbols/x86_elf.h"
 #include "agent/usage/probe_plan.h"
 
 namespace tlsprof::usage {
@@ -92,12 +93,8 @@ constexpr std::array kGoConnTable = {
     GoConnRow{"go1.24", 0x48, 0x64, 0x61},  // test_usage_trixie: Go 1.24.4 of the trixie root
 };
 
-struct ElfDeleter {
-  void operator()(Elf* elf) const { elf_end(elf); }
-};
-struct DwarfDeleter {
-  void operator()(Dwarf* dw) const { dwarf_end(dw); }
-};
+using symbols::ElfPtr;
+using DwarfPtr = std::unique_ptr<Dwarf, decltype([](Dwarf* dw) { dwarf_end(dw); })>;
 
 std::optional<std::vector<uint8_t>> ReadAt(int fd, uint64_t offset, uint64_t size) {
   std::vector<uint8_t> out(size);
@@ -110,7 +107,7 @@ std::optional<std::vector<uint8_t>> ReadAt(int fd, uint64_t offset, uint64_t siz
 // The contents of the section called `name`; empty if none.
 std::vector<uint8_t> SectionBytes(int fd, std::string_view name) {
   elf_version(EV_CURRENT);
-  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+  ElfPtr elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
   if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return {};
   size_t shstrndx = 0;
   if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) return {};
@@ -207,7 +204,7 @@ std::optional<std::string> GoBuildInfoVersion(std::span<const uint8_t> s) {
 }
 
 std::optional<GoConnLayout> GoConnLayoutFromDwarf(int fd) {
-  std::unique_ptr<Dwarf, DwarfDeleter> dw(dwarf_begin(fd, DWARF_C_READ));
+  DwarfPtr dw(dwarf_begin(fd, DWARF_C_READ));
   if (!dw) return std::nullopt;
   Dwarf_Off off = 0, next = 0;
   size_t header = 0;

@@ -63,8 +63,8 @@ std::vector<uint64_t> ReturnInstructions(std::span<const uint8_t> code, uint64_t
 // Where a Go function's entry probe goes: on the conditional jump of its
 // stack-growth check (`cmp rsp, [r14+0x10]; jbe`, optionally after `lea
 // r12, [rsp-N]`), which the kernel's uprobes emulate, where a probe on the
-// `cmp` would be single-stepped, one trap more (measured: 41 vs 25 us per
-// call on this VM). Neither changes an argument register, so the probe sees
+// `cmp` would be single-stepped, one trap more (bench/README.md has the
+// cost of each). Neither changes an argument register, so the probe sees
 // the arguments as at the entry; the jump's morestack branch restarts the
 // function, as at the entry. `vaddr` itself for any other prologue.
 uint64_t GoEntryProbeAddress(std::span<const uint8_t> code, uint64_t vaddr);

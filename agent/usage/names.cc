@@ -11,21 +11,32 @@
 namespace tlsprof::usage {
 namespace {
 
-// OpenSSL's NIDs, which are its EVP_PKEY ids (EVP_PKEY_RSA is NID_rsaEncryption...).
-constexpr uint32_t kRsa = 6;
-constexpr uint32_t kRsaPss = 912;
-constexpr uint32_t kDsa = 116;
-constexpr uint32_t kDh = 28;
-constexpr uint32_t kDhx = 920;
-constexpr uint32_t kEc = 408;
-constexpr uint32_t kX25519 = USAGE_KEY_X25519;  // 1034
-constexpr uint32_t kX448 = 1035;
-constexpr uint32_t kEd25519 = 1087;
-constexpr uint32_t kEd448 = 1088;
-// BoringSSL numbers these two otherwise (its NID_X25519, NID_ED25519); in
-// OpenSSL 948 and 949 are cipher NIDs, never a key's type.
-constexpr uint32_t kBoringX25519 = 948;
-constexpr uint32_t kBoringEd25519 = 949;
+// OpenSSL's NIDs, which are its EVP_PKEY ids (EVP_PKEY_RSA is
+// NID_rsaEncryption...); kX25519 is USAGE_KEY_X25519 (1034). BoringSSL
+// numbers X25519 and Ed25519 otherwise (its NID_X25519 948, NID_ED25519 949);
+// in OpenSSL those are cipher NIDs, never a key's type.
+enum KeyNid : uint32_t {
+  kRsa = 6,
+  kRsaPss = 912,
+  kDsa = 116,
+  kDh = 28,
+  kDhx = 920,
+  kEc = 408,
+  kX25519 = USAGE_KEY_X25519,
+  kX448 = 1035,
+  kEd25519 = 1087,
+  kEd448 = 1088,
+  kBoringX25519 = 948,
+  kBoringEd25519 = 949
+};
+
+// The prime curve of an ECDH shared secret (its x coordinate) of
+// `secret_len` bytes, in bits: "256", "384" or "521"; "" for another length.
+std::string_view CurveBits(uint32_t secret_len) {
+  if (secret_len == 32) return "256";
+  if (secret_len == 48) return "384";
+  return secret_len == 66 ? "521" : "";
+}
 
 struct Suite {
   uint16_t id;
@@ -177,10 +188,7 @@ std::string GroupName(uint32_t key_type, uint32_t secret_len) {
     case kX448:
       return "X448";
     case kEc:
-      if (secret_len == 32) return "P-256";
-      if (secret_len == 48) return "P-384";
-      if (secret_len == 66) return "P-521";
-      return "EC";
+      return CurveBits(secret_len).empty() ? "EC" : fmt::format("P-{}", CurveBits(secret_len));
     case kDh:
     case kDhx:
       return secret_len ? fmt::format("ffdhe{}", secret_len * 8) : "ffdhe";
@@ -237,10 +245,7 @@ std::string KeyExchangeAlgorithm(uint32_t key_type, uint32_t secret_len) {
   }
   switch (key_type) {
     case kEc:
-      if (secret_len == 32) return "ECDHE-P256";
-      if (secret_len == 48) return "ECDHE-P384";
-      if (secret_len == 66) return "ECDHE-P521";
-      return "ECDHE";
+      return CurveBits(secret_len).empty() ? "ECDHE" : fmt::format("ECDHE-P{}", CurveBits(secret_len));
     case kDh:
     case kDhx:
       return secret_len ? fmt::format("FFDHE-{}", secret_len * 8) : "FFDHE";

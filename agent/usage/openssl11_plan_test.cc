@@ -30,33 +30,17 @@
 namespace tlsprof::usage {
 namespace {
 
-constexpr const char* kRoot = "/opt/tlsprof-openssl-1.1";
-const std::string kLibDir = std::string(kRoot) + "/usr/lib/x86_64-linux-gnu/";
-const std::string kLibssl = kLibDir + "libssl.so.1.1";
-const std::string kLibcrypto = kLibDir + "libcrypto.so.1.1";
+const RootLibraries kLibs("/opt/tlsprof-openssl-1.1", "1.1");
 
 using Functions = std::map<std::string, FunctionCode, std::less<>>;
 
 // Fails (never skips) without the files, saying how to get them.
 bool Installed() {
-  for (const std::string& path : {kLibssl, kLibcrypto}) {
-    if (access(path.c_str(), R_OK) != 0) {
-      ADD_FAILURE() << path << " is missing: OpenSSL 1.1 (Debian 11's libssl1.1) is unpacked there by "
-                    << "scripts/install-deps.sh (as root)";
-      return false;
-    }
-  }
-  return true;
+  return FilesInstalled({kLibs.libssl, kLibs.libcrypto},
+                        "OpenSSL 1.1 (Debian 11's libssl1.1) is unpacked there by scripts/install-deps.sh (as root)");
 }
 
 Functions Find(const std::string& path) { return PlanLibrary(path).functions; }
-
-// The functions a file plan probes, in its order.
-std::vector<std::string> Probed(const FilePlan& plan) {
-  std::vector<std::string> names;
-  for (const ProbeSite& site : plan.sites) names.push_back(site.function);
-  return names;
-}
 
 // Debian 11's 1.1.1w, read off its accessors with objdump -d: SSL_version
 // `mov (%rdi),%eax`, SSL_get_state `mov 0x5c(%rdi),%eax`, SSL_session_reused
@@ -80,7 +64,7 @@ const std::map<std::string, std::string> kDebian111w = {
 
 TEST(OpenSsl11Plan, DebianChainsDecode) {
   if (!Installed()) return;
-  Functions ssl = Find(kLibssl), crypto = Find(kLibcrypto);
+  Functions ssl = Find(kLibs.libssl), crypto = Find(kLibs.libcrypto);
   // The renamed accessors are found by their 1.1 names.
   EXPECT_TRUE(crypto.count("EVP_PKEY_id"));
   EXPECT_FALSE(crypto.count("EVP_PKEY_get_id"));
@@ -97,7 +81,7 @@ TEST(OpenSsl11Plan, DebianChainsDecode) {
 // `mov/xor %esi; jmp` to the rest of state_machine, which is probed once.
 TEST(OpenSsl11Plan, StateMachineThroughTheMethodTables) {
   if (!Installed()) return;
-  PlannedLibrary lib = PlanLibrary(kLibssl);
+  PlannedLibrary lib = PlanLibrary(kLibs.libssl);
   const std::vector<FoundFunction>& found = lib.state_machine;
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].name, "state_machine");
@@ -124,8 +108,8 @@ struct OpenSsl11 {
   bool Open() {
     // libcrypto first, by path: libssl.so.1.1's DT_NEEDED then finds it
     // loaded (by soname), where the loader's search path has no 1.1.
-    crypto = dlopen(kLibcrypto.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (crypto) ssl = dlopen(kLibssl.c_str(), RTLD_NOW | RTLD_LOCAL);
+    crypto = dlopen(kLibs.libcrypto.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (crypto) ssl = dlopen(kLibs.libssl.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!ssl) ADD_FAILURE() << "dlopen: " << dlerror();
     return ssl != nullptr;
   }
@@ -137,145 +121,192 @@ constexpr int kEvpPkeyEc = 408;
 constexpr int kEvpPkeyX25519 = 1034;
 constexpr int kNidP256 = 415;
 
+using Ptr = void*;
+
+// The 1.1 functions the live test calls; a test failure for each that
+// dlsym does not find.
+struct Api11 {
+  explicit Api11(OpenSsl11& l) : lib(l) {}
+  OpenSsl11& lib;
+
+  Ptr (*ec_key_new)(int) = lib.Sym<Ptr (*)(int)>("EC_KEY_new_by_curve_name");
+  int (*ec_key_generate)(Ptr) = lib.Sym<int (*)(Ptr)>("EC_KEY_generate_key");
+  Ptr (*pkey_new)() = lib.Sym<Ptr (*)()>("EVP_PKEY_new");
+  int (*pkey_assign)(Ptr, int, Ptr) = lib.Sym<int (*)(Ptr, int, Ptr)>("EVP_PKEY_assign");
+  int (*pkey_id)(Ptr) = lib.Sym<int (*)(Ptr)>("EVP_PKEY_id");
+  void (*pkey_free)(Ptr) = lib.Sym<void (*)(Ptr)>("EVP_PKEY_free");
+  Ptr (*raw_private_key)(int, Ptr, const unsigned char*, size_t) =
+      lib.Sym<Ptr (*)(int, Ptr, const unsigned char*, size_t)>("EVP_PKEY_new_raw_private_key");
+  Ptr (*pkey_ctx_new)(Ptr, Ptr) = lib.Sym<Ptr (*)(Ptr, Ptr)>("EVP_PKEY_CTX_new");
+  void (*pkey_ctx_free)(Ptr) = lib.Sym<void (*)(Ptr)>("EVP_PKEY_CTX_free");
+  Ptr (*md_ctx_new)() = lib.Sym<Ptr (*)()>("EVP_MD_CTX_new");
+  void (*md_ctx_free)(Ptr) = lib.Sym<void (*)(Ptr)>("EVP_MD_CTX_free");
+  Ptr (*sha256)() = lib.Sym<Ptr (*)()>("EVP_sha256");
+  int (*digest_sign_init)(Ptr, Ptr*, Ptr, Ptr, Ptr) = lib.Sym<int (*)(Ptr, Ptr*, Ptr, Ptr, Ptr)>("EVP_DigestSignInit");
+  Ptr (*x509_new)() = lib.Sym<Ptr (*)()>("X509_new");
+  void (*x509_free)(Ptr) = lib.Sym<void (*)(Ptr)>("X509_free");
+  int (*x509_set_pubkey)(Ptr, Ptr) = lib.Sym<int (*)(Ptr, Ptr)>("X509_set_pubkey");
+  Ptr (*x509_gmtime_adj)(Ptr, long) = lib.Sym<Ptr (*)(Ptr, long)>("X509_gmtime_adj");
+  Ptr (*x509_not_before)(Ptr) = lib.Sym<Ptr (*)(Ptr)>("X509_getm_notBefore");
+  Ptr (*x509_not_after)(Ptr) = lib.Sym<Ptr (*)(Ptr)>("X509_getm_notAfter");
+  int (*x509_sign)(Ptr, Ptr, Ptr) = lib.Sym<int (*)(Ptr, Ptr, Ptr)>("X509_sign");
+  int (*bio_pair)(Ptr*, size_t, Ptr*, size_t) = lib.Sym<int (*)(Ptr*, size_t, Ptr*, size_t)>("BIO_new_bio_pair");
+  Ptr (*tls_server)() = lib.Sym<Ptr (*)()>("TLS_server_method");
+  Ptr (*tls_client)() = lib.Sym<Ptr (*)()>("TLS_client_method");
+  Ptr (*ctx_new)(Ptr) = lib.Sym<Ptr (*)(Ptr)>("SSL_CTX_new");
+  void (*ctx_free)(Ptr) = lib.Sym<void (*)(Ptr)>("SSL_CTX_free");
+  int (*ctx_use_cert)(Ptr, Ptr) = lib.Sym<int (*)(Ptr, Ptr)>("SSL_CTX_use_certificate");
+  int (*ctx_use_key)(Ptr, Ptr) = lib.Sym<int (*)(Ptr, Ptr)>("SSL_CTX_use_PrivateKey");
+  Ptr (*ssl_new)(Ptr) = lib.Sym<Ptr (*)(Ptr)>("SSL_new");
+  void (*ssl_free)(Ptr) = lib.Sym<void (*)(Ptr)>("SSL_free");
+  void (*set_bio)(Ptr, Ptr, Ptr) = lib.Sym<void (*)(Ptr, Ptr, Ptr)>("SSL_set_bio");
+  void (*set_accept)(Ptr) = lib.Sym<void (*)(Ptr)>("SSL_set_accept_state");
+  void (*set_connect)(Ptr) = lib.Sym<void (*)(Ptr)>("SSL_set_connect_state");
+  int (*do_handshake)(Ptr) = lib.Sym<int (*)(Ptr)>("SSL_do_handshake");
+  int (*ssl_version)(Ptr) = lib.Sym<int (*)(Ptr)>("SSL_version");
+  int (*get_state)(Ptr) = lib.Sym<int (*)(Ptr)>("SSL_get_state");
+  int (*is_server)(Ptr) = lib.Sym<int (*)(Ptr)>("SSL_is_server");
+  int (*session_reused)(Ptr) = lib.Sym<int (*)(Ptr)>("SSL_session_reused");
+  Ptr (*current_cipher)(Ptr) = lib.Sym<Ptr (*)(Ptr)>("SSL_get_current_cipher");
+  uint16_t (*protocol_id)(Ptr) = lib.Sym<uint16_t (*)(Ptr)>("SSL_CIPHER_get_protocol_id");
+  Ptr (*get_privatekey)(Ptr) = lib.Sym<Ptr (*)(Ptr)>("SSL_get_privatekey");
+};
+
+// The value a planned field's chain reads from a live object (~0 where it
+// cannot).
+struct Follow {
+  const lib_layout& layout;
+  uint64_t operator()(const void* base, uint32_t field) const {
+    return FollowChain(base, PlannedChain(layout, field)).value_or(~0ull);
+  }
+};
+
+// An ECDSA P-256 key and a self-signed certificate for it.
+void MakeEcdsaCert(const Api11& api, Ptr* key, Ptr* cert) {
+  Ptr ec = api.ec_key_new(kNidP256);
+  ASSERT_NE(ec, nullptr);
+  ASSERT_EQ(api.ec_key_generate(ec), 1);
+  *key = api.pkey_new();
+  ASSERT_EQ(api.pkey_assign(*key, kEvpPkeyEc, ec), 1);  // the key owns ec
+  ASSERT_EQ(api.pkey_id(*key), kEvpPkeyEc);
+  *cert = api.x509_new();
+  ASSERT_EQ(api.x509_set_pubkey(*cert, *key), 1);
+  api.x509_gmtime_adj(api.x509_not_before(*cert), 0);
+  api.x509_gmtime_adj(api.x509_not_after(*cert), 3600);
+  ASSERT_GT(api.x509_sign(*cert, *key, api.sha256()), 0);
+}
+
+// A server (with `key` and `cert`) and a client over a BIO pair, before
+// their handshake.
+struct Connection {
+  Ptr server_ctx = nullptr, client_ctx = nullptr;
+  Ptr server = nullptr, client = nullptr;
+};
+
+void Connect(const Api11& api, Ptr key, Ptr cert, Connection* c) {
+  c->server_ctx = api.ctx_new(api.tls_server());
+  c->client_ctx = api.ctx_new(api.tls_client());
+  ASSERT_EQ(api.ctx_use_cert(c->server_ctx, cert), 1);
+  ASSERT_EQ(api.ctx_use_key(c->server_ctx, key), 1);
+  c->server = api.ssl_new(c->server_ctx);
+  c->client = api.ssl_new(c->client_ctx);
+  Ptr server_bio = nullptr, client_bio = nullptr;
+  ASSERT_EQ(api.bio_pair(&server_bio, 0, &client_bio, 0), 1);
+  api.set_bio(c->server, server_bio, server_bio);
+  api.set_bio(c->client, client_bio, client_bio);
+  api.set_accept(c->server);
+  api.set_connect(c->client);
+}
+
+void Handshake(const Api11& api, const Connection& c) {
+  int server_done = 0, client_done = 0;
+  for (int round = 0; round < 20 && (server_done != 1 || client_done != 1); ++round) {
+    if (client_done != 1) client_done = api.do_handshake(c.client);
+    if (server_done != 1) server_done = api.do_handshake(c.server);
+  }
+  ASSERT_EQ(server_done, 1);
+  ASSERT_EQ(client_done, 1);
+}
+
+void Free(const Api11& api, const Connection& c) {
+  api.ssl_free(c.server);
+  api.ssl_free(c.client);
+  api.ctx_free(c.server_ctx);
+  api.ctx_free(c.client_ctx);
+}
+
+// The state machine the plan found lies where the live library has it:
+// the load bias from an exported function, and the same first bytes.
+void ExpectStateMachineLive(const PlannedLibrary& ssl, const Api11& api) {
+  const std::vector<FoundFunction>& found = ssl.state_machine;
+  ASSERT_EQ(found.size(), 1u);
+  const uintptr_t bias = reinterpret_cast<uintptr_t>(api.do_handshake) - ssl.functions.at("SSL_do_handshake").vaddr;
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(bias + found[0].code.vaddr), found[0].code.prefix.data(), 16), 0);
+}
+
+// After the handshake, each side's fields read as its accessors answer.
+void ExpectConnectionFields(const Api11& api, const Follow& follow, const Connection& c) {
+  for (Ptr s : {c.server, c.client}) {
+    EXPECT_EQ(follow(s, FIELD_SSL_VERSION), static_cast<uint64_t>(api.ssl_version(s)));
+    EXPECT_EQ(api.ssl_version(s), 0x0304);
+    EXPECT_EQ(follow(s, FIELD_SSL_STATE), static_cast<uint64_t>(api.get_state(s)));
+    EXPECT_NE(api.get_state(s), 0);
+    EXPECT_EQ(follow(s, FIELD_SSL_IS_SERVER), static_cast<uint64_t>(api.is_server(s)));
+    EXPECT_EQ(follow(s, FIELD_SSL_RESUMED), static_cast<uint64_t>(api.session_reused(s)));
+    // The cipher's 4-byte id; the accessor's uint16_t (and BPF) keeps its low half.
+    EXPECT_EQ(follow(s, FIELD_SSL_CIPHER) & 0xffff, api.protocol_id(api.current_cipher(s)));
+    EXPECT_EQ(api.protocol_id(api.current_cipher(s)), 0x1302);  // TLS_AES_256_GCM_SHA384, 1.1.1's first
+  }
+  EXPECT_EQ(follow(c.server, FIELD_SSL_KEY_TYPE), static_cast<uint64_t>(api.pkey_id(api.get_privatekey(c.server))));
+}
+
+// An EVP_MD_CTX set up for signing with `key` (as TLS's CertificateVerify),
+// and the EVP_PKEY_CTX of an X25519 derive (as a key share).
+void ExpectKeyContextFields(const Api11& api, const Follow& follow, Ptr key) {
+  Ptr md = api.md_ctx_new();
+  ASSERT_EQ(api.digest_sign_init(md, nullptr, api.sha256(), nullptr, key), 1);
+  EXPECT_EQ(follow(md, FIELD_MDCTX_KEY_TYPE), static_cast<uint64_t>(kEvpPkeyEc));
+  unsigned char raw[32] = {1};
+  Ptr x = api.raw_private_key(kEvpPkeyX25519, nullptr, raw, sizeof(raw));
+  ASSERT_NE(x, nullptr);
+  Ptr pctx = api.pkey_ctx_new(x, nullptr);
+  ASSERT_NE(pctx, nullptr);
+  EXPECT_EQ(follow(pctx, FIELD_PKEYCTX_KEY_TYPE), static_cast<uint64_t>(kEvpPkeyX25519));
+  EXPECT_EQ(follow(pctx, FIELD_PKEYCTX_KEY_TYPE), static_cast<uint64_t>(api.pkey_id(x)));
+  api.pkey_ctx_free(pctx);
+  api.pkey_free(x);
+  api.md_ctx_free(md);
+}
+
 TEST(OpenSsl11Plan, ChainsFollowedThroughLiveObjects) {
   if (!Installed()) return;
   OpenSsl11 lib;
   ASSERT_TRUE(lib.Open());
-  PlannedLibrary ssl_lib = PlanLibrary(kLibssl);
-  const Functions& ssl_functions = ssl_lib.functions;
-  Functions crypto_functions = Find(kLibcrypto);
-  ProcessPlan plan = PlanLayout({&ssl_functions, &crypto_functions});
-  auto follow = [&](const void* base, uint32_t field) {
-    return FollowChain(base, PlannedChain(plan.layout, field)).value_or(~0ull);
-  };
-
-  using Ptr = void*;
-  auto ec_key_new = lib.Sym<Ptr (*)(int)>("EC_KEY_new_by_curve_name");
-  auto ec_key_generate = lib.Sym<int (*)(Ptr)>("EC_KEY_generate_key");
-  auto pkey_new = lib.Sym<Ptr (*)()>("EVP_PKEY_new");
-  auto pkey_assign = lib.Sym<int (*)(Ptr, int, Ptr)>("EVP_PKEY_assign");
-  auto pkey_id = lib.Sym<int (*)(Ptr)>("EVP_PKEY_id");
-  auto pkey_free = lib.Sym<void (*)(Ptr)>("EVP_PKEY_free");
-  auto raw_private_key = lib.Sym<Ptr (*)(int, Ptr, const unsigned char*, size_t)>("EVP_PKEY_new_raw_private_key");
-  auto pkey_ctx_new = lib.Sym<Ptr (*)(Ptr, Ptr)>("EVP_PKEY_CTX_new");
-  auto pkey_ctx_free = lib.Sym<void (*)(Ptr)>("EVP_PKEY_CTX_free");
-  auto md_ctx_new = lib.Sym<Ptr (*)()>("EVP_MD_CTX_new");
-  auto md_ctx_free = lib.Sym<void (*)(Ptr)>("EVP_MD_CTX_free");
-  auto sha256 = lib.Sym<Ptr (*)()>("EVP_sha256");
-  auto digest_sign_init = lib.Sym<int (*)(Ptr, Ptr*, Ptr, Ptr, Ptr)>("EVP_DigestSignInit");
-  auto x509_new = lib.Sym<Ptr (*)()>("X509_new");
-  auto x509_free = lib.Sym<void (*)(Ptr)>("X509_free");
-  auto x509_set_pubkey = lib.Sym<int (*)(Ptr, Ptr)>("X509_set_pubkey");
-  auto x509_gmtime_adj = lib.Sym<Ptr (*)(Ptr, long)>("X509_gmtime_adj");
-  auto x509_not_before = lib.Sym<Ptr (*)(Ptr)>("X509_getm_notBefore");
-  auto x509_not_after = lib.Sym<Ptr (*)(Ptr)>("X509_getm_notAfter");
-  auto x509_sign = lib.Sym<int (*)(Ptr, Ptr, Ptr)>("X509_sign");
-  auto bio_pair = lib.Sym<int (*)(Ptr*, size_t, Ptr*, size_t)>("BIO_new_bio_pair");
-  auto tls_server = lib.Sym<Ptr (*)()>("TLS_server_method");
-  auto tls_client = lib.Sym<Ptr (*)()>("TLS_client_method");
-  auto ctx_new = lib.Sym<Ptr (*)(Ptr)>("SSL_CTX_new");
-  auto ctx_free = lib.Sym<void (*)(Ptr)>("SSL_CTX_free");
-  auto ctx_use_cert = lib.Sym<int (*)(Ptr, Ptr)>("SSL_CTX_use_certificate");
-  auto ctx_use_key = lib.Sym<int (*)(Ptr, Ptr)>("SSL_CTX_use_PrivateKey");
-  auto ssl_new = lib.Sym<Ptr (*)(Ptr)>("SSL_new");
-  auto ssl_free = lib.Sym<void (*)(Ptr)>("SSL_free");
-  auto set_bio = lib.Sym<void (*)(Ptr, Ptr, Ptr)>("SSL_set_bio");
-  auto set_accept = lib.Sym<void (*)(Ptr)>("SSL_set_accept_state");
-  auto set_connect = lib.Sym<void (*)(Ptr)>("SSL_set_connect_state");
-  auto do_handshake = lib.Sym<int (*)(Ptr)>("SSL_do_handshake");
-  auto ssl_version = lib.Sym<int (*)(Ptr)>("SSL_version");
-  auto get_state = lib.Sym<int (*)(Ptr)>("SSL_get_state");
-  auto is_server = lib.Sym<int (*)(Ptr)>("SSL_is_server");
-  auto session_reused = lib.Sym<int (*)(Ptr)>("SSL_session_reused");
-  auto current_cipher = lib.Sym<Ptr (*)(Ptr)>("SSL_get_current_cipher");
-  auto protocol_id = lib.Sym<uint16_t (*)(Ptr)>("SSL_CIPHER_get_protocol_id");
-  auto get_privatekey = lib.Sym<Ptr (*)(Ptr)>("SSL_get_privatekey");
+  PlannedLibrary ssl_lib = PlanLibrary(kLibs.libssl);
+  Functions crypto_functions = Find(kLibs.libcrypto);
+  ProcessPlan plan = PlanLayout({&ssl_lib.functions, &crypto_functions});
+  const Follow follow{plan.layout};
+  const Api11 api(lib);
   ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_NO_FATAL_FAILURE(ExpectStateMachineLive(ssl_lib, api));
 
-  // The state machine the plan found lies where the live library has it:
-  // the load bias from an exported function, and the same first bytes.
-  {
-    const std::vector<FoundFunction>& found = ssl_lib.state_machine;
-    ASSERT_EQ(found.size(), 1u);
-    const uintptr_t bias = reinterpret_cast<uintptr_t>(do_handshake) - ssl_functions.at("SSL_do_handshake").vaddr;
-    EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(bias + found[0].code.vaddr), found[0].code.prefix.data(), 16),
-              0);
-  }
-
-  // An ECDSA P-256 key and a self-signed certificate for it.
-  Ptr ec = ec_key_new(kNidP256);
-  ASSERT_NE(ec, nullptr);
-  ASSERT_EQ(ec_key_generate(ec), 1);
-  Ptr key = pkey_new();
-  ASSERT_EQ(pkey_assign(key, kEvpPkeyEc, ec), 1);  // the key owns ec
-  ASSERT_EQ(pkey_id(key), kEvpPkeyEc);
-  Ptr cert = x509_new();
-  ASSERT_EQ(x509_set_pubkey(cert, key), 1);
-  x509_gmtime_adj(x509_not_before(cert), 0);
-  x509_gmtime_adj(x509_not_after(cert), 3600);
-  ASSERT_GT(x509_sign(cert, key, sha256()), 0);
-
-  Ptr server_ctx = ctx_new(tls_server()), client_ctx = ctx_new(tls_client());
-  ASSERT_EQ(ctx_use_cert(server_ctx, cert), 1);
-  ASSERT_EQ(ctx_use_key(server_ctx, key), 1);
-  Ptr server = ssl_new(server_ctx), client = ssl_new(client_ctx);
-  Ptr server_bio = nullptr, client_bio = nullptr;
-  ASSERT_EQ(bio_pair(&server_bio, 0, &client_bio, 0), 1);
-  set_bio(server, server_bio, server_bio);
-  set_bio(client, client_bio, client_bio);
-  set_accept(server);
-  set_connect(client);
-
+  Ptr key = nullptr, cert = nullptr;
+  ASSERT_NO_FATAL_FAILURE(MakeEcdsaCert(api, &key, &cert));
+  Connection c;
+  ASSERT_NO_FATAL_FAILURE(Connect(api, key, cert, &c));
   // Before the handshake: the state the BPF side takes for "none begun".
-  EXPECT_EQ(follow(server, FIELD_SSL_STATE), 0u);
-  EXPECT_EQ(get_state(server), 0);  // TLS_ST_BEFORE
-  EXPECT_EQ(follow(server, FIELD_SSL_IS_SERVER), 1u);
-  EXPECT_EQ(follow(client, FIELD_SSL_IS_SERVER), 0u);
-  EXPECT_EQ(follow(server, FIELD_SSL_KEY_TYPE), static_cast<uint64_t>(kEvpPkeyEc));
+  EXPECT_EQ(follow(c.server, FIELD_SSL_STATE), 0u);
+  EXPECT_EQ(api.get_state(c.server), 0);  // TLS_ST_BEFORE
+  EXPECT_EQ(follow(c.server, FIELD_SSL_IS_SERVER), 1u);
+  EXPECT_EQ(follow(c.client, FIELD_SSL_IS_SERVER), 0u);
+  EXPECT_EQ(follow(c.server, FIELD_SSL_KEY_TYPE), static_cast<uint64_t>(kEvpPkeyEc));
+  ASSERT_NO_FATAL_FAILURE(Handshake(api, c));
+  ExpectConnectionFields(api, follow, c);
+  ASSERT_NO_FATAL_FAILURE(ExpectKeyContextFields(api, follow, key));
 
-  int server_done = 0, client_done = 0;
-  for (int round = 0; round < 20 && (server_done != 1 || client_done != 1); ++round) {
-    if (client_done != 1) client_done = do_handshake(client);
-    if (server_done != 1) server_done = do_handshake(server);
-  }
-  ASSERT_EQ(server_done, 1);
-  ASSERT_EQ(client_done, 1);
-
-  for (Ptr s : {server, client}) {
-    EXPECT_EQ(follow(s, FIELD_SSL_VERSION), static_cast<uint64_t>(ssl_version(s)));
-    EXPECT_EQ(ssl_version(s), 0x0304);
-    EXPECT_EQ(follow(s, FIELD_SSL_STATE), static_cast<uint64_t>(get_state(s)));
-    EXPECT_NE(get_state(s), 0);
-    EXPECT_EQ(follow(s, FIELD_SSL_IS_SERVER), static_cast<uint64_t>(is_server(s)));
-    EXPECT_EQ(follow(s, FIELD_SSL_RESUMED), static_cast<uint64_t>(session_reused(s)));
-    // The cipher's 4-byte id; the accessor's uint16_t (and BPF) keeps its low half.
-    EXPECT_EQ(follow(s, FIELD_SSL_CIPHER) & 0xffff, protocol_id(current_cipher(s)));
-    EXPECT_EQ(protocol_id(current_cipher(s)), 0x1302);  // TLS_AES_256_GCM_SHA384, 1.1.1's first
-  }
-  EXPECT_EQ(follow(server, FIELD_SSL_KEY_TYPE), static_cast<uint64_t>(pkey_id(get_privatekey(server))));
-
-  // An EVP_MD_CTX set up for signing (as TLS's CertificateVerify), and the
-  // EVP_PKEY_CTX of an X25519 derive (as a key share).
-  Ptr md = md_ctx_new();
-  ASSERT_EQ(digest_sign_init(md, nullptr, sha256(), nullptr, key), 1);
-  EXPECT_EQ(follow(md, FIELD_MDCTX_KEY_TYPE), static_cast<uint64_t>(kEvpPkeyEc));
-  unsigned char raw[32] = {1};
-  Ptr x = raw_private_key(kEvpPkeyX25519, nullptr, raw, sizeof(raw));
-  ASSERT_NE(x, nullptr);
-  Ptr pctx = pkey_ctx_new(x, nullptr);
-  ASSERT_NE(pctx, nullptr);
-  EXPECT_EQ(follow(pctx, FIELD_PKEYCTX_KEY_TYPE), static_cast<uint64_t>(kEvpPkeyX25519));
-  EXPECT_EQ(follow(pctx, FIELD_PKEYCTX_KEY_TYPE), static_cast<uint64_t>(pkey_id(x)));
-
-  pkey_ctx_free(pctx);
-  pkey_free(x);
-  md_ctx_free(md);
-  ssl_free(server);
-  ssl_free(client);
-  ctx_free(server_ctx);
-  ctx_free(client_ctx);
-  x509_free(cert);
-  pkey_free(key);
+  Free(api, c);
+  api.x509_free(cert);
+  api.pkey_free(key);
 }
 
 }  // namespace

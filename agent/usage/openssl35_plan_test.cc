@@ -5,8 +5,6 @@
 // decoded chains carry a type guard. The live check of these chains is the
 // usage integration test's, in the root (test_usage_trixie.py): 3.5 needs a
 // newer glibc than this test's, so it cannot be dlopen'ed here. No privileges.
-#include <unistd.h>
-
 #include <map>
 #include <string>
 #include <vector>
@@ -19,26 +17,12 @@
 namespace tlsprof::usage {
 namespace {
 
-constexpr const char* kRoot = "/opt/tlsprof-trixie";
-const std::string kLibDir = std::string(kRoot) + "/usr/lib/x86_64-linux-gnu/";
-const std::string kLibssl = kLibDir + "libssl.so.3";
-const std::string kLibcrypto = kLibDir + "libcrypto.so.3";
+const RootLibraries kLibs("/opt/tlsprof-trixie", "3");
 
 // Fails (never skips) without the files, saying how to get them.
 bool Installed() {
-  for (const std::string& path : {kLibssl, kLibcrypto}) {
-    if (access(path.c_str(), R_OK) != 0) {
-      ADD_FAILURE() << path << " is missing: the trixie root is made by scripts/make-trixie-root.sh (as root)";
-      return false;
-    }
-  }
-  return true;
-}
-
-std::vector<std::string> Probed(const FilePlan& plan) {
-  std::vector<std::string> names;
-  for (const ProbeSite& site : plan.sites) names.push_back(site.function);
-  return names;
+  return FilesInstalled({kLibs.libssl, kLibs.libcrypto},
+                        "the trixie root is made by scripts/make-trixie-root.sh (as root)");
 }
 
 // Debian 13's 3.5, read off its accessors with objdump -d: each libssl one
@@ -51,20 +35,23 @@ std::vector<std::string> Probed(const FilePlan& plan) {
 // SSL_CIPHER_get_protocol_id `movzwl 0x18(%rdi),%eax`; libcrypto's have no
 // dispatch: EVP_PKEY_get_id `mov (%rdi),%eax`, EVP_MD_CTX_get_pkey_ctx
 // `mov 0x28(%rdi),%rax`, EVP_PKEY_CTX_get0_pkey `mov 0x88(%rdi),%rax`.
+// A libssl chain behind 3.5's type dispatch: read only from a TLS connection.
+std::string TlsOnly(const std::string& chain) { return "[+0x0 == 0] " + chain; }
+
 const std::map<std::string, std::string> kDebian35 = {
-    {"ssl.version", "[+0x0 == 0] +0x48 (4 bytes)"},
-    {"ssl.state", "[+0x0 == 0] +0xac (4 bytes)"},
-    {"ssl.resumed", "[+0x0 == 0] +0x508 (4 bytes)"},
-    {"ssl.is_server", "[+0x0 == 0] +0x78 (4 bytes)"},
-    {"ssl.cipher", "[+0x0 == 0] +0x900 -> +0x2f8 -> +0x18 (2 bytes)"},
-    {"ssl.key_type", "[+0x0 == 0] +0x880 -> +0x0 -> +0x8 -> +0x0 (4 bytes)"},
+    {"ssl.version", TlsOnly("+0x48 (4 bytes)")},
+    {"ssl.state", TlsOnly("+0xac (4 bytes)")},
+    {"ssl.resumed", TlsOnly("+0x508 (4 bytes)")},
+    {"ssl.is_server", TlsOnly("+0x78 (4 bytes)")},
+    {"ssl.cipher", TlsOnly("+0x900 -> +0x2f8 -> +0x18 (2 bytes)")},
+    {"ssl.key_type", TlsOnly("+0x880 -> +0x0 -> +0x8 -> +0x0 (4 bytes)")},
     {"md_ctx.key_type", "+0x28 -> +0x88 -> +0x0 (4 bytes)"},
     {"pkey_ctx.key_type", "+0x88 -> +0x0 (4 bytes)"},
 };
 
 TEST(OpenSsl35Plan, DebianChainsDecodeWithTheTypeGuard) {
   if (!Installed()) return;
-  PlannedLibrary ssl = PlanLibrary(kLibssl), crypto = PlanLibrary(kLibcrypto);
+  PlannedLibrary ssl = PlanLibrary(kLibs.libssl), crypto = PlanLibrary(kLibs.libcrypto);
   ProcessPlan plan = PlanLayout({&ssl.functions, &crypto.functions});
   EXPECT_EQ(plan.fields, kDebian35);
   for (uint32_t field : {FIELD_SSL_VERSION, FIELD_SSL_STATE, FIELD_SSL_CIPHER, FIELD_SSL_KEY_TYPE}) {
@@ -77,7 +64,7 @@ TEST(OpenSsl35Plan, DebianChainsDecodeWithTheTypeGuard) {
 // TLS 1.3's ML-KEM groups run through (ssl_encapsulate/ssl_decapsulate).
 TEST(OpenSsl35Plan, CryptoProbesTheKemEntryPoints) {
   if (!Installed()) return;
-  PlannedLibrary crypto = PlanLibrary(kLibcrypto);
+  PlannedLibrary crypto = PlanLibrary(kLibs.libcrypto);
   const FilePlan plan = PlanFile(crypto.functions);
   EXPECT_EQ(Probed(plan),
             (std::vector<std::string>{"EVP_DigestSign", "EVP_PKEY_sign", "EVP_DigestVerify", "EVP_PKEY_verify",
@@ -90,7 +77,7 @@ TEST(OpenSsl35Plan, CryptoProbesTheKemEntryPoints) {
 // state_machine(s, server), probed once.
 TEST(OpenSsl35Plan, StateMachineThroughTheMethodTables) {
   if (!Installed()) return;
-  PlannedLibrary lib = PlanLibrary(kLibssl);
+  PlannedLibrary lib = PlanLibrary(kLibs.libssl);
   ASSERT_EQ(lib.state_machine.size(), 1u);
   EXPECT_EQ(lib.state_machine[0].name, "state_machine");
   EXPECT_EQ(Probed(PlanFile(lib.functions, lib.state_machine)),

@@ -1,14 +1,17 @@
-// Helpers of the OpenSSL plan's tests (usage_test, openssl11_plan_test): a
-// library file's wanted functions and state machine, and the chain a planned
-// field_path holds. Header-only; gtest assertions; thread-safe.
+// Helpers of the OpenSSL plan's tests (usage_test, openssl11_plan_test,
+// openssl35_plan_test): a library file's wanted functions and state machine,
+// the functions a file plan probes, and the chain a planned field_path
+// holds. Header-only; gtest assertions; thread-safe.
 #pragma once
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <initializer_list>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/usage/accessors.h"
@@ -38,6 +41,35 @@ inline PlannedLibrary PlanLibrary(const std::string& path) {
   }
   close(fd);
   return out;
+}
+
+// libssl and libcrypto of a Debian root unpacked under `root`, with the
+// soname version `so` ("1.1", "3").
+struct RootLibraries {
+  std::string libssl, libcrypto;
+
+  RootLibraries(std::string_view root, std::string_view so)
+      : libssl(std::string(root) + "/usr/lib/x86_64-linux-gnu/libssl.so." + std::string(so)),
+        libcrypto(std::string(root) + "/usr/lib/x86_64-linux-gnu/libcrypto.so." + std::string(so)) {}
+};
+
+// Whether all `paths` are readable; a test failure (never a skip) naming
+// the first that is not and `how` to get it.
+inline bool FilesInstalled(std::initializer_list<std::string> paths, std::string_view how) {
+  for (const std::string& path : paths) {
+    if (access(path.c_str(), R_OK) != 0) {
+      ADD_FAILURE() << path << " is missing: " << how;
+      return false;
+    }
+  }
+  return true;
+}
+
+// The functions a file plan probes, in its order.
+inline std::vector<std::string> Probed(const FilePlan& plan) {
+  std::vector<std::string> names;
+  for (const ProbeSite& site : plan.sites) names.push_back(site.function);
+  return names;
 }
 
 // The chain the layout's `field` holds (no bit field: OpenSSL's have none).

@@ -264,29 +264,12 @@ void SetField(ProcessPlan& plan, uint32_t field, const std::optional<LoadChain>&
 }
 
 std::string_view FieldName(uint32_t field) {
-  switch (field) {
-    case FIELD_SSL_VERSION:
-      return "ssl.version";
-    case FIELD_SSL_STATE:
-      return "ssl.state";
-    case FIELD_SSL_RESUMED:
-      return "ssl.resumed";
-    case FIELD_SSL_IS_SERVER:
-      return "ssl.is_server";
-    case FIELD_SSL_CIPHER:
-      return "ssl.cipher";
-    case FIELD_SSL_KEY_TYPE:
-      return "ssl.key_type";
-    case FIELD_MDCTX_KEY_TYPE:
-      return "md_ctx.key_type";
-    case FIELD_PKEYCTX_KEY_TYPE:
-      return "pkey_ctx.key_type";
-    case FIELD_SSL_GROUP:
-      return "ssl.group";
-    case FIELD_SSL_IN_INIT:
-      return "ssl.in_init";
-  }
-  return "?";
+  // In FIELD_* order (bpf/usage.h).
+  static constexpr std::string_view kNames[] = {"ssl.version", "ssl.state",    "ssl.resumed",     "ssl.is_server",
+                                                "ssl.cipher",  "ssl.key_type", "md_ctx.key_type", "pkey_ctx.key_type",
+                                                "ssl.group",   "ssl.in_init"};
+  static_assert(std::size(kNames) == FIELD_NR);
+  return field < FIELD_NR ? kNames[field] : "?";
 }
 
 std::string_view ProbeName(uint32_t probe) {

@@ -38,14 +38,9 @@
 namespace tlsprof::usage {
 namespace {
 
-struct SkelDeleter {
-  void operator()(::usage* skel) const { usage__destroy(skel); }
-};
-struct LinkDeleter {
-  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
-};
-using SkelPtr = std::unique_ptr<::usage, SkelDeleter>;
-using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+// Owners of the skeleton and its links (destroying a link detaches it).
+using SkelPtr = std::unique_ptr<::usage, decltype([](::usage* skel) { usage__destroy(skel); })>;
+using LinkPtr = std::unique_ptr<bpf_link, decltype([](bpf_link* link) { bpf_link__destroy(link); })>;
 
 std::string ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 
@@ -241,6 +236,43 @@ struct PlannedProbe {
   bool retprobe = false;
   bool entry = true;
 };
+
+// The probes of one library file's plan, `lib` its index in lib_layouts:
+// a close probe is an entry probe only; every other site has a return probe
+// and an entry probe, the return first. A call whose entry is seen must have
+// its return seen too (AttachPlanned attaches in this order), or the thread
+// would look inside an operation until the entry goes stale (and every later
+// call would count as nested). A return without an entry is ignored.
+std::vector<PlannedProbe> ProbesOf(const FilePlan& plan, uint16_t lib, const ::usage& skel) {
+  std::vector<PlannedProbe> probes;
+  for (const ProbeSite& site : plan.sites) {
+    const bool handshake = site.probe == PROBE_HANDSHAKE;
+    if (site.probe == PROBE_CLOSE) {
+      PlannedProbe p;
+      p.function = site.function;
+      p.prog = skel.progs.usage_close;
+      p.multi_prog = skel.progs.usage_close_multi;
+      p.offset = site.file_offset;
+      p.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
+      probes.push_back(std::move(p));
+      continue;
+    }
+    for (bool entry : {false, true}) {
+      PlannedProbe p;
+      p.function = site.function;
+      p.prog = entry ? (handshake ? skel.progs.usage_handshake_enter : skel.progs.usage_op_enter)
+                     : (handshake ? skel.progs.usage_handshake_exit : skel.progs.usage_op_exit);
+      p.multi_prog = entry ? (handshake ? skel.progs.usage_handshake_enter_multi : skel.progs.usage_op_enter_multi)
+                           : (handshake ? skel.progs.usage_handshake_exit_multi : skel.progs.usage_op_exit_multi);
+      p.offset = site.file_offset;
+      p.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
+      p.retprobe = !entry;
+      p.entry = entry;
+      probes.push_back(std::move(p));
+    }
+  }
+  return probes;
+}
 
 }  // namespace
 
@@ -580,8 +612,8 @@ void UsageProbes::Calibrate() {
 // What a run of the sched_switch program costs: its run time per run from
 // BPF stats (held on for the measurement only, BPF_ENABLE_STATS), over
 // context switches made on purpose (two threads passing a byte through
-// pipes). Without stats (kernel.bpf_stats_enabled's fd refused): 0.5 us,
-// this VM's idle figure.
+// pipes). Without stats (kernel.bpf_stats_enabled's fd refused): a fixed
+// 0.5 us, an idle machine's figure (bench/README.md).
 void UsageProbes::CalibrateSwitches() {
   constexpr double kFallback = 0.5e-6;
   impl_->switch_cost = kFallback;
@@ -735,39 +767,7 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       continue;
     }
     AttachedFile attached{ref.display_path, ref.dev, ref.inode, lib, ref.library, {}, layout.fields};
-    // Return probes before entry probes (AttachPlanned): a call whose entry
-    // is seen must have its return seen too, or the thread would look inside
-    // an operation until the entry goes stale (and every later call would
-    // count as nested). A return without an entry is ignored.
-    std::vector<PlannedProbe> probes;
-    for (const ProbeSite& site : plan.sites) {
-      const bool handshake = site.probe == PROBE_HANDSHAKE;
-      if (site.probe == PROBE_CLOSE) {
-        PlannedProbe p;
-        p.function = site.function;
-        p.prog = impl_->skel->progs.usage_close;
-        p.multi_prog = impl_->skel->progs.usage_close_multi;
-        p.offset = site.file_offset;
-        p.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
-        probes.push_back(std::move(p));
-        continue;
-      }
-      for (bool entry : {false, true}) {
-        PlannedProbe p;
-        p.function = site.function;
-        p.prog = entry ? (handshake ? impl_->skel->progs.usage_handshake_enter : impl_->skel->progs.usage_op_enter)
-                       : (handshake ? impl_->skel->progs.usage_handshake_exit : impl_->skel->progs.usage_op_exit);
-        p.multi_prog =
-            entry
-                ? (handshake ? impl_->skel->progs.usage_handshake_enter_multi : impl_->skel->progs.usage_op_enter_multi)
-                : (handshake ? impl_->skel->progs.usage_handshake_exit_multi : impl_->skel->progs.usage_op_exit_multi);
-        p.offset = site.file_offset;
-        p.cookie = USAGE_COOKIE(lib, site.probe, site.insn);
-        p.retprobe = !entry;
-        p.entry = entry;
-        probes.push_back(std::move(p));
-      }
-    }
+    const std::vector<PlannedProbe> probes = ProbesOf(plan, lib, *impl_->skel);
     std::string file_errors;
     attached.functions = impl_->AttachPlanned(l.fd, {ref.dev, ref.inode}, probes, &file_errors);
     if (!file_errors.empty()) errors += fmt::format("{}: {}", ref.display_path, file_errors);

@@ -97,18 +97,19 @@ struct UsageClock {
   double connections_since = 0;  // the live set started over then (0: at start)
 };
 
+// The probes' own accounting (the UTOTAL_* slots of bpf/usage.h).
 struct UsageTotals {
-  uint64_t hits = 0;
-  uint64_t handshake_calls = 0;
-  uint64_t handshakes = 0;
-  uint64_t ops = 0;
-  uint64_t nested = 0;
-  uint64_t dropped_keys = 0;
-  uint64_t read_errors = 0;
-  uint64_t go_unmatched = 0;  // Go RETs without their entry
-  uint64_t go_migrated = 0;   // Go operations that ended on another thread (on-CPU time: the first's)
-  uint64_t closes = 0;        // connection-end probe hits
-  uint64_t live_full = 0;     // handshaken connections live_connections had no room for
+  uint64_t hits = 0;             // probe and return-probe runs
+  uint64_t handshake_calls = 0;  // SSL_do_handshake calls
+  uint64_t handshakes = 0;       // ... that completed a handshake
+  uint64_t ops = 0;              // operations timed
+  uint64_t nested = 0;           // probed calls inside a timed one (not timed)
+  uint64_t dropped_keys = 0;     // a full map refused a new key
+  uint64_t read_errors = 0;      // a field's chain could not be read
+  uint64_t go_unmatched = 0;     // Go RETs without their entry
+  uint64_t go_migrated = 0;      // Go operations that ended on another thread (on-CPU time: the first's)
+  uint64_t closes = 0;           // connection-end probe hits
+  uint64_t live_full = 0;        // handshaken connections live_connections had no room for
 };
 
 // Everything the probes counted up to one moment (the maps are cumulative);
