@@ -8,7 +8,7 @@ WindowHealth HealthOf(const profiler::Window& window, const v1::AgentReport& rep
   health.agent_cpu_seconds = window.cost.window_cpu_seconds;
   health.resident_bytes = window.cost.resident_bytes;
   health.dropped_samples = window.totals.dropped_ip + window.totals.dropped_pid + window.totals.dropped_stack;
-  health.unresolved_samples = window.profile.unresolved_samples;
+  health.unresolved_samples = window.attribution.unresolved_samples;
   health.tracked_processes = window.health.tracked_processes;
   health.pending_processes = window.health.pending_processes;
   if (window.usage) {

@@ -241,7 +241,7 @@ Window Profiler::CloseWindow() {
   }
   window.health.forgotten_processes = ForgetExited(sampled);
   ReadAgain(sampled, counts);
-  window.profile = Attribute(counts);
+  window.attribution = Attribute(counts);
   Describe(window);
   return window;
 }
@@ -370,7 +370,7 @@ void Profiler::ReadStale(const sample::WindowCounts& counts) {
   }
 }
 
-aggregate::Profile Profiler::Attribute(sample::WindowCounts& counts) const {
+aggregate::Attribution Profiler::Attribute(sample::WindowCounts& counts) const {
   aggregate::Attributor attributor(registry_);
   for (const auto& [tgid, c] : counts.pids) {
     if (tgid != 0) attributor.AddProcess(tgid, c.user, c.kernel);
@@ -421,7 +421,7 @@ ProcessInfo Profiler::DescribeProcess(uint32_t tgid, bool read_proc) const {
 // Everything else a sink needs, read now: the processes the window names,
 // the host, the probes' set-up, the agent's state and cost.
 void Profiler::Describe(Window& window) const {
-  for (const auto& [pid, p] : window.profile.processes) {
+  for (const auto& [pid, p] : window.attribution.processes) {
     window.processes.emplace(static_cast<uint32_t>(pid), DescribeProcess(static_cast<uint32_t>(pid), false));
   }
   if (window.usage) {

@@ -25,7 +25,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "agent/aggregate/profile.h"
+#include "agent/aggregate/attribution.h"
 #include "agent/discovery/memory_budget.h"
 #include "agent/discovery/process_registry.h"
 #include "agent/profiler/window.h"
@@ -130,7 +130,7 @@ class Profiler {
   size_t ForgetExited(const std::set<uint32_t>& sampled);
   void ReadAgain(const std::set<uint32_t>& sampled, const sample::WindowCounts& counts);
   void ReadStale(const sample::WindowCounts& counts);
-  aggregate::Profile Attribute(sample::WindowCounts& counts) const;
+  aggregate::Attribution Attribute(sample::WindowCounts& counts) const;
   void Describe(Window& window) const;
   ProcessInfo DescribeProcess(uint32_t tgid, bool read_proc) const;
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/aggregate/profile.h"
+#include "agent/aggregate/attribution.h"
 #include "agent/discovery/cgroup_identity.h"
 #include "agent/sample/sampler.h"
 #include "agent/stacks/unwind_registrar.h"
@@ -87,7 +87,7 @@ struct AgentHealth {
 };
 
 struct Window {
-  aggregate::Profile profile;
+  aggregate::Attribution attribution;
   sample::Totals totals;  // the sampler's totals over the window
   // CLOCK_MONOTONIC (steady_clock), so other programs' timelines (the
   // ground-truth workloads') can be cut to the same window, and the wall

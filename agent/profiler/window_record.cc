@@ -82,10 +82,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LibraryFile, path, kind, shared, build_id, sy
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LibraryUse, file, tls_samples, named_samples, bucket_samples, algorithm_samples,
                                    stack_samples)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SymbolRow, symbol, library, classification, samples)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ProcessProfile, pid, comm, container, samples, kernel_samples, crypto, libraries,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ProcessAttribution, pid, comm, container, samples, kernel_samples, crypto, libraries,
                                    symbols, inferred_from_operation, inferred_from_process)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StackSample, pid, frames, classification, phase, samples)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Profile, scope_samples, crypto, processes, unresolved_samples, stack_samples,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Attribution, scope_samples, crypto, processes, unresolved_samples, stack_samples,
                                    syscall_return_samples, stacks)
 
 }  // namespace aggregate
@@ -123,7 +123,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(AgentCost, window_cpu_seconds, cpu_seconds, b
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(AgentHealth, tracked_processes, pending_processes, forgotten_processes, images,
                                    cached_images, images_changed, processes_replaced, memory_limit_bytes,
                                    images_skipped, tables_skipped, unwind)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Window, profile, totals, start_monotonic_ns, end_monotonic_ns, start_unix_ns,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Window, attribution, totals, start_monotonic_ns, end_monotonic_ns, start_unix_ns,
                                    end_unix_ns, host, processes, usage, cost, health)
 
 nlohmann::json RecordWindow(const Window& window) {

@@ -12,7 +12,7 @@
 namespace tlsprof::report {
 namespace {
 
-std::string_view CommOf(const aggregate::Profile& profile, pid_t pid) {
+std::string_view CommOf(const aggregate::Attribution& profile, pid_t pid) {
   auto it = profile.processes.find(pid);
   return it == profile.processes.end() ? std::string_view("?") : std::string_view(it->second.comm);
 }
@@ -47,7 +47,7 @@ class StringTable {
 
 }  // namespace
 
-std::string FoldedStacks(const aggregate::Profile& profile) {
+std::string FoldedStacks(const aggregate::Attribution& profile) {
   // Equal folded lines (same frames and labels from different raw stacks) are
   // merged, and the output is sorted, so that files diff cleanly.
   std::map<std::string, uint64_t> lines;
@@ -64,7 +64,7 @@ std::string FoldedStacks(const aggregate::Profile& profile) {
   return out;
 }
 
-std::string PprofProfile(const aggregate::Profile& profile, uint64_t period_ns, int64_t start_unix_ns,
+std::string PprofProfile(const aggregate::Attribution& profile, uint64_t period_ns, int64_t start_unix_ns,
                          double duration_seconds) {
   pprof::Profile p;
   StringTable strings(&p);

@@ -9,15 +9,15 @@
 
 #include <string>
 
-#include "agent/aggregate/profile.h"
+#include "agent/aggregate/attribution.h"
 #include "common/result.h"
 
 namespace tlsprof::report {
 
-std::string FoldedStacks(const aggregate::Profile& profile);
+std::string FoldedStacks(const aggregate::Attribution& profile);
 // Serialized (uncompressed) pprof profile.proto bytes; the profile starts
 // at `start_unix_ns` (the window's start) and lasts `duration_seconds`.
-std::string PprofProfile(const aggregate::Profile& profile, uint64_t period_ns, int64_t start_unix_ns,
+std::string PprofProfile(const aggregate::Attribution& profile, uint64_t period_ns, int64_t start_unix_ns,
                          double duration_seconds);
 
 Status WriteFile(const std::string& path, const std::string& bytes);

@@ -55,7 +55,7 @@ json AlgorithmsJson(const aggregate::CryptoTime& crypto, double sec_per_sample) 
   return out;
 }
 
-json LibrariesJson(const aggregate::ProcessProfile& p) {
+json LibrariesJson(const aggregate::ProcessAttribution& p) {
   json out = json::array();
   for (const auto& use : p.libraries) {
     const aggregate::LibraryFile& file = use.file;
@@ -76,7 +76,7 @@ json LibrariesJson(const aggregate::ProcessProfile& p) {
 
 // The TLS symbols with the most samples: what to look at first, and how a
 // reader checks the rules table against a real profile.
-json TopSymbolsJson(const aggregate::ProcessProfile& p, double sec_per_sample, size_t limit) {
+json TopSymbolsJson(const aggregate::ProcessAttribution& p, double sec_per_sample, size_t limit) {
   std::vector<aggregate::SymbolRow> rows = p.symbols;
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.samples > b.samples; });
   if (rows.size() > limit) rows.resize(limit);
@@ -134,8 +134,8 @@ json AgentJson(const profiler::Window& w) {
   return agent;
 }
 
-json ProcessesJson(const aggregate::Profile& profile, double sec_per_sample) {
-  std::vector<const aggregate::ProcessProfile*> procs;
+json ProcessesJson(const aggregate::Attribution& profile, double sec_per_sample) {
+  std::vector<const aggregate::ProcessAttribution*> procs;
   for (const auto& [pid, p] : profile.processes) {
     if (p.crypto.tls > 0 || !p.libraries.empty()) procs.push_back(&p);
   }
@@ -168,7 +168,7 @@ json ProcessesJson(const aggregate::Profile& profile, double sec_per_sample) {
 }  // namespace
 
 json BuildReport(const profiler::Window& w) {
-  const aggregate::Profile& profile = w.profile;
+  const aggregate::Attribution& profile = w.attribution;
   const double sec_per_sample = w.seconds_per_sample();
   json doc;
   doc["schema"] = kSchema;

@@ -21,8 +21,8 @@ Status ReportWriter::Consume(const profiler::Window& window) {
 }
 
 Status StacksWriter::Consume(const profiler::Window& window) {
-  return WriteFile(path_, format_ == Format::kFolded ? FoldedStacks(window.profile)
-                                                     : PprofProfile(window.profile, window.host.period_ns,
+  return WriteFile(path_, format_ == Format::kFolded ? FoldedStacks(window.attribution)
+                                                     : PprofProfile(window.attribution, window.host.period_ns,
                                                                     window.start_unix_ns, window.duration_seconds()));
 }
 

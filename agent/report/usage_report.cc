@@ -42,9 +42,9 @@ struct Context {
     auto it = library.find(lib);
     return it == library.end() ? std::string("unknown") : it->second;
   }
-  const aggregate::ProcessProfile* Process(uint32_t tgid) const {
-    auto it = w.profile.processes.find(static_cast<pid_t>(tgid));
-    return it == w.profile.processes.end() ? nullptr : &it->second;
+  const aggregate::ProcessAttribution* Process(uint32_t tgid) const {
+    auto it = w.attribution.processes.find(static_cast<pid_t>(tgid));
+    return it == w.attribution.processes.end() ? nullptr : &it->second;
   }
   // TLS CPU of the handshake phase (sampled) of a process.
   double HandshakeTlsCpu(uint32_t tgid) const {

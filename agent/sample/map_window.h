@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "bpf/profile.h"
+#include "bpf/sampler.h"
 
 namespace tlsprof::sample {
 

@@ -23,7 +23,7 @@
 #include "agent/sample/cpu_list.h"
 #include "agent/sample/map_window.h"
 #include "common/fd.h"
-#include "profile.skel.h"
+#include "sampler.skel.h"
 
 namespace tlsprof::sample {
 namespace {
@@ -33,7 +33,7 @@ constexpr uint32_t kMaxFrequencyHz = 10000;
 constexpr uint64_t kNsPerSecond = 1'000'000'000;
 
 // Owners of the skeleton and its links (destroying a link detaches it).
-using SkelPtr = std::unique_ptr<profile, decltype([](profile* skel) { profile__destroy(skel); })>;
+using SkelPtr = std::unique_ptr<sampler, decltype([](sampler* skel) { sampler__destroy(skel); })>;
 using LinkPtr = std::unique_ptr<bpf_link, decltype([](bpf_link* link) { bpf_link__destroy(link); })>;
 
 std::string ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
@@ -241,7 +241,7 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
   auto impl = std::make_unique<Impl>();
 
   // Open: parse the embedded BPF object; nothing reaches the kernel yet.
-  impl->skel.reset(profile__open());
+  impl->skel.reset(sampler__open());
   if (!impl->skel) {
     return MakeError("cannot open the embedded BPF sampler object: {}", ErrnoText(errno));
   }
@@ -261,7 +261,7 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
   }
 
   // Load: create the maps and verify and load the program.
-  if (int err = profile__load(impl->skel.get()); err != 0) {
+  if (int err = sampler__load(impl->skel.get()); err != 0) {
     return PrivilegedStepError("loading the BPF sampler into the kernel failed", err);
   }
 
@@ -533,7 +533,7 @@ Status Sampler::UploadRows(uint32_t first_row, std::span<const unwind_row> rows)
 
 void Sampler::BumpRowsGeneration() {
   // The BPF row cache keeps a lookup only for the generation it was made in
-  // (bpf/profile.bpf.c); 0 means "cache off", so it is skipped on wrap.
+  // (bpf/sampler.bpf.c); 0 means "cache off", so it is skipped on wrap.
   uint32_t* gen = &impl_->skel->bss->unwind_rows_gen;
   if (__atomic_add_fetch(gen, 1, __ATOMIC_RELEASE) == 0) __atomic_add_fetch(gen, 1, __ATOMIC_RELEASE);
 }

@@ -1,4 +1,4 @@
-// Sampler: the perf_event CPU sampler (bpf/profile.bpf.c) wrapped in an RAII
+// Sampler: the perf_event CPU sampler (bpf/sampler.bpf.c) wrapped in an RAII
 // class. One software cpu-clock event per online CPU, aggregated in the kernel.
 //
 // Lifecycle: Start() opens the skeleton, sets rodata, loads, opens the per-CPU
@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "bpf/profile.h"
+#include "bpf/sampler.h"
 #include "bpf/unwind.h"
 #include "common/result.h"
 
@@ -35,7 +35,7 @@ struct SamplerOptions {
   // samples_by_ip / samples_by_pid entries; totals still count every sample.
   std::vector<pid_t> target_pids;
   // Sizes of the in-kernel aggregates (bpf_map__set_max_entries before load);
-  // 0 keeps the defaults of bpf/profile.h and bpf/unwind.h. Past them new keys
+  // 0 keeps the defaults of bpf/sampler.h and bpf/unwind.h. Past them new keys
   // are counted as dropped (Totals::dropped_*), never fatal. Smaller maps bound
   // the agent's memory per window (docs/fleet.md, "Memory").
   uint32_t max_sample_keys = 0;  // samples_by_ip (TLSPROF_MAX_SAMPLE_KEYS)
@@ -49,7 +49,7 @@ struct SamplerOptions {
 // much aside (profiler::Profiler).
 uint64_t WindowMemoryBound(uint32_t max_pids, uint32_t max_sample_keys, uint32_t max_stack_keys);
 
-// The program's totals (the TOTAL_* slots of bpf/profile.h).
+// The program's totals (the TOTAL_* slots of bpf/sampler.h).
 struct Totals {
   uint64_t samples = 0;
   uint64_t idle = 0;         // the idle task (pid 0) was on CPU
@@ -57,7 +57,7 @@ struct Totals {
   uint64_t user = 0;         // a task was in user mode
   uint64_t dropped_ip = 0;   // samples_by_ip was full: the sample is in the pid counts only
   uint64_t dropped_pid = 0;  // samples_by_pid was full
-  // Stack unwinding (see the TOTAL_* slots in bpf/profile.h).
+  // Stack unwinding (see the TOTAL_* slots in bpf/sampler.h).
   uint64_t unwound = 0;         // samples counted in samples_by_stack
   uint64_t dropped_stack = 0;   // samples_by_stack was full
   uint64_t unwind_not_tls = 0;  // registered process, but no TLS frame in the first walk

@@ -1,5 +1,5 @@
 // Needs root and a real kernel (label "bpf"): the in-kernel user-stack
-// unwinder of bpf/profile.bpf.c against children spinning in known call
+// unwinder of bpf/sampler.bpf.c against children spinning in known call
 // chains, walked by frame pointers and by DWARF rows, and its cost.
 //
 // This file is compiled with -fno-omit-frame-pointer (the frame-pointer

@@ -137,7 +137,7 @@ std::pair<uint64_t, uint64_t> SlotBounds(uint32_t slot);
 class UsageProbes {
  public:
   // The CPU sampler's stacks go through these probes' uretprobes by the
-  // kernel's own record of them (bpf/profile.bpf.c, hijacked_return).
+  // kernel's own record of them (bpf/sampler.bpf.c, hijacked_return).
   static Result<std::unique_ptr<UsageProbes>> Start();
   ~UsageProbes();
   UsageProbes(const UsageProbes&) = delete;

@@ -13,8 +13,8 @@
 
 namespace tlsprof::wire {
 
-ServiceMap GroupServices(const aggregate::Profile& profile, uint64_t scope_busy_samples,
-                         const std::function<ServiceKey(const aggregate::ProcessProfile&)>& service_of) {
+ServiceMap GroupServices(const aggregate::Attribution& profile, uint64_t scope_busy_samples,
+                         const std::function<ServiceKey(const aggregate::ProcessAttribution&)>& service_of) {
   const ServiceKey non_tls{std::string(kNonTlsService), "", ""};
   ServiceMap services;
   uint64_t accounted = 0;
@@ -298,9 +298,9 @@ std::optional<ServiceKey> UsageServiceOf(const profiler::Window& window, uint32_
 }  // namespace
 
 v1::AgentReport EncodeWindow(const profiler::Window& window, const EncodeOptions& options, const SpoolState& spool) {
-  const aggregate::Profile& profile = window.profile;
+  const aggregate::Attribution& profile = window.attribution;
   ServiceMap services =
-      GroupServices(profile, profile.scope_samples, [&window, &options](const aggregate::ProcessProfile& p) {
+      GroupServices(profile, profile.scope_samples, [&window, &options](const aggregate::ProcessAttribution& p) {
         const profiler::ProcessInfo& info = window.process(static_cast<uint32_t>(p.pid));
         return ServiceKeyOf(info.snapshotted ? std::string_view(info.cgroup) : std::string_view(), p.comm,
                             info.snapshotted ? info.container : discovery::ContainerIdentity{},

@@ -14,7 +14,7 @@
 #include <string>
 #include <tuple>
 
-#include "agent/aggregate/profile.h"
+#include "agent/aggregate/attribution.h"
 #include "agent/profiler/window.h"
 #include "agent/usage/usage_probes.h"
 #include "agent/wire/services.h"
@@ -66,8 +66,8 @@ using ServiceMap = std::map<ServiceKey, ServiceTotals>;
 // added to "(non-tls)", so that the services add up to the host. Past
 // kMaxServices keys (containers multiply them), the keys with the least busy
 // CPU are summed into "(overflow)", which has no container.
-ServiceMap GroupServices(const aggregate::Profile& profile, uint64_t scope_busy_samples,
-                         const std::function<ServiceKey(const aggregate::ProcessProfile&)>& service_of);
+ServiceMap GroupServices(const aggregate::Attribution& profile, uint64_t scope_busy_samples,
+                         const std::function<ServiceKey(const aggregate::ProcessAttribution&)>& service_of);
 
 // The usage probes' histogram (usage::OperationStats::slots, USAGE_HIST_SLOTS
 // exp2 slots with sub-buckets) in v1's fixed buckets: every slot lies inside

@@ -52,23 +52,23 @@ TEST(Services, NameFallsBackToCommAndIsSanitized) {
   EXPECT_FALSE(IsValidLabel(std::string(65, 'x')));
 }
 
-aggregate::ProcessProfile Process(pid_t pid, std::string comm, uint64_t busy) {
-  aggregate::ProcessProfile p;
+aggregate::ProcessAttribution Process(pid_t pid, std::string comm, uint64_t busy) {
+  aggregate::ProcessAttribution p;
   p.pid = pid;
   p.comm = std::move(comm);
   p.samples = busy;
   return p;
 }
 
-void AddTls(aggregate::ProcessProfile& p, Bucket b, std::string_view alg, Phase ph, LibraryKind lib, uint64_t n) {
+void AddTls(aggregate::ProcessAttribution& p, Bucket b, std::string_view alg, Phase ph, LibraryKind lib, uint64_t n) {
   p.crypto.Add({b, alg}, ph, lib, n);
 }
 
 // Two TLS processes of one unit, one Go process named by its comm, a process
 // mapping a TLS library without TLS samples, two plain processes, and busy
 // samples no process entry holds (the pid map was full).
-aggregate::Profile SampleProfile() {
-  aggregate::Profile profile;
+aggregate::Attribution SampleProfile() {
+  aggregate::Attribution profile;
   auto w1 = Process(101, "nginx", 500);
   AddTls(w1, Bucket::kCipher, "AES-128-GCM", Phase::kRecord, LibraryKind::kOpenSSL3, 200);
   AddTls(w1, Bucket::kSignature, "ECDSA-P256", Phase::kHandshake, LibraryKind::kOpenSSL3, 50);
@@ -88,11 +88,11 @@ aggregate::Profile SampleProfile() {
   return profile;
 }
 
-ServiceKey ServiceOf(const aggregate::ProcessProfile& p) {
+ServiceKey ServiceOf(const aggregate::ProcessAttribution& p) {
   return {ServiceName(p.comm == "nginx" ? "/system.slice/nginx.service" : "", p.comm), "", ""};
 }
 
-ServiceKey CommOf(const aggregate::ProcessProfile& p) { return {p.comm, "", ""}; }
+ServiceKey CommOf(const aggregate::ProcessAttribution& p) { return {p.comm, "", ""}; }
 
 TEST(Encode, GroupsProcessesIntoServices) {
   const auto services = GroupServices(SampleProfile(), SampleProfile().scope_samples, ServiceOf);
@@ -111,7 +111,7 @@ TEST(Encode, GroupsProcessesIntoServices) {
 }
 
 TEST(Encode, ReportAddsUpAndUsesTheWireEnums) {
-  const aggregate::Profile profile = SampleProfile();
+  const aggregate::Attribution profile = SampleProfile();
   const auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
   v1::Host host;
   host.set_hostname("h1");
@@ -170,7 +170,7 @@ TEST(Encode, TlsAheadOfBusyAtAWindowEdgeStaysValid) {
 }
 
 TEST(Encode, TooManyServicesOverflow) {
-  aggregate::Profile profile;
+  aggregate::Attribution profile;
   for (pid_t pid = 1; pid <= 100; ++pid) {
     auto p = Process(pid, "svc" + std::to_string(pid), static_cast<uint64_t>(pid));
     AddTls(p, Bucket::kCipher, "AES-128-GCM", Phase::kRecord, LibraryKind::kOpenSSL3, 1);
@@ -190,7 +190,7 @@ TEST(Encode, TooManyServicesOverflow) {
 
 TEST(Metrics, CountsReportsInSeconds) {
   AgentMetrics metrics;
-  const aggregate::Profile profile = SampleProfile();
+  const aggregate::Attribution profile = SampleProfile();
   const auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
   const WindowInfo window{0, 10'000'000'000, 100, 10'000'000};  // 10 ms per sample
   metrics.AddReport(EncodeReport(services, profile.scope_samples, window, {}, {}));
@@ -243,7 +243,7 @@ TEST(Containers, ReplicasAreSeparateServices) {
   identity[1] = discovery::IdentityFromCgroupPath("/kubepods/besteffort/pod" + pod + "/" + a);
   identity[2] = discovery::IdentityFromCgroupPath("/kubepods/besteffort/pod" + pod + "/" + b);
   identity[4] = discovery::IdentityFromCgroupPath("/docker/" + a);
-  aggregate::Profile profile;
+  aggregate::Attribution profile;
   for (pid_t pid : {1, 2, 3}) {
     auto p = Process(pid, "envoy", 100);
     AddTls(p, Bucket::kCipher, "AES-128-GCM", Phase::kRecord, LibraryKind::kBoringSSL, 10 * pid);
@@ -252,7 +252,7 @@ TEST(Containers, ReplicasAreSeparateServices) {
   profile.processes[4] = Process(4, "sleep", 50);  // no TLS: (non-tls), whatever its container
   profile.scope_samples = 350;
   for (bool labels : {true, false}) {
-    const auto services = GroupServices(profile, profile.scope_samples, [&](const aggregate::ProcessProfile& p) {
+    const auto services = GroupServices(profile, profile.scope_samples, [&](const aggregate::ProcessAttribution& p) {
       return ServiceKeyOf("", p.comm, identity[p.pid], labels);
     });
     if (!labels) {
@@ -289,7 +289,7 @@ TEST(Containers, ReplicasAreSeparateServices) {
 }
 
 TEST(Containers, OverflowHasNoContainer) {
-  aggregate::Profile profile;
+  aggregate::Attribution profile;
   for (pid_t pid = 1; pid <= 100; ++pid) {
     auto p = Process(pid, "worker", static_cast<uint64_t>(pid));
     AddTls(p, Bucket::kCipher, "AES-128-GCM", Phase::kRecord, LibraryKind::kOpenSSL3, 1);
@@ -297,7 +297,7 @@ TEST(Containers, OverflowHasNoContainer) {
     profile.scope_samples += static_cast<uint64_t>(pid);
   }
   // One image, 100 containers: one service name, 100 keys.
-  const auto services = GroupServices(profile, profile.scope_samples, [](const aggregate::ProcessProfile& p) {
+  const auto services = GroupServices(profile, profile.scope_samples, [](const aggregate::ProcessAttribution& p) {
     char id[13];
     std::snprintf(id, sizeof id, "%012x", static_cast<unsigned>(p.pid));
     return ServiceKey{"worker", id, ""};
@@ -428,7 +428,7 @@ TEST(Usage, LatencyBucketsHoldEverySlotWhole) {
 }
 
 TEST(Usage, RowsGoToTheServicesWithTheReportsNames) {
-  const aggregate::Profile profile = SampleProfile();
+  const aggregate::Attribution profile = SampleProfile();
   auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
   EXPECT_EQ(AddUsage(services, SampleUsage(), UsageServiceOf, LibraryOf), 0u);
   ASSERT_TRUE(services.contains({"curl"}));  // 300's, and 900's usage
@@ -456,7 +456,7 @@ TEST(Usage, RowsGoToTheServicesWithTheReportsNames) {
 }
 
 TEST(Usage, ReportCarriesTheRowsAndTheUsageBlock) {
-  const aggregate::Profile profile = SampleProfile();
+  const aggregate::Attribution profile = SampleProfile();
   auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
   const usage::UsageSnapshot u = SampleUsage();
   AddUsage(services, u, UsageServiceOf, LibraryOf);
@@ -496,7 +496,7 @@ TEST(Usage, ReportCarriesTheRowsAndTheUsageBlock) {
 
 // The report a window gives, for the collector's validation.
 v1::AgentReport UsageReport(const usage::UsageSnapshot& u) {
-  const aggregate::Profile profile = SampleProfile();
+  const aggregate::Attribution profile = SampleProfile();
   auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
   AddUsage(services, u, UsageServiceOf, LibraryOf);
   v1::Host host;
@@ -560,7 +560,7 @@ TEST(Usage, RowsPastThePerReportCapAreDropped) {
 
 TEST(Usage, MetricsOfTheAgentsHost) {
   AgentMetrics metrics;
-  const aggregate::Profile profile = SampleProfile();
+  const aggregate::Attribution profile = SampleProfile();
   auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
   const usage::UsageSnapshot u = SampleUsage();
   AddUsage(services, u, UsageServiceOf, LibraryOf);

@@ -59,7 +59,7 @@ class WindowGolden : public ::testing::Test {
 TEST_F(WindowGolden, RecordingRoundTrips) {
   EXPECT_EQ(profiler::RecordWindow(window_), nlohmann::json::parse(Read(kDir / "window.json")));
   ASSERT_TRUE(window_.usage.has_value());
-  EXPECT_FALSE(window_.profile.stacks.empty());
+  EXPECT_FALSE(window_.attribution.stacks.empty());
 }
 
 TEST_F(WindowGolden, JsonReportAndTable) {
@@ -69,8 +69,8 @@ TEST_F(WindowGolden, JsonReportAndTable) {
 }
 
 TEST_F(WindowGolden, FoldedAndPprof) {
-  ExpectGolden("stacks.folded", report::FoldedStacks(window_.profile));
-  ExpectGolden("stacks.pprof", report::PprofProfile(window_.profile, window_.host.period_ns, window_.start_unix_ns,
+  ExpectGolden("stacks.folded", report::FoldedStacks(window_.attribution));
+  ExpectGolden("stacks.pprof", report::PprofProfile(window_.attribution, window_.host.period_ns, window_.start_unix_ns,
                                                     window_.duration_seconds()));
 }
 

@@ -1,4 +1,4 @@
-#include "agent/aggregate/profile.h"
+#include "agent/aggregate/attribution.h"
 
 #include <algorithm>
 
@@ -77,9 +77,9 @@ LibraryFile LibraryFileOf(const discovery::ImageInfo& info) {
 
 }  // namespace
 
-ProcessProfile& Attributor::Process(uint32_t tgid) {
+ProcessAttribution& Attributor::Process(uint32_t tgid) {
   auto [it, inserted] = profile_.processes.try_emplace(static_cast<pid_t>(tgid));
-  ProcessProfile& p = it->second;
+  ProcessAttribution& p = it->second;
   if (inserted) {
     p.pid = static_cast<pid_t>(tgid);
     if (const auto* snap = registry_.Get(p.pid)) {
@@ -99,7 +99,7 @@ ProcessProfile& Attributor::Process(uint32_t tgid) {
 }
 
 void Attributor::AddProcess(uint32_t tgid, uint64_t user_samples, uint64_t kernel_samples) {
-  ProcessProfile& p = Process(tgid);
+  ProcessAttribution& p = Process(tgid);
   p.samples += user_samples + kernel_samples;
   p.kernel_samples += kernel_samples;
 }
@@ -138,7 +138,7 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   return f;
 }
 
-void Attributor::Account(ProcessProfile& p, const Frame& where, const classify::Classification& c,
+void Attributor::Account(ProcessAttribution& p, const Frame& where, const classify::Classification& c,
                          classify::Phase phase, uint64_t count, bool from_stack) {
   p.crypto.Add(c, phase, where.where.image->tls->kind, count);
   SymbolCount& sym = symbols_[p.pid][where.where];
@@ -295,7 +295,7 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   const Callee callee = operation_index ? CalleeOf(s, *operation_index, bucket) : Callee{};
   const std::string_view candidate = CandidateBelow(s, operation_index.value_or(0));
 
-  ProcessProfile& p = Process(tgid);
+  ProcessAttribution& p = Process(tgid);
   Account(p, *innermost_tls, sc.classification, sc.phase, count, /*from_stack=*/true);
   profile_.stack_samples += count;
 
@@ -371,7 +371,7 @@ void Attributor::SplitKeyContext(pid_t pid, const OperationGroup& group, const S
   }
   auto pit = profile_.processes.find(pid);
   if (named_total == 0 || pit == profile_.processes.end()) return;
-  ProcessProfile& p = pit->second;
+  ProcessAttribution& p = pit->second;
   std::vector<uint64_t> weights;
   for (const auto& row : named) weights.push_back(row.second);
   const AlgorithmKey unknown_other{classify::Bucket::kOther, classify::algo::kUnknown, classify::Phase::kOther};
@@ -482,7 +482,7 @@ void Attributor::InferFromOperations() {
   }
 }
 
-Profile Attributor::Finish() {
+Attribution Attributor::Finish() {
   InferFromOperations();
   for (const auto& [pid, p] : profile_.processes) profile_.crypto.Merge(p.crypto);
   for (const auto& [pid, counts] : symbols_) {

@@ -96,7 +96,7 @@ struct SymbolRow {
   uint64_t samples = 0;
 };
 
-struct ProcessProfile {
+struct ProcessAttribution {
   pid_t pid = 0;
   std::string comm;
   discovery::ContainerIdentity container;  // from its cgroups; empty on the host
@@ -125,12 +125,12 @@ struct StackSample {
   uint64_t samples = 0;
 };
 
-struct Profile {
+struct Attribution {
   uint64_t scope_samples = 0;  // busy CPU of the scope (host or --pid set)
   CryptoTime crypto;
-  std::map<pid_t, ProcessProfile> processes;  // only processes with samples
-  uint64_t unresolved_samples = 0;            // user IPs in processes the agent could not snapshot
-  uint64_t stack_samples = 0;                 // TLS samples attributed from whole stacks
+  std::map<pid_t, ProcessAttribution> processes;  // only processes with samples
+  uint64_t unresolved_samples = 0;                // user IPs in processes the agent could not snapshot
+  uint64_t stack_samples = 0;                     // TLS samples attributed from whole stacks
   // User samples whose leaf is the return address of a system call made
   // under TLS code (libc's write() from the socket BIO): kernel time, not TLS
   // time (docs/attribution.md, "System-call returns").
@@ -158,7 +158,7 @@ class Attributor {
 
   // Completes the profile: algorithms left unknown inside an operation are
   // inferred from what the same operation named (InferFromOperations).
-  Profile Finish();
+  Attribution Finish();
 
   // Where one user IP of a process lies. `return_address`: the IP is a
   // caller's return address, so the call instruction is at ip - 1.
@@ -176,16 +176,16 @@ class Attributor {
   Frame Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address);
 
  private:
-  void Account(ProcessProfile& p, const Frame& where, const classify::Classification& c, classify::Phase phase,
+  void Account(ProcessAttribution& p, const Frame& where, const classify::Classification& c, classify::Phase phase,
                uint64_t count, bool from_stack);
   static std::string FrameName(const Frame& f, uint64_t ip, bool leaf);
-  ProcessProfile& Process(uint32_t tgid);
+  ProcessAttribution& Process(uint32_t tgid);
 
   const discovery::ProcessRegistry& registry_;
-  Profile profile_;
+  Attribution profile_;
   // (image, symbol index) → classification; symbols are classified once.
   std::map<std::pair<const symbols::BinaryImage*, uint32_t>, std::optional<classify::Classification>> cache_;
-  // Per process: the images behind ProcessProfile::libraries (same order),
+  // Per process: the images behind ProcessAttribution::libraries (same order),
   // and its symbol counts, named at Finish().
   std::map<pid_t, std::vector<const discovery::ImageInfo*>> library_images_;
   std::map<pid_t, std::map<SymbolKey, SymbolCount>> symbols_;

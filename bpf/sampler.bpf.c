@@ -15,7 +15,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 
-#include "profile.h"
+#include "sampler.h"
 #include "unwind.h"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -1,9 +1,9 @@
-/* Shared between bpf/profile.bpf.c and user space: plain C structs and
+/* Shared between bpf/sampler.bpf.c and user space: plain C structs and
  * constants only. A map's name says what it counts; a key struct's fields are
  * its labels, in order.
  */
-#ifndef TLSPROF_BPF_PROFILE_H
-#define TLSPROF_BPF_PROFILE_H
+#ifndef TLSPROF_BPF_SAMPLER_H
+#define TLSPROF_BPF_SAMPLER_H
 
 #ifndef __VMLINUX_H__
 #include <linux/types.h>
@@ -69,4 +69,4 @@ enum total_slot {
 	TOTAL_NR_SLOTS,
 };
 
-#endif /* TLSPROF_BPF_PROFILE_H */
+#endif /* TLSPROF_BPF_SAMPLER_H */
