@@ -30,9 +30,7 @@ void SleepUntil(Clock::time_point until, const std::atomic<bool>& stop) {
 // batches at any time, so this runs at every poll, not only at window ends.
 void MirrorShipper(const ship::Shipper* shipper, expose::AgentMetrics& metrics) {
   if (shipper == nullptr) return;
-  const ship::ShipperStats st = shipper->stats();
-  metrics.SetShip({st.sealed, st.accepted, st.duplicates, st.rejected, st.spool_dropped, st.send_errors,
-                   st.spooled_batches, st.spooled_bytes, st.last_success_unix_seconds, st.unpersisted});
+  metrics.SetShip(shipper->stats());
 }
 
 // The threads the daemon serves from (/metrics, the shipper), started after

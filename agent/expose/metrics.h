@@ -22,6 +22,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "agent/ship/shipper.h"
 #include "common/metrics/metric_table.h"
 #include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
@@ -48,19 +49,8 @@ struct WindowHealth {
   double probe_budget_share = 0;        // --usage-budget as a share of the host's CPUs (0: none)
 };
 
-// The shipper's counters (ship::ShipperStats), mirrored.
-struct ShipHealth {
-  uint64_t sealed = 0;
-  uint64_t accepted = 0;
-  uint64_t duplicates = 0;
-  uint64_t rejected = 0;
-  uint64_t spool_dropped = 0;
-  uint64_t send_errors = 0;
-  uint64_t spooled_batches = 0;
-  uint64_t spooled_bytes = 0;
-  double last_success_unix_seconds = 0;
-  uint64_t unpersisted = 0;  // windows that could not be written to the spool (lost)
-};
+// The shipper's counters, mirrored as they are.
+using ShipHealth = ship::ShipperStats;
 
 // The agent's bounds (docs/fleet.md, "Memory"): cumulative counts, mirrored.
 struct BoundsHealth {
