@@ -24,6 +24,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   prometheus-cpp-dev libcivetweb-dev
+  # Prometheus remote write: snappy-compressed protobuf over HTTP POST
+  libsnappy-dev libcurl4-openssl-dev
   # TLS libraries and servers profiled by the tests
   openssl android-libboringssl-dev golang-go nodejs nginx libnginx-mod-stream wrk debuginfod
   # bench/ anchors and tools
