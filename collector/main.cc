@@ -15,6 +15,7 @@
 #include "collector/expose/fleet_metrics.h"
 #include "collector/expose/health.h"
 #include "collector/expose/http.h"
+#include "collector/expose/remote_write.h"
 #include "collector/ingest/ingestor.h"
 #include "collector/server/service.h"
 #include "collector/store/state_store.h"
@@ -86,6 +87,9 @@ struct Flags {
   IngestOptions ingest;
   uint64_t max_message_bytes = 4194304;
   uint64_t compact_bytes = 64ull << 20;
+  RemoteWriteOptions remote_write;
+  std::vector<std::string> remote_write_labels;  // NAME=VALUE
+  double remote_write_interval_seconds = 15;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -125,6 +129,14 @@ void AddFlags(CLI::App& app, Flags& f) {
   number("--max-series", f.ingest.max_series, "data series held over all agents (cpu + busy)")
       ->check(CLI::PositiveNumber);
   number("--journal-compact-bytes", f.compact_bytes, "snapshot the state when the journal grows past this");
+  app.add_option("--remote-write", f.remote_write.urls,
+                 "also push the series to this Prometheus remote-write URL (repeatable), e.g. "
+                 "http://victoria:8428/api/v1/write");
+  app.add_option("--remote-write-label", f.remote_write_labels,
+                 "NAME=VALUE on every pushed series (repeatable); the collectors of a tier need distinct ones "
+                 "(default: collector=<hostname>)");
+  number("--remote-write-interval", f.remote_write_interval_seconds, "seconds between pushes")
+      ->check(CLI::Range(1.0, 3600.0));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -164,6 +176,24 @@ HttpCallbacks MakeCallbacks(const Ingestor& ingestor, HealthMetrics& health, con
   return callbacks;
 }
 
+// --remote-write-label NAME=VALUE, or collector=<hostname> without one.
+tlsprof::Result<tlsprof::remote_write::ExternalLabels> ExternalLabels(const std::vector<std::string>& flags) {
+  tlsprof::remote_write::ExternalLabels labels;
+  for (const std::string& flag : flags) {
+    const size_t eq = flag.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == flag.size()) {
+      return tlsprof::MakeError("--remote-write-label {}: expected NAME=VALUE", flag);
+    }
+    labels.push_back({flag.substr(0, eq), flag.substr(eq + 1)});
+  }
+  if (labels.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    labels.push_back({"collector", host});
+  }
+  return labels;
+}
+
 // Serves until SIGTERM or SIGINT; the exit code.
 int Serve(const Flags& f, const ServiceOptions& service_options) {
   // Block the signals before any thread starts, so that only sigwait() sees them.
@@ -190,8 +220,24 @@ int Serve(const Flags& f, const ServiceOptions& service_options) {
   CollectorService service(service_options, &ingestor, store.get(), &health);
   tlsprof::Result<std::unique_ptr<grpc::Server>> server = StartServer(f.server, &service);
   if (!server.ok()) return Fail(server.error().message);
-  tlsprof::Result<std::unique_ptr<HttpServer>> http =
-      HttpServer::Start(f.metrics_listen, MakeCallbacks(ingestor, health, store.get()));
+  HttpCallbacks callbacks = MakeCallbacks(ingestor, health, store.get());
+  std::unique_ptr<RemoteWritePusher> pusher;
+  if (!f.remote_write.urls.empty()) {
+    // What /metrics shows; the pusher adds its own counters.
+    auto pushed = RemoteWritePusher::Start(f.remote_write, callbacks.collect);
+    if (!pushed.ok()) {
+      (*server)->Shutdown();
+      return Fail(pushed.error().message);
+    }
+    pusher = std::move(pushed).value();
+    callbacks.collect = [collect = callbacks.collect, &pusher] {
+      std::vector<prometheus::MetricFamily> families = collect();
+      std::vector<prometheus::MetricFamily> own = pusher->Families();
+      families.insert(families.end(), std::make_move_iterator(own.begin()), std::make_move_iterator(own.end()));
+      return families;
+    };
+  }
+  tlsprof::Result<std::unique_ptr<HttpServer>> http = HttpServer::Start(f.metrics_listen, callbacks);
   if (!http.ok()) {
     (*server)->Shutdown();
     return Fail(http.error().message);
@@ -212,6 +258,7 @@ int Serve(const Flags& f, const ServiceOptions& service_options) {
   }
   http->reset();
   spdlog::debug("tlsprof-collector: HTTP server stopped");
+  pusher.reset();  // a last push of the final counters
   spdlog::info("tlsprof-collector: stopped");
   return 0;
 }
@@ -240,6 +287,11 @@ int main(int argc, char** argv) {
     return Fail("--tls-ca, --tls-cert and --tls-key are all required (or --insecure to accept plaintext)");
   }
   flags.server.max_message_bytes = flags.max_message_bytes;
+  auto labels = ExternalLabels(flags.remote_write_labels);
+  if (!labels.ok()) return Fail(labels.error().message);
+  flags.remote_write.external_labels = *labels;
+  flags.remote_write.interval =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.remote_write_interval_seconds * 1000));
   tlsprof::Result<tlsprof::collector::ServiceOptions> service_options = MakeServiceOptions(flags);
   if (!service_options.ok()) return Fail(service_options.error().message);
   return Serve(flags, *service_options);

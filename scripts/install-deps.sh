@@ -32,6 +32,8 @@ packages=(
   linux-perf python3 procps curl
   # fleet pipeline tests: a real Prometheus server (and promtool), raw gRPC clients for bad input
   prometheus python3-grpcio python3-protobuf
+  # remote write's receivers beside Prometheus: VictoriaMetrics (not started as a service: tests run their own)
+  victoria-metrics
   # dashboards, rules, packaging and the status page: manifest/rules parsing, the status page's
   # charting library (Chart.js, embedded in the collector at build time), a headless browser test
   python3-yaml libjs-chart.js chromium fonts-dejavu-core

@@ -65,6 +65,9 @@ inline constexpr std::array<std::string_view, 1> kHostLabels = {"host"};
 inline constexpr std::array<std::string_view, 1> kResultLabel = {"result"};
 inline constexpr std::array<std::string_view, 1> kActionLabel = {"action"};
 inline constexpr std::array<std::string_view, 1> kWhatLabel = {"what"};
+// A remote-write receiver (its URL), and what became of a request sent to it.
+inline constexpr std::array<std::string_view, 1> kReceiverLabel = {"receiver"};
+inline constexpr std::array<std::string_view, 2> kReceiverResultLabels = {"receiver", "result"};
 inline constexpr std::array<std::string_view, 3> kHandshakeCpuLabels = {"service", "kind", "cert_key_type"};
 
 // Labels written only when their value is not empty.
@@ -210,6 +213,18 @@ inline constexpr Metric kHandshakeCpuSeconds{
     "tlsprof_handshake_cpu_seconds_total", Type::kCounter, kHandshakeCpuLabels,
     "Handshake-phase TLS CPU-seconds by the handshake they belonged to (reserved: not produced yet)", kReserved};
 
+inline constexpr Metric kCollectorRemoteWriteRequests{
+    "tlsprof_collector_remote_write_requests_total", Type::kCounter, kReceiverResultLabels,
+    "Remote-write requests by outcome: sent (2xx), rejected (4xx, dropped), dropped (pushed out of the full queue)",
+    kCollector};
+inline constexpr Metric kCollectorRemoteWriteSamples{"tlsprof_collector_remote_write_samples_total", Type::kCounter,
+                                                     kReceiverLabel, "Samples the receiver accepted", kCollector};
+inline constexpr Metric kCollectorRemoteWriteRetries{
+    "tlsprof_collector_remote_write_retries_total", Type::kCounter, kReceiverLabel,
+    "Remote-write attempts that failed and will be retried (network errors, 5xx, 429)", kCollector};
+inline constexpr Metric kCollectorRemoteWriteQueue{"tlsprof_collector_remote_write_queue", Type::kGauge, kReceiverLabel,
+                                                   "Remote-write requests waiting to be sent", kCollector};
+
 // Every metric, in the order docs/fleet.md lists them.
 inline constexpr std::array kAll = {
     &kCpuSeconds,
@@ -228,6 +243,10 @@ inline constexpr std::array kAll = {
     &kCollectorIngestSeconds,
     &kCollectorAgents,
     &kCollectorJournalBytes,
+    &kCollectorRemoteWriteRequests,
+    &kCollectorRemoteWriteSamples,
+    &kCollectorRemoteWriteRetries,
+    &kCollectorRemoteWriteQueue,
     &kAgentWindows,
     &kAgentWindowDuration,
     &kAgentCpuSeconds,

@@ -25,7 +25,7 @@ std::string Bound(double value) {
 void AddSeries(std::vector<::prometheus::TimeSeries>& out, const std::string& name,
                const std::vector<ClientMetric::Label>& labels, const ClientMetric::Label* extra, double value,
                int64_t timestamp_ms) {
-  std::vector<ClientMetric::Label> all = labels;
+  std::vector<ClientMetric::Label> all = labels;  // the metric's and the external labels
   all.push_back({"__name__", name});
   if (extra != nullptr) all.push_back(*extra);
   std::sort(all.begin(), all.end());
@@ -75,10 +75,13 @@ void AddMetric(std::vector<::prometheus::TimeSeries>& out, const MetricFamily& f
 }  // namespace
 
 std::vector<::prometheus::WriteRequest> Encode(const std::vector<MetricFamily>& families, int64_t timestamp_ms,
-                                               size_t max_series) {
+                                               size_t max_series, const ExternalLabels& external) {
   std::vector<::prometheus::TimeSeries> series;
   for (const MetricFamily& family : families) {
-    for (const ClientMetric& m : family.metric) AddMetric(series, family, m, timestamp_ms);
+    for (ClientMetric m : family.metric) {
+      m.label.insert(m.label.end(), external.begin(), external.end());
+      AddMetric(series, family, m, timestamp_ms);
+    }
   }
   std::vector<::prometheus::WriteRequest> requests;
   const size_t per_request = std::max<size_t>(1, max_series);

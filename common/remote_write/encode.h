@@ -17,10 +17,15 @@
 
 namespace tlsprof::remote_write {
 
-// Every series of `families`, with one sample each at `timestamp_ms`, cut
-// into requests of at most `max_series` series.
+// A label every series carries (Prometheus' external labels): it tells
+// apart the writers of one receiver, such as the collectors of a tier.
+using ExternalLabels = std::vector<::prometheus::ClientMetric::Label>;
+
+// Every series of `families` plus `external` labels, with one sample each at
+// `timestamp_ms`, cut into requests of at most `max_series` series.
 std::vector<::prometheus::WriteRequest> Encode(const std::vector<::prometheus::MetricFamily>& families,
-                                               int64_t timestamp_ms, size_t max_series);
+                                               int64_t timestamp_ms, size_t max_series,
+                                               const ExternalLabels& external = {});
 
 // The body of an HTTP POST: the request serialized, snappy block-compressed.
 std::string CompressedBody(const ::prometheus::WriteRequest& request);

@@ -58,6 +58,12 @@ TEST(Encode, EverySeriesWithSortedLabelsAndName) {
   EXPECT_EQ(got.size(), 7u);
 }
 
+TEST(Encode, ExternalLabelsGoOnEverySeries) {
+  auto requests = Encode(SampleFamilies(), 1, 100, {{"collector", "c1"}});
+  ASSERT_EQ(requests.size(), 1u);
+  for (const auto& s : requests[0].timeseries()) EXPECT_NE(Key(s).find("collector=c1"), std::string::npos) << Key(s);
+}
+
 TEST(Encode, CutsIntoRequestsAndRoundTripsThroughSnappy) {
   auto requests = Encode(SampleFamilies(), 1, 3);
   ASSERT_EQ(requests.size(), 3u);  // 7 series, 3 per request
@@ -165,7 +171,9 @@ TEST(Writer, AFullQueueDropsTheOldestWhileTheReceiverIsDown) {
 }
 
 TEST(Writer, ABadUrlIsAClearError) {
-  auto writer = RemoteWriter::Start({.url = "victoria:8428"});
+  WriterOptions o;
+  o.url = "victoria:8428";
+  auto writer = RemoteWriter::Start(o);
   ASSERT_FALSE(writer.ok());
   EXPECT_NE(writer.error().message.find("http://"), std::string::npos);
 }

@@ -17,9 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 struct Queued {
   uint64_t id = 0;
@@ -46,7 +44,8 @@ class CurlWriter : public RemoteWriter {
 
   void Enqueue(const std::vector<::prometheus::MetricFamily>& families, int64_t timestamp_ms) override {
     std::vector<Queued> encoded;
-    for (const ::prometheus::WriteRequest& r : Encode(families, timestamp_ms, options_.max_series_per_request)) {
+    for (const ::prometheus::WriteRequest& r :
+         Encode(families, timestamp_ms, options_.max_series_per_request, options_.external_labels)) {
       encoded.push_back({0, CompressedBody(r), static_cast<uint64_t>(r.timeseries_size())});
     }
     {
@@ -127,7 +126,8 @@ class CurlWriter : public RemoteWriter {
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.timeout.count()));
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, +[](char*, size_t size, size_t n, void*) { return size * n; });
+    curl_easy_setopt(
+        curl, CURLOPT_WRITEFUNCTION, +[](char*, size_t size, size_t n, void*) { return size * n; });
     const CURLcode rc = curl_easy_perform(curl);
     long status = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);

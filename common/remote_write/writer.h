@@ -17,12 +17,14 @@
 
 #include <prometheus/metric_family.h>
 
+#include "common/remote_write/encode.h"
 #include "common/result.h"
 
 namespace tlsprof::remote_write {
 
 struct WriterOptions {
-  std::string url;                // http(s)://HOST:PORT/PATH
+  std::string url;                 // http(s)://HOST:PORT/PATH
+  ExternalLabels external_labels;  // added to every series
   size_t max_queued_requests = 256;
   size_t max_series_per_request = 2000;
   std::chrono::milliseconds timeout{10000};
@@ -31,12 +33,12 @@ struct WriterOptions {
 };
 
 struct WriterStats {
-  uint64_t requests_sent = 0;     // answered 2xx
+  uint64_t requests_sent = 0;  // answered 2xx
   uint64_t samples_sent = 0;
-  uint64_t attempts_failed = 0;   // network errors, 5xx and 429: retried
-  uint64_t requests_rejected = 0; // other 4xx: dropped
-  uint64_t requests_dropped = 0;  // pushed out of the full queue
-  uint64_t queued_requests = 0;   // waiting now
+  uint64_t attempts_failed = 0;    // network errors, 5xx and 429: retried
+  uint64_t requests_rejected = 0;  // other 4xx: dropped
+  uint64_t requests_dropped = 0;   // pushed out of the full queue
+  uint64_t queued_requests = 0;    // waiting now
   double last_success_unix_seconds = 0;
 };
 

@@ -41,7 +41,7 @@ class Prometheus:
     """One Prometheus process scraping `targets` (HOST:PORT strings, /metrics)."""
 
     def __init__(self, procs, targets=(), scrape_interval="1s", job="tlsprof", name="prometheus", jobs=None,
-                 rule_files=()):
+                 rule_files=(), extra_args=()):
         """`targets` are scraped under job `job`; or `jobs` ({job name: [targets]})
         gives several scrape jobs. `rule_files` are loaded as the server's
         rule_files (evaluated every `scrape_interval`)."""
@@ -54,6 +54,7 @@ class Prometheus:
         self.scrape_interval = scrape_interval
         self.job = job
         self.rule_files = [os.path.abspath(f) for f in rule_files]
+        self.extra_args = list(extra_args)  # e.g. --web.enable-remote-write-receiver
         self.name = name
         self.port = None
         self.proc = None
@@ -91,7 +92,7 @@ class Prometheus:
         for attempt in range(3):
             self.port = free_port()
             argv = [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={data}",
-                    f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
+                    f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn", *self.extra_args]
             try:
                 self.proc = self.procs.start(argv, port=self.port, timeout=timeout)
                 break

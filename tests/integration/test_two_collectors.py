@@ -54,7 +54,7 @@ class Collector:
     """A tlsprof-collector with mTLS that takes tlsprof-loadgen as a relay
     identity (its reports are keyed by (identity, hostname))."""
 
-    def __init__(self, procs, name, pki):
+    def __init__(self, procs, name, pki, extra=()):
         self.name = name
         for attempt in range(3):
             self.grpc_port, self.metrics_port = free_port(), free_port()
@@ -62,7 +62,7 @@ class Collector:
                 continue
             argv = [COLLECTOR, "--listen", f"127.0.0.1:{self.grpc_port}", "--metrics-listen",
                     f"127.0.0.1:{self.metrics_port}", "--tls-ca", f"{pki}/ca.crt", "--tls-cert",
-                    f"{pki}/collector.crt", "--tls-key", f"{pki}/collector.key", "--relay-identity", RELAY]
+                    f"{pki}/collector.crt", "--tls-key", f"{pki}/collector.key", "--relay-identity", RELAY, *extra]
             try:
                 self.proc = procs.start(argv, port=self.metrics_port, timeout=30)
                 _wait_port(self.proc, procs, self.grpc_port)
