@@ -129,6 +129,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   number("--max-series", f.ingest.max_series, "data series held over all agents (cpu + busy)")
       ->check(CLI::PositiveNumber);
   number("--journal-compact-bytes", f.compact_bytes, "snapshot the state when the journal grows past this");
+  number("--tls-reload-seconds", f.server.tls_reload_seconds,
+         "read the TLS files again this often: new connections use a replaced certificate")
+      ->check(CLI::Range(1u, 86400u));
   app.add_option("--remote-write", f.remote_write.urls,
                  "also push the series to this Prometheus remote-write URL (repeatable), e.g. "
                  "http://victoria:8428/api/v1/write");

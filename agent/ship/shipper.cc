@@ -18,6 +18,9 @@
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/ship/spool.h"
@@ -502,9 +505,21 @@ Result<std::unique_ptr<Shipper>> Shipper::Start(const ShipperOptions& options) {
   if (options.insecure) {
     credentials = grpc::InsecureChannelCredentials();
   } else {
+    // The checks of the files at start (readable, PEM, key matches, not
+    // expired); then gRPC's watcher reads them now and every
+    // tls_reload_seconds, so a rotated certificate is used for the
+    // connections made after it.
     auto tls = LoadTls(options.tls);
     if (!tls) return tls.error();
-    credentials = grpc::SslCredentials(*tls);
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        options.tls.key, options.tls.cert, options.tls.ca, std::max(1u, options.tls_reload_seconds));
+    grpc::experimental::TlsChannelCredentialsOptions tls_options;
+    tls_options.set_certificate_provider(provider);
+    tls_options.watch_root_certs();
+    tls_options.watch_identity_key_cert_pairs();
+    // The collector's certificate must name the host dialled, as with SslCredentials.
+    tls_options.set_certificate_verifier(std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
+    credentials = grpc::experimental::TlsCredentials(tls_options);
   }
 
   auto state = StateDir::Open(options.state_dir);

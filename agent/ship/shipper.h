@@ -33,6 +33,9 @@ struct ShipperOptions {
   uint64_t spool_max_bytes = 64ull << 20;
   bool insecure = false;  // plaintext; otherwise all of `tls` is required
   TlsFiles tls;
+  // How often the TLS files are read again: a replaced certificate, key or
+  // CA is used for the connections made after it (rotation without a restart).
+  unsigned tls_reload_seconds = 10;
   std::chrono::milliseconds rpc_timeout{10000};
   std::chrono::milliseconds backoff_min{500};
   std::chrono::milliseconds backoff_max{30000};

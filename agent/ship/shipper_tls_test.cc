@@ -46,6 +46,7 @@ class ShipperTlsTest : public ::testing::Test {
       pki_error_ = "the openssl CLI is needed to make the test PKI (apt-get install openssl)";
     } else if (!MakeCa(pki, "ca") || !MakeCa(pki, "other-ca") ||
                !MakeLeaf(pki, "ca", "collector", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth") ||
+               !MakeLeaf(pki, "ca", "misnamed", "subjectAltName=DNS:elsewhere.example\nextendedKeyUsage=serverAuth") ||
                !MakeLeaf(pki, "ca", "agent-1", "extendedKeyUsage=clientAuth") ||
                !MakeLeaf(pki, "other-ca", "intruder", "extendedKeyUsage=clientAuth")) {
       pki_error_ = "openssl failed: " + Slurp(pki + "/openssl.log");
@@ -59,9 +60,15 @@ class ShipperTlsTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(pki_error_.empty()) << pki_error_;  // fails loudly, never skips
     pki_ = pki_dir_->path();
+    ServeAs("collector");
+  }
+
+  // The in-process collector, presenting the certificate `leaf`.
+  void ServeAs(const std::string& leaf) {
+    server_.reset();
     grpc::SslServerCredentialsOptions tls(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     tls.pem_root_certs = Slurp(pki_ + "/ca.pem");
-    tls.pem_key_cert_pairs.push_back({Slurp(pki_ + "/collector.key"), Slurp(pki_ + "/collector.pem")});
+    tls.pem_key_cert_pairs.push_back({Slurp(pki_ + "/" + leaf + ".key"), Slurp(pki_ + "/" + leaf + ".pem")});
     server_ = std::make_unique<TestServer>(&collector_, 0, grpc::SslServerCredentials(tls));
     ASSERT_TRUE(server_->ok());
   }
@@ -108,6 +115,13 @@ TEST_F(ShipperTlsTest, MutualTlsDelivers) {
   EXPECT_EQ(collector_.accepted_sequences(), std::vector<uint64_t>{1});
   EXPECT_EQ(collector_.peer_common_names(), std::vector<std::string>{"agent-1"});
   EXPECT_EQ(shipper_->stats().send_errors, 0u);
+}
+
+TEST_F(ShipperTlsTest, ACollectorCertificateForAnotherHostIsRefused) {
+  // Signed by the trusted CA, but for elsewhere.example, not the address dialled.
+  ASSERT_NO_FATAL_FAILURE(ServeAs("misnamed"));
+  ASSERT_NO_FATAL_FAILURE(StartAndSealOne("ca", "agent-1"));
+  ASSERT_NO_FATAL_FAILURE(ExpectHandshakesFail());
 }
 
 TEST_F(ShipperTlsTest, WrongCaFailsTheHandshakeAsASendError) {

@@ -50,7 +50,8 @@ RemoteWritePusher::~RemoteWritePusher() {
   Push();
   const auto deadline = std::chrono::steady_clock::now() + options_.flush;
   for (const auto& writer : writers_) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (!writer->Flush(std::max(left, std::chrono::milliseconds(0)))) {
       spdlog::warn("remote write: {} requests not delivered at stop", writer->stats().queued_requests);
     }

@@ -6,6 +6,11 @@
 #include <openssl/x509.h>
 #include <spdlog/spdlog.h>
 
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
+
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -293,10 +298,15 @@ Result<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, 
     if (!key.ok()) return key.error();
     Status checked = CheckTlsFiles(options.tls, *ca, *cert, *key);
     if (!checked.ok()) return checked.error();
-    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    ssl.pem_root_certs = *ca;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    credentials = grpc::SslServerCredentials(ssl);
+    // The files as gRPC's watcher reads them, now and every
+    // tls_reload_seconds: the checks above are the start's.
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        options.tls.key, options.tls.cert, options.tls.ca, std::max(1u, options.tls_reload_seconds));
+    grpc::experimental::TlsServerCredentialsOptions tls(provider);
+    tls.watch_root_certs();
+    tls.watch_identity_key_cert_pairs();
+    tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    credentials = grpc::experimental::TlsServerCredentials(tls);
   }
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default: a second collector on the same port would

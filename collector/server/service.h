@@ -90,12 +90,18 @@ struct ServerOptions {
   bool insecure = false;
   TlsFiles tls;
   size_t max_message_bytes = 4194304;
+  // How often the TLS files are read again: a certificate, key or CA replaced
+  // on disk is used for the connections made after it (rotation without a
+  // restart); connections already up keep theirs.
+  unsigned tls_reload_seconds = 10;
 };
 
 // Reads the PEM files (an error names the unreadable one) and starts the gRPC
 // server; `service` must outlive it. mTLS requires and verifies a client
 // certificate signed by --tls-ca, so expired, wrongly signed or missing
-// certificates fail the handshake and never reach Submit.
+// certificates fail the handshake and never reach Submit. The files are
+// watched (ServerOptions::tls_reload_seconds); a replacement that does not
+// load leaves the last good one in use.
 Result<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, CollectorService* service);
 
 }  // namespace tlsprof::collector
