@@ -159,6 +159,8 @@ Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
   std::unique_ptr<Profiler> p(new Profiler(options, std::move(sampler).value()));
   p->usage_ = std::move(usage_probes);
   p->cpu_at_start_ = cpu_at_start;
+  p->hostname_ = HostName();
+  p->machine_id_ = MachineId();
   // Processes that exist now are snapshotted before the window, so their
   // symbol loading is not on the first window's critical path and their
   // stacks are unwound from the first sample on. Later ones are found as
@@ -442,8 +444,8 @@ void Profiler::Describe(Window& window) const {
     window.usage->budget_share = usage_->budget() > 0 ? options_.sampling.usage_budget_share : 0;
   }
   HostInfo& host = window.host;
-  host.hostname = HostName();
-  host.machine_id = MachineId();
+  host.hostname = hostname_;
+  host.machine_id = machine_id_;
   host.cpus = sampler_->cpu_count();
   host.frequency_hz = options_.sampling.frequency_hz;
   host.period_ns = sampler_->period_ns();

@@ -153,6 +153,7 @@ class Profiler {
   double cpu_mark_ = 0;
   sample::BpfRunStats bpf_mark_;
   double cpu_at_start_ = 0;
+  std::string hostname_, machine_id_;  // read once, at Start()
   // Set by Stop(): the current window ends there.
   std::optional<std::pair<std::chrono::steady_clock::time_point, int64_t>> stopped_at_;
 };

@@ -31,7 +31,6 @@ Result<std::unique_ptr<RemoteWritePusher>> RemoteWritePusher::Start(const Remote
   for (const std::string& url : options.urls) {
     remote_write::WriterOptions wo;
     wo.url = url;
-    wo.external_labels = options.external_labels;
     auto writer = remote_write::RemoteWriter::Start(wo);
     if (!writer.ok()) return MakeError("--remote-write: {}", writer.error().message);
     p->writers_.push_back(std::move(writer).value());
@@ -62,8 +61,10 @@ void RemoteWritePusher::Push() {
   std::vector<prometheus::MetricFamily> families = collect_();
   std::vector<prometheus::MetricFamily> own = Families();
   families.insert(families.end(), std::make_move_iterator(own.begin()), std::make_move_iterator(own.end()));
-  const int64_t now_ms = NowUnixMs();
-  for (const auto& writer : writers_) writer->Enqueue(families, now_ms);
+  // Encoded once: every receiver gets the same requests.
+  const std::vector<::prometheus::WriteRequest> requests = remote_write::Encode(
+      families, NowUnixMs(), remote_write::WriterOptions{}.max_series_per_request, options_.external_labels);
+  for (const auto& writer : writers_) writer->Enqueue(requests);
 }
 
 void RemoteWritePusher::Loop() {

@@ -1,6 +1,6 @@
 // The collector's series pushed to remote-write receivers (docs/fleet.md,
 // "Remote write"): every interval, what /metrics would show is encoded once
-// per receiver and queued to its RemoteWriter (common/remote_write), which
+// and queued to each receiver's RemoteWriter (common/remote_write), which
 // retries; at a stop, a last push and up to `flush` to deliver it. Counters
 // are cumulative, so a retried or replayed write never double-counts, and
 // the external labels tell the collectors of a tier apart.

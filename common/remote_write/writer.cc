@@ -42,10 +42,12 @@ class CurlWriter : public RemoteWriter {
     thread_.join();
   }
 
-  void Enqueue(const std::vector<::prometheus::MetricFamily>& families, int64_t timestamp_ms) override {
+  using RemoteWriter::Enqueue;
+  const WriterOptions& options() const override { return options_; }
+
+  void Enqueue(const std::vector<::prometheus::WriteRequest>& requests) override {
     std::vector<Queued> encoded;
-    for (const ::prometheus::WriteRequest& r :
-         Encode(families, timestamp_ms, options_.max_series_per_request, options_.external_labels)) {
+    for (const ::prometheus::WriteRequest& r : requests) {
       encoded.push_back({0, CompressedBody(r), static_cast<uint64_t>(r.timeseries_size())});
     }
     {

@@ -48,8 +48,14 @@ class RemoteWriter {
   static Result<std::unique_ptr<RemoteWriter>> Start(const WriterOptions& options);
   virtual ~RemoteWriter() = default;
 
-  // Encodes the families' series at `timestamp_ms` and queues them.
-  virtual void Enqueue(const std::vector<::prometheus::MetricFamily>& families, int64_t timestamp_ms) = 0;
+  // Queues requests (Encode's, with this writer's external labels or not).
+  virtual void Enqueue(const std::vector<::prometheus::WriteRequest>& requests) = 0;
+  // Encodes the families' series at `timestamp_ms` with the options'
+  // external labels and queues them.
+  void Enqueue(const std::vector<::prometheus::MetricFamily>& families, int64_t timestamp_ms) {
+    Enqueue(Encode(families, timestamp_ms, options().max_series_per_request, options().external_labels));
+  }
+  virtual const WriterOptions& options() const = 0;
   // Waits up to `budget` for the queue to empty; true if it did.
   virtual bool Flush(std::chrono::milliseconds budget) = 0;
   virtual WriterStats stats() const = 0;
