@@ -57,7 +57,11 @@ void AddReportFlags(CLI::App& app, ReportOptions& r) {
 }
 
 void AddRunFlags(CLI::App& app, RunOptions& r) {
-  app.add_option("--collector", r.ship.collector, "Ship each window to this collector (HOST:PORT)");
+  app.add_option("--collector", r.ship.collectors,
+                 "Ship each window to a collector (HOST:PORT; repeat for several: the agent takes one by hashing its "
+                 "identity and fails over to the next while it is down)")
+      ->take_all()
+      ->allow_extra_args(false);
   app.add_option("--interval", r.interval_seconds, "Seconds per window")->capture_default_str();
   app.add_option("--metrics-listen", r.metrics_listen, "Serve Prometheus /metrics on HOST:PORT")->capture_default_str();
   app.add_option("--state-dir", r.ship.state_dir, "Instance id, sequence and spool of sealed windows")
@@ -88,11 +92,13 @@ Status ValidateRun(const RunOptions& run) {
                      o.tls.ca.empty() ? "--tls-ca " : "", o.tls.cert.empty() ? "--tls-cert " : "",
                      o.tls.key.empty() ? "--tls-key" : "");
   }
-  if (o.collector.empty()) return OkStatus();
+  if (o.collectors.empty()) return OkStatus();
   if (!all_tls && !o.insecure) {
     return MakeError("--collector needs --tls-ca, --tls-cert and --tls-key (mTLS), or --insecure to ship in plaintext");
   }
-  if (o.collector.rfind(':') == std::string::npos) return MakeError("--collector {}: expected HOST:PORT", o.collector);
+  for (const std::string& c : o.collectors) {
+    if (c.rfind(':') == std::string::npos) return MakeError("--collector {}: expected HOST:PORT", c);
+  }
   if (o.state_dir.empty()) return MakeError("--state-dir must not be empty with --collector");
   if (o.spool_max_bytes == 0) return MakeError("--spool-max-bytes must be > 0");
   return OkStatus();

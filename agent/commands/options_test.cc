@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <vector>
 
 #include "agent/commands/options.h"
@@ -50,6 +51,29 @@ TEST(Options, RunTakesSizesWithUnits) {
   EXPECT_FALSE(o.run.container_labels);
 }
 
+// Several collectors: --collector repeated, each occurrence one address (a
+// following word is not taken as a second one), and the config file's array.
+TEST(Options, CollectorRepeats) {
+  Options o = Parse(Command::kRun, {"--collector", "c0:4317", "--collector", "c1:4317", "--insecure"});
+  EXPECT_EQ(o.run.ship.collectors, (std::vector<std::string>{"c0:4317", "c1:4317"}));
+  EXPECT_THROW(Parse(Command::kRun, {"--collector", "c0:4317", "c1:4317"}), CLI::ParseError);
+
+  Options from_file = DefaultOptions(Command::kRun);
+  CLI::App app;
+  AddFlags(app, Command::kRun, from_file);
+  std::istringstream config("collector = [\"c0:4317\", \"c1:4317\", \"c2:4317\"]\ninsecure = true\n");
+  app.set_config("--config");
+  for (const auto& item : app.get_config_formatter()->from_config(config)) {
+    app.get_option("--" + item.name)->add_result(item.inputs);
+  }
+  app.parse(std::vector<std::string>{});
+  EXPECT_EQ(from_file.run.ship.collectors, (std::vector<std::string>{"c0:4317", "c1:4317", "c2:4317"}));
+  Options bad = DefaultOptions(Command::kRun);
+  bad.run.ship.insecure = true;
+  bad.run.ship.collectors = {"c0:4317", "c1"};
+  EXPECT_THAT(Validate(bad, Command::kRun).error().message, HasSubstr("--collector c1: expected HOST:PORT"));
+}
+
 TEST(Options, ReportFlagsAreNotRunFlags) {
   EXPECT_THROW(Parse(Command::kRun, {"--duration", "3"}), CLI::ParseError);
   EXPECT_THROW(Parse(Command::kProfile, {"--collector", "c:1"}), CLI::ParseError);
@@ -62,7 +86,7 @@ TEST(Validate, RunFlags) {
   o.run.interval_seconds = 0;
   EXPECT_THAT(Validate(o, Command::kRun).error().message, HasSubstr("--interval"));
   o = DefaultOptions(Command::kRun);
-  o.run.ship.collector = "collector:4317";
+  o.run.ship.collectors = {"collector:4317"};
   EXPECT_THAT(Validate(o, Command::kRun).error().message, HasSubstr("--insecure"));
   o.run.ship.insecure = true;
   EXPECT_TRUE(Validate(o, Command::kRun).ok());

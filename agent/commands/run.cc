@@ -1,4 +1,5 @@
 // `run`: windows for as long as it runs, into /metrics and the shipper.
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -37,7 +38,7 @@ void MirrorShipper(const ship::Shipper* shipper, expose::AgentMetrics& metrics) 
 // the capability drop: a thread keeps the capabilities of its creator.
 Status StartServices(const RunOptions& run, expose::AgentMetrics& metrics, std::unique_ptr<ship::Shipper>& shipper) {
   if (auto st = metrics.Serve(run.metrics_listen); !st.ok()) return st;
-  if (run.ship.collector.empty()) return OkStatus();
+  if (run.ship.collectors.empty()) return OkStatus();
   auto started = ship::Shipper::Start(run.ship);
   if (!started.ok()) return started.error();
   shipper = std::move(started).value();
@@ -73,7 +74,9 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
   spdlog::info("profiling {} at {} Hz in {} s windows; /metrics on {}{}",
                s.pids.empty() ? "the host" : fmt::format("{} processes", s.pids.size()), s.frequency_hz,
                options.run.interval_seconds, options.run.metrics_listen,
-               options.run.ship.collector.empty() ? "" : fmt::format(", shipping to {}", options.run.ship.collector));
+               options.run.ship.collectors.empty()
+                   ? ""
+                   : fmt::format(", shipping to {}", fmt::join(options.run.ship.collectors, " or ")));
   const auto interval = Seconds(options.run.interval_seconds);
   auto next_close = Clock::now() + interval;
   for (bool stopping = false; !stopping;) {

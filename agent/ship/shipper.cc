@@ -17,12 +17,14 @@
 #include <thread>
 #include <utility>
 
+#include <fmt/ranges.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/ship/collectors.h"
 #include "agent/ship/spool.h"
 #include "tlsprof/v1/report.grpc.pb.h"
 
@@ -159,10 +161,29 @@ uint64_t TlsSamples(const v1::AgentReport& report) {
 
 // ---------------------------------------------------------------- Shipper
 
+// One collector and the sender's connection to it.
+struct Target {
+  CollectorTarget where;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Collector::Stub> stub;
+  uint32_t failures = 0;         // consecutive failed attempts
+  Clock::time_point retry_at{};  // not tried before (its backoff)
+  bool last_deadline_exceeded = false;
+  uint64_t suppressed = 0;  // failures not logged since the last message
+  std::optional<Clock::time_point> last_error_log;
+};
+
+// What the sender sends next, and where.
+struct Choice {
+  uint64_t sequence = 0;
+  size_t target = 0;
+  bool pinned = false;  // already pinned to that target
+};
+
 class ShipperImpl final : public Shipper {
  public:
-  ShipperImpl(const ShipperOptions& options, StateDir state, Spool spool, uint64_t quarantined,
-              std::shared_ptr<grpc::ChannelCredentials> credentials)
+  ShipperImpl(const ShipperOptions& options, std::vector<CollectorTarget> targets, StateDir state, Spool spool,
+              uint64_t quarantined, std::shared_ptr<grpc::ChannelCredentials> credentials)
       : options_(options),
         credentials_(std::move(credentials)),
         state_(std::move(state)),
@@ -170,8 +191,13 @@ class ShipperImpl final : public Shipper {
         rng_(std::random_device{}()) {
     stats_.quarantined = quarantined;
     stats_.next_sequence = state_.next_sequence();
+    for (auto& where : targets) {
+      targets_.emplace_back();
+      targets_.back().where = std::move(where);
+      NewChannel(targets_.back());
+    }
+    UnpinUnknownLocked();
     EnforceBoundLocked(std::nullopt);
-    NewChannel();
     sender_ = std::thread([this] { Run(); });
   }
 
@@ -216,6 +242,7 @@ class ShipperImpl final : public Shipper {
       std::lock_guard lock(mu_);
       spool_.Add(*sequence, *size);
       ++stats_.sealed;
+      ++sealed_generation_;
       EnforceBoundLocked(*sequence);
     }
     cv_.notify_all();
@@ -237,11 +264,12 @@ class ShipperImpl final : public Shipper {
     ShipperStats s = stats_;
     s.spooled_batches = spool_.batches();
     s.spooled_bytes = spool_.bytes();
+    s.pinned_batches = spool_.pins().size();
     return s;
   }
 
  private:
-  void NewChannel() {
+  void NewChannel(Target& t) {
     grpc::ChannelArguments args;
     // gRPC's own reconnect backoff (default up to 120 s) would otherwise delay
     // the first attempt after the collector comes back.
@@ -254,9 +282,36 @@ class ShipperImpl final : public Shipper {
     // Channels share subchannels (connections and their backoff) through a
     // global pool by default; a fresh channel must not inherit a failed one.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    if (!t.where.tls_name.empty()) {
+      // Dialled by address: the certificate must still hold the name.
+      args.SetSslTargetNameOverride(t.where.tls_name);
+      args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, t.where.tls_name);
+    }
     args.SetUserAgentPrefix("tlsprof-agent");
-    channel_ = grpc::CreateCustomChannel(options_.collector, credentials_, args);
-    stub_ = v1::Collector::NewStub(channel_);
+    t.channel = grpc::CreateCustomChannel(t.where.address, credentials_, args);
+    t.stub = v1::Collector::NewStub(t.channel);
+  }
+
+  // Pins to collectors no longer configured: those batches are placed again
+  // (docs/fleet.md: the one way a batch sent to one collector may reach
+  // another, after the operator removed the first).
+  void UnpinUnknownLocked() {
+    std::vector<uint64_t> orphans;
+    for (const auto& [sequence, address] : spool_.pins()) {
+      if (!IndexOf(address)) orphans.push_back(sequence);
+    }
+    for (uint64_t sequence : orphans) {
+      spdlog::warn("ship: batch sequence={} was sent to collector {}, which is no longer configured: placing it again",
+                   sequence, spool_.pins().at(sequence));
+      spool_.Unpin(sequence);
+    }
+  }
+
+  std::optional<size_t> IndexOf(const std::string& address) const {
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      if (targets_[i].where.address == address) return i;
+    }
+    return std::nullopt;
   }
 
   // Drops the oldest batches while the spool is over its bound; never the
@@ -308,64 +363,176 @@ class ShipperImpl final : public Shipper {
       } catch (const std::exception& e) {
         // Never across threads: log, back off, go on.
         spdlog::error("ship: sender: {}", e.what());
-        Backoff(++failures_);
+        PauseAfterError();
       } catch (...) {
         spdlog::error("ship: sender: unknown exception");
-        Backoff(++failures_);
+        PauseAfterError();
       }
     }
   }
 
-  // One attempt at the oldest batch. False when stopping.
-  bool Step() {
-    v1::SubmitRequest request;
-    uint64_t sequence = 0;
-    {
-      std::unique_lock lock(mu_);
+  void PauseAfterError() {
+    std::unique_lock lock(mu_);
+    in_flight_.reset();
+    cv_.wait_for(lock, options_.backoff_max, [&] { return stop_; });
+  }
+
+  // The batch to send now and its collector: the oldest batch that may go
+  // now. A pinned batch goes to its collector once that one's backoff is
+  // over; any other batch to the first collector of the order of preference
+  // whose backoff is over (the placement).
+  std::optional<Choice> ChooseLocked(Clock::time_point now) {
+    std::optional<Choice> best;
+    for (const auto& [sequence, address] : spool_.pins()) {
+      std::optional<size_t> i = IndexOf(address);
+      if (i && targets_[*i].retry_at <= now) {
+        best = Choice{sequence, *i, true};
+        break;
+      }
+    }
+    std::optional<size_t> placement;
+    for (size_t i = 0; i < targets_.size() && !placement; ++i) {
+      if (targets_[i].retry_at <= now) placement = i;
+    }
+    std::optional<uint64_t> unpinned = spool_.OldestUnpinned();
+    if (placement && unpinned && (!best || *unpinned < best->sequence)) best = Choice{*unpinned, *placement, false};
+    return best;
+  }
+
+  // Waits for a batch that may go now; loads it. Nullopt when stopping.
+  std::optional<std::pair<Choice, v1::AgentReport>> NextLocked(std::unique_lock<std::mutex>& lock) {
+    while (!stop_) {
+      if (retry_now_) {  // Flush(): every backoff is cut short, once
+        for (Target& t : targets_) t.retry_at = Clock::time_point{};
+        retry_now_ = false;
+      }
       if (spool_.batches() == 0) {
         empty_cv_.notify_all();
-        cv_.wait(lock, [&] { return stop_ || spool_.batches() > 0; });
+        cv_.wait(lock, [&] { return stop_ || retry_now_ || spool_.batches() > 0; });
+        continue;
       }
-      if (stop_) return false;
-      std::optional<uint64_t> oldest = spool_.Oldest();
-      if (!oldest) return true;
-      auto report = spool_.Load(*oldest);
+      Clock::time_point now = Clock::now();
+      std::optional<Choice> choice = ChooseLocked(now);
+      if (!choice) {
+        // Every collector a batch may go to is in its backoff: wait for the
+        // first backoff to end, a new batch (it may have a collector up) or
+        // a Flush().
+        Clock::time_point until = Clock::time_point::max();
+        for (const Target& t : targets_) until = std::min(until, t.retry_at);
+        uint64_t generation = sealed_generation_;
+        cv_.wait_until(lock, until, [&] { return stop_ || retry_now_ || sealed_generation_ != generation; });
+        continue;
+      }
+      auto report = spool_.Load(choice->sequence);
       if (!report) {
         spdlog::error("ship: {}; skipping it", report.error().message);
-        if (spool_.batches() == 0) empty_cv_.notify_all();
+        continue;
+      }
+      in_flight_ = choice->sequence;
+      return std::make_pair(*choice, std::move(*report));
+    }
+    return std::nullopt;
+  }
+
+  // Waits (at most connect_timeout) for a connection to `t`. False when
+  // none could be made: no byte of a request left, so the batch may go to
+  // another collector.
+  bool Connect(Target& t) {
+    if (t.failures > 0 &&
+        (t.last_deadline_exceeded || t.channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE)) {
+      // Our backoff has been waited for (or a Flush() cut it short): a
+      // fresh channel makes a real connect now, where the old one would
+      // wait out gRPC's own reconnect backoff. After a deadline on a READY
+      // channel (a collector that took the connection and hangs, or a
+      // black-holed path) the old connection is not reused either.
+      NewChannel(t);
+    }
+    auto deadline = Clock::now() + options_.connect_timeout;
+    grpc_connectivity_state state = t.channel->GetState(/*try_to_connect=*/true);
+    while (state != GRPC_CHANNEL_READY) {
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) return false;
+      auto now = Clock::now();
+      if (now >= deadline) return false;
+      {
+        std::lock_guard lock(mu_);
+        if (stop_) return false;
+      }
+      // In slices, so that a stop is seen while a connect hangs.
+      auto slice = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100));
+      t.channel->WaitForStateChange(state, std::chrono::system_clock::now() + slice);
+      state = t.channel->GetState(/*try_to_connect=*/true);
+    }
+    return true;
+  }
+
+  // One attempt at the batch that may go now. False when stopping.
+  bool Step() {
+    std::optional<std::pair<Choice, v1::AgentReport>> next;
+    {
+      std::unique_lock lock(mu_);
+      next = NextLocked(lock);
+      if (!next) return false;
+    }
+    const Choice& choice = next->first;
+    Target& target = targets_[choice.target];
+    if (!Connect(target)) {
+      std::lock_guard lock(mu_);
+      in_flight_.reset();
+      if (stop_) return false;
+      ++stats_.send_errors;
+      FailedLocked(target, choice.sequence, "cannot connect");
+      return true;
+    }
+    if (!choice.pinned) {
+      // Durable before the first byte is sent: from here on, the outcome of
+      // an attempt may be unknown, and the batch must stay with this collector.
+      if (auto st = spool_.WritePin(choice.sequence, target.where.address); !st) {
+        std::lock_guard lock(mu_);
+        in_flight_.reset();
+        ++stats_.send_errors;
+        FailedLocked(target, choice.sequence, fmt::format("cannot pin it to the collector: {}", st.error().message));
         return true;
       }
-      sequence = *oldest;
-      *request.mutable_report() = std::move(*report);
-      in_flight_ = sequence;
-      retry_now_ = false;  // this attempt is the one a Flush() asked for
+      std::lock_guard lock(mu_);
+      spool_.AddPin(choice.sequence, target.where.address);
     }
-
-    // Our backoff has been waited for (or a Flush() cut it short): gRPC's own
-    // reconnect backoff must not add to it, or fail this attempt unsent.
-    // A channel in TRANSIENT_FAILURE fails RPCs at once, unsent, until its
-    // own reconnect backoff ends (and a reset of that backoff takes effect
-    // only asynchronously). Our backoff has been waited for, or a Flush()
-    // cut it short: this attempt gets a fresh channel, i.e. a real connect.
-    // A call that ran into its deadline on a READY channel: the collector
-    // took the connection and hangs (or the path to it is black-holed). The
-    // channel would keep that connection forever, so the next attempt gets a
-    // fresh one, which reaches a collector restarted or failed over since.
-    if (failures_ > 0 &&
-        (last_deadline_exceeded_ || channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE)) {
-      NewChannel();
-    }
-    v1::SubmitResponse response;
+    v1::SubmitRequest request;
+    *request.mutable_report() = std::move(next->second);
     // The agent's clock at this attempt, for the collector's skew measurement.
     request.set_sent_unix_ns(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count());
-    grpc::Status status = Submit(request, &response);
-
-    last_deadline_exceeded_ = status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    std::unique_lock lock(mu_);
+    v1::SubmitResponse response;
+    grpc::Status status = Submit(target, request, &response);
+    target.last_deadline_exceeded = status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    std::lock_guard lock(mu_);
     in_flight_.reset();
     if (stop_ && status.error_code() == grpc::StatusCode::CANCELLED) return false;
+    if (Answered(target, choice.sequence, status, response) && !choice.pinned) NotePlacementLocked(choice);
+    if (spool_.batches() == 0) empty_cv_.notify_all();
+    return true;
+  }
+
+  // Logs and counts a change of the collector that takes new batches (one
+  // answered their first attempt).
+  void NotePlacementLocked(const Choice& choice) {
+    const std::string& address = targets_[choice.target].where.address;
+    if (stats_.collector == address) return;
+    if (!stats_.collector.empty()) {
+      ++stats_.failovers;
+      bool preferred = choice.target == 0;
+      spdlog::warn("ship: new batches go to collector {} ({}), not {}", address,
+                   preferred ? "the agent's own, back" : "failing over", stats_.collector);
+    } else {
+      spdlog::info("ship: new batches go to collector {} ({} of {} in the agent's order)", address, choice.target + 1,
+                   targets_.size());
+    }
+    stats_.collector = address;
+  }
+
+  // The collector answered, or the attempt failed with an unknown outcome.
+  // True when the batch is done with (delivered or rejected).
+  bool Answered(Target& target, uint64_t sequence, const grpc::Status& status, const v1::SubmitResponse& response) {
     bool delivered = false;
     if (status.ok() &&
         (response.result() == v1::SubmitResponse::ACCEPTED || response.result() == v1::SubmitResponse::DUPLICATE)) {
@@ -388,31 +555,28 @@ class ShipperImpl final : public Shipper {
       ++stats_.rejected;
       spool_.Remove(sequence);
       delivered = true;
-      spdlog::error("ship: the collector rejected batch sequence={} ({}): {}; dropped it", sequence,
-                    CodeName(status.error_code()), status.error_message());
-    } else {
-      ++stats_.send_errors;
-      std::string why = status.ok()
-                            ? fmt::format("the collector answered result {}", static_cast<int>(response.result()))
-                            : fmt::format("{}: {}", CodeName(status.error_code()), status.error_message());
-      LogFailureLocked(sequence, why);
+      spdlog::error("ship: collector {} rejected batch sequence={} ({}): {}; dropped it", target.where.address,
+                    sequence, CodeName(status.error_code()), status.error_message());
     }
-    if (spool_.batches() == 0) empty_cv_.notify_all();
     if (delivered) {
-      if (failures_ > 0) {
-        spdlog::info("ship: collector {} reachable again after {} failed attempt(s)", options_.collector, failures_);
+      if (target.failures > 0) {
+        spdlog::info("ship: collector {} reachable again after {} failed attempt(s)", target.where.address,
+                     target.failures);
       }
-      failures_ = 0;
-      suppressed_ = 0;
-      last_error_log_.reset();
+      target.failures = 0;
+      target.retry_at = Clock::time_point{};
+      target.suppressed = 0;
+      target.last_error_log.reset();
       return true;
     }
-    lock.unlock();
-    Backoff(++failures_);
-    return true;
+    ++stats_.send_errors;
+    std::string why = status.ok() ? fmt::format("it answered result {}", static_cast<int>(response.result()))
+                                  : fmt::format("{}: {}", CodeName(status.error_code()), status.error_message());
+    FailedLocked(target, sequence, why);
+    return false;
   }
 
-  grpc::Status Submit(const v1::SubmitRequest& request, v1::SubmitResponse* response) {
+  grpc::Status Submit(Target& target, const v1::SubmitRequest& request, v1::SubmitResponse* response) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
     {
@@ -427,47 +591,39 @@ class ShipperImpl final : public Shipper {
         self->rpc_ = nullptr;
       }
     } clear{this};
-    return stub_->Submit(&context, request, response);
+    return target.stub->Submit(&context, request, response);
   }
 
-  void LogFailureLocked(uint64_t sequence, const std::string& why) {
-    auto now = Clock::now();
-    if (last_error_log_ && now - *last_error_log_ < kErrorLogInterval) {
-      ++suppressed_;
-      return;
-    }
-    if (suppressed_ > 0) {
-      spdlog::warn(
-          "ship: cannot ship batch sequence={} to {}: {} ({} more failed attempts since the last message); "
-          "{} batch(es) wait in the spool, retrying",
-          sequence, options_.collector, why, suppressed_, spool_.batches());
-    } else {
-      spdlog::warn("ship: cannot ship batch sequence={} to {}: {}; {} batch(es) wait in the spool, retrying", sequence,
-                   options_.collector, why, spool_.batches());
-    }
-    suppressed_ = 0;
-    last_error_log_ = now;
-  }
-
-  // Exponential backoff with jitter in [backoff_min, backoff_max]; wakes on
-  // stop and on Flush().
-  void Backoff(uint32_t failures) {
-    using std::chrono::milliseconds;
+  // A failed attempt: the collector backs off (exponentially, with jitter,
+  // in [backoff_min, backoff_max]); the log is rate-limited per collector.
+  void FailedLocked(Target& target, uint64_t sequence, const std::string& why) {
+    ++target.failures;
     int64_t min = std::max<int64_t>(1, options_.backoff_min.count());
     int64_t max = std::max<int64_t>(min, options_.backoff_max.count());
     int64_t base = min;
-    for (uint32_t i = 1; i < failures && base < max; ++i) base *= 2;
+    for (uint32_t i = 1; i < target.failures && base < max; ++i) base *= 2;
     base = std::min(base, max);
-    int64_t delay = std::uniform_int_distribution<int64_t>(base / 2, base)(rng_);
-    delay = std::clamp(delay, min, max);
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, milliseconds(delay), [&] { return stop_ || retry_now_; });
+    int64_t delay = std::clamp(std::uniform_int_distribution<int64_t>(base / 2, base)(rng_), min, max);
+    auto now = Clock::now();
+    target.retry_at = now + std::chrono::milliseconds(delay);
+
+    if (target.last_error_log && now - *target.last_error_log < kErrorLogInterval) {
+      ++target.suppressed;
+      return;
+    }
+    bool pinned = spool_.pins().count(sequence) != 0;
+    std::string more = target.suppressed > 0
+                           ? fmt::format(" ({} more failed attempts since the last message)", target.suppressed)
+                           : std::string();
+    spdlog::warn("ship: cannot ship batch sequence={} to collector {}: {}{}; {} batch(es) wait in the spool, {}",
+                 sequence, target.where.address, why, more, spool_.batches(),
+                 pinned ? "retrying it there only (it may have been counted)" : "retrying");
+    target.suppressed = 0;
+    target.last_error_log = now;
   }
 
   const ShipperOptions options_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  std::shared_ptr<grpc::Channel> channel_;  // sender thread only (after construction)
-  std::unique_ptr<v1::Collector::Stub> stub_;
 
   std::mutex seal_mu_;  // serializes Seal(); guards state_
   StateDir state_;
@@ -475,33 +631,43 @@ class ShipperImpl final : public Shipper {
   mutable std::mutex mu_;
   std::condition_variable cv_;        // wakes the sender: new batch, stop, Flush()
   std::condition_variable empty_cv_;  // wakes Flush(): the spool emptied
-  Spool spool_;                       // index: guarded by mu_
+  Spool spool_;                       // index and pins: guarded by mu_
   ShipperStats stats_;
   std::optional<uint64_t> in_flight_;
   grpc::ClientContext* rpc_ = nullptr;  // the RPC in flight, to cancel on stop
   bool stop_ = false;
   bool retry_now_ = false;
+  uint64_t sealed_generation_ = 0;  // Seal() calls, to wake a sender waiting for a backoff
 
-  // Sender thread only.
-  std::mt19937_64 rng_;
-  uint32_t failures_ = 0;
-  bool last_deadline_exceeded_ = false;
-  uint64_t suppressed_ = 0;
-  std::optional<Clock::time_point> last_error_log_;
+  // In the order of preference. Their connections: the sender thread only;
+  // failures and retry_at also under mu_ (the sender holds it to choose).
+  std::vector<Target> targets_;
+  std::mt19937_64 rng_;  // under mu_
 
   std::thread sender_;
 };
 
+std::string CommonName(const std::string& pem) {
+  X509Ptr leaf = FirstCertificate(pem);
+  if (!leaf) return "";
+  char cn[256] = {};
+  int n = X509_NAME_get_text_by_NID(X509_get_subject_name(leaf.get()), NID_commonName, cn, sizeof cn);
+  return n > 0 ? std::string(cn, static_cast<size_t>(n)) : std::string();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Shipper>> Shipper::Start(const ShipperOptions& options) {
-  if (options.collector.empty()) return MakeError("no collector address given (HOST:PORT)");
+  auto targets = ExpandCollectors(options.collectors);
+  if (!targets) return targets.error();
   if (options.rpc_timeout.count() <= 0) return MakeError("the RPC timeout must be positive");
+  if (options.connect_timeout.count() <= 0) return MakeError("the connect timeout must be positive");
   if (options.backoff_min.count() <= 0 || options.backoff_max < options.backoff_min) {
     return MakeError("the retry backoff must satisfy 0 < min ({} ms) <= max ({} ms)", options.backoff_min.count(),
                      options.backoff_max.count());
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string identity = options.identity;
   if (options.insecure) {
     credentials = grpc::InsecureChannelCredentials();
   } else {
@@ -511,6 +677,7 @@ Result<std::unique_ptr<Shipper>> Shipper::Start(const ShipperOptions& options) {
     // connections made after it.
     auto tls = LoadTls(options.tls);
     if (!tls) return tls.error();
+    if (identity.empty()) identity = CommonName(tls->pem_cert_chain);
     auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
         options.tls.key, options.tls.cert, options.tls.ca, std::max(1u, options.tls_reload_seconds));
     grpc::experimental::TlsChannelCredentialsOptions tls_options;
@@ -532,11 +699,18 @@ Result<std::unique_ptr<Shipper>> Shipper::Start(const ShipperOptions& options) {
   if (std::optional<uint64_t> newest = spool->Newest()) {
     if (auto st = state->AdvanceTo(*newest + 1); !st) return st.error();
   }
-  spdlog::info("ship: state {}: instance {}, next sequence {}, {} batch(es) ({} bytes) waiting in the spool",
-               state->dir(), state->instance_hex(), state->next_sequence(), spool->batches(), spool->bytes());
+  if (identity.empty()) identity = state->instance_hex();
+  std::vector<CollectorTarget> ordered = PreferenceOrder(identity, std::move(*targets));
+  std::vector<std::string> names;
+  for (const auto& t : ordered) names.push_back(t.address);
+  spdlog::info(
+      "ship: state {}: instance {}, next sequence {}, {} batch(es) ({} bytes, {} pinned) waiting in the spool; "
+      "collectors in the order of {}: {}",
+      state->dir(), state->instance_hex(), state->next_sequence(), spool->batches(), spool->bytes(),
+      spool->pins().size(), identity, fmt::join(names, ", "));
 
-  return std::unique_ptr<Shipper>(
-      new ShipperImpl(options, std::move(*state), std::move(*spool), loaded.quarantined, std::move(credentials)));
+  return std::unique_ptr<Shipper>(new ShipperImpl(options, std::move(ordered), std::move(*state), std::move(*spool),
+                                                  loaded.quarantined, std::move(credentials)));
 }
 
 }  // namespace tlsprof::ship

@@ -1,12 +1,19 @@
-// Shipping sealed windows to a collector: the on-disk spool and the gRPC
-// client (docs/fleet.md, "Agent daemon").
+// Shipping sealed windows to collectors: the on-disk spool and the gRPC
+// client (docs/fleet.md, "Agent daemon" and "Several collectors").
 //
 // Seal() numbers a report (agent_instance, sequence) and makes it durable in
 // the spool (write, fsync, rename) before anything touches the network; a
-// sender thread then ships the spool oldest first and deletes a batch once the
+// sender thread then ships the spool oldest first and deletes a batch once a
 // collector answered ACCEPTED or DUPLICATE. So a batch is lost only when the
-// spool bound drops it (counted), and counted twice never: the collector
-// remembers (identity, instance, sequence).
+// spool bound drops it (counted), and counted twice never: a collector
+// remembers (identity, instance, sequence), and a batch goes to one collector
+// only. With several collectors the agent ships to the first of its order of
+// preference (rendezvous hashing of its identity) that is up, fails over down
+// the order while one is down, and returns when it answers again. Before a
+// batch is first sent, it is pinned to that collector (durably, in the
+// spool): an attempt whose outcome is unknown is only ever retried there.
+// A batch is placed elsewhere only when it never left: the connection to its
+// collector could not be made.
 //
 // Thread-safe: Seal(), Flush() and stats() may be called from any thread.
 #pragma once
@@ -15,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
@@ -28,7 +36,13 @@ struct TlsFiles {
 };
 
 struct ShipperOptions {
-  std::string collector;  // HOST:PORT
+  // HOST:PORT each (collectors.h: a name with several addresses is one
+  // collector per address).
+  std::vector<std::string> collectors;
+  // The key of the agent's place among the collectors. Empty: the TLS
+  // certificate's subject CN (the identity the collector knows it by), or
+  // with `insecure` the agent instance.
+  std::string identity;
   std::string state_dir;  // holds the instance id, the next sequence and spool/
   uint64_t spool_max_bytes = 64ull << 20;
   bool insecure = false;  // plaintext; otherwise all of `tls` is required
@@ -37,6 +51,9 @@ struct ShipperOptions {
   // CA is used for the connections made after it (rotation without a restart).
   unsigned tls_reload_seconds = 10;
   std::chrono::milliseconds rpc_timeout{10000};
+  // How long a connection to a collector may take before the collector is
+  // passed over for this attempt (the batch never left: not pinned).
+  std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds backoff_min{500};
   std::chrono::milliseconds backoff_max{30000};
   // At most this many files are kept in spool/corrupt/ (oldest removed first).
@@ -53,8 +70,11 @@ struct ShipperStats {
   uint64_t send_errors = 0;      // failed attempts that will be retried
   uint64_t spooled_batches = 0;  // waiting now
   uint64_t spooled_bytes = 0;
-  uint64_t quarantined = 0;    // spool files that did not parse, moved to spool/corrupt/
-  uint64_t next_sequence = 0;  // the sequence the next Seal() assigns
+  uint64_t quarantined = 0;     // spool files that did not parse, moved to spool/corrupt/
+  uint64_t next_sequence = 0;   // the sequence the next Seal() assigns
+  uint64_t pinned_batches = 0;  // waiting now for the collector they were sent to (of spooled_batches)
+  uint64_t failovers = 0;       // times the collector taking new batches changed (away, and back)
+  std::string collector = {};   // the collector that took the last new batch (empty: none yet)
   double last_success_unix_seconds = 0;
 };
 

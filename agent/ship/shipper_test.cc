@@ -27,7 +27,7 @@ const bool kLogCaptureInstalled = (testing::LogCaptureSink(), true);
 
 ShipperOptions FastOptions(const std::string& collector, const std::string& state_dir) {
   ShipperOptions o;
-  o.collector = collector;
+  o.collectors = {collector};
   o.state_dir = state_dir;
   o.insecure = true;
   o.rpc_timeout = 2s;

@@ -75,7 +75,7 @@ class ShipperTlsTest : public ::testing::Test {
 
   ShipperOptions Options(const std::string& ca, const std::string& leaf) {
     ShipperOptions o;
-    o.collector = server_->address();
+    o.collectors = {server_->address()};
     o.state_dir = state_.path();
     o.tls = {pki_ + "/" + ca + ".pem", pki_ + "/" + leaf + ".pem", pki_ + "/" + leaf + ".key"};
     o.rpc_timeout = 2s;

@@ -23,6 +23,7 @@ namespace {
 constexpr std::string_view kMagic = "TLSPSPL1";
 constexpr size_t kHeaderSize = 8 + 8 + 4;  // magic, payload length, CRC-32
 constexpr std::string_view kBatchSuffix = ".batch";
+constexpr std::string_view kPinSuffix = ".pin";
 constexpr size_t kSequenceDigits = 20;  // UINT64_MAX has 20 digits
 // A report is a few KB; anything far larger is not one of ours.
 constexpr uint64_t kMaxBatchBytes = 256ull << 20;
@@ -155,8 +156,8 @@ std::optional<uint64_t> ParseDecimal(std::string_view s) {
 }
 
 // "00000000000000000042.batch" → 42.
-std::optional<uint64_t> SequenceOfName(std::string_view name) {
-  if (name.size() != kSequenceDigits + kBatchSuffix.size() || !name.ends_with(kBatchSuffix)) return std::nullopt;
+std::optional<uint64_t> SequenceOfName(std::string_view name, std::string_view suffix = kBatchSuffix) {
+  if (name.size() != kSequenceDigits + suffix.size() || !name.ends_with(suffix)) return std::nullopt;
   return ParseDecimal(name.substr(0, kSequenceDigits));
 }
 
@@ -348,9 +349,14 @@ Result<Spool> Spool::Open(const std::string& dir, uint32_t max_quarantined, Load
   if (auto st = MakeDir(dir); !st) return st.error();
   uint64_t quarantined = 0;
   bool changed = false;
+  std::vector<std::pair<uint64_t, std::string>> pin_files;
   for (const std::string& name : ListDir(dir)) {
     std::string path = dir + "/" + name;
     if (name == "corrupt") continue;
+    if (std::optional<uint64_t> pinned = SequenceOfName(name, kPinSuffix)) {
+      pin_files.emplace_back(*pinned, path);
+      continue;
+    }
     if (name.starts_with(".") && name.ends_with(".tmp")) {
       // Never renamed: its Seal() did not return, so nothing refers to it.
       ::unlink(path.c_str());
@@ -385,6 +391,7 @@ Result<Spool> Spool::Open(const std::string& dir, uint32_t max_quarantined, Load
     s.batches_[*sequence] = data->size();
     s.bytes_ += data->size();
   }
+  changed |= s.LoadPins(pin_files);
   if (changed) {
     if (auto st = FsyncDir(dir); !st) spdlog::warn("ship: {}", st.error().message);
   }
@@ -424,6 +431,50 @@ void Spool::Quarantine(const std::string& name, const std::string& reason) {
   });
   for (size_t i = 0; i + max_quarantined_ < kept.size(); ++i) {
     ::unlink((corrupt + "/" + kept[i]).c_str());
+  }
+}
+
+// A pin without its batch is left from a Remove() cut short: deleted. A pin
+// that cannot be read names no collector: deleted too, and its batch is
+// placed again (logged; the one case where a batch may reach a second
+// collector, after a disk error).
+bool Spool::LoadPins(const std::vector<std::pair<uint64_t, std::string>>& files) {
+  bool changed = false;
+  for (const auto& [sequence, path] : files) {
+    if (batches_.count(sequence) == 0) {
+      ::unlink(path.c_str());
+      changed = true;
+      continue;
+    }
+    auto text = ReadWholeFile(path);
+    std::string target = text ? std::string(TrimNewline(*text)) : std::string();
+    if (target.empty() || target.find('\n') != std::string::npos) {
+      spdlog::error("ship: pin file {} is unreadable or empty ({}); deleting it, its batch is placed again", path,
+                    text ? "no collector in it" : text.error().message);
+      ::unlink(path.c_str());
+      changed = true;
+      continue;
+    }
+    pins_[sequence] = std::move(target);
+  }
+  return changed;
+}
+
+std::string Spool::PinFileName(uint64_t sequence) { return fmt::format("{:020d}{}", sequence, kPinSuffix); }
+
+Status Spool::WritePin(uint64_t sequence, const std::string& target, int* err) const {
+  return WriteFileDurably(dir_, PinFileName(sequence), target + "\n", err);
+}
+
+void Spool::AddPin(uint64_t sequence, const std::string& target) {
+  if (batches_.count(sequence) != 0) pins_[sequence] = target;
+}
+
+void Spool::Unpin(uint64_t sequence) {
+  if (pins_.erase(sequence) == 0) return;
+  std::string path = dir_ + "/" + PinFileName(sequence);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    spdlog::warn("ship: cannot delete {}: {}", path, std::strerror(errno));
   }
 }
 
@@ -473,6 +524,7 @@ Result<v1::AgentReport> Spool::Load(uint64_t sequence) {
 }
 
 void Spool::Remove(uint64_t sequence) {
+  Unpin(sequence);
   auto it = batches_.find(sequence);
   std::string path = dir_ + "/" + FileName(sequence);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
@@ -488,6 +540,13 @@ std::optional<uint64_t> Spool::Oldest(std::optional<uint64_t> skip) const {
   for (const auto& [sequence, size] : batches_) {
     if (skip && sequence == *skip) continue;
     return sequence;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint64_t> Spool::OldestUnpinned() const {
+  for (const auto& [sequence, size] : batches_) {
+    if (pins_.count(sequence) == 0) return sequence;
   }
   return std::nullopt;
 }

@@ -4,6 +4,10 @@
 //   STATE_DIR/instance       agent_instance: 16 random bytes, as 32 hex digits
 //   STATE_DIR/next_sequence  the next sequence to assign, decimal
 //   STATE_DIR/spool/NNNNNNNNNNNNNNNNNNNN.batch   one sealed batch per file
+//   STATE_DIR/spool/NNNNNNNNNNNNNNNNNNNN.pin     the collector the batch was
+//                            sent to, written before the first attempt: the
+//                            batch goes to no other (docs/fleet.md, "Several
+//                            collectors")
 //   STATE_DIR/spool/corrupt/ batch files that did not parse (bounded)
 //
 // Every file is written tmp → fsync → rename → fsync(dir), so after a crash
@@ -19,6 +23,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/fd.h"
 #include "common/result.h"
@@ -91,11 +97,25 @@ class Spool {
   // Reads and decodes a batch. An unreadable or undecodable file is moved to
   // corrupt/ and un-indexed, and the error says so.
   Result<v1::AgentReport> Load(uint64_t sequence);
-  // Deletes a batch's file (when present) and un-indexes it.
+  // Deletes a batch's file and its pin (when present) and un-indexes them.
   void Remove(uint64_t sequence);
+
+  // Pins a batch to the collector `target` before it is first sent there:
+  // once an attempt's outcome is unknown (the collector may have counted
+  // it), the batch may only be resent to the same collector, which answers
+  // DUPLICATE if it did. WritePin() is durable and touches only the disk;
+  // AddPin() indexes it. `*err` as for WriteFileDurably.
+  Status WritePin(uint64_t sequence, const std::string& target, int* err = nullptr) const;
+  void AddPin(uint64_t sequence, const std::string& target);
+  // Forgets a pin (its collector is no longer configured): the batch is
+  // placed again.
+  void Unpin(uint64_t sequence);
+  const std::map<uint64_t, std::string>& pins() const { return pins_; }
 
   // Oldest sequence waiting, optionally skipping one (in flight).
   std::optional<uint64_t> Oldest(std::optional<uint64_t> skip = std::nullopt) const;
+  // Oldest sequence waiting that is not pinned.
+  std::optional<uint64_t> OldestUnpinned() const;
   std::optional<uint64_t> Newest() const;
   bool contains(uint64_t sequence) const { return batches_.count(sequence) != 0; }
   size_t batches() const { return batches_.size(); }
@@ -103,13 +123,16 @@ class Spool {
   const std::string& dir() const { return dir_; }
 
   static std::string FileName(uint64_t sequence);
+  static std::string PinFileName(uint64_t sequence);
 
  private:
   void Quarantine(const std::string& name, const std::string& reason);
+  bool LoadPins(const std::vector<std::pair<uint64_t, std::string>>& files);
 
   std::string dir_;
   uint32_t max_quarantined_ = 32;
   std::map<uint64_t, uint64_t> batches_;  // sequence → file size
+  std::map<uint64_t, std::string> pins_;  // sequence → collector; only of batches in batches_
   uint64_t bytes_ = 0;
 };
 

@@ -192,7 +192,7 @@ TEST(SpoolTest, DecodeRejectsWhatIsNotABatch) {
 
 ShipperOptions Offline(const std::string& state_dir) {
   ShipperOptions o;
-  o.collector = "127.0.0.1:" + std::to_string(UnusedPort());
+  o.collectors = {"127.0.0.1:" + std::to_string(UnusedPort())};
   o.state_dir = state_dir;
   o.insecure = true;
   o.backoff_min = 10ms;
