@@ -116,9 +116,19 @@ install_private_roots() {
   done
 }
 
+# npm, for the dashboards' type check (tests/dashboards/test_grafana_schema.py runs `npm ci`). Debian 12's nodejs does
+# not bring it (its own package `npm`), while a NodeSource nodejs bundles npm and conflicts with Debian's package: so
+# Debian's npm only where no npm came with nodejs.
+ensure_npm() {
+  command -v npm >/dev/null 2>&1 && return 0
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+  command -v npm >/dev/null 2>&1 || { echo "install-deps: npm is still missing after apt-get install npm" >&2; return 1; }
+}
+
 stamp=/var/lib/tlsprof-deps.stamp
 want=$(printf '%s\n' "${packages[@]}" | sha256sum | cut -d' ' -f1)
 if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && dpkg -s "${packages[@]}" >/dev/null 2>&1; then
+  ensure_npm
   install_private_roots
   exit
 fi
@@ -130,5 +140,6 @@ apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 if command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now nginx debuginfod prometheus >/dev/null 2>&1 || true
 fi
+ensure_npm
 echo "$want" >"$stamp"
 install_private_roots

@@ -7,9 +7,11 @@ scrape jobs, checked against each other and against the real binaries.
   systemd unit's bounding set, the BTF/tracefs/debugfs mounts read-only, the
   state and TLS mounts where its config points, a port named metrics where
   its config listens, resources, tolerations for every taint.
-- The collector Deployment: non-root, no capabilities, read-only root, state
-  on its PVC, ports grpc/metrics where its config listens; the Service
-  selects its pods and the agents' config dials it.
+- The collector StatefulSet: at least 2 replicas, non-root, no capabilities,
+  read-only root, state on a volume per replica (volumeClaimTemplates), ports
+  grpc/metrics where its config listens; its serviceName is a headless Service
+  that selects its pods, and the agents' config lists one name per replica
+  (tlsprof-collector-N.<service>.<namespace>.svc), as many as replicas.
 - Every container's flags are flags of the real binary (its --help), and
   every config (the ConfigMaps, and packaging/config/*.conf with every
   commented example switched on) is accepted by the real binary: the agent
@@ -20,6 +22,7 @@ scrape jobs, checked against each other and against the real binaries.
 - The scrape jobs are named tlsprof-agent and tlsprof-collector;
   promtool checks the static file.
 """
+import json
 import os
 import re
 import shutil
@@ -41,7 +44,9 @@ SANITIZER_MEMORY_FACTOR = 8 if os.environ.get("TLSPROF_SANITIZED") == "1" else 1
 PKG = os.path.join(SRC, "packaging")
 AGENT = os.path.join(BIN, "tlsprof-agent")
 COLLECTOR = os.path.join(BIN, "tlsprof-collector")
-NAMESPACED = {"ConfigMap", "DaemonSet", "Deployment", "Service", "PersistentVolumeClaim", "Secret"}
+NAMESPACED = {"ConfigMap", "DaemonSet", "Deployment", "StatefulSet", "Service", "PersistentVolumeClaim", "Secret",
+              "PodDisruptionBudget"}
+WORKLOADS = ("DaemonSet", "Deployment", "StatefulSet")
 
 
 def help_options(argv):
@@ -131,7 +136,8 @@ class ManifestsTest(unittest.TestCase):
         return cls.docs[("ConfigMap", name)]["data"]
 
     def doc(self, kind, name):
-        self.assertIn((kind, name), self.docs, f"no {kind} {name} in packaging/kubernetes")
+        if (kind, name) not in self.docs:
+            self.fail(f"no {kind} {name} in packaging/kubernetes")
         return self.docs[(kind, name)]
 
     def config_value(self, text, key, section=None):
@@ -139,6 +145,11 @@ class ManifestsTest(unittest.TestCase):
             if k == key and (section is None or s == section):
                 return v.strip('"')
         self.fail(f"{key} not set in\n{text}")
+
+    def config_list(self, text, key, section=None):
+        """A key's value as a list: a CLI11 array `["a", "b"]` (JSON's syntax for strings), or one value."""
+        value = self.config_value(text, key, section)
+        return json.loads(value) if value.startswith("[") else [value]
 
     # --- structure -----------------------------------------------------------------------------------------
 
@@ -149,7 +160,7 @@ class ManifestsTest(unittest.TestCase):
             self.assertRegex(name, r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
             if kind in NAMESPACED:
                 self.assertEqual(doc["metadata"].get("namespace"), "tlsprof", f"{kind} {name}")
-            if kind in ("DaemonSet", "Deployment"):
+            if kind in WORKLOADS:
                 spec = doc["spec"]
                 selector = spec["selector"]["matchLabels"]
                 labels = spec["template"]["metadata"]["labels"]
@@ -159,6 +170,7 @@ class ManifestsTest(unittest.TestCase):
                     self.assertTrue(c.get("image"), f"{name}/{c['name']}: no image")
                     mounts = {m["name"] for m in c.get("volumeMounts", [])}
                     volumes = {v["name"] for v in spec["template"]["spec"].get("volumes", [])}
+                    volumes |= {t["metadata"]["name"] for t in spec.get("volumeClaimTemplates", [])}
                     self.assertLessEqual(mounts, volumes, f"{name}: mounts without a volume")
         self.assertEqual(sorted(self.kustomization["resources"]), self.files)
 
@@ -196,7 +208,7 @@ class ManifestsTest(unittest.TestCase):
         for key in ("tls-ca", "tls-cert", "tls-key"):
             self.assertTrue(self.config_value(self.agent_conf, key, "run").startswith("/etc/tlsprof/tls/"), key)
         self.assertEqual(volumes[mounts["/etc/tlsprof"]["name"]]["configMap"]["name"], "tlsprof-agent-config")
-        self.assertIn(f"/etc/tlsprof/agent.conf", c["args"])
+        self.assertIn("/etc/tlsprof/agent.conf", c["args"])
         # Prometheus finds /metrics by the port name and the annotations.
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         metrics_port = port_of(self.config_value(self.agent_conf, "metrics-listen", "run"))
@@ -204,15 +216,29 @@ class ManifestsTest(unittest.TestCase):
         annotations = ds["spec"]["template"]["metadata"]["annotations"]
         self.assertEqual(annotations["prometheus.io/port"], str(metrics_port))
         self.assertTrue(self.config_value(self.agent_conf, "metrics-listen", "run").startswith("0.0.0.0:"))
-        # The agents dial the collector's Service.
-        svc = self.doc("Service", "tlsprof-collector")
-        grpc = next(p for p in svc["spec"]["ports"] if p["name"] == "grpc")
-        self.assertEqual(self.config_value(self.agent_conf, "collector", "run"),
-                         f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc:{grpc['port']}")
 
-    def test_collector_deployment(self):
-        dep = self.doc("Deployment", "tlsprof-collector")
-        pod = dep["spec"]["template"]["spec"]
+    def test_agents_dial_every_collector_replica(self):
+        # One stable name per replica, in order, and no other: the agents' rendezvous hashing places each agent
+        # on one of them, so a replica missing from the list would get no agent, a name of no replica would be
+        # a collector that is always down.
+        sts = self.doc("StatefulSet", "tlsprof-collector")
+        svc = self.doc("Service", sts["spec"]["serviceName"])
+        grpc = next(p for p in svc["spec"]["ports"] if p["name"] == "grpc")
+        ns = sts["metadata"]["namespace"]
+        expected = [f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}.{ns}.svc:{grpc['port']}"
+                    for i in range(sts["spec"]["replicas"])]
+        self.assertEqual(self.config_list(self.agent_conf, "collector", "run"), expected)
+        # The name the comments tell the collectors' certificate to cover matches every one of them.
+        for manifest in ("agent-configmap.yaml", "collector-service.yaml", "collector-statefulset.yaml"):
+            with open(os.path.join(PKG, "kubernetes", manifest)) as f:
+                self.assertIn(f"*.{svc['metadata']['name']}.{ns}.svc", f.read(), manifest)
+
+    def test_collector_statefulset(self):
+        sts = self.doc("StatefulSet", "tlsprof-collector")
+        spec = sts["spec"]
+        self.assertGreaterEqual(spec["replicas"], 2, "the fleet needs more than one collector")
+        self.assertEqual(spec["updateStrategy"]["type"], "RollingUpdate")
+        pod = spec["template"]["spec"]
         self.assertIs(pod["securityContext"]["runAsNonRoot"], True)
         self.assertNotEqual(pod["securityContext"]["runAsUser"], 0)
         (c,) = pod["containers"]
@@ -221,22 +247,31 @@ class ManifestsTest(unittest.TestCase):
         self.assertIs(sc.get("allowPrivilegeEscalation"), False)
         self.assertIs(sc.get("readOnlyRootFilesystem"), True)
         self.assertEqual(sc["capabilities"], {"drop": ["ALL"]})
-        self.assertEqual(dep["spec"]["strategy"]["type"], "Recreate")
         mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
         volumes = {v["name"]: v for v in pod["volumes"]}
+        # The state directory is a volume of each replica's own (a claim template), never one shared claim.
         state = self.config_value(self.collector_conf, "state-dir")
-        claim = volumes[mounts[state]["name"]]["persistentVolumeClaim"]["claimName"]
-        self.doc("PersistentVolumeClaim", claim)
+        templates = {t["metadata"]["name"]: t for t in spec["volumeClaimTemplates"]}
+        self.assertIn(mounts[state]["name"], templates)
+        self.assertNotIn(mounts[state]["name"], volumes)
+        self.assertEqual(templates[mounts[state]["name"]]["spec"]["accessModes"], ["ReadWriteOnce"])
+        self.assertNotIn("PersistentVolumeClaim", {kind for kind, _ in self.docs})
         self.assertEqual(volumes[mounts["/etc/tlsprof/tls"]["name"]]["secret"]["secretName"], "tlsprof-collector-tls")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         self.assertEqual(ports["grpc"], port_of(self.config_value(self.collector_conf, "listen")))
         self.assertEqual(ports["metrics"], port_of(self.config_value(self.collector_conf, "metrics-listen")))
-        svc = self.doc("Service", "tlsprof-collector")
-        labels = dep["spec"]["template"]["metadata"]["labels"]
+        # serviceName: a headless Service over these pods, which gives each its DNS name.
+        svc = self.doc("Service", spec["serviceName"])
+        self.assertEqual(svc["spec"].get("clusterIP"), "None")
+        labels = spec["template"]["metadata"]["labels"]
         for k, v in svc["spec"]["selector"].items():
             self.assertEqual(labels.get(k), v)
         self.assertEqual({p["name"]: p["targetPort"] for p in svc["spec"]["ports"]},
                          {"grpc": "grpc", "metrics": "metrics"})
+        # Drains take one replica at a time, and leave the others.
+        pdb = self.doc("PodDisruptionBudget", sts["metadata"]["name"])
+        self.assertEqual(pdb["spec"]["selector"]["matchLabels"], spec["selector"]["matchLabels"])
+        self.assertLess(pdb["spec"]["maxUnavailable"], spec["replicas"])
 
     # --- against the real binaries -------------------------------------------------------------------------
 
@@ -244,7 +279,7 @@ class ManifestsTest(unittest.TestCase):
         known = {"tlsprof-agent": set(self.agent_top) | set(self.agent_run) | {"run"},
                  "tlsprof-collector": set(self.collector_flags)}
         for (kind, name), doc in self.docs.items():
-            if kind not in ("DaemonSet", "Deployment"):
+            if kind not in WORKLOADS:
                 continue
             for c in doc["spec"]["template"]["spec"]["containers"]:
                 binary = os.path.basename(c["command"][0])
@@ -382,7 +417,7 @@ class ManifestsTest(unittest.TestCase):
             self.assertEqual(set(jobs), {"tlsprof-agent", "tlsprof-collector"}, name)
         # Kubernetes discovery keeps the pods by the manifests' labels and port name.
         for job, workload in (("tlsprof-agent", ("DaemonSet", "tlsprof-agent")),
-                              ("tlsprof-collector", ("Deployment", "tlsprof-collector"))):
+                              ("tlsprof-collector", ("StatefulSet", "tlsprof-collector"))):
             keep = {tuple(r["source_labels"]): r["regex"] for r in jobs[job]["relabel_configs"]
                     if r.get("action") == "keep"}
             template = self.doc(*workload)["spec"]["template"]
