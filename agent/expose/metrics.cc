@@ -96,6 +96,8 @@ AgentMetrics::AgentMetrics()
       tracked_processes_(Register<metrics::kAgentTrackedProcesses>(*registry_).Add({})),
       pending_processes_(Register<metrics::kAgentPendingProcesses>(*registry_).Add({})),
       spool_batches_(Register<metrics::kAgentSpoolBatches>(*registry_).Add({})),
+      spool_pinned_(Register<metrics::kAgentSpoolPinnedBatches>(*registry_).Add({})),
+      failovers_(Register<metrics::kAgentCollectorFailovers>(*registry_).Add({})),
       spool_bytes_(Register<metrics::kAgentSpoolBytes>(*registry_).Add({})),
       batches_(Register<metrics::kAgentBatches>(*registry_)),
       send_errors_(Register<metrics::kAgentSendErrors>(*registry_).Add({})),
@@ -247,6 +249,8 @@ void AgentMetrics::SetShip(const ShipHealth& s) {
   }
   Advance(send_errors_, s.send_errors, last_ship_.send_errors);
   spool_batches_.Set(static_cast<double>(s.spooled_batches));
+  spool_pinned_.Set(static_cast<double>(s.pinned_batches));
+  Advance(failovers_, s.failovers, last_ship_.failovers);
   spool_bytes_.Set(static_cast<double>(s.spooled_bytes));
   last_success_.Set(s.last_success_unix_seconds);
   last_ship_ = s;

@@ -106,6 +106,8 @@ class AgentMetrics {
   prometheus::Gauge& tracked_processes_;
   prometheus::Gauge& pending_processes_;
   prometheus::Gauge& spool_batches_;
+  prometheus::Gauge& spool_pinned_;
+  prometheus::Counter& failovers_;
   prometheus::Gauge& spool_bytes_;
   prometheus::Family<prometheus::Counter>& batches_;
   prometheus::Counter& send_errors_;

@@ -19,9 +19,9 @@
 namespace tlsprof::ship {
 
 struct CollectorTarget {
-  std::string address;    // what gRPC dials: the entry, or ipv4:A.B.C.D:PORT / ipv6:[…]:PORT
-  std::string tls_name;   // the name the certificate must hold, when `address` is an address (else empty)
-  std::string entry;      // the --collector entry it came from, for logs
+  std::string address;   // what gRPC dials: the entry, or ipv4:A.B.C.D:PORT / ipv6:[…]:PORT
+  std::string tls_name;  // the name the certificate must hold, when `address` is an address (else empty)
+  std::string entry;     // the --collector entry it came from, for logs
 };
 
 // Resolves a host name to its addresses as text ("10.0.0.1", "fd00::1"): an

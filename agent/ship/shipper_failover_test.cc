@@ -236,9 +236,9 @@ TEST(ExpandCollectors, ANameWithSeveralAddressesIsOneCollectorPerAddress) {
     if (host == "one") return {"10.0.0.9"};
     return {};
   };
-  auto t = ExpandCollectors({"collectors.tlsprof.svc:4317", "one:4317", "unresolved:4317", "v6only:1", "10.1.1.1:5",
-                             "[::1]:6", "one:4317"},
-                            resolve);
+  auto t = ExpandCollectors(
+      {"collectors.tlsprof.svc:4317", "one:4317", "unresolved:4317", "v6only:1", "10.1.1.1:5", "[::1]:6", "one:4317"},
+      resolve);
   ASSERT_TRUE(t.ok()) << t.error().message;
   std::vector<std::string> addresses, names;
   for (const auto& c : *t) {
@@ -247,9 +247,9 @@ TEST(ExpandCollectors, ANameWithSeveralAddressesIsOneCollectorPerAddress) {
   }
   // IPv4 only for a dual-stack name; each address once; single-address and
   // unresolved names stay names (gRPC resolves them at each connect).
-  EXPECT_EQ(addresses, (std::vector<std::string>{"ipv4:10.0.0.1:4317", "ipv4:10.0.0.2:4317", "one:4317",
-                                                 "unresolved:4317", "ipv6:[fd00::1]:1", "ipv6:[fd00::2]:1",
-                                                 "10.1.1.1:5", "[::1]:6"}));
+  EXPECT_EQ(addresses,
+            (std::vector<std::string>{"ipv4:10.0.0.1:4317", "ipv4:10.0.0.2:4317", "one:4317", "unresolved:4317",
+                                      "ipv6:[fd00::1]:1", "ipv6:[fd00::2]:1", "10.1.1.1:5", "[::1]:6"}));
   EXPECT_EQ(names, (std::vector<std::string>{"collectors.tlsprof.svc", "collectors.tlsprof.svc", "", "", "v6only",
                                              "v6only", "", ""}));
 }

@@ -17,6 +17,7 @@
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
+#include "common/placement/rendezvous.h"
 #include "tlsprof/v1/report.grpc.pb.h"
 
 namespace tlsprof::loadgen {
@@ -85,6 +86,7 @@ struct Call {
   grpc::Status status;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::SubmitResponse>> reader;
   uint32_t agent = 0;
+  uint32_t collector = 0;  // index into --collector; never changes for a report
   uint32_t attempt = 0;
   Clock::time_point started;
 };
@@ -93,6 +95,7 @@ struct Retry {
   Clock::time_point due;
   std::shared_ptr<v1::SubmitRequest> request;
   uint32_t agent;
+  uint32_t collector;
   uint32_t attempt;
   bool operator>(const Retry& o) const { return due > o.due; }
 };
@@ -100,8 +103,11 @@ struct Retry {
 // What one completion-queue thread saw; merged after the run.
 struct ThreadStats {
   std::vector<uint32_t> latency_us;
-  uint64_t accepted = 0, duplicate = 0, failed = 0, retried = 0, dropped_series = 0, series = 0;
+  uint64_t accepted = 0, duplicate = 0, duplicate_after_retry = 0, failed = 0, retried = 0, dropped_series = 0,
+           series = 0;
   ReportTotals totals;
+  std::map<std::string, uint64_t> by_bucket, by_algorithm;
+  std::vector<uint64_t> by_collector;
   std::map<std::string, uint64_t> errors;
   std::map<std::string, std::string> examples;
   Clock::time_point last_answer{};
@@ -138,28 +144,46 @@ class Runner {
       ssl.pem_private_key = *key;
       creds = grpc::SslCredentials(ssl);
     }
-    for (uint32_t c = 0; c < o_.connections; ++c) {
-      grpc::ChannelArguments args;
-      // Without a local pool, channels with equal arguments share one
-      // subchannel (one TCP connection); each channel is to be its own.
-      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      args.SetInt("tlsprof.loadgen.channel", static_cast<int>(c));
-      if (!o_.tls_server_name.empty()) args.SetSslTargetNameOverride(o_.tls_server_name);
-      auto channel = grpc::CreateCustomChannel(o_.collector, creds, args);
-      stubs_.push_back(v1::Collector::NewStub(channel));
-      channels_.push_back(std::move(channel));
+    channels_.resize(o_.collectors.size());
+    stubs_.resize(o_.collectors.size());
+    for (size_t k = 0; k < o_.collectors.size(); ++k) {
+      for (uint32_t c = 0; c < o_.connections; ++c) {
+        grpc::ChannelArguments args;
+        // Without a local pool, channels with equal arguments share one
+        // subchannel (one TCP connection); each channel is to be its own.
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        args.SetInt("tlsprof.loadgen.channel", static_cast<int>(c));
+        // A collector back after a restart is reconnected to within a second.
+        args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+        args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+        args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+        if (!o_.tls_server_name.empty()) args.SetSslTargetNameOverride(o_.tls_server_name);
+        auto channel = grpc::CreateCustomChannel(o_.collectors[k], creds, args);
+        stubs_[k].push_back(v1::Collector::NewStub(channel));
+        channels_[k].push_back(std::move(channel));
+      }
     }
     auto deadline = std::chrono::system_clock::now() + o_.connect_timeout;
-    for (auto& channel : channels_) {
-      if (!channel->WaitForConnected(deadline)) {
-        return MakeError(
-            "cannot connect to the collector at {} within {} ms ({}): is it listening, and do its "
-            "TLS settings match (--insecure or the --tls-* files)?",
-            o_.collector, o_.connect_timeout.count(), o_.insecure ? "plaintext" : "mTLS");
+    for (size_t k = 0; k < o_.collectors.size(); ++k) {
+      for (auto& channel : channels_[k]) {
+        if (!channel->WaitForConnected(deadline)) {
+          return MakeError(
+              "cannot connect to the collector at {} within {} ms ({}): is it listening, and do its "
+              "TLS settings match (--insecure or the --tls-* files)?",
+              o_.collectors[k], o_.connect_timeout.count(), o_.insecure ? "plaintext" : "mTLS");
+        }
+      }
+    }
+    // Each agent's order of preference among the collectors.
+    order_.resize(fleet_.agents());
+    for (uint32_t a = 0; a < fleet_.agents(); ++a) {
+      for (size_t k : placement::RendezvousOrder(fleet_.agent(a).hostname, o_.collectors)) {
+        order_[a].push_back(static_cast<uint32_t>(k));
       }
     }
     for (uint32_t t = 0; t < o_.threads; ++t) cqs_.push_back(std::make_unique<grpc::CompletionQueue>());
     stats_.resize(o_.threads);
+    for (ThreadStats& st : stats_) st.by_collector.resize(o_.collectors.size());
     return true;
   }
 
@@ -199,6 +223,7 @@ class Runner {
         auto call = std::make_unique<Call>();
         *call->request = *r.request;
         call->agent = r.agent;
+        call->collector = r.collector;
         call->attempt = r.attempt;
         Issue(std::move(call));
       }
@@ -221,6 +246,7 @@ class Runner {
         uint64_t sequence = next / n + 1;
         auto call = std::make_unique<Call>();
         call->agent = agent;
+        call->collector = Place(agent);
         fleet_.BuildReport(agent, sequence,
                            wall0 + offset(agent) - back + static_cast<int64_t>(sequence - 1) * interval,
                            call->request->mutable_report());
@@ -253,22 +279,7 @@ class Runner {
     r.attempts = attempts_;
     r.cpu_seconds = CpuSeconds() - cpu0;
     std::vector<uint32_t> latency;
-    Clock::time_point last = t0;
-    for (ThreadStats& s : stats_) {
-      latency.insert(latency.end(), s.latency_us.begin(), s.latency_us.end());
-      r.accepted += s.accepted;
-      r.duplicate += s.duplicate;
-      r.failed += s.failed;
-      r.retried += s.retried;
-      r.dropped_series += s.dropped_series;
-      r.series += s.series;
-      r.accepted_totals.busy_samples += s.totals.busy_samples;
-      r.accepted_totals.tls_samples += s.totals.tls_samples;
-      r.accepted_totals.rows += s.totals.rows;
-      for (auto& [code, count] : s.errors) r.errors[code] += count;
-      for (auto& [code, message] : s.examples) r.error_examples.emplace(code, message);
-      last = std::max(last, s.last_answer);
-    }
+    Clock::time_point last = Merge(r, latency, t0);
     r.elapsed_seconds = std::chrono::duration<double>(last - t0).count();
     // A timed run spans its whole duration even when the last answer came
     // early in the last interval.
@@ -282,10 +293,49 @@ class Runner {
   }
 
  private:
+  // Adds every completion thread's counts to `r`; returns the last answer's time.
+  Clock::time_point Merge(DriverResult& r, std::vector<uint32_t>& latency, Clock::time_point t0) {
+    Clock::time_point last = t0;
+    for (ThreadStats& s : stats_) {
+      latency.insert(latency.end(), s.latency_us.begin(), s.latency_us.end());
+      r.accepted += s.accepted;
+      r.duplicate += s.duplicate;
+      r.duplicate_after_retry += s.duplicate_after_retry;
+      for (auto& [k, v] : s.by_bucket) r.accepted_tls_by_bucket[k] += v;
+      for (auto& [k, v] : s.by_algorithm) r.accepted_tls_by_algorithm[k] += v;
+      r.accepted_by_collector.resize(s.by_collector.size());
+      for (size_t k = 0; k < s.by_collector.size(); ++k) r.accepted_by_collector[k] += s.by_collector[k];
+      r.failed += s.failed;
+      r.retried += s.retried;
+      r.dropped_series += s.dropped_series;
+      r.series += s.series;
+      r.accepted_totals.busy_samples += s.totals.busy_samples;
+      r.accepted_totals.tls_samples += s.totals.tls_samples;
+      r.accepted_totals.rows += s.totals.rows;
+      for (auto& [code, count] : s.errors) r.errors[code] += count;
+      for (auto& [code, message] : s.examples) r.error_examples.emplace(code, message);
+      last = std::max(last, s.last_answer);
+    }
+    return last;
+  }
+
+  // The first collector of the agent's order whose channel is connected (a
+  // report sent nowhere yet may go anywhere); the first one when none is.
+  uint32_t Place(uint32_t agent) {
+    const std::vector<uint32_t>& order = order_[agent];
+    if (order.size() == 1) return order[0];
+    uint32_t c = agent % o_.connections;
+    for (uint32_t k : order) {
+      if (channels_[k][c]->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) return k;
+    }
+    return order[0];
+  }
+
   void Issue(std::unique_ptr<Call> call) {
     uint32_t c = call->agent % o_.connections;
     call->ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout);
-    call->reader = stubs_[c]->PrepareAsyncSubmit(&call->ctx, *call->request, cqs_[c % o_.threads].get());
+    call->reader =
+        stubs_[call->collector][c]->PrepareAsyncSubmit(&call->ctx, *call->request, cqs_[c % o_.threads].get());
     in_flight_.fetch_add(1);
     ++attempts_;
     call->started = Clock::now();
@@ -305,16 +355,19 @@ class Runner {
       s.latency_us.push_back(static_cast<uint32_t>(std::min<int64_t>(
           UINT32_MAX, std::chrono::duration_cast<std::chrono::microseconds>(now - call->started).count())));
       bool notify = false;
-      if (call->status.ok() && call->response.result() == v1::SubmitResponse::ACCEPTED) {
+      const bool answered = call->status.ok();
+      const auto result = call->response.result();
+      if (answered && result == v1::SubmitResponse::ACCEPTED) {
         ++s.accepted;
         s.dropped_series += call->response.dropped_series();
-        ReportTotals t = Totals(call->request->report());
-        s.totals.busy_samples += t.busy_samples;
-        s.totals.tls_samples += t.tls_samples;
-        s.totals.rows += t.rows;
-        s.series += t.rows;
-      } else if (call->status.ok() && call->response.result() == v1::SubmitResponse::DUPLICATE) {
+        s.series += Count(s, *call);
+      } else if (answered && result == v1::SubmitResponse::DUPLICATE) {
         ++s.duplicate;
+        // A retry's DUPLICATE: this run's earlier attempt was counted.
+        if (call->attempt > 0) {
+          ++s.duplicate_after_retry;
+          Count(s, *call);
+        }
       } else {
         std::string code = call->status.ok() ? "RESULT_UNSPECIFIED" : CodeName(call->status.error_code());
         ++s.errors[code];
@@ -326,7 +379,7 @@ class Runner {
           auto backoff = std::chrono::milliseconds(100) * (1u << std::min(call->attempt, 8u));
           std::lock_guard guard(mu_);
           retries_.push(Retry{now + backoff, std::make_shared<v1::SubmitRequest>(*call->request), call->agent,
-                              call->attempt + 1});
+                              call->collector, call->attempt + 1});
           notify = true;
         } else {
           ++s.failed;
@@ -349,10 +402,35 @@ class Runner {
     }
   }
 
+  // Adds a counted report's samples to `s`; returns its rows.
+  uint64_t Count(ThreadStats& s, const Call& call) {
+    const v1::AgentReport& report = call.request->report();
+    ReportTotals t = Totals(report);
+    s.totals.busy_samples += t.busy_samples;
+    s.totals.tls_samples += t.tls_samples;
+    s.totals.rows += t.rows;
+    ++s.by_collector[call.collector];
+    if (o_.breakdown) {
+      for (const auto& service : report.services()) {
+        for (const auto& row : service.tls()) {
+          std::string bucket = v1::Bucket_Name(row.bucket());
+          if (bucket.starts_with("BUCKET_")) bucket = bucket.substr(7);
+          std::transform(bucket.begin(), bucket.end(), bucket.begin(),
+                         [](unsigned char ch) { return std::tolower(ch); });
+          s.by_bucket[bucket] += row.samples();
+          s.by_algorithm[bucket + "/" + row.algorithm()] += row.samples();
+        }
+      }
+    }
+    return t.rows;
+  }
+
   const Fleet& fleet_;
   const DriverOptions& o_;
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;
-  std::vector<std::unique_ptr<v1::Collector::Stub>> stubs_;
+  // Per collector (--collector order), per connection.
+  std::vector<std::vector<std::shared_ptr<grpc::Channel>>> channels_;
+  std::vector<std::vector<std::unique_ptr<v1::Collector::Stub>>> stubs_;
+  std::vector<std::vector<uint32_t>> order_;  // per agent: collector indexes, most preferred first
   std::vector<std::unique_ptr<grpc::CompletionQueue>> cqs_;
   std::vector<ThreadStats> stats_;
   std::atomic<uint64_t> in_flight_{0};
@@ -371,7 +449,7 @@ class Runner {
 void RequestStop() { g_stop.store(true); }
 
 Result<DriverResult> RunLoad(const Fleet& fleet, const DriverOptions& options) {
-  if (options.collector.empty()) return MakeError("--collector HOST:PORT is required");
+  if (options.collectors.empty()) return MakeError("--collector HOST:PORT is required");
   if (!options.insecure && (options.tls_ca.empty() || options.tls_cert.empty() || options.tls_key.empty())) {
     return MakeError("give --tls-ca, --tls-cert and --tls-key (a relay identity's certificate), or --insecure");
   }

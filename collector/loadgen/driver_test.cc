@@ -63,7 +63,7 @@ class DriverTest : public ::testing::Test {
 
   DriverOptions Options() {
     DriverOptions o;
-    o.collector = "127.0.0.1:" + std::to_string(port_);
+    o.collectors = {"127.0.0.1:" + std::to_string(port_)};
     o.insecure = true;
     o.connections = 4;
     o.threads = 2;

@@ -40,6 +40,10 @@ nlohmann::json ToJson(const tlsprof::loadgen::FleetOptions& f, const tlsprof::lo
       {"attempts", r.attempts},
       {"accepted", r.accepted},
       {"duplicate", r.duplicate},
+      {"duplicate_after_retry", r.duplicate_after_retry},
+      {"accepted_by_collector", r.accepted_by_collector},
+      {"accepted_tls_samples_by_bucket", r.accepted_tls_by_bucket},
+      {"accepted_tls_samples_by_algorithm", r.accepted_tls_by_algorithm},
       {"failed", r.failed},
       {"retried", r.retried},
       {"dropped_series", r.dropped_series},
@@ -51,8 +55,9 @@ nlohmann::json ToJson(const tlsprof::loadgen::FleetOptions& f, const tlsprof::lo
       {"error_examples", examples},
       {"loadgen_cpu_seconds", r.cpu_seconds},
       {"loadgen_cpu_percent", 100.0 * r.cpu_seconds / elapsed},
-      // What the ACCEPTED reports carried: a collector that started empty and
-      // took only these reports holds exactly these counters.
+      // What the counted reports carried (ACCEPTED, or DUPLICATE to a retry
+      // after a lost answer): collectors that started empty and took only
+      // these reports hold exactly these counters between them.
       {"accepted_busy_samples", r.accepted_totals.busy_samples},
       {"accepted_tls_samples", r.accepted_totals.tls_samples},
       {"accepted_busy_cpu_seconds", static_cast<double>(r.accepted_totals.busy_samples) * period_seconds},
@@ -98,7 +103,12 @@ int main(int argc, char** argv) {
   tlsprof::loadgen::DriverOptions driver;
   bool json = false;
   int64_t timeout_ms = 10000;
-  app.add_option("--collector", driver.collector, "The collector's gRPC address, HOST:PORT")->required();
+  app.add_option("--collector", driver.collectors,
+                 "A collector's gRPC address, HOST:PORT; repeat for several (each agent takes one by rendezvous "
+                 "hashing of its hostname, as agents do, and keeps a report there through its retries)")
+      ->required()
+      ->take_all()
+      ->allow_extra_args(false);
   app.add_option("--agents", fleet.agents, "Agents to play (hostnames <prefix><i>)")
       ->required()
       ->check(CLI::Range(1u, 10'000'000u));
@@ -129,6 +139,8 @@ int main(int argc, char** argv) {
   app.add_option("--tls-server-name", driver.tls_server_name, "Name to expect in the collector's certificate");
   for (auto* o : {ca, cert, key}) o->excludes(insecure);
   app.add_flag("--json", json, "Print the results as one JSON object");
+  app.add_flag("--breakdown", driver.breakdown,
+               "Also count the counted reports' TLS samples by bucket and algorithm (JSON: accepted_tls_samples_by_*)");
   CLI11_PARSE(app, argc, argv);
   driver.timeout = std::chrono::milliseconds(timeout_ms);
 

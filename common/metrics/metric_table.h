@@ -150,6 +150,12 @@ inline constexpr Metric kAgentSpoolBatches{"tlsprof_agent_spool_batches", Type::
                                            "Sealed batches waiting in the spool", kAgent};
 inline constexpr Metric kAgentSpoolBytes{"tlsprof_agent_spool_bytes", Type::kGauge, kNoLabels,
                                          "Bytes of the batches waiting in the spool", kAgent};
+inline constexpr Metric kAgentSpoolPinnedBatches{
+    "tlsprof_agent_spool_pinned_batches", Type::kGauge, kNoLabels,
+    "Spooled batches waiting for the collector they were sent to (an answer was lost: retried there only)", kAgent};
+inline constexpr Metric kAgentCollectorFailovers{
+    "tlsprof_agent_collector_failovers_total", Type::kCounter, kNoLabels,
+    "Times the collector taking the agent's new batches changed: a failover, or the return to its own", kAgent};
 inline constexpr Metric kAgentBatches{
     "tlsprof_agent_batches_total", Type::kCounter, kResultLabel,
     "Batches by outcome: sealed, accepted, duplicate, rejected (INVALID_ARGUMENT), dropped (spool over its bound or "
@@ -260,6 +266,8 @@ inline constexpr std::array kAll = {
     &kAgentUnwindUnregistered,
     &kAgentSpoolBatches,
     &kAgentSpoolBytes,
+    &kAgentSpoolPinnedBatches,
+    &kAgentCollectorFailovers,
     &kAgentBatches,
     &kAgentSendErrors,
     &kAgentLastSuccess,

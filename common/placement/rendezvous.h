@@ -52,9 +52,8 @@ inline std::vector<size_t> RendezvousOrder(std::string_view key, const std::vect
   for (size_t i = 0; i < targets.size(); ++i) scores[i] = RendezvousScore(key, targets[i]);
   std::vector<size_t> order(targets.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
-  });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return scores[a] != scores[b] ? scores[a] > scores[b] : a < b; });
   return order;
 }
 
