@@ -658,7 +658,8 @@ std::string CommonName(const std::string& pem) {
 }  // namespace
 
 Result<std::unique_ptr<Shipper>> Shipper::Start(const ShipperOptions& options) {
-  auto targets = ExpandCollectors(options.collectors);
+  auto targets =
+      ExpandCollectors(options.collectors, options.resolver ? options.resolver : Resolver(ResolveWithGetaddrinfo));
   if (!targets) return targets.error();
   if (options.rpc_timeout.count() <= 0) return MakeError("the RPC timeout must be positive");
   if (options.connect_timeout.count() <= 0) return MakeError("the connect timeout must be positive");

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/ship/collectors.h"
 #include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
 
@@ -39,6 +40,8 @@ struct ShipperOptions {
   // HOST:PORT each (collectors.h: a name with several addresses is one
   // collector per address).
   std::vector<std::string> collectors;
+  // Resolves the collectors' host names (tests pass their own; empty: getaddrinfo).
+  Resolver resolver;
   // The key of the agent's place among the collectors. Empty: the TLS
   // certificate's subject CN (the identity the collector knows it by), or
   // with `insecure` the agent instance.

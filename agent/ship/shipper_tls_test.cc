@@ -47,6 +47,7 @@ class ShipperTlsTest : public ::testing::Test {
     } else if (!MakeCa(pki, "ca") || !MakeCa(pki, "other-ca") ||
                !MakeLeaf(pki, "ca", "collector", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth") ||
                !MakeLeaf(pki, "ca", "misnamed", "subjectAltName=DNS:elsewhere.example\nextendedKeyUsage=serverAuth") ||
+               !MakeLeaf(pki, "ca", "named", "subjectAltName=DNS:collectors.test\nextendedKeyUsage=serverAuth") ||
                !MakeLeaf(pki, "ca", "agent-1", "extendedKeyUsage=clientAuth") ||
                !MakeLeaf(pki, "other-ca", "intruder", "extendedKeyUsage=clientAuth")) {
       pki_error_ = "openssl failed: " + Slurp(pki + "/openssl.log");
@@ -102,7 +103,8 @@ class ShipperTlsTest : public ::testing::Test {
 
   static inline TempDir* pki_dir_ = nullptr;
   static inline std::string pki_error_;
-  TempDir state_;
+  static std::string TempDirPath(const TempDir& d) { return d.path(); }
+  TempDir state_, state2_;
   std::string pki_;
   TestCollector collector_;
   std::unique_ptr<TestServer> server_;
@@ -115,6 +117,38 @@ TEST_F(ShipperTlsTest, MutualTlsDelivers) {
   EXPECT_EQ(collector_.accepted_sequences(), std::vector<uint64_t>{1});
   EXPECT_EQ(collector_.peer_common_names(), std::vector<std::string>{"agent-1"});
   EXPECT_EQ(shipper_->stats().send_errors, 0u);
+}
+
+// A name with several addresses: one collector per address, dialled by
+// address, and the certificate must still hold the name. 127.0.0.2 has no
+// collector (refused: the agent fails over if it is its first choice).
+TEST_F(ShipperTlsTest, ANameWithSeveralAddressesIsCheckedForTheName) {
+  ServeAs("named");
+  ShipperOptions o = Options("ca", "agent-1");
+  o.collectors = {"collectors.test:" + std::to_string(server_->port())};
+  o.resolver = [](const std::string& host) {
+    return host == "collectors.test" ? std::vector<std::string>{"127.0.0.2", "127.0.0.1"} : std::vector<std::string>{};
+  };
+  auto shipper = Shipper::Start(o);
+  ASSERT_TRUE(shipper.ok()) << shipper.error().message;
+  shipper_ = std::move(*shipper);
+  ASSERT_TRUE(shipper_->Seal(MakeReport(kT0, 10, 1)).ok());
+  ASSERT_TRUE(shipper_->Flush(5s));
+  EXPECT_EQ(collector_.accepted_sequences(), std::vector<uint64_t>{1});
+  EXPECT_EQ(shipper_->stats().collector, "ipv4:127.0.0.1:" + std::to_string(server_->port()));
+  shipper_.reset();
+
+  // The same addresses behind a certificate for another name: refused.
+  ServeAs("misnamed");
+  o.state_dir = TempDirPath(state2_);
+  o.collectors = {"collectors.test:" + std::to_string(server_->port())};
+  shipper = Shipper::Start(o);
+  ASSERT_TRUE(shipper.ok()) << shipper.error().message;
+  shipper_ = std::move(*shipper);
+  ASSERT_TRUE(shipper_->Seal(MakeReport(kT0, 10, 1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return shipper_->stats().send_errors >= 2; }, 5s));
+  EXPECT_EQ(collector_.calls(), 1u) << "the first part's call only";
+  EXPECT_EQ(shipper_->stats().spooled_batches, 1u);
 }
 
 TEST_F(ShipperTlsTest, ACollectorCertificateForAnotherHostIsRefused) {
