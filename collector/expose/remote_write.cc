@@ -58,12 +58,14 @@ RemoteWritePusher::~RemoteWritePusher() {
 }
 
 void RemoteWritePusher::Push() {
+  const auto started = std::chrono::steady_clock::now();
   std::vector<prometheus::MetricFamily> families = collect_();
   std::vector<prometheus::MetricFamily> own = Families();
   families.insert(families.end(), std::make_move_iterator(own.begin()), std::make_move_iterator(own.end()));
   // Encoded once: every receiver gets the same requests.
   const std::vector<::prometheus::WriteRequest> requests = remote_write::Encode(
       families, NowUnixMs(), remote_write::WriterOptions{}.max_series_per_request, options_.external_labels);
+  encode_seconds_ = encode_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   for (const auto& writer : writers_) writer->Enqueue(requests);
 }
 
@@ -81,6 +83,9 @@ std::vector<prometheus::MetricFamily> RemoteWritePusher::Families() const {
   prometheus::MetricFamily samples = metrics::Family(metrics::kCollectorRemoteWriteSamples);
   prometheus::MetricFamily retries = metrics::Family(metrics::kCollectorRemoteWriteRetries);
   prometheus::MetricFamily queue = metrics::Family(metrics::kCollectorRemoteWriteQueue);
+  prometheus::MetricFamily send = metrics::Family(metrics::kCollectorRemoteWriteSendSeconds);
+  prometheus::MetricFamily encode = metrics::Family(metrics::kCollectorRemoteWriteEncodeSeconds);
+  encode.metric.push_back(Value({}, encode_seconds_.load(), true));
   for (size_t i = 0; i < writers_.size(); ++i) {
     const remote_write::WriterStats st = writers_[i]->stats();
     const std::string_view url = options_.urls[i];
@@ -96,8 +101,11 @@ std::vector<prometheus::MetricFamily> RemoteWritePusher::Families() const {
                                    static_cast<double>(st.attempts_failed), true));
     queue.metric.push_back(Value(metrics::ClientLabels(metrics::kCollectorRemoteWriteQueue, {url}),
                                  static_cast<double>(st.queued_requests), false));
+    send.metric.push_back(
+        Value(metrics::ClientLabels(metrics::kCollectorRemoteWriteSendSeconds, {url}), st.send_seconds, true));
   }
-  return {std::move(requests), std::move(samples), std::move(retries), std::move(queue)};
+  return {std::move(requests), std::move(samples), std::move(retries),
+          std::move(queue),    std::move(send),    std::move(encode)};
 }
 
 }  // namespace tlsprof::collector

@@ -7,6 +7,7 @@
 // Thread-safe: one pushing thread; Families() may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -52,6 +53,7 @@ class RemoteWritePusher {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;
+  std::atomic<double> encode_seconds_{0};  // written by the pushing thread, read by Families()
   std::thread thread_;
 };
 

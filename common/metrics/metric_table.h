@@ -230,6 +230,12 @@ inline constexpr Metric kCollectorRemoteWriteRetries{
     "Remote-write attempts that failed and will be retried (network errors, 5xx, 429)", kCollector};
 inline constexpr Metric kCollectorRemoteWriteQueue{"tlsprof_collector_remote_write_queue", Type::kGauge, kReceiverLabel,
                                                    "Remote-write requests waiting to be sent", kCollector};
+inline constexpr Metric kCollectorRemoteWriteSendSeconds{
+    "tlsprof_collector_remote_write_send_seconds_total", Type::kCounter, kReceiverLabel,
+    "Seconds spent in remote-write requests, every attempt (samples / these seconds: the throughput)", kCollector};
+inline constexpr Metric kCollectorRemoteWriteEncodeSeconds{
+    "tlsprof_collector_remote_write_encode_seconds_total", Type::kCounter, kNoLabels,
+    "Seconds spent collecting and encoding the series of each push (once for every receiver)", kCollector};
 
 // Every metric, in the order docs/fleet.md lists them.
 inline constexpr std::array kAll = {
@@ -253,6 +259,8 @@ inline constexpr std::array kAll = {
     &kCollectorRemoteWriteSamples,
     &kCollectorRemoteWriteRetries,
     &kCollectorRemoteWriteQueue,
+    &kCollectorRemoteWriteSendSeconds,
+    &kCollectorRemoteWriteEncodeSeconds,
     &kAgentWindows,
     &kAgentWindowDuration,
     &kAgentCpuSeconds,

@@ -39,6 +39,7 @@ struct WriterStats {
   uint64_t requests_rejected = 0;  // other 4xx: dropped
   uint64_t requests_dropped = 0;   // pushed out of the full queue
   uint64_t queued_requests = 0;    // waiting now
+  double send_seconds = 0;         // in POSTs, every attempt: samples_sent / send_seconds is the throughput
   double last_success_unix_seconds = 0;
 };
 
