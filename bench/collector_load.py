@@ -103,7 +103,7 @@ def rss_bytes(pid):
     return None
 
 
-def start_collector(args, mode, tmp, tag, pki):
+def start_collector(args, mode, tmp, tag, pki, agents):
     grpc_port, metrics_port = free_port(), free_port()
     argv = [os.path.join(args.bin, "tlsprof-collector"), "--listen", f"127.0.0.1:{grpc_port}",
             "--metrics-listen", f"127.0.0.1:{metrics_port}"]
@@ -116,6 +116,10 @@ def start_collector(args, mode, tmp, tag, pki):
         state = os.path.join(tmp, f"{tag}-state")
         os.makedirs(state, exist_ok=True)
         argv += ["--state-dir", state]
+    # The collector must hold the whole fleet: at its default --max-agents
+    # (10,000) a larger row would be half refused (RESOURCE_EXHAUSTED).
+    if not any(a.startswith("--max-agents") for a in args.collector_arg):
+        argv += ["--max-agents", str(max(agents, 10000))]
     argv += args.collector_arg
     if args.nice:
         argv = ["nice", "-n", str(args.nice)] + argv  # nice execs: the pid stays the collector's
@@ -204,7 +208,7 @@ def metric_sum(text, name, label_filter=""):
 
 def run_row(args, mode, agents, tmp, pki, perf):
     tag = f"{mode}-{agents}"
-    coll, grpc_port, metrics_port, coll_argv, coll_log = start_collector(args, mode, tmp, tag, pki)
+    coll, grpc_port, metrics_port, coll_argv, coll_log = start_collector(args, mode, tmp, tag, pki, agents)
     sampler = Sampler(coll.pid)
     sampler.start()
     argv = [os.path.join(args.bin, "tlsprof-loadgen"), "--collector", f"127.0.0.1:{grpc_port}",

@@ -31,7 +31,7 @@ struct Totals {
 Totals AddMinutes(const FleetState& s, int64_t first) {
   Totals t;
   for (auto it = s.minutes.lower_bound(first); it != s.minutes.end(); ++it) {
-    const FleetState::Minute& m = it->second;
+    const FleetState::Minute& m = *it->second;
     t.reports += m.reports;
     t.agents.insert(m.agents.begin(), m.agents.end());
     t.busy += m.busy_seconds;
@@ -81,7 +81,7 @@ nlohmann::json TrendJson(const Ingestor& ingestor, int minutes, int64_t now_ns) 
   const std::vector<Point> points = ingestor.Read([&](const FleetState& s) {
     std::vector<Point> out;
     for (auto it = s.minutes.lower_bound(FirstMinute(minutes, now_ns)); it != s.minutes.end(); ++it) {
-      const FleetState::Minute& m = it->second;
+      const FleetState::Minute& m = *it->second;
       out.push_back({it->first, m.reports, m.agents.size(), m.busy_seconds, m.tls_seconds, m.bucket_seconds});
     }
     return out;
@@ -116,18 +116,19 @@ struct AgentRow {
 // The `limit` most recently seen agents (a partial sort of pointers, then
 // only those copied), and how many there are.
 std::pair<std::vector<AgentRow>, size_t> RecentAgents(const FleetState& s, size_t limit) {
-  std::vector<const std::pair<const std::string, FleetState::Agent>*> all;
+  std::vector<const std::pair<const std::string, Shared<FleetState::Agent>>*> all;
   all.reserve(s.agents.size());
   for (const auto& entry : s.agents) all.push_back(&entry);
   const size_t n = std::min(limit, all.size());
   std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const auto* a, const auto* b) {
-    if (a->second.last_seen_ns != b->second.last_seen_ns) return a->second.last_seen_ns > b->second.last_seen_ns;
+    if (a->second->last_seen_ns != b->second->last_seen_ns) return a->second->last_seen_ns > b->second->last_seen_ns;
     return a->first < b->first;
   });
   std::vector<AgentRow> rows;
   rows.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    const auto& [key, agent] = *all[i];
+    const auto& [key, shared] = *all[i];
+    const FleetState::Agent& agent = *shared;
     rows.push_back({key, agent.hostname, agent.last_seen_ns, agent.reports, agent.instances.size(), agent.series.size(),
                     agent.services.size(), agent.skew_known, agent.skew_ns});
   }

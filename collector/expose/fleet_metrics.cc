@@ -44,7 +44,8 @@ bool UsageCurrent(const FleetState::Agent& agent, int64_t now_ns) {
 }
 
 void CopyAgents(const FleetState& s, int64_t now_ns, Values& v) {
-  for (const auto& [key, agent] : s.agents) {
+  for (const auto& [key, shared] : s.agents) {
+    const FleetState::Agent& agent = *shared;
     if (agent.skew_known && agent.last_seen_ns >= now_ns - kSkewHorizonNs) {
       v.max_skew_ns = std::max(v.max_skew_ns, agent.skew_ns < 0 ? -agent.skew_ns : agent.skew_ns);
     }
@@ -226,7 +227,7 @@ std::vector<prometheus::MetricFamily> FleetMetrics(const Ingestor& ingestor, int
 size_t ActiveAgents(const Ingestor& ingestor, int64_t now_ns, int64_t horizon_ns) {
   return ingestor.Read([&](const FleetState& s) {
     return static_cast<size_t>(std::count_if(s.agents.begin(), s.agents.end(), [&](const auto& entry) {
-      return entry.second.last_seen_ns >= now_ns - horizon_ns;
+      return entry.second->last_seen_ns >= now_ns - horizon_ns;
     }));
   });
 }

@@ -7,13 +7,18 @@
 // with its lock (Ingestor::Read). Series tables are node-based and never
 // erase while serving (only a restore before serving replaces them), so a
 // reader may keep pointers to their labels after the lock is released.
+// Agents and summary minutes are Shared (copy-on-write): a copy of the state
+// (compaction's, Ingestor::Copy) shares them, and may be read without the
+// lock while the live state goes on.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -93,6 +98,36 @@ class HashSet {
   std::vector<uint64_t> v_;
 };
 
+// A value the live state shares with its copies (Ingestor::Copy): copying a
+// Shared copies a pointer, and the value it points to is never written while
+// a copy holds it. Readers use * and ->; the Ingestor writes through
+// Mutable(), which first clones the value when another Shared holds it
+// (copy-on-write). Contract: Mutable() is called, and Shareds of the live
+// state are copied, only under the lock that guards the live state; copies
+// may then be read and destroyed on any thread without it. A count of one
+// seen under that lock cannot grow behind Mutable()'s back.
+template <class T>
+class Shared {
+ public:
+  Shared() : p_(std::make_shared<T>()) {}
+  const T& operator*() const { return *p_; }
+  const T* operator->() const { return p_.get(); }
+  T& Mutable() {
+    if (p_.use_count() != 1) {
+      p_ = std::make_shared<T>(*p_);
+    } else {
+      // The last copy may have been released on another thread just now
+      // (an acq_rel decrement): its reads of the value happen before the
+      // writes that follow.
+      std::atomic_thread_fence(std::memory_order_acquire);
+    }
+    return *p_;
+  }
+
+ private:
+  std::shared_ptr<T> p_;
+};
+
 // Orders (bucket, algorithm) pairs; finds them by string_view too.
 struct AlgorithmLess {
   using is_transparent = void;
@@ -159,7 +194,7 @@ struct FleetState {
   // Data series held: the --max-series bound counts these.
   size_t Series() const { return cpu.size() + busy.size() + handshakes.size() + operations.size() + connection_series; }
 
-  std::unordered_map<std::string, Agent> agents;  // by MakeAgentKey
+  std::unordered_map<std::string, Shared<Agent>> agents;  // by MakeAgentKey
   uint64_t reports = 0;
   // tlsprof_cpu_seconds_total: CPU-seconds by CpuKey, found by SeriesHash.
   SeriesTable<7, double> cpu;
@@ -169,7 +204,7 @@ struct FleetState {
   std::set<std::string> hosts;  // hosts with their own label (at most --max-hosts)
   // Keyed by the minute of the collector's receive time (not the window's
   // end: a skewed agent clock must not create minutes outside the ring).
-  std::map<int64_t, Minute> minutes;
+  std::map<int64_t, Shared<Minute>> minutes;
   // Usage telemetry: tlsprof_handshakes_total, tlsprof_crypto_operation*.
   SeriesTable<kHandshakeLabelNames.size(), double> handshakes;
   SeriesTable<kOperationLabelNames.size(), OperationTotals> operations;

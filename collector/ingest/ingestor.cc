@@ -20,11 +20,14 @@ double Seconds(uint64_t samples, uint64_t period_ns) {
   return static_cast<double>(samples) * static_cast<double>(period_ns) / 1e9;
 }
 
-// The least recently seen entry of a map whose values have last_seen_ns.
+int64_t LastSeen(const FleetState::Instance& instance) { return instance.last_seen_ns; }
+int64_t LastSeen(const Shared<FleetState::Agent>& agent) { return agent->last_seen_ns; }
+
+// The least recently seen entry of a map of instances or agents.
 template <class Map>
 auto LeastRecentlySeen(Map& map) {
   return std::min_element(map.begin(), map.end(),
-                          [](const auto& a, const auto& b) { return a.second.last_seen_ns < b.second.last_seen_ns; });
+                          [](const auto& a, const auto& b) { return LastSeen(a.second) < LastSeen(b.second); });
 }
 
 // A usage row's label values, in the order of its metric's labels.
@@ -107,27 +110,27 @@ std::string Ingestor::HostLabelLocked(const std::string& hostname) {
 
 FleetState::Agent* Ingestor::AdmitAgentLocked(const std::string& agent_key, int64_t now_ns) {
   auto it = state_.agents.find(agent_key);
-  if (it != state_.agents.end()) return &it->second;
+  if (it != state_.agents.end()) return &it->second.Mutable();
   if (state_.agents.size() >= options_.max_agents && !MakeRoomForAgentLocked(now_ns)) {
     ++state_.agents_refused;
     return nullptr;
   }
-  return &state_.agents.try_emplace(agent_key).first->second;
+  return &state_.agents.try_emplace(agent_key).first->second.Mutable();
 }
 
 bool Ingestor::MakeRoomForAgentLocked(int64_t now_ns) {
   if (now_ns < no_eviction_before_ns_) return false;
   auto oldest = LeastRecentlySeen(state_.agents);
   if (oldest == state_.agents.end()) return true;
-  if (now_ns - oldest->second.last_seen_ns < kAgentIdleEvictNs) {
+  if (now_ns - oldest->second->last_seen_ns < kAgentIdleEvictNs) {
     // Last-seen times only grow: no agent can be evicted before then.
-    no_eviction_before_ns_ = oldest->second.last_seen_ns + kAgentIdleEvictNs;
+    no_eviction_before_ns_ = oldest->second->last_seen_ns + kAgentIdleEvictNs;
     return false;
   }
   spdlog::warn("forgetting agent {} (silent since {}): the collector holds --max-agents {} agents", oldest->first,
-               oldest->second.last_seen_ns, options_.max_agents);
+               oldest->second->last_seen_ns, options_.max_agents);
   buckets_.erase(oldest->first);
-  state_.connection_series -= oldest->second.connections.size();
+  state_.connection_series -= oldest->second->connections.size();
   state_.agents.erase(oldest);
   ++state_.agents_evicted;
   return true;
@@ -184,7 +187,7 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
 
   // By our receive time: the agent's clock may be anywhere (validate.h).
   const int64_t minute_index = FloorDiv(received_ns, kNsPerMinute);
-  FleetState::Minute& minute = state_.minutes[minute_index];
+  FleetState::Minute& minute = state_.minutes[minute_index].Mutable();
   minute.reports++;
   minute.agents.insert(Fnv1a({agent_key}));
   ++state_.reports;

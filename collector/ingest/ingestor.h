@@ -7,7 +7,9 @@
 //
 // Thread-safe: every public method may be called from any thread. One mutex
 // guards the state and the rate-limit buckets; Apply's critical section is a
-// few map updates, and readers hold it only to copy what they need.
+// few map updates, and readers hold it only to copy what they need. Copy
+// holds it for the agents' index, not their contents (copy-on-write,
+// fleet_state.h's Shared), so that compaction does not stall ingest.
 #pragma once
 
 #include <cstdint>
@@ -98,7 +100,11 @@ class Ingestor {
   }
   // A copy of the state; `fn` runs under the same lock, after the copy
   // (compaction switches the journal there, so that the copy holds exactly
-  // the records before the switch).
+  // the records before the switch). Agents and summary minutes are shared
+  // with the live state, not copied: the lock is held for one key and one
+  // pointer per agent (plus the series tables, bounded by max_series), and
+  // the copy may be read and destroyed on any thread without the lock while
+  // ingest goes on (an agent written after the copy is cloned first).
   FleetState Copy(const std::function<void()>& fn = {}) const;
   // Replaces the state (a restored snapshot, at start, before serving).
   void Replace(FleetState state);

@@ -146,7 +146,7 @@ grpc::Status CollectorService::Refuse(SubmitResult result, grpc::StatusCode code
 }
 
 grpc::Status CollectorService::Identify(grpc::ServerContext* context, const Request& request, std::string& identity) {
-  const std::string& hostname = request.parsed.report().host().hostname();
+  const std::string& hostname = request.parsed->report().host().hostname();
   if (options_.insecure) {
     if (!request.parsed_ok || !IsValidHostname(hostname)) {
       return Refuse(SubmitResult::kUnauthenticated, grpc::StatusCode::UNAUTHENTICATED,
@@ -174,10 +174,10 @@ grpc::Status CollectorService::Validate(const Request& request, int64_t now_ns) 
     return Refuse(SubmitResult::kInvalid, grpc::StatusCode::INVALID_ARGUMENT,
                   "request: not a valid tlsprof.v1.SubmitRequest");
   }
-  if (!request.parsed.has_report()) {
+  if (!request.parsed->has_report()) {
     return Refuse(SubmitResult::kInvalid, grpc::StatusCode::INVALID_ARGUMENT, "report: missing");
   }
-  if (auto error = ValidateReport(request.parsed.report(), now_ns)) {
+  if (auto error = ValidateReport(request.parsed->report(), now_ns)) {
     return Refuse(SubmitResult::kInvalid, grpc::StatusCode::INVALID_ARGUMENT, *error);
   }
   return grpc::Status::OK;
@@ -201,13 +201,13 @@ grpc::Status CollectorService::Ingest(const std::string& agent_key, const std::s
     record_bytes = record.SerializeAsString();
   }
   uint64_t ticket = 0;
-  const v1::AgentReport& report = request.parsed.report();
+  const v1::AgentReport& report = request.parsed->report();
   applied = ingestor_->Apply(
       agent_key, report, now_ns,
       [&] {
         if (store_) ticket = store_->Enqueue(std::move(record_bytes));
       },
-      request.parsed.sent_unix_ns());
+      request.parsed->sent_unix_ns());
   if (applied.refused) {
     // Retried by the agent (its batch stays spooled); docs/fleet.md, "Bounds".
     return Refuse(SubmitResult::kAgentLimit, grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -232,11 +232,15 @@ grpc::Status CollectorService::Ingest(const std::string& agent_key, const std::s
 
 CollectorService::Request CollectorService::ReadRequest(const grpc::ByteBuffer& buffer) {
   Request request;
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 16 << 10;  // a 100-row report's message fits
+  request.arena = std::make_unique<google::protobuf::Arena>(options);
+  request.parsed = google::protobuf::Arena::CreateMessage<v1::SubmitRequest>(request.arena.get());
   std::vector<grpc::Slice> slices;
   if (buffer.Dump(&slices).ok()) {
     request.bytes.reserve(buffer.Length());
     for (const grpc::Slice& s : slices) request.bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    request.parsed_ok = request.parsed.ParseFromString(request.bytes);
+    request.parsed_ok = request.parsed->ParseFromString(request.bytes);
   }
   return request;
 }
@@ -256,7 +260,7 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::
   if (grpc::Status st = Identify(context, request, identity); !st.ok()) return st;
   // A relay submits for many hosts: each (relay, hostname) is one agent. Until
   // validation, an invalid hostname keys the relay itself.
-  const std::string& hostname = request.parsed.report().host().hostname();
+  const std::string& hostname = request.parsed->report().host().hostname();
   const std::string agent_key =
       MakeAgentKey(identity, IsRelay(identity) && IsValidHostname(hostname) ? std::string_view(hostname) : "");
   // 3. Rate limit.

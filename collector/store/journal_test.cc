@@ -1,10 +1,14 @@
 #include "collector/store/journal.h"
 
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -17,6 +21,7 @@ namespace {
 
 using testing::kTestNowNs;
 using testing::MakeReport;
+using testing::WithUsage;
 
 class TempDir {
  public:
@@ -340,6 +345,121 @@ TEST(StateStore, CrashDuringBackgroundCompactionReplaysEverything) {
   EXPECT_EQ(Reopened(crash2.path(), &journals), expected);
   EXPECT_EQ(journals, 1u);
   EXPECT_EQ(Reopened(crash3.path()), expected3);
+}
+
+}  // namespace
+}  // namespace tlsprof::collector
+
+namespace tlsprof::collector {
+namespace {
+
+// Every field state.proto keeps, compared with repeated fields as sets (the
+// agents' and minutes' hash maps iterate in any order).
+::testing::AssertionResult SameState(const state::State& a, const state::State& b) {
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.set_repeated_field_comparison(google::protobuf::util::MessageDifferencer::AS_SET);
+  std::string diff;
+  differencer.ReportDifferencesToString(&diff);
+  if (differencer.Compare(a, b)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << diff;
+}
+
+state::State StateOf(const Ingestor& ingestor) {
+  state::State s;
+  TakeSnapshot(ingestor, s);
+  return s;
+}
+
+state::State SnapshotFile(const std::string& dir) {
+  std::ifstream in(dir + "/snapshot", std::ios::binary);
+  std::stringstream data;
+  data << in.rdbuf();
+  state::State s;
+  EXPECT_GT(data.str().size(), 8u);
+  EXPECT_TRUE(data.str().size() > 8 && s.ParseFromString(data.str().substr(8)));  // after the length and CRC
+  return s;
+}
+
+// What makes Copy cheap under the ingest lock: the copy shares each agent
+// with the live state until a report writes it, and that write goes to a
+// clone (the copy keeps what it had).
+TEST(StateStore, CopySharesAgentsUntilOneIsWritten) {
+  Ingestor ingestor(IngestOptions{});
+  ingestor.Apply("a", MakeReport(1), kTestNowNs);
+  ingestor.Apply("b", MakeReport(1), kTestNowNs);
+  const FleetState copy = ingestor.Copy();
+  auto live = [&](const std::string& key) {
+    return ingestor.Read([&](const FleetState& s) { return &*s.agents.at(key); });
+  };
+  EXPECT_EQ(live("a"), &*copy.agents.at("a"));
+  EXPECT_EQ(live("b"), &*copy.agents.at("b"));
+  ingestor.Apply("a", MakeReport(2), kTestNowNs);
+  EXPECT_NE(live("a"), &*copy.agents.at("a"));
+  EXPECT_EQ(live("b"), &*copy.agents.at("b"));
+  EXPECT_EQ(copy.agents.at("a")->reports, 1u);
+  EXPECT_EQ(ingestor.Read([](const FleetState& s) { return s.agents.at("a")->reports; }), 2u);
+  EXPECT_EQ(copy.minutes.begin()->second->reports, 2u);
+  EXPECT_EQ(ingestor.Read([](const FleetState& s) { return s.minutes.begin()->second->reports; }), 3u);
+}
+
+// The snapshot is built, serialized and written with no lock that ingest
+// takes: while it is (the hook), another thread submits reports for the same
+// agents and each is applied and made durable. The snapshot still holds
+// exactly the state at the journal switch (the agents written meanwhile were
+// cloned, not changed under it), and snapshot + journal restore the live
+// state exactly.
+TEST(StateStore, IngestGoesOnWhileTheSnapshotIsWritten) {
+  constexpr int kAgents = 40;
+  TempDir dir;
+  state::State at_switch, live;
+  {
+    Ingestor ingestor(IngestOptions{});
+    auto store = StateStore::Open(dir.path(), 0, ingestor);
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    auto submit = [&](uint64_t first, uint64_t last) {
+      for (int a = 0; a < kAgents; ++a) {
+        for (uint64_t s = first; s <= last; ++s) {
+          v1::AgentReport report = MakeReport(s);
+          if (a % 2) WithUsage(report);  // connections: the agents' maps too
+          EXPECT_FALSE(Submit(ingestor, **store, "agent-" + std::to_string(a), report).duplicate);
+        }
+      }
+    };
+    submit(1, 3);
+    at_switch = StateOf(ingestor);
+    ASSERT_EQ(at_switch.reports(), 3u * kAgents);
+
+    std::thread ingest;
+    bool finished_meanwhile = false;
+    (*store)->SetBeforeSnapshotForTest([&] {
+      std::promise<void> done;
+      std::future<void> finished = done.get_future();
+      ingest = std::thread([&, done = std::move(done)]() mutable {
+        submit(4, 6);
+        done.set_value();
+      });
+      // Were a lock of the ingest path held here, this would time out.
+      finished_meanwhile = finished.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    });
+    ASSERT_TRUE((*store)->Compact().ok());
+    ingest.join();
+    EXPECT_TRUE(finished_meanwhile) << "ingest did not complete while the snapshot was being written";
+
+    state::State written = SnapshotFile(dir.path());
+    EXPECT_EQ(written.journal_generation(), 1u);
+    written.clear_journal_generation();
+    EXPECT_TRUE(SameState(written, at_switch));
+    live = StateOf(ingestor);
+    EXPECT_EQ(live.reports(), 6u * kAgents);
+  }
+  // The reports of the hook are in journal-1 only: replayed once, after the
+  // snapshot, to the same state (the sequence windows, the usage gauges, the
+  // summary minute and every counter).
+  Ingestor ingestor(IngestOptions{});
+  auto store = StateStore::Open(dir.path(), 0, ingestor);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  EXPECT_TRUE(SameState(StateOf(ingestor), live));
+  EXPECT_TRUE(Submit(ingestor, **store, "agent-0", MakeReport(6)).duplicate);
 }
 
 }  // namespace

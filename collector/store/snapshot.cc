@@ -210,8 +210,8 @@ void StateToProto(const FleetState& s, state::State& out) {
   out.set_probe_cpu_seconds(s.probe_cpu_seconds);
   out.set_probe_budget_cpu_seconds(s.probe_budget_cpu_seconds);
   out.set_probe_hits(s.probe_hits);
-  for (const auto& [key, agent] : s.agents) AgentToProto(key, agent, *out.add_agents());
-  for (const auto& [index, minute] : s.minutes) MinuteToProto(index, minute, *out.add_minutes());
+  for (const auto& [key, agent] : s.agents) AgentToProto(key, *agent, *out.add_agents());
+  for (const auto& [index, minute] : s.minutes) MinuteToProto(index, *minute, *out.add_minutes());
 }
 
 Result<FleetState> StateFromProto(const state::State& in) {
@@ -227,11 +227,11 @@ Result<FleetState> StateFromProto(const state::State& in) {
   if (auto st = UsageFromProto(in, s); !st.ok()) return st.error();
   SeriesFromProto(in, s);
   for (const state::Agent& a : in.agents()) {
-    FleetState::Agent& agent = s.agents[a.key()];
+    FleetState::Agent& agent = s.agents[a.key()].Mutable();
     if (auto st = AgentFromProto(a, agent); !st.ok()) return st.error();
     s.connection_series += agent.connections.size();
   }
-  for (const state::Minute& m : in.minutes()) MinuteFromProto(m, s.minutes[m.minute()]);
+  for (const state::Minute& m : in.minutes()) MinuteFromProto(m, s.minutes[m.minute()].Mutable());
   return s;
 }
 

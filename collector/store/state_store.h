@@ -6,15 +6,22 @@
 //   lock              flock()ed while a collector uses the directory
 //
 // Compaction, off the ingest path: when the journal passes `compact_bytes`, a
-// background thread takes the Ingestor's lock just long enough to copy the
-// state and switch the journal to a new segment journal-<gen+1> (the old one
-// is synced first); new reports go there at once. It then writes and fsyncs
-// the snapshot naming journal-<gen+1> with the lock released, and deletes the
-// segments before it. Start replays the snapshot, then every segment from the
-// one it names on, in order. A crash at any point replays exactly the
-// acknowledged state: before the new snapshot is in place the old snapshot
-// and both segments hold everything; after, the new snapshot and the new
-// segment do, and the old segment is deleted at the next start.
+// background thread syncs the journal and creates journal-<gen+1>, then takes
+// the Ingestor's lock just long enough for a copy-on-write copy of the state
+// (Ingestor::Copy: one key and one pointer per agent, no agent's contents)
+// and to switch the journal to the new segment; reports accepted after that
+// go there, and write a clone of any agent the copy still holds. With no lock
+// the ingest path takes (neither the Ingestor's nor the journal's), it then
+// builds the snapshot from the copy, serializes it, writes and fsyncs it
+// naming journal-<gen+1>, and deletes the segments before it. So the
+// snapshot holds exactly the records of the segments before gen+1: a report
+// journaled after the switch is replayed from gen+1 and is not in the
+// snapshot; one before is in the snapshot and in no replayed segment. Start
+// replays the snapshot, then every segment from the one it names on, in
+// order. A crash at any point replays exactly the acknowledged state: before
+// the new snapshot is in place the old snapshot and both segments hold
+// everything; after, the new snapshot and the new segment do, and the old
+// segment is deleted at the next start.
 //
 // Thread-safe.
 #pragma once
@@ -22,14 +29,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 
-#include <google/protobuf/arena.h>
-
+#include "collector/ingest/fleet_state.h"
 #include "collector/ingest/ingestor.h"
 #include "collector/store/journal.h"
 #include "collector/store/snapshot.h"
@@ -54,17 +61,21 @@ class StateStore {
   void MaybeCompact();
   // Compacts now, on this thread (both steps below).
   Status Compact();
-  // Step 1, under the Ingestor's lock: the state, and the journal continued in
-  // a new segment. Step 2, without it: the snapshot written, older segments
-  // deleted. Public for tests (a crash between the two).
+  // Step 1, under the Ingestor's lock: a copy-on-write copy of the state,
+  // and the journal continued in a new segment. Step 2, with no lock that
+  // ingest takes: the snapshot built from the copy, serialized, written, older
+  // segments deleted. Public for tests (a crash between the two).
   struct Snapshot {
-    google::protobuf::Arena arena;
-    state::State* state = nullptr;  // on `arena`
+    FleetState state;  // shares agents and minutes with the live state
+    uint64_t journal_generation = 0;
   };
   Result<std::unique_ptr<Snapshot>> BeginCompaction();
   Status FinishCompaction(const Snapshot& snapshot);
   // Returns when no compaction is requested or running (tests).
   void WaitForCompaction();
+  // Tests: `fn` runs at the start of step 2, on the compacting thread (set it
+  // before any compaction can start).
+  void SetBeforeSnapshotForTest(std::function<void()> fn) { before_snapshot_ = std::move(fn); }
 
   Status Sync() { return journal_->Sync(); }
   bool healthy() { return journal_->healthy(); }
@@ -92,6 +103,7 @@ class StateStore {
   bool running_ = false;
   bool stopping_ = false;
   std::thread worker_;
+  std::function<void()> before_snapshot_;
 };
 
 }  // namespace tlsprof::collector
