@@ -146,6 +146,10 @@ struct FleetState {
     double duty_cycle = 1;
     double relative_error = 0;
     std::map<ConnectionKey, double> connections;
+    // The resident memory beside each of those connection series (same keys;
+    // counted with them, not as series of their own). Not persisted: after a
+    // restart it is back with the agent's next usage report.
+    std::map<ConnectionKey, double> resident_bytes;
   };
   struct Minute {
     uint64_t reports = 0;
@@ -157,7 +161,9 @@ struct FleetState {
   };
 
   // Data series held: the --max-series bound counts these.
-  size_t Series() const { return cpu.size() + busy.size() + handshakes.size() + operations.size() + connection_series; }
+  size_t Series() const {
+    return cpu.size() + busy.size() + handshakes.size() + operations.size() + handshake_cpu.size() + connection_series;
+  }
 
   std::unordered_map<std::string, Agent> agents;  // by MakeAgentKey
   uint64_t reports = 0;
@@ -173,6 +179,11 @@ struct FleetState {
   // Usage telemetry: tlsprof_handshakes_total, tlsprof_crypto_operation*.
   SeriesTable<kHandshakeLabelNames.size(), double> handshakes;
   SeriesTable<kOperationLabelNames.size(), OperationTotals> operations;
+  // tlsprof_handshake_cpu_seconds_total: the handshakes' modelled TLS CPU,
+  // by service, library, kind and certificate key type (a series from the
+  // first row with CPU). Not persisted by the store yet: a restart starts it
+  // again from the journal's reports (a counter reset to rate()).
+  SeriesTable<kHandshakeCpuLabelNames.size(), double> handshake_cpu;
   size_t connection_series = 0;  // Agent::connections over all agents
   double probe_cpu_seconds = 0;
   double probe_budget_cpu_seconds = 0;
