@@ -147,8 +147,9 @@ struct FleetState {
     double relative_error = 0;
     std::map<ConnectionKey, double> connections;
     // The resident memory beside each of those connection series (same keys;
-    // counted with them, not as series of their own). Not persisted: after a
-    // restart it is back with the agent's next usage report.
+    // counted with them, not as series of their own). Not in the snapshot
+    // yet (collector/store): after a restart it is back with the agent's next
+    // usage report.
     std::map<ConnectionKey, double> resident_bytes;
   };
   struct Minute {
@@ -160,10 +161,11 @@ struct FleetState {
     std::map<std::pair<int, std::string>, double, AlgorithmLess> algorithms;
   };
 
-  // Data series held: the --max-series bound counts these.
-  size_t Series() const {
-    return cpu.size() + busy.size() + handshakes.size() + operations.size() + handshake_cpu.size() + connection_series;
-  }
+  // Data series held: the --max-series bound counts these. handshake_cpu is
+  // not among them: a projection of the handshake series (one per service,
+  // library, kind and key type that had CPU), it never holds more, and no
+  // new one is admitted past the bound.
+  size_t Series() const { return cpu.size() + busy.size() + handshakes.size() + operations.size() + connection_series; }
 
   std::unordered_map<std::string, Agent> agents;  // by MakeAgentKey
   uint64_t reports = 0;
@@ -181,8 +183,9 @@ struct FleetState {
   SeriesTable<kOperationLabelNames.size(), OperationTotals> operations;
   // tlsprof_handshake_cpu_seconds_total: the handshakes' modelled TLS CPU,
   // by service, library, kind and certificate key type (a series from the
-  // first row with CPU). Not persisted by the store yet: a restart starts it
-  // again from the journal's reports (a counter reset to rate()).
+  // first row with CPU). Not in the snapshot yet (collector/store): a
+  // restart after a compaction starts it again from the journal's reports
+  // (a counter reset to rate()).
   SeriesTable<kHandshakeCpuLabelNames.size(), double> handshake_cpu;
   size_t connection_series = 0;  // Agent::connections over all agents
   double probe_cpu_seconds = 0;
