@@ -109,7 +109,9 @@ AgentMetrics::AgentMetrics()
       operations_(Register<metrics::kCryptoOperations>(*registry_)),
       operation_cpu_(Register<metrics::kCryptoOperationCpuSeconds>(*registry_)),
       operation_latency_(Register<metrics::kCryptoOperationLatency>(*registry_)),
+      handshake_cpu_(Register<metrics::kHandshakeCpuSeconds>(*registry_)),
       connections_(Register<metrics::kTlsConnections>(*registry_)),
+      resident_(Register<metrics::kTlsResidentMemory>(*registry_)),
       probe_duty_cycle_(Register<metrics::kAgentUsageProbeDutyCycle>(*registry_)),
       probe_cpu_(Register<metrics::kAgentUsageProbeCpuSeconds>(*registry_)),
       probe_hits_(Register<metrics::kAgentUsageProbeHits>(*registry_)),
@@ -181,6 +183,13 @@ void AgentMetrics::AddReport(const v1::AgentReport& report) {
                                    {h.library(), v1::SideLabel(h.side()), v1::HandshakeKindLabel(h.kind()), h.version(),
                                     h.cipher_suite(), h.group(), h.cert_key_type()}))
           .Increment(h.estimated());
+      // Only rows with sampled CPU: most windows' rows have none at 99 Hz.
+      if (h.cpu_seconds() > 0) {
+        handshake_cpu_
+            .Add(ServiceLabelsLocked(metrics::kHandshakeCpuSeconds, s,
+                                     {h.library(), v1::HandshakeKindLabel(h.kind()), h.cert_key_type()}))
+            .Increment(h.cpu_seconds());
+      }
     }
     for (const v1::CryptoOperations& o : s.operations()) AddOperationLocked(s, o);
   }
@@ -205,20 +214,26 @@ void AgentMetrics::AddOperationLocked(const v1::Service& s, const v1::CryptoOper
 }
 
 void AgentMetrics::SetConnectionsLocked(const v1::AgentReport& report) {
-  // A gauge: this report's values; series of processes gone are removed.
-  std::map<prometheus::Labels, prometheus::Gauge*> now;
+  // Gauges: this report's values; series of processes gone are removed.
+  // Both metrics have the connections' labels.
+  static_assert(metrics::kTlsResidentMemory.labels.size() == metrics::kTlsConnections.labels.size());
+  std::map<prometheus::Labels, ConnectionGauges> now;
   for (const v1::Service& s : report.services()) {
     for (const v1::Connections& c : s.connections()) {
-      auto [it, fresh] = now.try_emplace(ServiceLabelsLocked(metrics::kTlsConnections, s, {c.library()}), nullptr);
+      auto [it, fresh] = now.try_emplace(ServiceLabelsLocked(metrics::kTlsConnections, s, {c.library()}));
       if (fresh) {
-        it->second = &connections_.Add(it->first);
-        it->second->Set(0);
+        it->second = {&connections_.Add(it->first), &resident_.Add(it->first)};
+        it->second.connections->Set(0);
+        it->second.resident->Set(0);
       }
-      it->second->Increment(c.estimated());
+      it->second.connections->Increment(c.estimated());
+      it->second.resident->Increment(static_cast<double>(c.resident_bytes()));
     }
   }
-  for (const auto& [labels, gauge] : connection_gauges_) {
-    if (!now.contains(labels)) connections_.Remove(gauge);
+  for (const auto& [labels, gauges] : connection_gauges_) {
+    if (now.contains(labels)) continue;
+    connections_.Remove(gauges.connections);
+    resident_.Remove(gauges.resident);
   }
   connection_gauges_ = std::move(now);
 }

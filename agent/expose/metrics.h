@@ -89,7 +89,8 @@ class AgentMetrics {
   prometheus::Labels ServiceLabelsLocked(const metrics::Metric& metric, const v1::Service& s,
                                          std::initializer_list<std::string_view> own);
   void AddOperationLocked(const v1::Service& s, const v1::CryptoOperations& o);
-  // tlsprof_tls_connections becomes `report`'s.
+  // tlsprof_tls_connections and tlsprof_tls_resident_memory_bytes become
+  // `report`'s.
   void SetConnectionsLocked(const v1::AgentReport& report);
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -120,16 +121,23 @@ class AgentMetrics {
   prometheus::Family<prometheus::Counter>& operations_;
   prometheus::Family<prometheus::Counter>& operation_cpu_;
   prometheus::Family<prometheus::Histogram>& operation_latency_;
+  prometheus::Family<prometheus::Counter>& handshake_cpu_;
   prometheus::Family<prometheus::Gauge>& connections_;
+  prometheus::Family<prometheus::Gauge>& resident_;
   prometheus::Family<prometheus::Gauge>& probe_duty_cycle_;
   prometheus::Family<prometheus::Counter>& probe_cpu_;
   prometheus::Family<prometheus::Counter>& probe_hits_;
   prometheus::Family<prometheus::Counter>& probe_budget_cpu_;
   prometheus::Family<prometheus::Counter>& probe_toggles_;
   prometheus::Family<prometheus::Gauge>& probe_budget_ratio_;
-  // The connection gauges of the last report: a series the next report
-  // lacks is removed (its processes are gone).
-  std::map<std::map<std::string, std::string>, prometheus::Gauge*> connection_gauges_;
+  // The connection and resident memory gauges of the last report (by the
+  // connections' labels): a series the next report lacks is removed (its
+  // processes are gone).
+  struct ConnectionGauges {
+    prometheus::Gauge* connections = nullptr;
+    prometheus::Gauge* resident = nullptr;
+  };
+  std::map<std::map<std::string, std::string>, ConnectionGauges> connection_gauges_;
   BoundsHealth last_bounds_;
   std::mutex mu_;
   ShipHealth last_ship_;  // counters are advanced by the difference

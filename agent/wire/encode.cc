@@ -92,7 +92,7 @@ std::optional<v1::Operation> OperationOf(uint8_t op) {
 
 size_t AddUsage(ServiceMap& services, const usage::UsageSnapshot& usage,
                 const std::function<std::optional<ServiceKey>(uint32_t tgid)>& service_of,
-                const std::function<std::string(uint16_t lib)>& library_of) {
+                const std::function<std::string(uint16_t lib)>& library_of, const UsageCosts& costs) {
   // A process's usage goes to its service as the samples keyed it; one the
   // window's samples did not give (no sample at 99 Hz) is added, within
   // kMaxServices.
@@ -123,7 +123,8 @@ size_t AddUsage(ServiceMap& services, const usage::UsageSnapshot& usage,
     ++count;
     return &rows[std::forward<decltype(key)>(key)];
   };
-  for (const usage::HandshakeCount& h : usage.handshakes) {
+  for (size_t i = 0; i < usage.handshakes.size(); ++i) {
+    const usage::HandshakeCount& h = usage.handshakes[i];
     ServiceTotals* s = service(h.key.tgid);
     if (s == nullptr) continue;
     ServiceUsage::HandshakeKey key{SideOf(h.key.is_server),
@@ -136,6 +137,7 @@ size_t AddUsage(ServiceMap& services, const usage::UsageSnapshot& usage,
     if (auto* c = row(s->usage.handshakes, std::move(key), handshake_rows, v1::kMaxHandshakeRows)) {
       c->observed += h.count;
       c->estimated += h.estimated;
+      if (i < costs.handshake_cpu.size()) c->cpu_seconds += costs.handshake_cpu[i].cpu_seconds;
     }
   }
   for (const usage::OperationStats& op : usage.operations) {
@@ -161,7 +163,8 @@ size_t AddUsage(ServiceMap& services, const usage::UsageSnapshot& usage,
     if (s == nullptr) continue;
     if (auto* n =
             row(s->usage.connections, SanitizeLabel(library_of(c.lib)), connection_rows, v1::kMaxConnectionRows)) {
-      *n += c.estimated;
+      n->estimated += c.estimated;
+      if (costs.resident_bytes) n->resident_bytes += costs.resident_bytes(c.tgid);
     }
   }
   return dropped;
@@ -219,6 +222,7 @@ void EncodeUsage(const ServiceUsage& usage, v1::Service& out) {
     h->set_library(library);
     h->set_observed(count.observed);
     h->set_estimated(Estimate(count.observed, count.estimated));
+    h->set_cpu_seconds(std::isfinite(count.cpu_seconds) && count.cpu_seconds > 0 ? count.cpu_seconds : 0);
   }
   for (const auto& [key, op] : usage.operations) {
     const auto& [operation, algorithm, library, in_handshake] = key;
@@ -234,10 +238,11 @@ void EncodeUsage(const ServiceUsage& usage, v1::Service& out) {
     // map's count and slots are updated together.
     o->mutable_latency_buckets()->Add(op.buckets.begin(), op.buckets.end());
   }
-  for (const auto& [library, estimated] : usage.connections) {
+  for (const auto& [library, connections] : usage.connections) {
     v1::Connections* c = out.add_connections();
     c->set_library(library);
-    c->set_estimated(std::isfinite(estimated) && estimated > 0 ? estimated : 0);
+    c->set_estimated(std::isfinite(connections.estimated) && connections.estimated > 0 ? connections.estimated : 0);
+    c->set_resident_bytes(connections.resident_bytes);
   }
 }
 
@@ -315,7 +320,19 @@ v1::AgentReport EncodeWindow(const profiler::Window& window, const EncodeOptions
       auto it = library.find(lib);
       return it == library.end() || it->second.empty() ? std::string("unknown") : it->second;
     };
-    if (const size_t dropped = AddUsage(services, window.usage->counts, service_of, library_of); dropped > 0) {
+    // The handshake phase's sampled TLS CPU of each process, split over its
+    // handshakes as the JSON report does (docs/usage.md, "Cost per
+    // handshake"), and the processes' resident memory beside their
+    // connections.
+    UsageCosts costs;
+    costs.handshake_cpu = usage::SplitHandshakeCpu(window.usage->counts, [&window](uint32_t tgid) {
+      auto it = window.attribution.processes.find(static_cast<pid_t>(tgid));
+      if (it == window.attribution.processes.end()) return 0.0;
+      return static_cast<double>(it->second.crypto.phases[static_cast<size_t>(classify::Phase::kHandshake)]) *
+             window.seconds_per_sample();
+    });
+    costs.resident_bytes = [&window](uint32_t tgid) { return window.process(tgid).resident_bytes; };
+    if (const size_t dropped = AddUsage(services, window.usage->counts, service_of, library_of, costs); dropped > 0) {
       spdlog::warn("usage: {} rows past the per-report caps left out of this window", dropped);
     }
     usage_stats = UsageStatsOf(window.usage->counts);

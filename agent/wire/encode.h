@@ -13,9 +13,11 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "agent/aggregate/attribution.h"
 #include "agent/profiler/window.h"
+#include "agent/usage/handshake_cost.h"
 #include "agent/usage/usage_probes.h"
 #include "agent/wire/services.h"
 #include "proto/tlsprof/v1/usage_wire.h"
@@ -33,6 +35,7 @@ struct ServiceUsage {
   struct Count {
     uint64_t observed = 0;
     double estimated = 0;
+    double cpu_seconds = 0;  // the handshakes' modelled TLS CPU (UsageCosts::handshake_cpu)
   };
   // operation, algorithm, library, in_handshake
   using OperationKey = std::tuple<v1::Operation, std::string, std::string, bool>;
@@ -44,7 +47,13 @@ struct ServiceUsage {
   };
   std::map<HandshakeKey, Count> handshakes;
   std::map<OperationKey, Operation> operations;
-  std::map<std::string, double> connections;  // by library
+  // Live connections by library, and the resident memory of the processes
+  // that hold them (each process once per library).
+  struct Connections {
+    double estimated = 0;
+    uint64_t resident_bytes = 0;
+  };
+  std::map<std::string, Connections> connections;
 
   bool empty() const { return handshakes.empty() && operations.empty() && connections.empty(); }
 };
@@ -74,16 +83,26 @@ ServiceMap GroupServices(const aggregate::Attribution& profile, uint64_t scope_b
 // one of them (usage::SlotBounds).
 std::array<uint64_t, v1::kLatencyBuckets> LatencyBuckets(const std::vector<uint64_t>& slots);
 
+// What a window knows of its usage rows' processes besides the probes'
+// counts: per row of UsageSnapshot::handshakes, in order, the modelled TLS
+// CPU of its handshakes (usage::SplitHandshakeCpu; empty: none known), and a
+// process's resident memory at the window's end (empty: 0).
+struct UsageCosts {
+  std::vector<usage::HandshakeCost> handshake_cpu;
+  std::function<uint64_t(uint32_t tgid)> resident_bytes;
+};
+
 // Adds the window's usage rows to `services`. `service_of` keys a process
 // (nullopt: leave it out: the agent itself, processes outside --pid);
 // `library_of` names a probe cookie's library family ("openssl-3", "go").
 // A service the samples did not give is added, unless kMaxServices are
 // there: then its rows go to "(overflow)". Rows of the calibration
 // operation are left out. Past v1's per-report row caps (usage_wire.h) new
-// rows are dropped: returns how many.
+// rows are dropped: returns how many. `costs` adds each handshake row's CPU
+// to its row, and each process's resident memory to its connection rows.
 size_t AddUsage(ServiceMap& services, const usage::UsageSnapshot& usage,
                 const std::function<std::optional<ServiceKey>(uint32_t tgid)>& service_of,
-                const std::function<std::string(uint16_t lib)>& library_of);
+                const std::function<std::string(uint16_t lib)>& library_of, const UsageCosts& costs = {});
 
 // The report's usage block from the window's budget and totals.
 v1::UsageStats UsageStatsOf(const usage::UsageSnapshot& usage);

@@ -451,8 +451,80 @@ TEST(Usage, RowsGoToTheServicesWithTheReportsNames) {
   EXPECT_EQ(sign.buckets[9], 6u);   // 20 us: [16384, 24576) ns
   EXPECT_EQ(sign.buckets[10], 4u);  // 30 us: [24576, 32768) ns
   EXPECT_EQ(nginx.operations.at({v1::OPERATION_KEY_EXCHANGE, "X25519", "openssl-3", true}).observed, 13u);
-  EXPECT_DOUBLE_EQ(nginx.connections.at("openssl-3"), 5);
-  EXPECT_DOUBLE_EQ(services.at({"curl"}).usage.connections.at("go"), 1);
+  EXPECT_DOUBLE_EQ(nginx.connections.at("openssl-3").estimated, 5);
+  EXPECT_DOUBLE_EQ(services.at({"curl"}).usage.connections.at("go").estimated, 1);
+  EXPECT_EQ(nginx.connections.at("openssl-3").resident_bytes, 0u);  // no costs given
+  EXPECT_DOUBLE_EQ(full.cpu_seconds, 0);
+}
+
+v1::AgentReport UsageReport(const usage::UsageSnapshot& u, const UsageCosts& costs = {});
+
+// Per SampleUsage handshake row, its modelled CPU; per process, its RSS.
+UsageCosts SampleCosts() {
+  UsageCosts costs;
+  costs.handshake_cpu = {{0.006}, {0.004}, {0.0015}, {0.002}, {1.0}};
+  costs.resident_bytes = [](uint32_t tgid) -> uint64_t {
+    return tgid == 101 ? 30 << 20 : tgid == 102 ? 20 << 20 : 1000;
+  };
+  return costs;
+}
+
+TEST(Usage, HandshakeCpuAndResidentMemoryGoWithTheirRows) {
+  const aggregate::Attribution profile = SampleProfile();
+  auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
+  const usage::UsageSnapshot u = SampleUsage();
+  EXPECT_EQ(AddUsage(services, u, UsageServiceOf, LibraryOf, SampleCosts()), 0u);
+  const ServiceUsage& nginx = services.at({"nginx"}).usage;
+  // Both workers' full handshakes are one row: their CPU adds up.
+  EXPECT_DOUBLE_EQ(nginx.handshakes
+                       .at({v1::SIDE_SERVER, v1::HANDSHAKE_KIND_FULL, "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519",
+                            "ECDSA", "openssl-3"})
+                       .cpu_seconds,
+                   0.010);
+  // Each worker's memory once beside the connections it holds.
+  EXPECT_EQ(nginx.connections.at("openssl-3").resident_bytes, uint64_t{50} << 20);
+  EXPECT_EQ(services.at({"curl"}).usage.connections.at("go").resident_bytes, 1000u);
+
+  const WindowInfo window{0, 10'000'000'000, 99, 1'000'000'000 / 99};
+  const v1::AgentReport r = EncodeReport(services, profile.scope_samples, window, {}, {}, UsageStatsOf(u));
+  double cpu = 0;
+  uint64_t resident = 0;
+  for (const v1::Service& s : r.services()) {
+    for (const v1::Handshakes& h : s.handshakes()) cpu += h.cpu_seconds();
+    for (const v1::Connections& c : s.connections()) resident += c.resident_bytes();
+  }
+  EXPECT_DOUBLE_EQ(cpu, 0.006 + 0.004 + 0.0015 + 0.002);  // the agent's own row left out
+  EXPECT_EQ(resident, (uint64_t{50} << 20) + 1000);
+
+  AgentMetrics metrics;
+  metrics.AddReport(r);
+  metrics.AddReport(r);
+  std::string text = metrics.Text();
+  EXPECT_THAT(text, HasSubstr("tlsprof_handshake_cpu_seconds_total{cert_key_type=\"ECDSA\",kind=\"full\","
+                              "library=\"openssl-3\",service=\"nginx\"} 0.02"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_handshake_cpu_seconds_total{cert_key_type=\"RSA\",kind=\"resumed\","
+                              "library=\"openssl-3\",service=\"nginx\"} 0.003"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_tls_resident_memory_bytes{library=\"openssl-3\",service=\"nginx\"} 52428800"));
+  EXPECT_THAT(text, HasSubstr("tlsprof_tls_resident_memory_bytes{library=\"go\",service=\"curl\"} 1000"));
+  // A gauge of the last window: the series of processes gone go away with their connections.
+  usage::UsageSnapshot later = u;
+  later.connections = {{101, 1, 1}};
+  services = GroupServices(profile, profile.scope_samples, ServiceOf);
+  AddUsage(services, later, UsageServiceOf, LibraryOf, SampleCosts());
+  metrics.AddReport(EncodeReport(services, profile.scope_samples, window, {}, {}, UsageStatsOf(later)));
+  text = metrics.Text();
+  EXPECT_THAT(text, HasSubstr("tlsprof_tls_resident_memory_bytes{library=\"openssl-3\",service=\"nginx\"} 31457280"));
+  EXPECT_THAT(text, Not(HasSubstr("tlsprof_tls_resident_memory_bytes{library=\"go\"")));
+  // The collector takes it, and a cost that is not a finite CPU time is sent as 0.
+  EXPECT_EQ(collector::ValidateReport(UsageReport(u, SampleCosts()), 0), std::nullopt);
+  UsageCosts odd = SampleCosts();
+  odd.handshake_cpu[0].cpu_seconds = std::nan("");
+  odd.handshake_cpu[1].cpu_seconds = -1;
+  const v1::AgentReport sanitized = UsageReport(u, odd);
+  EXPECT_EQ(collector::ValidateReport(sanitized, 0), std::nullopt);
+  for (const v1::Service& s : sanitized.services()) {
+    for (const v1::Handshakes& h : s.handshakes()) EXPECT_GE(h.cpu_seconds(), 0);
+  }
 }
 
 TEST(Usage, ReportCarriesTheRowsAndTheUsageBlock) {
@@ -495,10 +567,10 @@ TEST(Usage, ReportCarriesTheRowsAndTheUsageBlock) {
 }
 
 // The report a window gives, for the collector's validation.
-v1::AgentReport UsageReport(const usage::UsageSnapshot& u) {
+v1::AgentReport UsageReport(const usage::UsageSnapshot& u, const UsageCosts& costs) {
   const aggregate::Attribution profile = SampleProfile();
   auto services = GroupServices(profile, profile.scope_samples, ServiceOf);
-  AddUsage(services, u, UsageServiceOf, LibraryOf);
+  AddUsage(services, u, UsageServiceOf, LibraryOf, costs);
   v1::Host host;
   host.set_hostname("h1");
   host.set_cpus(2);

@@ -15,6 +15,7 @@ namespace {
 namespace m = metrics;
 using HandshakeKey = std::array<std::string, kHandshakeLabelNames.size()>;
 using OperationKey = std::array<std::string, kOperationLabelNames.size()>;
+using HandshakeCpuKey = std::array<std::string, kHandshakeCpuLabelNames.size()>;
 
 // What a scrape copies under the Ingestor's lock. Series labels are pointers
 // into the state: its series are never erased while serving, and their labels
@@ -26,7 +27,9 @@ struct Values {
   std::vector<std::pair<std::string, double>> host_busy;
   std::vector<std::pair<const HandshakeKey*, double>> handshakes;
   std::vector<std::pair<const OperationKey*, OperationTotals>> operations;
-  std::map<ConnectionKey, double> connections;  // summed over the agents whose usage is current
+  std::map<ConnectionKey, double> connections;     // summed over the agents whose usage is current
+  std::map<ConnectionKey, double> resident_bytes;  // likewise
+  std::vector<std::pair<const HandshakeCpuKey*, double>> handshake_cpu;
   uint64_t reports = 0;
   uint64_t evicted = 0, refused = 0, series_refused = 0, skewed = 0;
   size_t agents = 0, series = 0;
@@ -54,6 +57,7 @@ void CopyAgents(const FleetState& s, int64_t now_ns, Values& v) {
     v.min_duty = std::min(v.min_duty, agent.duty_cycle);
     v.max_error = std::max(v.max_error, agent.relative_error);
     for (const auto& [labels, value] : agent.connections) v.connections[labels] += value;
+    for (const auto& [labels, value] : agent.resident_bytes) v.resident_bytes[labels] += value;
   }
 }
 
@@ -70,6 +74,8 @@ Values CopyValues(const FleetState& s, int64_t now_ns, bool host_labels) {
   for (const auto& [hash, series] : s.cpu) v.cpu.emplace_back(&series.labels, series.value);
   v.handshakes.reserve(s.handshakes.size());
   for (const auto& [hash, entry] : s.handshakes) v.handshakes.emplace_back(&entry.labels, entry.value);
+  v.handshake_cpu.reserve(s.handshake_cpu.size());
+  for (const auto& [hash, entry] : s.handshake_cpu) v.handshake_cpu.emplace_back(&entry.labels, entry.value);
   v.operations.reserve(s.operations.size());
   for (const auto& [hash, entry] : s.operations) v.operations.emplace_back(&entry.labels, entry.value);
   v.probe_cpu = s.probe_cpu_seconds;
@@ -150,6 +156,12 @@ void AppendUsage(Values& v, std::vector<prometheus::MetricFamily>& out) {
     handshakes.metric.push_back(Counter(m::ClientLabels(m::kHandshakes, *labels), value));
   }
   out.push_back(std::move(handshakes));
+  SortByLabels(v.handshake_cpu);
+  prometheus::MetricFamily handshake_cpu = m::Family(m::kHandshakeCpuSeconds);
+  for (const auto& [labels, value] : v.handshake_cpu) {
+    handshake_cpu.metric.push_back(Counter(m::ClientLabels(m::kHandshakeCpuSeconds, *labels), value));
+  }
+  out.push_back(std::move(handshake_cpu));
   prometheus::MetricFamily ops = m::Family(m::kCryptoOperations);
   prometheus::MetricFamily ops_cpu = m::Family(m::kCryptoOperationCpuSeconds);
   prometheus::MetricFamily latency = m::Family(m::kCryptoOperationLatency);
@@ -170,6 +182,11 @@ void AppendUsage(Values& v, std::vector<prometheus::MetricFamily>& out) {
     connections.metric.push_back(Gauge(m::ClientLabels(m::kTlsConnections, labels), value));
   }
   out.push_back(std::move(connections));
+  prometheus::MetricFamily resident = m::Family(m::kTlsResidentMemory);
+  for (const auto& [labels, value] : v.resident_bytes) {
+    resident.metric.push_back(Gauge(m::ClientLabels(m::kTlsResidentMemory, labels), value));
+  }
+  out.push_back(std::move(resident));
   out.push_back(Single(m::kUsageProbeCpuSeconds, v.probe_cpu));
   out.push_back(Single(m::kUsageProbeBudgetCpuSeconds, v.probe_budget));
   out.push_back(Single(m::kUsageProbeHits, static_cast<double>(v.probe_hits)));

@@ -181,6 +181,11 @@ struct FleetState {
     double duty_cycle = 1;
     double relative_error = 0;
     std::map<ConnectionKey, double> connections;
+    // The resident memory beside each of those connection series (same keys;
+    // counted with them, not as series of their own). Not in the snapshot
+    // yet (collector/store): after a restart it is back with the agent's next
+    // usage report.
+    std::map<ConnectionKey, double> resident_bytes;
   };
   struct Minute {
     uint64_t reports = 0;
@@ -191,7 +196,10 @@ struct FleetState {
     std::map<std::pair<int, std::string>, double, AlgorithmLess> algorithms;
   };
 
-  // Data series held: the --max-series bound counts these.
+  // Data series held: the --max-series bound counts these. handshake_cpu is
+  // not among them: a projection of the handshake series (one per service,
+  // library, kind and key type that had CPU), it never holds more, and no
+  // new one is admitted past the bound.
   size_t Series() const { return cpu.size() + busy.size() + handshakes.size() + operations.size() + connection_series; }
 
   std::unordered_map<std::string, Shared<Agent>> agents;  // by MakeAgentKey
@@ -208,6 +216,12 @@ struct FleetState {
   // Usage telemetry: tlsprof_handshakes_total, tlsprof_crypto_operation*.
   SeriesTable<kHandshakeLabelNames.size(), double> handshakes;
   SeriesTable<kOperationLabelNames.size(), OperationTotals> operations;
+  // tlsprof_handshake_cpu_seconds_total: the handshakes' modelled TLS CPU,
+  // by service, library, kind and certificate key type (a series from the
+  // first row with CPU). Not in the snapshot yet (collector/store): a
+  // restart after a compaction starts it again from the journal's reports
+  // (a counter reset to rate()).
+  SeriesTable<kHandshakeCpuLabelNames.size(), double> handshake_cpu;
   size_t connection_series = 0;  // Agent::connections over all agents
   double probe_cpu_seconds = 0;
   double probe_budget_cpu_seconds = 0;

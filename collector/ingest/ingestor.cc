@@ -39,6 +39,11 @@ std::array<std::string_view, kHandshakeLabelNames.size()> HandshakeLabels(const 
           h.cert_key_type()};
 }
 
+std::array<std::string_view, kHandshakeCpuLabelNames.size()> HandshakeCpuLabels(const v1::Service& s,
+                                                                                const v1::Handshakes& h) {
+  return {s.name(), s.container_id(), s.pod_uid(), h.library(), v1::HandshakeKindLabel(h.kind()), h.cert_key_type()};
+}
+
 std::array<std::string_view, kOperationLabelNames.size()> OperationLabels(const v1::Service& s,
                                                                           const v1::CryptoOperations& o) {
   return {s.name(),
@@ -192,22 +197,21 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
   minute.agents.insert(Fnv1a({agent_key}));
   ++state_.reports;
 
-  std::map<ConnectionKey, double> connections;  // the report's (with usage)
+  ConnectionGauges gauges;  // the report's (with usage)
   for (const v1::Service& service : report.services()) {
-    ApplyServiceLocked(*agent, report, service, minute, connections, result);
+    ApplyServiceLocked(*agent, report, service, minute, gauges, result);
   }
   if (options_.host_labels) {
     state_.host_busy[HostLabelLocked(report.host().hostname())] +=
         Seconds(report.busy_samples(), report.window().period_ns());
   }
-  if (report.has_usage()) ApplyUsageStatsLocked(*agent, report, received_ns, std::move(connections));
+  if (report.has_usage()) ApplyUsageStatsLocked(*agent, report, received_ns, std::move(gauges));
   PruneMinutesLocked(minute_index);
   return result;
 }
 
 void Ingestor::ApplyServiceLocked(FleetState::Agent& agent, const v1::AgentReport& report, const v1::Service& service,
-                                  FleetState::Minute& minute, std::map<ConnectionKey, double>& connections,
-                                  ApplyResult& result) {
+                                  FleetState::Minute& minute, ConnectionGauges& gauges, ApplyResult& result) {
   // What is dropped with the service at a cap: its busy series, every TLS
   // series and every usage row.
   const uint32_t rows = 1 + service.tls_size() + UsageRows(service);
@@ -235,7 +239,7 @@ void Ingestor::ApplyServiceLocked(FleetState::Agent& agent, const v1::AgentRepor
   busy->second += busy_seconds;
   minute.busy_seconds += busy_seconds;
   for (const v1::TlsCpu& row : service.tls()) ApplyTlsRowLocked(agent, report, service, row, minute, result);
-  if (report.has_usage()) ApplyUsageLocked(agent, service, connections, result);
+  if (report.has_usage()) ApplyUsageLocked(agent, service, gauges, result);
 }
 
 void Ingestor::ApplyTlsRowLocked(FleetState::Agent& agent, const v1::AgentReport& report, const v1::Service& service,
@@ -288,12 +292,18 @@ typename SeriesTable<N, V>::Entry* Ingestor::AdmitEntryLocked(FleetState::Agent&
   return entry != nullptr ? entry : &table.FindOrInsert(hash, labels);
 }
 
-void Ingestor::ApplyUsageLocked(FleetState::Agent& agent, const v1::Service& service,
-                                std::map<ConnectionKey, double>& connections, ApplyResult& result) {
+void Ingestor::ApplyUsageLocked(FleetState::Agent& agent, const v1::Service& service, ConnectionGauges& gauges,
+                                ApplyResult& result) {
   for (const v1::Handshakes& h : service.handshakes()) {
     const auto labels = HandshakeLabels(service, h);
     auto* entry = AdmitEntryLocked(agent, state_.handshakes, UsageHash("handshakes", labels), labels, result);
     if (entry != nullptr) entry->value += h.estimated();
+    if (h.cpu_seconds() > 0) {
+      const auto cpu_labels = HandshakeCpuLabels(service, h);
+      auto* cpu =
+          AdmitEntryLocked(agent, state_.handshake_cpu, UsageHash("handshake_cpu", cpu_labels), cpu_labels, result);
+      if (cpu != nullptr) cpu->value += h.cpu_seconds();
+    }
   }
   for (const v1::CryptoOperations& o : service.operations()) {
     const auto labels = OperationLabels(service, o);
@@ -315,14 +325,15 @@ void Ingestor::ApplyUsageLocked(FleetState::Agent& agent, const v1::Service& ser
     const std::array<std::string_view, kConnectionLabelNames.size()> labels = {service.name(), service.container_id(),
                                                                                service.pod_uid(), c.library()};
     ConnectionKey key = {service.name(), service.container_id(), service.pod_uid(), c.library()};
-    const bool exists = agent.connections.count(key) || connections.count(key);
+    const bool exists = agent.connections.count(key) || gauges.connections.count(key);
     if (!AdmitSeriesLocked(agent, UsageHash("connections", labels), exists, result)) continue;
-    connections[std::move(key)] += c.estimated();
+    gauges.resident_bytes[key] += static_cast<double>(c.resident_bytes());
+    gauges.connections[std::move(key)] += c.estimated();
   }
 }
 
 void Ingestor::ApplyUsageStatsLocked(FleetState::Agent& agent, const v1::AgentReport& report, int64_t received_ns,
-                                     std::map<ConnectionKey, double> connections) {
+                                     ConnectionGauges gauges) {
   const v1::UsageStats& u = report.usage();
   state_.probe_cpu_seconds += u.probe_cpu_seconds();
   state_.probe_budget_cpu_seconds += u.budget_cpu_seconds();
@@ -342,7 +353,8 @@ void Ingestor::ApplyUsageStatsLocked(FleetState::Agent& agent, const v1::AgentRe
   agent.duty_cycle = u.duty_cycle();
   agent.relative_error = u.relative_error();
   state_.connection_series -= agent.connections.size();
-  agent.connections = std::move(connections);
+  agent.connections = std::move(gauges.connections);
+  agent.resident_bytes = std::move(gauges.resident_bytes);
   state_.connection_series += agent.connections.size();
 }
 

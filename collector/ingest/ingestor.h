@@ -123,11 +123,16 @@ class Ingestor {
   bool MarkNewLocked(const std::string& agent_key, FleetState::Agent& agent, const v1::AgentReport& report,
                      int64_t received_ns, ApplyResult& result);
   void MeasureSkewLocked(FleetState::Agent& agent, const v1::AgentReport& report, int64_t received_ns, int64_t sent_ns);
+  // A report's gauges of its connection series, summed over its services:
+  // live connections and the resident memory beside them.
+  struct ConnectionGauges {
+    std::map<ConnectionKey, double> connections;
+    std::map<ConnectionKey, double> resident_bytes;
+  };
   // A service's busy series and TLS rows (and its usage rows, into
-  // `connections` for the gauge, when the report has usage).
+  // `gauges`, when the report has usage).
   void ApplyServiceLocked(FleetState::Agent& agent, const v1::AgentReport& report, const v1::Service& service,
-                          FleetState::Minute& minute, std::map<ConnectionKey, double>& connections,
-                          ApplyResult& result);
+                          FleetState::Minute& minute, ConnectionGauges& gauges, ApplyResult& result);
   void ApplyTlsRowLocked(FleetState::Agent& agent, const v1::AgentReport& report, const v1::Service& service,
                          const v1::TlsCpu& row, FleetState::Minute& minute, ApplyResult& result);
   // A series of `agent` (its hash; `exists`: held already, for some agent)
@@ -141,13 +146,13 @@ class Ingestor {
                                                       const std::array<std::string_view, N>& labels,
                                                       ApplyResult& result);
   // The usage rows of one service: counters now, its connections into
-  // `connections` (the report's gauge values, applied after every service).
-  void ApplyUsageLocked(FleetState::Agent& agent, const v1::Service& service,
-                        std::map<ConnectionKey, double>& connections, ApplyResult& result);
+  // `gauges` (the report's gauge values, applied after every service).
+  void ApplyUsageLocked(FleetState::Agent& agent, const v1::Service& service, ConnectionGauges& gauges,
+                        ApplyResult& result);
   // The report's usage block: probe totals, and the agent's gauges when the
   // report is its latest.
   void ApplyUsageStatsLocked(FleetState::Agent& agent, const v1::AgentReport& report, int64_t received_ns,
-                             std::map<ConnectionKey, double> connections);
+                             ConnectionGauges gauges);
   std::string HostLabelLocked(const std::string& hostname);
   void PruneMinutesLocked(int64_t now_minute);
 

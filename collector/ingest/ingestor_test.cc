@@ -708,6 +708,74 @@ TEST(Ingestor, EvictedAgentsLeaveTheConnectionsGauge) {
   EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_series", later), 5);
 }
 
+// MakeUsageReport with handshake CPU: `full` and `resumed` seconds on its
+// two rows, and `resident` bytes beside its 7 connections.
+v1::AgentReport WithCosts(v1::AgentReport r, double full, double resumed, uint64_t resident) {
+  v1::Service* s = r.mutable_services(0);
+  s->mutable_handshakes(0)->set_cpu_seconds(full);
+  s->mutable_handshakes(1)->set_cpu_seconds(resumed);
+  s->mutable_connections(0)->set_resident_bytes(resident);
+  return r;
+}
+
+const std::map<std::string, std::string> kFullCpu = {
+    {"service", "nginx"}, {"library", "openssl-3"}, {"kind", "full"}, {"cert_key_type", "ECDSA"}};
+const std::map<std::string, std::string> kResumedCpu = {
+    {"service", "nginx"}, {"library", "openssl-3"}, {"kind", "resumed"}, {"cert_key_type", "ECDSA"}};
+
+TEST(Ingestor, HandshakeCpuAddsUpOverReportsAgentsAndRowsOfOneKindAndKey) {
+  Ingestor ingestor({});
+  ingestor.Apply("a", WithCosts(MakeUsageReport(1), 0.02, 0.001, 0), kTestNowNs);
+  ingestor.Apply("a", WithCosts(MakeUsageReport(2), 0.03, 0.002, 0), kTestNowNs);
+  // Another agent's, with a second full row that differs only in labels the
+  // CPU series does not carry (its group): one series.
+  v1::AgentReport b = WithCosts(MakeUsageReport(1), 0.01, 0, 0);
+  v1::Handshakes* p256 = b.mutable_services(0)->add_handshakes();
+  *p256 = b.services(0).handshakes(0);
+  p256->set_group("P-256");
+  p256->set_cpu_seconds(0.005);
+  ingestor.Apply("b", b, kTestNowNs);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_handshake_cpu_seconds_total", kTestNowNs, kFullCpu),
+                   0.02 + 0.03 + 0.01 + 0.005);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_handshake_cpu_seconds_total", kTestNowNs, kResumedCpu), 0.003);
+  EXPECT_EQ(SeriesCount(ingestor, "tlsprof_handshake_cpu_seconds_total"), 2u);
+  // A duplicate is not counted again.
+  EXPECT_TRUE(ingestor.Apply("a", WithCosts(MakeUsageReport(2), 0.03, 0.002, 0), kTestNowNs).duplicate);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_handshake_cpu_seconds_total", kTestNowNs, kResumedCpu), 0.003);
+  // Rows without CPU make no series (reports of older agents, windows without samples).
+  Ingestor plain({});
+  plain.Apply("a", MakeUsageReport(1), kTestNowNs);
+  EXPECT_EQ(SeriesCount(plain, "tlsprof_handshake_cpu_seconds_total"), 0u);
+  // Its series count in the caps like the rest: the AES-GCM series, the full
+  // row's two, the resumed row's handshake series; the rest is dropped.
+  IngestOptions options;
+  options.max_series_per_agent = 4;
+  Ingestor capped(options);
+  EXPECT_EQ(capped.Apply("a", WithCosts(MakeUsageReport(1), 0.02, 0.001, 0), kTestNowNs).dropped_series, 3u);
+  EXPECT_EQ(SeriesCount(capped, "tlsprof_handshake_cpu_seconds_total"), 1u);
+}
+
+TEST(Ingestor, ResidentMemoryIsTheLatestOfEachAgentBesideItsConnections) {
+  Ingestor ingestor({});
+  const uint64_t mib = 1 << 20;
+  ingestor.Apply("a", WithCosts(MakeUsageReport(2), 0, 0, 70 * mib), kTestNowNs);
+  ingestor.Apply("a", WithCosts(MakeUsageReport(1), 0, 0, 999 * mib), kTestNowNs);  // late: not the latest
+  ingestor.Apply("b", WithCosts(MakeUsageReport(1), 0, 0, 35 * mib), kTestNowNs);
+  // Summed over agents like the connections, so that sum / sum is memory per connection.
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_tls_resident_memory_bytes", kTestNowNs, kConnections), 105.0 * mib);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_tls_connections", kTestNowNs, kConnections), 14);
+  // Not a series of its own: busy, cpu, 2 handshake and 1 operation series,
+  // and each agent's connection series.
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_collector_series"), 1 + 1 + 2 + 1 + 2);
+  // A report without connections empties both gauges of its agent.
+  v1::AgentReport none = WithCosts(MakeUsageReport(3), 0, 0, 0);
+  none.mutable_services(0)->clear_connections();
+  ingestor.Apply("a", none, kTestNowNs);
+  EXPECT_DOUBLE_EQ(Scalar(ingestor, "tlsprof_tls_resident_memory_bytes", kTestNowNs, kConnections), 35.0 * mib);
+  // Silent agents drop out with their connections (after 30 s here).
+  EXPECT_EQ(Scalar(ingestor, "tlsprof_tls_resident_memory_bytes", kTestNowNs + 31'000'000'000, kConnections), -1);
+}
+
 TEST(Ingestor, UsageRowsCountInTheSeriesCaps) {
   IngestOptions options;
   options.max_series_per_agent = 3;  // the AES-GCM series, then 2 of the 4 usage rows

@@ -26,6 +26,7 @@ namespace tlsprof::collector {
 inline constexpr const auto& kHandshakeLabelNames = metrics::kHandshakeLabels;
 inline constexpr const auto& kOperationLabelNames = metrics::kOperationLabels;
 inline constexpr const auto& kConnectionLabelNames = metrics::kConnectionLabels;
+inline constexpr const auto& kHandshakeCpuLabelNames = metrics::kHandshakeCpuLabels;
 
 // One operation series: its counters (estimated) and its histogram of the
 // observed operations (count, sum and buckets agree with each other).

@@ -73,6 +73,7 @@ std::optional<std::string> ValidateServiceUsage(const v1::Service& s, int i, dou
       if (!IsValidLabelValue(value)) return fmt::format("{}.{}: {}", field, name, kLabelRule);
     }
     if (auto e = CheckCounts(h.observed(), h.estimated(), max_events, field)) return e;
+    if (auto e = CheckAmount(h.cpu_seconds(), max_cpu_seconds, field + ".cpu_seconds")) return e;
   }
   for (int j = 0; j < s.operations_size(); ++j) {
     const v1::CryptoOperations& o = s.operations(j);
@@ -105,6 +106,9 @@ std::optional<std::string> ValidateServiceUsage(const v1::Service& s, int i, dou
     const std::string field = fmt::format("services[{}].connections[{}]", i, j);
     if (!IsValidLabelValue(c.library())) return fmt::format("{}.library: {}", field, kLabelRule);
     if (auto e = CheckAmount(c.estimated(), kMaxConnections, field + ".estimated")) return e;
+    if (c.resident_bytes() > kMaxResidentBytes) {
+      return fmt::format("{}.resident_bytes: {} exceeds {} (1 PiB)", field, c.resident_bytes(), kMaxResidentBytes);
+    }
   }
   return std::nullopt;
 }

@@ -28,6 +28,10 @@ inline constexpr size_t kAgentInstanceBytes = 16;
 inline constexpr double kMaxUsageEventsPerCpuSecond = 1e6;
 // Live connections one row may report.
 inline constexpr double kMaxConnections = 1e8;
+// Resident memory one connection row may report (the processes holding
+// them): 1 PiB, far above any host, so that a broken agent cannot push the
+// gauge's sums to absurd values.
+inline constexpr uint64_t kMaxResidentBytes = uint64_t{1} << 50;
 
 // A label value (service, algorithm, library): 1–64 characters of
 // [A-Za-z0-9._:/()+ -]. Nothing that could close a label or inject a series.

@@ -68,7 +68,8 @@ inline constexpr std::array<std::string_view, 1> kWhatLabel = {"what"};
 // A remote-write receiver (its URL), and what became of a request sent to it.
 inline constexpr std::array<std::string_view, 1> kReceiverLabel = {"receiver"};
 inline constexpr std::array<std::string_view, 2> kReceiverResultLabels = {"receiver", "result"};
-inline constexpr std::array<std::string_view, 3> kHandshakeCpuLabels = {"service", "kind", "cert_key_type"};
+inline constexpr std::array<std::string_view, 6> kHandshakeCpuLabels = {"service", "container_id", "pod_uid",
+                                                                        "library", "kind",         "cert_key_type"};
 
 // Labels written only when their value is not empty.
 constexpr bool OnlyWhenSet(std::string_view label) { return label == "container_id" || label == "pod_uid"; }
@@ -184,6 +185,11 @@ inline constexpr Metric kCryptoOperationLatency{"tlsprof_crypto_operation_latenc
 inline constexpr Metric kTlsConnections{"tlsprof_tls_connections", Type::kGauge, kConnectionLabels,
                                         "Live TLS connections (handshaken, not yet freed) at the last window's end",
                                         kBoth};
+inline constexpr Metric kTlsResidentMemory{
+    "tlsprof_tls_resident_memory_bytes", Type::kGauge, kConnectionLabels,
+    "Resident memory of the processes holding the live TLS connections, at the last window's end (memory per "
+    "connection: its sum over tlsprof_tls_connections' sum)",
+    kBoth};
 inline constexpr Metric kUsageProbeCpuSeconds{"tlsprof_usage_probe_cpu_seconds_total", Type::kCounter, kNoLabels,
                                               "CPU-seconds the agents' usage probes cost (their estimate)", kCollector};
 inline constexpr Metric kUsageProbeHits{"tlsprof_usage_probe_hits_total", Type::kCounter, kNoLabels,
@@ -217,7 +223,7 @@ inline constexpr Metric kUsageProbeBudgetCpuSeconds{
     "CPU-seconds the agents' usage probe budgets allowed (agents without a budget add 0)", kCollector};
 inline constexpr Metric kHandshakeCpuSeconds{
     "tlsprof_handshake_cpu_seconds_total", Type::kCounter, kHandshakeCpuLabels,
-    "Handshake-phase TLS CPU-seconds by the handshake they belonged to (reserved: not produced yet)", kReserved};
+    "Handshake-phase TLS CPU-seconds (sampled) split over the handshakes they belonged to (estimated)", kBoth};
 
 inline constexpr Metric kCollectorRemoteWriteRequests{
     "tlsprof_collector_remote_write_requests_total", Type::kCounter, kReceiverResultLabels,
@@ -284,6 +290,7 @@ inline constexpr std::array kAll = {
     &kCryptoOperationCpuSeconds,
     &kCryptoOperationLatency,
     &kTlsConnections,
+    &kTlsResidentMemory,
     &kUsageProbeCpuSeconds,
     &kUsageProbeHits,
     &kUsageProbeMinDutyCycle,

@@ -251,7 +251,7 @@ class DashboardJsonTest(unittest.TestCase):
     def test_panels_read_metrics_of_the_table_or_recorded(self):
         known = known_metrics(metric_table())
         self.assertIn("tlsprof_cpu_seconds_total", known)
-        self.assertIn("tlsprof_handshake_cpu_seconds_total", known)   # reserved metrics are in the table too
+        self.assertIn("tlsprof_handshake_cpu_seconds_total", known)
         self.assertIn("job:tlsprof_tls_share:ratio_rate5m", known)
         for name, d in self.dashboards.items():
             for panel, t in targets(d):

@@ -472,8 +472,12 @@ def main():
             " ".join(f"latency_buckets: {8 if i == 10 else 2 if i == 12 else 0}" for i in range(50)) + ' } '
             'connections { library: "openssl-3" estimated: 7 } } '
             'usage { duty_cycle: 0.5 relative_error: 0.1 probe_cpu_seconds: 0.002 probe_hits: 100 budget_cpu_seconds: 0.1 } ')
+        # The usage rows' costs: the handshakes' split CPU, the processes' memory beside their connections.
+        costs_svc = usage_svc.replace("observed: 10 estimated: 10 }", "observed: 10 estimated: 10 cpu_seconds: 0.02 }")
+        costs_svc = costs_svc.replace('estimated: 7 }', 'estimated: 7 resident_bytes: 73400320 }')
         for name, text in [("report", base + svc + " }"), ("report-pod-stats", base + svc + pod + stats + " }"),
                            ("report-usage", base + usage_svc + " }"),
+                           ("report-usage-costs", base + costs_svc + " }"),
                            ("report-empty", base.replace("busy_samples: 1000", "busy_samples: 0") + " }")]:
             data = run("protoc", f"-I{proto_dir}", "--encode=tlsprof.v1.SubmitRequest", "tlsprof/v1/report.proto",
                        cwd=proto_dir, stdin=text.encode())

@@ -40,9 +40,9 @@ RATE_SECONDS = 15
 COLLECTOR_JOB = "tlsprof-collector"
 AGENT_JOB = "tlsprof-agent"
 # (dashboard file, panel title): panels that read only the usage telemetry
-# (tlsprof_handshakes_total, tlsprof_crypto_operation*, tlsprof_tls_connections,
-# tlsprof_agent_usage_probe_*) or a metric still reserved for it
-# (tlsprof_handshake_cpu_seconds_total).
+# (tlsprof_handshakes_total, tlsprof_handshake_cpu_seconds_total,
+# tlsprof_crypto_operation*, tlsprof_tls_connections,
+# tlsprof_tls_resident_memory_bytes, tlsprof_agent_usage_probe_*).
 USAGE_PANELS = {
     ("tlsprof-fleet.json", "Handshakes by certificate key type (share of handshakes)"),
     ("tlsprof-fleet.json", "Handshakes by cipher construction (share of handshakes)"),
@@ -55,19 +55,10 @@ USAGE_PANELS = {
     ("tlsprof-fleet.json", "Sign latency p50 / p99 by algorithm (on-CPU)"),
     ("tlsprof-fleet.json", "Public-key operations per second"),
     ("tlsprof-fleet.json", "Live TLS connections"),
+    ("tlsprof-fleet.json", "Memory per TLS connection"),
     ("tlsprof-fleet.json", "Handshakes on a post-quantum hybrid group (share of handshakes)"),
     ("tlsprof-agents.json", "Probe duty cycle"),
     ("tlsprof-agents.json", "Probe CPU vs budget (cores)"),
-}
-# (dashboard file, panel title, refId): targets of USAGE_PANELS that read
-# metrics nobody produces yet, so that even with --usage they have no data:
-# the handshake CPU split by kind and key type, and the live connection
-# counts (their probes are in progress, docs/usage.md).
-# test_usage_fleet.py asserts they are empty: it fails when they arrive.
-NOT_PRODUCED_YET = {
-    ("tlsprof-fleet.json", "CPU per handshake by certificate key type", "A"),
-    ("tlsprof-fleet.json", "CPU per handshake: full vs resumed", "A"),
-    ("tlsprof-fleet.json", "Live TLS connections", "A"),
 }
 # Recording rules checked against their raw expressions (collector job).
 RECORDS = {

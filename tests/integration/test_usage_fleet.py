@@ -23,9 +23,11 @@ give:
 Between the passes the collector is killed with SIGKILL and restarted on its
 state directory: the second pass's totals are still exact (journal replay).
 
-Then every dashboard panel that reads the usage telemetry has data (those
-still reserved, test_dashboards.NOT_PRODUCED_YET, have none), and the
-collector's /metrics passes `promtool check metrics`.
+Then HELD_OPEN connections to nginx stay open: the collector counts them
+live, with the workers' resident memory beside them; the handshake CPU
+split adds up to at most the sampled handshake-phase CPU. Every dashboard
+panel and every recording rule that reads the usage telemetry has data,
+and both /metrics pass `promtool check metrics`.
 """
 import collections
 import math
@@ -39,11 +41,12 @@ import prometheus_harness
 from prometheus_harness import Prometheus, check_metrics
 import test_usage
 from test_usage import MIX, RESUMED
-from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, metric_sum, require_root, start_nginx
+from tlsprof_testlib import (AGENT, BIN, SRC, Processes, UsageAgentTestCase, free_port, metric_sum, require_root,
+                             start_nginx)
 
 sys.path.insert(0, os.path.join(SRC, "tests", "dashboards"))
 import test_dashboard_json as dashboards  # noqa: E402
-import test_dashboards  # noqa: E402  (USAGE_PANELS, NOT_PRODUCED_YET)
+import test_dashboards  # noqa: E402  (USAGE_PANELS)
 
 COLLECTOR = os.path.join(BIN, "tlsprof-collector")
 GO_TLS = os.path.join(BIN, "tlsprof-go-tls")
@@ -56,6 +59,16 @@ INTERVAL = 2
 # CPU-per-handshake panel within the run.
 FREQUENCY = 999
 TIMEOUT = 90
+# Connections to nginx held open at the end: the live connection panels.
+HELD_OPEN = 3
+# The split handshake CPU against the sampled handshake-phase CPU: at most
+# all of it; a handshake whose CPU was sampled in one window and that
+# completed in the next leaves the first window's share unsplit.
+MIN_SPLIT_SHARE = 0.5
+# Metrics of the usage telemetry: a recording rule that reads one (or a
+# record of one) must have data here.
+USAGE_METRICS = ("tlsprof_handshakes_total", "tlsprof_handshake_cpu_seconds_total", "tlsprof_crypto_operation",
+                 "tlsprof_tls_connections", "tlsprof_tls_resident_memory_bytes", "tlsprof_agent_usage_probe_")
 RESUME_ARGS = ["-tls1_3", "-ciphersuites", "TLS_AES_256_GCM_SHA384", "-groups", "X25519", "-sigalgs", "ECDSA+SHA256"]
 
 
@@ -99,9 +112,9 @@ class UsageFleetTest(unittest.TestCase):
         for _ in range(RESUMED):
             self.s_client(port, RESUME_ARGS + ["-sess_in", session])
 
-    def wait_value(self, expr, want, what):
-        """Waits until the PromQL scalar `expr` equals `want`; then checks it
-        stays there for two more windows (nothing counted twice)."""
+    def wait_value(self, expr, want, what, settle=True):
+        """Waits until the PromQL scalar `expr` equals `want`; then (`settle`)
+        checks it stays there for two more windows (nothing counted twice)."""
         deadline = time.monotonic() + TIMEOUT
         got = None
         while time.monotonic() < deadline:
@@ -115,8 +128,9 @@ class UsageFleetTest(unittest.TestCase):
         else:
             self.fail(f"{what}: {expr} = {got}, want {want} after {TIMEOUT} s; agent log:\n"
                       f"{self.procs.log(self.agent)[-3000:]}")
-        time.sleep(2 * INTERVAL + 2)
-        self.assertEqual(self.prom.value(expr), want, f"{what} changed after it was reached")
+        if settle:
+            time.sleep(2 * INTERVAL + 2)
+            self.assertEqual(self.prom.value(expr), want, f"{what} changed after it was reached")
 
     def check_pass(self, passes, service):
         """The collector's counters after `passes` runs of the mix."""
@@ -186,6 +200,7 @@ class UsageFleetTest(unittest.TestCase):
 
         grpc_port, collector_port, agent_port = free_port(), free_port(), free_port()
         collector_http, agent_http = f"127.0.0.1:{collector_port}", f"127.0.0.1:{agent_port}"
+        self.agent_http = agent_http
         collector_argv = [COLLECTOR, "--insecure", "--listen", f"127.0.0.1:{grpc_port}", "--metrics-listen",
                           collector_http, "--state-dir", self.procs.path("collector-state")]
         collector = self.procs.start(collector_argv, port=collector_port)
@@ -246,16 +261,74 @@ class UsageFleetTest(unittest.TestCase):
         self.assertGreater(hits, 2 * total, text[-2000:])
         self.assertGreaterEqual(metric_sum(text, "tlsprof_agent_usage_probe_cpu_seconds_total"), 0)
         print(f"agent /metrics: {total} handshakes, probe hits {hits:.0f}")
-        for who, exposition in (("collector", prometheus_harness.scrape(collector_http)), ("agent", text)):
+
+        self.check_live_connections(port, service, workers)
+        self.check_handshake_cpu(service)
+        for who, exposition in (("collector", prometheus_harness.scrape(collector_http)),
+                                ("agent", prometheus_harness.scrape(agent_http))):
             ok, out = check_metrics(exposition)
             self.assertTrue(ok, f"promtool check metrics on the {who}'s /metrics: {out}")
-
+        started = time.monotonic()
         self.check_usage_panels()
-        print(f"test took {time.monotonic() - t0:.1f} s")
+        self.check_usage_rules()
+        print(f"panels and rules checked in {time.monotonic() - started:.1f} s; test took {time.monotonic() - t0:.1f} s")
+
+    def check_live_connections(self, port, service, workers):
+        """HELD_OPEN connections held open: counted live at the collector,
+        the workers' resident memory beside them (within their RSS now)."""
+        started = time.monotonic()
+        UsageAgentTestCase.hold_open(self, port, HELD_OPEN)
+        sel = f'job="{COLLECTOR_JOB}",service="{service}"'
+        # A gauge: a window counted twice would not show as a change.
+        self.wait_value(f"sum(tlsprof_tls_connections{{{sel}}})", HELD_OPEN, "live connections", settle=False)
+        resident = self.prom.value(f"sum(tlsprof_tls_resident_memory_bytes{{{sel}}})")
+        rss = []
+        for pid in workers:
+            with open(f"/proc/{pid}/status") as f:
+                rss += [int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")]
+        print(f"live connections {HELD_OPEN} after {time.monotonic() - started:.1f} s: resident "
+              f"{resident / 2**20:.1f} MiB beside them, workers' RSS {[round(r / 2**20, 1) for r in rss]} MiB")
+        self.assertTrue(0.5 * min(rss) <= resident <= 1.5 * sum(rss), (resident, rss))
+
+    def check_handshake_cpu(self, service):
+        """tlsprof_handshake_cpu_seconds_total: the sampled handshake-phase CPU
+        split over nginx's handshakes, at the collector and the agent."""
+        sel = f'job="{COLLECTOR_JOB}",service="{service}"'
+        split = self.prom.value(f"sum(tlsprof_handshake_cpu_seconds_total{{{sel}}})")
+        sampled = self.prom.value(f'sum(tlsprof_cpu_seconds_total{{{sel},phase="handshake"}})')
+        kinds = {s["metric"]["kind"] for s in self.prom.query(f"tlsprof_handshake_cpu_seconds_total{{{sel}}}")}
+        print(f"handshake CPU split {split * 1e3:.1f} ms of {sampled * 1e3:.1f} ms sampled; kinds {sorted(kinds)}")
+        self.assertLessEqual(split, sampled * (1 + 1e-9))
+        self.assertGreaterEqual(split, MIN_SPLIT_SHARE * sampled)
+        self.assertIn("full", kinds)
+        agent = metric_sum(prometheus_harness.scrape(self.agent_http), "tlsprof_handshake_cpu_seconds_total",
+                           service=service)
+        self.assertGreater(agent, 0)
+
+    def check_usage_rules(self):
+        """Every recording rule that reads the usage telemetry (or a record
+        that does) has a finite sample."""
+        with open(RULES) as f:
+            rules = [r for g in dashboards.yaml.safe_load(f)["groups"] for r in g["rules"] if "record" in r]
+        usage = set()
+        for r in rules:  # in file order: records are defined before they are read
+            used = dashboards.metric_names(str(r["expr"]))
+            if any(m.startswith(USAGE_METRICS) for m in used) or used & usage:
+                usage.add(r["record"])
+        deadline = time.monotonic() + 30
+        for record in sorted(usage):
+            with self.subTest(record=record):
+                while True:
+                    got = test_dashboards.finite(self.prom.query(record))
+                    if got or time.monotonic() > deadline:
+                        break
+                    time.sleep(1)
+                self.assertTrue(got, "no finite sample")
+        print(f"{len(usage)} usage recording rules with data")
+        self.assertGreaterEqual(len(usage), 15)
 
     def check_usage_panels(self):
-        """Every target of test_dashboards.USAGE_PANELS has data here, but
-        those of metrics not produced yet."""
+        """Every target of test_dashboards.USAGE_PANELS has data here."""
         checked = 0
         deadline = time.monotonic() + 30
         for name, d in dashboards.load_dashboards().items():
@@ -267,10 +340,6 @@ class UsageFleetTest(unittest.TestCase):
                 expr = dashboards.substitute(target["expr"], values)
                 key = (name, panel["title"], target["refId"])
                 with self.subTest(panel=key, expr=expr):
-                    if key in test_dashboards.NOT_PRODUCED_YET:
-                        self.assertEqual(self.prom.query(expr), [],
-                                         "its metric is produced now: take it out of NOT_PRODUCED_YET")
-                        continue
                     while True:
                         got = test_dashboards.finite(self.prom.query(expr))
                         if got or time.monotonic() > deadline:
@@ -279,7 +348,7 @@ class UsageFleetTest(unittest.TestCase):
                     self.assertTrue(got, "no finite sample")
                     checked += 1
         print(f"{checked} usage panel targets with data")
-        self.assertGreaterEqual(checked, 9)
+        self.assertGreaterEqual(checked, len(test_dashboards.USAGE_PANELS))
 
 
 if __name__ == "__main__":
