@@ -182,9 +182,7 @@ struct FleetState {
     double relative_error = 0;
     std::map<ConnectionKey, double> connections;
     // The resident memory beside each of those connection series (same keys;
-    // counted with them, not as series of their own). Not in the snapshot
-    // yet (collector/store): after a restart it is back with the agent's next
-    // usage report.
+    // counted with them, not as series of their own).
     std::map<ConnectionKey, double> resident_bytes;
   };
   struct Minute {
@@ -218,9 +216,7 @@ struct FleetState {
   SeriesTable<kOperationLabelNames.size(), OperationTotals> operations;
   // tlsprof_handshake_cpu_seconds_total: the handshakes' modelled TLS CPU,
   // by service, library, kind and certificate key type (a series from the
-  // first row with CPU). Not in the snapshot yet (collector/store): a
-  // restart after a compaction starts it again from the journal's reports
-  // (a counter reset to rate()).
+  // first row with CPU).
   SeriesTable<kHandshakeCpuLabelNames.size(), double> handshake_cpu;
   size_t connection_series = 0;  // Agent::connections over all agents
   double probe_cpu_seconds = 0;

@@ -24,6 +24,8 @@ void AgentToProto(const std::string& key, const FleetState::Agent& agent, state:
       state::UsageSeries* u = a.add_connections();
       u->mutable_labels()->Add(labels.begin(), labels.end());
       u->set_value(value);
+      if (auto it = agent.resident_bytes.find(labels); it != agent.resident_bytes.end())
+        u->set_resident_bytes(it->second);
     }
   }
   for (const auto& [id, instance] : agent.instances) {
@@ -88,6 +90,11 @@ void SeriesToProto(const FleetState& s, state::State& out) {
     u->mutable_labels()->Add(entry.labels.begin(), entry.labels.end());
     u->set_value(entry.value);
   }
+  for (const auto& [hash, entry] : s.handshake_cpu) {
+    state::UsageSeries* u = out.add_handshake_cpu();
+    u->mutable_labels()->Add(entry.labels.begin(), entry.labels.end());
+    u->set_value(entry.value);
+  }
   for (const auto& [hash, entry] : s.operations) {
     state::UsageSeries* u = out.add_operations();
     u->mutable_labels()->Add(entry.labels.begin(), entry.labels.end());
@@ -120,6 +127,11 @@ Status UsageFromProto(const state::State& in, FleetState& s) {
     if (auto st = CheckLabels(u, kHandshakeLabelNames.size(), "handshake"); !st.ok()) return st;
     const auto labels = LabelViews<kHandshakeLabelNames.size()>(u);
     s.handshakes.FindOrInsert(UsageHash("handshakes", labels), labels).value = u.value();
+  }
+  for (const state::UsageSeries& u : in.handshake_cpu()) {
+    if (auto st = CheckLabels(u, kHandshakeCpuLabelNames.size(), "handshake CPU"); !st.ok()) return st;
+    const auto labels = LabelViews<kHandshakeCpuLabelNames.size()>(u);
+    s.handshake_cpu.FindOrInsert(UsageHash("handshake_cpu", labels), labels).value = u.value();
   }
   for (const state::UsageSeries& u : in.operations()) {
     if (auto st = CheckLabels(u, kOperationLabelNames.size(), "operation"); !st.ok()) return st;
@@ -171,7 +183,9 @@ Status AgentFromProto(const state::Agent& a, FleetState::Agent& agent) {
   agent.relative_error = a.relative_error();
   for (const state::UsageSeries& u : a.connections()) {
     if (auto st = CheckLabels(u, kConnectionLabelNames.size(), "connection"); !st.ok()) return st;
-    agent.connections[{u.labels(0), u.labels(1), u.labels(2), u.labels(3)}] = u.value();
+    const ConnectionKey key{u.labels(0), u.labels(1), u.labels(2), u.labels(3)};
+    agent.connections[key] = u.value();
+    agent.resident_bytes[key] = u.resident_bytes();  // as ingest keeps it: beside every connection series
   }
   for (const state::Instance& i : a.instances()) {
     if (i.seen_size() != static_cast<int>(SequenceWindow::kWidth / 64)) {
