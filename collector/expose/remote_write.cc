@@ -65,8 +65,8 @@ void RemoteWritePusher::Push() {
   // Encoded once: every receiver gets the same requests.
   const std::vector<::prometheus::WriteRequest> requests = remote_write::Encode(
       families, NowUnixMs(), remote_write::WriterOptions{}.max_series_per_request, options_.external_labels);
+  for (const auto& writer : writers_) writer->Enqueue(requests);  // each compresses its copy
   encode_seconds_ = encode_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  for (const auto& writer : writers_) writer->Enqueue(requests);
 }
 
 void RemoteWritePusher::Loop() {

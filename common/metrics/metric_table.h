@@ -241,7 +241,7 @@ inline constexpr Metric kCollectorRemoteWriteSendSeconds{
     "Seconds spent in remote-write requests, every attempt (samples / these seconds: the throughput)", kCollector};
 inline constexpr Metric kCollectorRemoteWriteEncodeSeconds{
     "tlsprof_collector_remote_write_encode_seconds_total", Type::kCounter, kNoLabels,
-    "Seconds spent collecting and encoding the series of each push (once for every receiver)", kCollector};
+    "Seconds spent collecting, encoding and compressing the series of each push", kCollector};
 
 // Every metric, in the order docs/fleet.md lists them.
 inline constexpr std::array kAll = {

@@ -30,6 +30,7 @@ import urllib.request
 from tlsprof_testlib import free_port
 
 PROMETHEUS = os.environ.get("TLSPROF_PROMETHEUS", "/usr/bin/prometheus")
+VICTORIA = os.environ.get("TLSPROF_VICTORIA_METRICS", "/usr/bin/victoria-metrics")
 PROMTOOL = os.environ.get("TLSPROF_PROMTOOL", "/usr/bin/promtool")
 
 
@@ -244,3 +245,52 @@ def _parse_time(s):
         sign = 1 if m.group(3)[0] == "+" else -1
         offset = sign * (int(m.group(3)[1:3]) * 3600 + int(m.group(3)[4:6]) * 60)
     return t.timestamp() + (float(m.group(2)) if m.group(2) else 0.0) - offset
+
+
+class VictoriaMetrics:
+    """Debian's victoria-metrics on a free port, its data in the test's dir;
+    queries see samples at once (-search.latencyOffset=0s)."""
+
+    def __init__(self, procs):
+        if not os.access(VICTORIA, os.X_OK):
+            raise AssertionError(f"{VICTORIA} not found: install Debian's victoria-metrics (scripts/install-deps.sh)")
+        self.port = free_port()
+        argv = [VICTORIA, f"-storageDataPath={procs.path('victoria-data')}",
+                f"-httpListenAddr=127.0.0.1:{self.port}", "-search.latencyOffset=0s",
+                "-search.disableCache", "-loggerLevel=WARN"]
+        self.proc = procs.start(argv, port=self.port, timeout=60)
+
+    @property
+    def write_url(self):
+        return f"http://127.0.0.1:{self.port}/api/v1/write"
+
+    def query(self, promql):
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.load(r)
+        if body.get("status") != "success":
+            raise AssertionError(f"VictoriaMetrics: {body}")
+        return {json.dumps(x["metric"], sort_keys=True): float(x["value"][1]) for x in body["data"]["result"]}
+
+
+def prom_query(prom, promql):
+    data = prom.api("/api/v1/query", {"query": promql})
+    return {json.dumps(x["metric"], sort_keys=True): float(x["value"][1]) for x in data["result"]}
+
+
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def series(text, name):
+    """(labels, value) of each sample of `name` in an exposition."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            head, value = line.rsplit(" ", 1)
+            labels = dict(_LABEL.findall(head[len(name):]))
+            out.append((labels, float(value)))
+    return out
+
+
+def metric_sum(text, name, **labels):
+    return sum(v for ls, v in series(text, name) if all(ls.get(k) == w for k, w in labels.items()))

@@ -14,7 +14,7 @@ import subprocess
 import time
 import unittest
 
-from test_remote_write import metric_sum
+from prometheus_harness import metric_sum
 from prometheus_harness import scrape
 from test_two_collectors import RELAY, Collector, make_pki, run_loadgen
 from tlsprof_testlib import Processes

@@ -25,9 +25,8 @@ import subprocess
 import time
 import unittest
 
-from prometheus_harness import Prometheus, scrape
+from prometheus_harness import Prometheus, VictoriaMetrics, prom_query, scrape, series
 from test_fleet import PERIOD_S, metric_sum, sealed_batches
-from test_remote_write import VictoriaMetrics, prom_query, series
 from test_two_collectors import COLLECTOR, LOADGEN, RELAY, _wait_port, close
 from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, require_root
 
