@@ -483,19 +483,7 @@ class ShipperImpl final : public Shipper {
       FailedLocked(target, choice.sequence, "cannot connect");
       return true;
     }
-    if (!choice.pinned) {
-      // Durable before the first byte is sent: from here on, the outcome of
-      // an attempt may be unknown, and the batch must stay with this collector.
-      if (auto st = spool_.WritePin(choice.sequence, target.where.address); !st) {
-        std::lock_guard lock(mu_);
-        in_flight_.reset();
-        ++stats_.send_errors;
-        FailedLocked(target, choice.sequence, fmt::format("cannot pin it to the collector: {}", st.error().message));
-        return true;
-      }
-      std::lock_guard lock(mu_);
-      spool_.AddPin(choice.sequence, target.where.address);
-    }
+    if (!choice.pinned && !Pin(target, choice.sequence)) return true;
     v1::SubmitRequest request;
     *request.mutable_report() = std::move(next->second);
     // The agent's clock at this attempt, for the collector's skew measurement.
@@ -510,6 +498,33 @@ class ShipperImpl final : public Shipper {
     if (stop_ && status.error_code() == grpc::StatusCode::CANCELLED) return false;
     if (Answered(target, choice.sequence, status, response) && !choice.pinned) NotePlacementLocked(choice);
     if (spool_.batches() == 0) empty_cv_.notify_all();
+    return true;
+  }
+
+  // Pins the batch to `target`, durably, before its first byte is sent: from
+  // then on the outcome of an attempt may be unknown, and the batch must stay
+  // with this collector. A full disk is handled as Seal() does: the oldest
+  // batches are dropped until the pin fits; with none left to drop, the pin
+  // is kept in memory only (lost if the agent dies before an answer), so
+  // that a full disk never stops the spool from draining. False, after a
+  // backoff of the collector, when the pin could not be written otherwise.
+  bool Pin(Target& target, uint64_t sequence) {
+    int err = 0;
+    Status st = spool_.WritePin(sequence, target.where.address, &err);
+    while (!st.ok() && IsNoSpace(err) && DropOldestForRoom())
+      st = spool_.WritePin(sequence, target.where.address, &err);
+    std::lock_guard lock(mu_);
+    if (!st.ok() && !IsNoSpace(err)) {
+      in_flight_.reset();
+      ++stats_.send_errors;
+      FailedLocked(target, sequence, fmt::format("cannot pin it to the collector: {}", st.error().message));
+      return false;
+    }
+    if (!st.ok()) {
+      spdlog::warn("ship: the spool's disk is full: batch sequence={} is pinned to collector {} in memory only",
+                   sequence, target.where.address);
+    }
+    spool_.AddPin(sequence, target.where.address);
     return true;
   }
 
