@@ -26,7 +26,7 @@ import time
 import unittest
 
 from prometheus_harness import Prometheus, VictoriaMetrics, prom_query, scrape, series
-from test_fleet import PERIOD_S, metric_sum, sealed_batches
+from test_fleet import PERIOD_S, FleetCase, metric_sum, sealed_batches
 from test_two_collectors import COLLECTOR, LOADGEN, RELAY, _wait_port, close
 from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, require_root
 
@@ -92,14 +92,7 @@ class FailoverTest(unittest.TestCase):
         self.procs = Processes()
         self.addCleanup(self.procs.close)
 
-    def wait_for(self, what, predicate, timeout=60, step=0.2):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(step)
-        self.fail(f"timed out after {timeout} s waiting for {what}")
+    wait_for = FleetCase.wait_for
 
     def agent_metric(self, name):
         return metric_sum(scrape(self.agent_metrics), name)
