@@ -18,7 +18,7 @@ seconds, both paths run side by side and it prints, per path:
 - samples/s = samples per cycle / seconds per cycle,
 - the CPU of the collector, VictoriaMetrics and Prometheus over the run.
 
-Acceptance (issue 21): remote write >= --target samples/s (200,000).
+Exits 1 when remote write delivers fewer than --target samples/s.
 Everything shares this machine's CPUs; the load average is printed first.
 Hold the measure lock (flock -x /tmp/tlsprof-measure.lock) so no build runs beside it.
 

@@ -1,4 +1,4 @@
-"""Three collectors as a tier (issue 21): failover, return, and exact sums
+"""Three collectors as a tier: failover, return, and exact sums
 through remote write.
 
 Three tlsprof-collector processes (mTLS, each its own --state-dir) remote-write
@@ -25,8 +25,8 @@ import subprocess
 import time
 import unittest
 
-from prometheus_harness import Prometheus, VictoriaMetrics, prom_query, scrape, series
-from test_fleet import PERIOD_S, FleetCase, metric_sum, sealed_batches
+from prometheus_harness import Prometheus, VictoriaMetrics, metric_sum, prom_query, scrape, series
+from test_fleet import PERIOD_S, FleetCase, sealed_batches
 from test_two_collectors import COLLECTOR, LOADGEN, RELAY, _wait_port, close
 from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, require_root
 

@@ -20,7 +20,7 @@ import unittest
 
 import prometheus_harness
 
-from prometheus_harness import Prometheus, check_metrics
+from prometheus_harness import Prometheus, check_metrics, metric_sum
 from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, require_root
 
 COLLECTOR = os.path.join(BIN, "tlsprof-collector")
@@ -32,22 +32,6 @@ SEALED = re.compile(r"sealed batch sequence=(\d+) window=\[(\d+),(\d+)\) busy_sa
 
 def scrape(port):
     return prometheus_harness.scrape(f"127.0.0.1:{port}")
-
-
-def metric_sum(text, name, **labels):
-    """Sum of a metric's samples in a Prometheus text exposition whose labels
-    include `labels`."""
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name):
-            continue
-        m = re.match(rf"{re.escape(name)}(\{{(.*)\}})? (\S+)$", line)
-        if not m:
-            continue
-        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-        if all(got.get(k) == v for k, v in labels.items()):
-            total += float(m.group(3))
-    return total
 
 
 def sealed_batches(log_paths):
