@@ -77,6 +77,13 @@ LibraryFile LibraryFileOf(const discovery::ImageInfo& info) {
 
 }  // namespace
 
+Attributor::Attributor(const discovery::ProcessRegistry& registry, StackCache* cache)
+    : registry_(registry),
+      own_stack_cache_(cache == nullptr ? std::make_unique<StackCache>() : nullptr),
+      stack_cache_(cache != nullptr ? cache : own_stack_cache_.get()) {}
+
+Attributor::~Attributor() = default;
+
 ProcessAttribution& Attributor::Process(uint32_t tgid) {
   auto [it, inserted] = profile_.processes.try_emplace(static_cast<pid_t>(tgid));
   ProcessAttribution& p = it->second;
@@ -116,11 +123,11 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   // own segment, not from whichever segment holds the ip's file offset.
   auto base = img.MappingVaddr(m->mapping.offset, /*executable=*/true);
   auto vaddr = base ? std::optional<uint64_t>(*base + (lookup - m->mapping.start)) : std::nullopt;
-  auto index = vaddr ? img.symbols.Find(*vaddr) : std::nullopt;
   if (return_address && vaddr && !img.import_calls.empty()) {
     f.called = img.import_calls.CalleeAt(*vaddr + 1).value_or(std::string_view{});
   }
   if (!info.tls) return f;  // code outside TLS libraries: no name is needed
+  auto index = vaddr ? img.symbols.Find(*vaddr) : std::nullopt;
   f.family = classify::FamilyOf(info.tls->kind);
   if (index) {
     f.where.symbol = *index;
@@ -159,6 +166,7 @@ void Attributor::Account(ProcessAttribution& p, const Frame& where, const classi
 namespace {
 
 using Frame = Attributor::Frame;
+using StackVerdict = Attributor::StackVerdict;
 
 // A stack's frames, innermost first, each with its IP.
 struct StackFrames {
@@ -263,71 +271,8 @@ std::string_view CandidateBelow(const StackFrames& s, size_t operation) {
   return {};
 }
 
-}  // namespace
-
-void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t count) {
-  if (ips.empty()) return;
-  const auto* snap = registry_.Get(static_cast<pid_t>(tgid));
-  if (snap == nullptr) return;  // left to the leaf path, which counts it unresolved
-  covered_[{tgid, ips[0]}] += count;
-
-  const StackFrames s = ResolveStack(*this, *snap, ips);
-  std::array<classify::FrameInfo, 2 * StackFrames::kMaxFrames> infos;
-  const Frame* innermost_tls = nullptr;
-  for (size_t i = 0; i < s.size; ++i) {
-    infos[i] = {s.frames[i].name, s.frames[i].family, s.frames[i].tls};
-    if (s.frames[i].tls && innermost_tls == nullptr) innermost_tls = &s.frames[i];
-  }
-  const classify::StackClassification sc = classify::ClassifyStack({infos.data(), s.size});
-  if (!sc.tls || innermost_tls == nullptr) return;
-  if (!s.frames[0].tls && s.frames[0].where.image != nullptr &&
-      registry_.IsSyscallReturn(static_cast<pid_t>(tgid), *snap->Find(ips[0]), ips[0])) {
-    // The timer fired inside the system call (socket I/O of a BIO, a lock's
-    // futex) and the sample was taken on its return to user mode: the CPU
-    // went to the kernel, not to TLS code.
-    Process(tgid).kernel_samples += count;
-    profile_.syscall_return_samples += count;
-    return;
-  }
-  const classify::Bucket bucket = sc.classification.bucket;
-  const std::optional<size_t> operation_index = FindOperation(s, bucket);
-  const Frame* operation = operation_index ? &s.frames[*operation_index] : nullptr;
-  const Callee callee = operation_index ? CalleeOf(s, *operation_index, bucket) : Callee{};
-  const std::string_view candidate = CandidateBelow(s, operation_index.value_or(0));
-
-  ProcessAttribution& p = Process(tgid);
-  Account(p, *innermost_tls, sc.classification, sc.phase, count, /*from_stack=*/true);
-  profile_.stack_samples += count;
-
-  StackSample stack;
-  stack.pid = static_cast<pid_t>(tgid);
-  stack.classification = sc.classification;
-  stack.phase = sc.phase;
-  stack.samples = count;
-  stack.frames.reserve(s.size);
-  for (size_t i = 0; i < s.size; ++i) stack.frames.push_back(FrameName(s.frames[i], s.ips[i], /*leaf=*/i == 0));
-  profile_.stacks.push_back(std::move(stack));
-
-  // Bucket `other` has groups only for a key's context (EVP_PKEY_CTX_new),
-  // whose bucket is inferred too.
-  if (operation != nullptr &&
-      (bucket != classify::Bucket::kOther || classify::IsKeyContext(operation->family, operation->name))) {
-    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), operation->where.image, operation->name, callee.site,
-                                         callee.name, candidate}];
-    group.bucket = bucket;
-    group.family = operation->family;
-    group.entry = operation->name;
-    if (sc.classification.algorithm == classify::algo::kUnknown) {
-      group.unknown[static_cast<size_t>(sc.phase)] += count;
-      group.unknown_by_library[{sc.phase, innermost_tls->where.image->tls->kind}] += count;
-      group.unknown_stacks.push_back(profile_.stacks.size() - 1);
-    } else {
-      group.named[sc.classification.algorithm] += count;
-    }
-  }
-}
-
-std::string Attributor::FrameName(const Frame& f, uint64_t ip, bool leaf) {
+// A frame as the exports name it.
+std::string FrameName(const Frame& f, uint64_t ip, bool leaf) {
   if (!f.name.empty()) return std::string(f.name);
   // Privacy (docs/attribution.md): a caller's "return address" outside every
   // mapping is a word the in-kernel walk read from the user stack where its
@@ -338,6 +283,120 @@ std::string Attributor::FrameName(const Frame& f, uint64_t ip, bool leaf) {
   const std::string& path = f.where.image->path;
   size_t slash = path.rfind('/');
   return fmt::format("[{}]", slash == std::string::npos ? path : path.substr(slash + 1));
+}
+
+// What AddStack counts for the resolved stack `s` of a snapshot of `tgid`.
+StackVerdict Judge(const discovery::ProcessRegistry& registry, StackCache& cache, uint32_t tgid,
+                   const discovery::ProcessSnapshot& snap, const StackFrames& s) {
+  StackVerdict v;
+  std::array<classify::FrameInfo, 2 * StackFrames::kMaxFrames> infos;
+  const Frame* innermost_tls = nullptr;
+  for (size_t i = 0; i < s.size; ++i) {
+    infos[i] = {s.frames[i].name, s.frames[i].family, s.frames[i].tls};
+    if (s.frames[i].tls && innermost_tls == nullptr) innermost_tls = &s.frames[i];
+  }
+  const classify::StackClassification sc = classify::ClassifyStack({infos.data(), s.size});
+  if (!sc.tls || innermost_tls == nullptr) return v;
+  if (!s.frames[0].tls && s.frames[0].where.image != nullptr &&
+      registry.IsSyscallReturn(static_cast<pid_t>(tgid), *snap.Find(s.ips[0]), s.ips[0])) {
+    // The timer fired inside the system call (socket I/O of a BIO, a lock's
+    // futex) and the sample was taken on its return to user mode: the CPU
+    // went to the kernel, not to TLS code.
+    v.kind = StackVerdict::Kind::kSyscallReturn;
+    return v;
+  }
+  v.kind = StackVerdict::Kind::kTls;
+  v.classification = sc.classification;
+  v.phase = sc.phase;
+  v.innermost_tls = *innermost_tls;
+  const classify::Bucket bucket = sc.classification.bucket;
+  const std::optional<size_t> operation_index = FindOperation(s, bucket);
+  const Frame* operation = operation_index ? &s.frames[*operation_index] : nullptr;
+  // Bucket `other` has groups only for a key's context (EVP_PKEY_CTX_new),
+  // whose bucket is inferred too.
+  if (operation != nullptr &&
+      (bucket != classify::Bucket::kOther || classify::IsKeyContext(operation->family, operation->name))) {
+    const Callee callee = CalleeOf(s, *operation_index, bucket);
+    v.grouped = true;
+    v.entry_image = operation->where.image;
+    v.entry = operation->name;
+    v.entry_family = operation->family;
+    v.callee_site = callee.site;
+    v.callee = callee.name;
+    v.candidate = CandidateBelow(s, *operation_index);
+  }
+  v.frames.reserve(s.size);
+  for (size_t i = 0; i < s.size; ++i) {
+    const Frame& f = s.frames[i];
+    v.frames.push_back(!f.name.empty() ? f.name : cache.Intern(FrameName(f, s.ips[i], /*leaf=*/i == 0)));
+  }
+  return v;
+}
+
+// What a resolved stack's verdict depends on, as words to hash
+// (StackCache::KeyOf): per frame its file and symbol, the entry its call
+// site called, and where the frame has no name (code outside TLS symbols,
+// unnamed code) its IP, which the verdict may use (a system call's return,
+// an unnamed callee's call site, an unnamed leaf's name). Leaf IPs inside one
+// symbol thus share one verdict.
+size_t StackIdentity(const StackFrames& s, std::span<uint64_t> out) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size && n + 3 <= out.size(); ++i) {
+    const Frame& f = s.frames[i];
+    out[n++] = reinterpret_cast<uintptr_t>(f.where.image);
+    out[n++] = f.where.symbol >= 0 ? static_cast<uint64_t>(f.where.symbol) << 1 : s.ips[i] << 1 | 1;
+    out[n++] = reinterpret_cast<uintptr_t>(f.called.data()) ^ (f.tls ? 1 : 0) ^ f.called.size() << 48;
+  }
+  return n;
+}
+
+}  // namespace
+
+void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t count) {
+  if (ips.empty()) return;
+  const auto* snap = registry_.Get(static_cast<pid_t>(tgid));
+  if (snap == nullptr) return;  // left to the leaf path, which counts it unresolved
+  covered_[{tgid, ips[0]}] += count;
+
+  const StackFrames s = ResolveStack(*this, *snap, ips);
+  std::array<uint64_t, 3 * 2 * StackFrames::kMaxFrames> words;
+  const size_t n = StackIdentity(s, words);
+  const StackCache::Key key = StackCache::KeyOf(tgid, snap->generation, std::span(words.data(), n));
+  explicit_bzero(words.data(), n * sizeof(words[0]));  // IPs of the user stack (docs/attribution.md, "Privacy")
+  const StackVerdict* v = stack_cache_->Find(key);
+  if (v == nullptr) v = &stack_cache_->Insert(key, Judge(registry_, *stack_cache_, tgid, *snap, s));
+  if (v->kind == StackVerdict::Kind::kNotTls) return;
+  if (v->kind == StackVerdict::Kind::kSyscallReturn) {
+    Process(tgid).kernel_samples += count;
+    profile_.syscall_return_samples += count;
+    return;
+  }
+  ProcessAttribution& p = Process(tgid);
+  Account(p, v->innermost_tls, v->classification, v->phase, count, /*from_stack=*/true);
+  profile_.stack_samples += count;
+
+  StackSample stack;
+  stack.pid = static_cast<pid_t>(tgid);
+  stack.classification = v->classification;
+  stack.phase = v->phase;
+  stack.samples = count;
+  stack.frames.assign(v->frames.begin(), v->frames.end());
+  profile_.stacks.push_back(std::move(stack));
+
+  if (v->grouped) {
+    OperationGroup& group =
+        operations_[{static_cast<pid_t>(tgid), v->entry_image, v->entry, v->callee_site, v->callee, v->candidate}];
+    group.bucket = v->classification.bucket;
+    group.family = v->entry_family;
+    group.entry = v->entry;
+    if (v->classification.algorithm == classify::algo::kUnknown) {
+      group.unknown[static_cast<size_t>(v->phase)] += count;
+      group.unknown_by_library[{v->phase, v->innermost_tls.where.image->tls->kind}] += count;
+      group.unknown_stacks.push_back(profile_.stacks.size() - 1);
+    } else {
+      group.named[v->classification.algorithm] += count;
+    }
+  }
 }
 
 void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
@@ -496,6 +555,68 @@ Attribution Attributor::Finish() {
     }
   }
   return std::move(profile_);
+}
+
+namespace {
+
+// One 64-bit lane of the stack hash: a multiply-xorshift mix per word
+// (murmur3's finalizer constants), seeded per lane.
+uint64_t MixLane(uint64_t seed, std::span<const uint64_t> words) {
+  uint64_t h = seed;
+  for (uint64_t w : words) {
+    h ^= w + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+  }
+  return h;
+}
+
+}  // namespace
+
+StackCache::Key StackCache::KeyOf(uint32_t tgid, uint64_t generation, std::span<const uint64_t> words) {
+  Key key;
+  key.tgid = tgid;
+  key.generation = generation;
+  // The length is hashed too: a stack is not its prefix padded with zeros.
+  const uint64_t head[2] = {tgid | static_cast<uint64_t>(words.size()) << 32, generation};
+  key.hash[0] = MixLane(MixLane(0x243f6a8885a308d3ULL, head), words);
+  key.hash[1] = MixLane(MixLane(0x13198a2e03707344ULL, head), words);
+  return key;
+}
+
+const Attributor::StackVerdict* StackCache::Find(const Key& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    ++misses_;
+    return nullptr;
+  }
+  ++hits_;
+  it->second.last_window = window_;
+  return &it->second.verdict;
+}
+
+const Attributor::StackVerdict& StackCache::Insert(const Key& key, Attributor::StackVerdict verdict) {
+  if (entries_.size() >= kMaxEntries) {
+    overflow_ = std::move(verdict);
+    return overflow_;
+  }
+  return entries_.insert_or_assign(key, Entry{std::move(verdict), window_}).first->second.verdict;
+}
+
+std::string_view StackCache::Intern(std::string name) { return *names_.insert(std::move(name)).first; }
+
+void StackCache::NextWindow() {
+  ++window_;
+  std::erase_if(entries_, [&](const auto& e) { return e.second.last_window + kIdleWindows < window_; });
+  // Names are few (a library's, an unnamed leaf's address) but never
+  // unreferenced one by one: past the bound, start over.
+  if (names_.size() > kMaxNames) {
+    entries_.clear();
+    names_.clear();
+  }
 }
 
 }  // namespace tlsprof::aggregate

@@ -15,10 +15,13 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -138,9 +141,14 @@ struct Attribution {
   std::vector<StackSample> stacks;  // TLS stacks only
 };
 
+class StackCache;
+
 class Attributor {
  public:
-  explicit Attributor(const discovery::ProcessRegistry& registry) : registry_(registry) {}
+  // `cache`, if given, keeps what AddStack derived from each stack across
+  // Attributors (windows); it must outlive this one.
+  explicit Attributor(const discovery::ProcessRegistry& registry, StackCache* cache = nullptr);
+  ~Attributor();
 
   // Busy CPU of one process (from samples_by_pid).
   void AddProcess(uint32_t tgid, uint64_t user_samples, uint64_t kernel_samples);
@@ -175,13 +183,41 @@ class Attributor {
   };
   Frame Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address);
 
+  // What AddStack derives from one resolved stack of one snapshot, before
+  // counting: a function of the stack's frames and the snapshot alone (its
+  // mappings and images), so it is kept across windows (StackCache). Names
+  // and pointers point into the snapshot's images, valid while it lives.
+  struct StackVerdict {
+    enum class Kind : uint8_t {
+      kNotTls,         // no TLS frame: nothing to count
+      kSyscallReturn,  // TLS stack, leaf at a system call's return: the process's kernel time
+      kTls,
+    };
+    Kind kind = Kind::kNotTls;
+    classify::Classification classification;
+    classify::Phase phase = classify::Phase::kOther;
+    Frame innermost_tls;  // the frame the samples are accounted to
+    // The operation group the samples join (InferFromOperations), if any.
+    bool grouped = false;
+    const discovery::ImageInfo* entry_image = nullptr;
+    std::string_view entry;
+    classify::Family entry_family{};
+    uint64_t callee_site = 0;
+    std::string_view callee;
+    std::string_view candidate;
+    // Named for the exports, leaf first: symbol names of the snapshot's
+    // images, or names the StackCache holds.
+    std::vector<std::string_view> frames;
+  };
+
  private:
   void Account(ProcessAttribution& p, const Frame& where, const classify::Classification& c, classify::Phase phase,
                uint64_t count, bool from_stack);
-  static std::string FrameName(const Frame& f, uint64_t ip, bool leaf);
   ProcessAttribution& Process(uint32_t tgid);
 
   const discovery::ProcessRegistry& registry_;
+  std::unique_ptr<StackCache> own_stack_cache_;  // when none is given: this window's only
+  StackCache* stack_cache_ = nullptr;
   Attribution profile_;
   // (image, symbol index) → classification; symbols are classified once.
   std::map<std::pair<const symbols::BinaryImage*, uint32_t>, std::optional<classify::Classification>> cache_;
@@ -232,6 +268,64 @@ class Attributor {
   // named, in proportion.
   void SplitKeyContext(pid_t pid, const OperationGroup& group, const SeenAlgorithms& seen);
   void InferFromOperations();
+};
+
+// Stack verdicts kept across windows: a TLS server's stacks repeat from one
+// window to the next, and resolving and classifying each again (a symbol
+// search per frame, the rules table per name) was most of the agent's
+// per-window CPU on busy servers (bench/README.md, "Agent cost").
+//
+// Keyed by the process, its snapshot's generation and a 128-bit hash of what
+// the verdict depends on (the frames' files and symbols, and the IPs of
+// frames without a name), never by IPs themselves: a walk's last frame may be
+// a word of the user stack (docs/attribution.md, "Privacy"), which is not
+// kept past its window. A snapshot read again gets a new generation, so a
+// verdict is only ever used with the mappings and images it was made from.
+// Verdicts unused for kIdleWindows windows go (NextWindow), and at most
+// kMaxEntries are kept (about 300 bytes each), so memory follows the stacks
+// in use.
+// Not thread-safe: the thread that closes windows owns it.
+class StackCache {
+ public:
+  static constexpr size_t kMaxEntries = 32768;
+  static constexpr uint64_t kIdleWindows = 12;
+  static constexpr size_t kMaxNames = 65536;
+
+  struct Key {
+    uint32_t tgid = 0;
+    uint64_t generation = 0;
+    uint64_t hash[2] = {};
+    bool operator==(const Key&) const = default;
+  };
+  static Key KeyOf(uint32_t tgid, uint64_t generation, std::span<const uint64_t> words);
+
+  // The verdict for `key`, or null.
+  const Attributor::StackVerdict* Find(const Key& key);
+  // Keeps `verdict` (unless the cache is full) and returns it.
+  const Attributor::StackVerdict& Insert(const Key& key, Attributor::StackVerdict verdict);
+  // A frame name made for the exports ("[libssl.so.3]"), held as long as
+  // the verdicts are.
+  std::string_view Intern(std::string name);
+  // Starts a window: verdicts unused for kIdleWindows windows go.
+  void NextWindow();
+
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return static_cast<size_t>(k.hash[0]); }
+  };
+  struct Entry {
+    Attributor::StackVerdict verdict;
+    uint64_t last_window = 0;
+  };
+  std::unordered_map<Key, Entry, KeyHash> entries_;
+  std::unordered_set<std::string> names_;  // node-based: views of them stay valid
+  Attributor::StackVerdict overflow_;      // Insert's answer when full
+  uint64_t window_ = 0;
+  uint64_t hits_ = 0, misses_ = 0;
 };
 
 }  // namespace tlsprof::aggregate

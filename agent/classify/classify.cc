@@ -3,6 +3,9 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "agent/classify/rules.h"
@@ -425,6 +428,54 @@ std::optional<Phase> FindPhase(const EntryName& e) {
   return std::nullopt;
 }
 
+std::optional<Classification> ClassifySymbolOnce(Family family, std::string_view name) {
+  if (family == Family::kGo) return ClassifyGo(name);
+  return ClassifyC(rules::MaskOf(family), name);
+}
+
+// What the tables say of one frame name. The tables are searched row by row
+// (a string comparison each), and a server's frames repeat across its stacks
+// and windows: each (family, name) is looked up once per thread, and kept
+// (names copied) until kMaxNames names are, then the memo starts over.
+struct NameFacts {
+  std::optional<OperationHit> operation;
+  std::optional<Phase> phase;
+  std::optional<Classification> symbol;  // ClassifySymbol
+  std::string_view other_part;           // the first kOtherParts row's part, or empty
+};
+
+NameFacts FactsOf(Family family, std::string_view name) {
+  static constexpr size_t kMaxNames = 65536;
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  using Memo = std::unordered_map<std::string, NameFacts, Hash, std::equal_to<>>;
+  thread_local std::array<Memo, 3> memo;  // by Family
+  Memo& m = memo[static_cast<size_t>(family) % memo.size()];
+  if (auto it = m.find(name); it != m.end()) return it->second;
+  if (m.size() >= kMaxNames) m.clear();
+  NameFacts facts;
+  const EntryName e = PrepareEntryName(family, name);
+  facts.operation = FindOperation(e);
+  facts.phase = FindPhase(e);
+  facts.symbol = ClassifySymbolOnce(family, name);
+  if (!e.leaf.empty()) {
+    for (const auto& r : rules::OtherParts()) {
+      if (EntryMatches(r, e)) {
+        facts.other_part = r.part;
+        break;
+      }
+    }
+  }
+  m.emplace(std::string(name), facts);
+  return facts;
+}
+
+std::optional<OperationHit> OperationOf(Family family, std::string_view name) {
+  return FactsOf(family, name).operation;
+}
+
 // The part of `other` for a stack with no crypto operation (operations.cc,
 // kOtherParts): x509 anywhere, else rng anywhere, else library anywhere, else
 // the phase's part, else unknown.
@@ -432,14 +483,10 @@ std::string_view OtherPartOf(std::span<const FrameInfo> frames, Phase phase) {
   bool rng = false, library = false;
   for (const FrameInfo& f : frames) {
     if (!f.tls || f.name.empty()) continue;
-    const EntryName e = PrepareEntryName(f.family, f.name);
-    for (const auto& r : rules::OtherParts()) {
-      if (!EntryMatches(r, e)) continue;
-      if (r.part == algo::kOtherX509) return algo::kOtherX509;
-      rng = rng || r.part == algo::kOtherRng;
-      library = library || r.part == algo::kOtherLibrary;
-      break;
-    }
+    const std::string_view part = FactsOf(f.family, f.name).other_part;
+    if (part == algo::kOtherX509) return algo::kOtherX509;
+    rng = rng || part == algo::kOtherRng;
+    library = library || part == algo::kOtherLibrary;
   }
   if (rng) return algo::kOtherRng;
   if (library) return algo::kOtherLibrary;
@@ -498,23 +545,23 @@ std::string_view PhaseName(Phase phase) {
 }
 
 std::optional<Classification> ClassifyOperation(Family family, std::string_view name) {
-  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, name));
+  const std::optional<OperationHit> op = OperationOf(family, name);
   if (!op) return std::nullopt;
   return Classification{op->bucket, IsConcrete(op->algorithm) ? op->algorithm : algo::kUnknown};
 }
 
 bool IsSpecificOperation(Family family, std::string_view name) {
-  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, name));
+  const std::optional<OperationHit> op = OperationOf(family, name);
   return op && op->algorithm != algo::kUnknown;
 }
 
 bool TakesProcessMix(Family family, std::string_view entry) {
-  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, entry));
+  const std::optional<OperationHit> op = OperationOf(family, entry);
   return op && op->takes_process_mix;
 }
 
 bool IsKeyContext(Family family, std::string_view entry) {
-  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, entry));
+  const std::optional<OperationHit> op = OperationOf(family, entry);
   return op && op->bucket == Bucket::kOther && op->takes_process_mix;
 }
 
@@ -539,7 +586,7 @@ bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_
                              std::string_view algorithm) {
   if (algorithm == algo::kUnknown) return false;
   if (!candidate.empty()) return algorithm == candidate;
-  const std::optional<OperationHit> op = FindOperation(PrepareEntryName(family, entry));
+  const std::optional<OperationHit> op = OperationOf(family, entry);
   if (!op) return false;
   if (op->algorithm == algo::kUnknown) return op->takes_process_mix;
   if (op->algorithm == rules::kAnyEcdsa) return algorithm.starts_with("ECDSA-");
@@ -548,9 +595,7 @@ bool MayTakeProcessAlgorithm(Family family, std::string_view entry, std::string_
   return op->algorithm == algorithm;
 }
 
-std::optional<Phase> ClassifyPhaseEntry(Family family, std::string_view name) {
-  return FindPhase(PrepareEntryName(family, name));
-}
+std::optional<Phase> ClassifyPhaseEntry(Family family, std::string_view name) { return FactsOf(family, name).phase; }
 
 StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
   StackClassification out;
@@ -567,8 +612,8 @@ StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
     if (!f.tls) continue;
     out.tls = true;
     if (f.name.empty()) continue;
-    const EntryName e = PrepareEntryName(f.family, f.name);
-    if (const std::optional<OperationHit> o = FindOperation(e)) {
+    const NameFacts facts = FactsOf(f.family, f.name);
+    if (const std::optional<OperationHit>& o = facts.operation) {
       if (o->container) {
         container = o;
         container_index = i;
@@ -578,7 +623,7 @@ StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
       }
     }
     if (!handshake) {
-      if (auto p = FindPhase(e)) {
+      if (const std::optional<Phase>& p = facts.phase) {
         handshake = *p == Phase::kHandshake;
         record = record || *p == Phase::kRecord;
       }
@@ -617,7 +662,7 @@ StackClassification ClassifyStack(std::span<const FrameInfo> frames) {
     const FrameInfo& f = frames[i];
     if (!f.tls || f.name.empty()) continue;
     if (i != op_index) {
-      const std::optional<OperationHit> o = FindOperation(PrepareEntryName(f.family, f.name));
+      const std::optional<OperationHit> o = OperationOf(f.family, f.name);
       if (o && o->bucket == bucket && o->algorithm != algo::kUnknown) {
         constraint = o->algorithm;
         if (IsConcrete(o->algorithm)) from_op = o->algorithm;
@@ -689,8 +734,7 @@ Family FamilyOf(LibraryKind kind) {
 }
 
 std::optional<Classification> ClassifySymbol(Family family, std::string_view name) {
-  if (family == Family::kGo) return ClassifyGo(name);
-  return ClassifyC(rules::MaskOf(family), name);
+  return FactsOf(family, name).symbol;
 }
 
 bool IsTlsSymbol(std::string_view name) {

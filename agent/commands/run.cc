@@ -48,9 +48,12 @@ Status StartServices(const RunOptions& run, expose::AgentMetrics& metrics, std::
 // What the agent holds across windows: it must follow the processes alive,
 // not every process ever seen (test_faults_discovery.py reads this line).
 void LogRegistry(const profiler::Window& w) {
-  spdlog::info("registry: processes={} images={} cached_images={} images_changed={} processes_replaced={} pending={}",
-               w.health.tracked_processes, w.health.images, w.health.cached_images, w.health.images_changed,
-               w.health.processes_replaced, w.health.pending_processes);
+  spdlog::info(
+      "registry: processes={} images={} cached_images={} images_changed={} processes_replaced={} pending={} "
+      "stack_verdicts={} (hits={} misses={})",
+      w.health.tracked_processes, w.health.images, w.health.cached_images, w.health.images_changed,
+      w.health.processes_replaced, w.health.pending_processes, w.cost.stack_cache_entries, w.cost.stack_cache_hits,
+      w.cost.stack_cache_misses);
 }
 
 }  // namespace
@@ -89,7 +92,10 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
     }
     // Close the window: on schedule, or the partial one at a stop request.
     const profiler::Window window = profiler.CloseWindow();
-    if (auto st = sinks.Consume(window); !st.ok()) spdlog::error("{}", st.error().message);
+    {
+      const auto scope = profiler.phases().Enter(profiler::AgentPhase::kSinks);
+      if (auto st = sinks.Consume(window); !st.ok()) spdlog::error("{}", st.error().message);
+    }
     LogRegistry(window);
     MirrorShipper(shipper.get(), metrics);
     // A window that took longer than the interval to close (a stalled host):

@@ -228,6 +228,7 @@ Status ProcessRegistry::Refresh(pid_t pid) {
   }
   ProcessSnapshot snap;
   snap.pid = pid;
+  snap.generation = stats_.refreshes;
   if (identity.ok()) snap.identity = *identity;
   snap.comm = ReadComm(pid, proc_root_);
   const std::string cgroups = ReadCgroupFile(pid, proc_root_);

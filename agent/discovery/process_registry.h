@@ -69,6 +69,10 @@ struct ProcessSnapshot {
   ContainerIdentity container;        // from every line of /proc/PID/cgroup (cgroup_identity.h); empty on the host
   std::vector<ExecMapping> mappings;  // executable file mappings, sorted by start
   bool exited = false;                // the last refresh found the process gone
+  // Unique to this read of the process in its registry (never reused): what
+  // is derived from the snapshot's mappings and images can be kept under it
+  // (aggregate::StackCache).
+  uint64_t generation = 0;
 
   const ExecMapping* Find(uint64_t ip) const;
   bool has_tls() const;

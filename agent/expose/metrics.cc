@@ -90,6 +90,8 @@ AgentMetrics::AgentMetrics()
       windows_(Register<metrics::kAgentWindows>(*registry_).Add({})),
       window_duration_(Register<metrics::kAgentWindowDuration>(*registry_).Add({})),
       agent_cpu_(Register<metrics::kAgentCpuSeconds>(*registry_).Add({})),
+      bpf_seconds_(Register<metrics::kAgentBpfSeconds>(*registry_).Add({})),
+      samples_(Register<metrics::kAgentSamples>(*registry_).Add({})),
       rss_(Register<metrics::kAgentResidentMemory>(*registry_).Add({})),
       dropped_samples_(Register<metrics::kAgentDroppedSamples>(*registry_).Add({})),
       unresolved_samples_(Register<metrics::kAgentUnresolvedSamples>(*registry_).Add({})),
@@ -120,6 +122,11 @@ AgentMetrics::AgentMetrics()
       probe_budget_ratio_(Register<metrics::kAgentUsageProbeBudgetRatio>(*registry_)) {
   for (const auto& [what, field] : kMemoryLimited)
     memory_limited_.Add(metrics::Labels(metrics::kAgentMemoryLimited, {what}));
+  auto& phases = Register<metrics::kAgentPhaseCpuSeconds>(*registry_);
+  for (size_t i = 0; i < phase_cpu_.size(); ++i) {
+    phase_cpu_[i] = &phases.Add(metrics::Labels(metrics::kAgentPhaseCpuSeconds,
+                                                {profiler::AgentPhaseName(static_cast<profiler::AgentPhase>(i))}));
+  }
   // Present from the first scrape, at 0; "unpersisted" from the first SetShip.
   for (const auto& [result, field] : std::span(kBatchResults).first(5))
     batches_.Add(metrics::Labels(metrics::kAgentBatches, {result}));
@@ -242,6 +249,11 @@ void AgentMetrics::AddWindow(const WindowHealth& h) {
   windows_.Increment();
   window_duration_.Set(h.duration_seconds);
   if (h.agent_cpu_seconds > 0) agent_cpu_.Increment(h.agent_cpu_seconds);
+  for (size_t i = 0; i < phase_cpu_.size(); ++i) {
+    if (h.phase_cpu_seconds[i] > 0) phase_cpu_[i]->Increment(h.phase_cpu_seconds[i]);
+  }
+  if (h.bpf_seconds > 0) bpf_seconds_.Increment(h.bpf_seconds);
+  samples_.Increment(static_cast<double>(h.samples));
   rss_.Set(static_cast<double>(h.resident_bytes));
   dropped_samples_.Increment(static_cast<double>(h.dropped_samples));
   unresolved_samples_.Increment(static_cast<double>(h.unresolved_samples));

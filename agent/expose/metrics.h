@@ -5,6 +5,7 @@
 // threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -22,6 +23,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "agent/profiler/phase_clock.h"
 #include "agent/ship/shipper.h"
 #include "common/metrics/metric_table.h"
 #include "common/result.h"
@@ -33,6 +35,10 @@ namespace tlsprof::expose {
 struct WindowHealth {
   double duration_seconds = 0;
   double agent_cpu_seconds = 0;  // the agent process's CPU in the window
+  // The agent's CPU per phase over the window's cycle (profiler::AgentCost::phases).
+  profiler::AgentPhaseSeconds phase_cpu_seconds{};
+  double bpf_seconds = 0;  // the sampling program's run time in the window
+  uint64_t samples = 0;    // samples it took, idle ones included
   uint64_t resident_bytes = 0;
   uint64_t dropped_samples = 0;
   uint64_t unresolved_samples = 0;
@@ -101,6 +107,9 @@ class AgentMetrics {
   prometheus::Counter& windows_;
   prometheus::Gauge& window_duration_;
   prometheus::Counter& agent_cpu_;
+  std::array<prometheus::Counter*, profiler::kAgentPhaseCount> phase_cpu_{};
+  prometheus::Counter& bpf_seconds_;
+  prometheus::Counter& samples_;
   prometheus::Gauge& rss_;
   prometheus::Counter& dropped_samples_;
   prometheus::Counter& unresolved_samples_;

@@ -6,6 +6,9 @@ WindowHealth HealthOf(const profiler::Window& window, const v1::AgentReport& rep
   WindowHealth health;
   health.duration_seconds = window.duration_seconds();
   health.agent_cpu_seconds = window.cost.window_cpu_seconds;
+  health.phase_cpu_seconds = window.cost.phases;
+  health.bpf_seconds = window.cost.bpf_seconds;
+  health.samples = window.totals.samples;
   health.resident_bytes = window.cost.resident_bytes;
   health.dropped_samples = window.totals.dropped_ip + window.totals.dropped_pid + window.totals.dropped_stack;
   health.unresolved_samples = window.attribution.unresolved_samples;

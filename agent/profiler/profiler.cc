@@ -195,12 +195,18 @@ void Profiler::Discover(pid_t pid) {
     return;
   }
   if (usage_) AttachUsage(*snap);
+  Register(pid, *snap);
+}
+
+void Profiler::Register(pid_t pid, const discovery::ProcessSnapshot& snap) {
   if (!registrar_) return;
-  auto registered = registrar_->Register(pid, *snap);
+  const auto scope = phases_.Enter(AgentPhase::kUnwindRegistration);
+  auto registered = registrar_->Register(pid, snap);
   if (!registered.ok()) spdlog::debug("process {}: {}", pid, registered.error().message);
 }
 
 void Profiler::Poll(Clock::time_point deadline) {
+  const auto scope = phases_.Enter(AgentPhase::kDiscovery);
   if (usage_) usage_->CheckFiles();
   sampler_->ForEachPid([&](uint32_t tgid, const pid_counts&) {
     if (tgid != 0 && seen_.insert(tgid).second) {
@@ -224,6 +230,7 @@ void Profiler::RestartWindow() {
   window_start_unix_ns_ = UnixNowNs();
   cpu_mark_ = SelfCpuSeconds();
   bpf_mark_ = sampler_->ReadBpfStats();
+  phases_.Take();  // the set-up and what the restart dropped are no window's
   stopped_at_.reset();
 }
 
@@ -234,17 +241,31 @@ void Profiler::Stop() {
 
 Window Profiler::CloseWindow() {
   Window window;
-  sample::WindowCounts counts = sampler_->ReadWindow();
-  MarkWindowEnd(window);
+  sample::WindowCounts counts;
+  {
+    const auto scope = phases_.Enter(AgentPhase::kMapRead);
+    counts = sampler_->ReadWindow();
+    MarkWindowEnd(window);
+  }
   window.totals = counts.totals;
   std::set<uint32_t> sampled;
   for (const auto& [tgid, c] : counts.pids) {
     if (tgid != 0) sampled.insert(tgid);
   }
-  window.health.forgotten_processes = ForgetExited(sampled);
-  ReadAgain(sampled, counts);
-  window.attribution = Attribute(counts);
-  Describe(window);
+  {
+    const auto scope = phases_.Enter(AgentPhase::kDiscovery);
+    window.health.forgotten_processes = ForgetExited(sampled);
+    ReadAgain(sampled, counts);
+  }
+  {
+    const auto scope = phases_.Enter(AgentPhase::kAttribution);
+    window.attribution = Attribute(counts, window.cost);
+  }
+  {
+    const auto scope = phases_.Enter(AgentPhase::kDescribe);
+    Describe(window);
+  }
+  window.cost.phases = phases_.Take();
   return window;
 }
 
@@ -365,15 +386,16 @@ void Profiler::ReadStale(const sample::WindowCounts& counts) {
     auto status = registry_.Refresh(static_cast<pid_t>(tgid));
     const auto* after = registry_.Get(static_cast<pid_t>(tgid));
     if (status.ok() && usage_ && after != nullptr && after->has_tls()) AttachUsage(*after);
-    if (status.ok() && registrar_ && after != nullptr && after->has_tls() && MappedFiles(*after) != mappings_before) {
-      auto registered = registrar_->Register(static_cast<pid_t>(tgid), *after);
-      if (!registered.ok()) spdlog::debug("process {}: {}", tgid, registered.error().message);
+    if (status.ok() && after != nullptr && after->has_tls() && MappedFiles(*after) != mappings_before) {
+      Register(static_cast<pid_t>(tgid), *after);
     }
   }
 }
 
-aggregate::Attribution Profiler::Attribute(sample::WindowCounts& counts) const {
-  aggregate::Attributor attributor(registry_);
+aggregate::Attribution Profiler::Attribute(sample::WindowCounts& counts, AgentCost& cost) {
+  stack_cache_.NextWindow();
+  const uint64_t hits = stack_cache_.hits(), misses = stack_cache_.misses();
+  aggregate::Attributor attributor(registry_, &stack_cache_);
   for (const auto& [tgid, c] : counts.pids) {
     if (tgid != 0) attributor.AddProcess(tgid, c.user, c.kernel);
   }
@@ -396,6 +418,9 @@ aggregate::Attribution Profiler::Attribute(sample::WindowCounts& counts) const {
     attributor.SetScopeSamples(scope);
   }
   if (!counts.stacks.empty()) explicit_bzero(counts.stacks.data(), counts.stacks.size() * sizeof(counts.stacks[0]));
+  cost.stack_cache_hits = stack_cache_.hits() - hits;
+  cost.stack_cache_misses = stack_cache_.misses() - misses;
+  cost.stack_cache_entries = stack_cache_.size();
   return attributor.Finish();
 }
 

@@ -28,6 +28,7 @@
 #include "agent/aggregate/attribution.h"
 #include "agent/discovery/memory_budget.h"
 #include "agent/discovery/process_registry.h"
+#include "agent/profiler/phase_clock.h"
 #include "agent/profiler/window.h"
 #include "agent/sample/sampler.h"
 #include "agent/stacks/unwind_registrar.h"
@@ -114,6 +115,10 @@ class Profiler {
   const stacks::UnwindRegistrar* registrar() const { return registrar_ ? &*registrar_ : nullptr; }
   const Options& options() const { return options_; }
   const MemoryBudget& memory_budget() const { return *budget_; }
+  // The CPU clock of the thread that owns the profiler, per phase: the
+  // window loop charges its sinks here (Phase::kSinks), and each Window's
+  // AgentCost::phases is what it counted since the previous close.
+  PhaseClock& phases() { return phases_; }
   // Null unless Options::usage.
   const usage::UsageProbes* usage() const { return usage_.get(); }
   usage::UsageProbes* usage() { return usage_.get(); }
@@ -121,6 +126,8 @@ class Profiler {
  private:
   Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler);
   void Discover(pid_t pid);
+  // Registers a TLS process with the BPF unwinder (with stacks on).
+  void Register(pid_t pid, const discovery::ProcessSnapshot& snap);
   // Attaches the usage probes to the process's TLS library files (each file
   // once, for every process).
   void AttachUsage(const discovery::ProcessSnapshot& snap);
@@ -130,7 +137,7 @@ class Profiler {
   size_t ForgetExited(const std::set<uint32_t>& sampled);
   void ReadAgain(const std::set<uint32_t>& sampled, const sample::WindowCounts& counts);
   void ReadStale(const sample::WindowCounts& counts);
-  aggregate::Attribution Attribute(sample::WindowCounts& counts) const;
+  aggregate::Attribution Attribute(sample::WindowCounts& counts, AgentCost& cost);
   void Describe(Window& window) const;
   ProcessInfo DescribeProcess(uint32_t tgid, bool read_proc) const;
 
@@ -154,6 +161,8 @@ class Profiler {
   sample::BpfRunStats bpf_mark_;
   double cpu_at_start_ = 0;
   std::string hostname_, machine_id_;  // read once, at Start()
+  PhaseClock phases_;
+  aggregate::StackCache stack_cache_;  // stack verdicts across windows
   // Set by Stop(): the current window ends there.
   std::optional<std::pair<std::chrono::steady_clock::time_point, int64_t>> stopped_at_;
 };

@@ -19,6 +19,7 @@
 
 #include "agent/aggregate/attribution.h"
 #include "agent/discovery/cgroup_identity.h"
+#include "agent/profiler/phase_clock.h"
 #include "agent/sample/sampler.h"
 #include "agent/stacks/unwind_registrar.h"
 #include "agent/usage/usage_probes.h"
@@ -67,6 +68,17 @@ struct AgentCost {
   uint64_t max_rss_bytes = 0;         // peak resident memory so far
   uint64_t resident_bytes = 0;        // resident memory at the close
   double report_latency_seconds = 0;  // window end → attribution done (symbolization included)
+  // The agent's CPU per phase (phase_clock.h) over its window cycle: from
+  // the previous window's close (or this window's start, for the first) to
+  // the end of this one's close. It holds the previous window's sinks and
+  // this window's attribution, which window_cpu_seconds splits at the
+  // window's end; in steady state both add up to the same cost per window.
+  AgentPhaseSeconds phases{};
+  // The stack verdicts the attribution found kept from earlier windows
+  // (aggregate::StackCache), and those it had to make; the verdicts kept.
+  uint64_t stack_cache_hits = 0;
+  uint64_t stack_cache_misses = 0;
+  uint64_t stack_cache_entries = 0;
 };
 
 // The agent's state across windows, at the close.

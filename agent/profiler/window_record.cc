@@ -118,8 +118,11 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(HostInfo, hostname, machine_id, cpus, frequen
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ProcessInfo, comm, cgroup, container, resident_bytes, snapshotted)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(UsageInfo, counts, files, probe_overhead_ns, call_cost_ns, budget_cpu_per_second,
                                    budget_share)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(AgentCost, window_cpu_seconds, cpu_seconds, bpf_seconds, bpf_runs, bpf_stats_enabled,
-                                   max_rss_bytes, resident_bytes, report_latency_seconds)
+// With defaults: recordings made before `phases` existed replay with zeros.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AgentCost, window_cpu_seconds, cpu_seconds, bpf_seconds, bpf_runs,
+                                                bpf_stats_enabled, max_rss_bytes, resident_bytes,
+                                                report_latency_seconds, phases, stack_cache_hits, stack_cache_misses,
+                                                stack_cache_entries)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(AgentHealth, tracked_processes, pending_processes, forgotten_processes, images,
                                    cached_images, images_changed, processes_replaced, memory_limit_bytes,
                                    images_skipped, tables_skipped, unwind)

@@ -105,6 +105,20 @@ json AgentJson(const profiler::Window& w) {
                 {"cpu_share_of_core", duration > 0 ? (cost.window_cpu_seconds + cost.bpf_seconds) / duration : 0.0},
                 {"max_rss_bytes", cost.max_rss_bytes},
                 {"report_latency_seconds", cost.report_latency_seconds}};
+  // Where the agent's CPU went over the window's cycle, and per sample taken.
+  json phases = json::object();
+  double cycle = 0;
+  for (size_t i = 0; i < cost.phases.size(); ++i) {
+    phases[std::string(profiler::AgentPhaseName(static_cast<profiler::AgentPhase>(i)))] = cost.phases[i];
+    cycle += cost.phases[i];
+  }
+  agent["phase_cpu_seconds"] = std::move(phases);
+  agent["cycle_cpu_seconds"] = cycle;
+  const double samples = static_cast<double>(w.totals.samples);
+  agent["user_us_per_sample"] = samples > 0 ? cycle / samples * 1e6 : 0.0;
+  agent["bpf_us_per_sample"] = cost.bpf_runs > 0 ? cost.bpf_seconds / static_cast<double>(cost.bpf_runs) * 1e6 : 0.0;
+  agent["stack_cache"] = {
+      {"hits", cost.stack_cache_hits}, {"misses", cost.stack_cache_misses}, {"entries", cost.stack_cache_entries}};
   if (!w.health.unwind) return agent;
   const stacks::RegistrarStats& st = *w.health.unwind;
   const sample::Totals& totals = w.totals;

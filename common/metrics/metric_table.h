@@ -65,6 +65,8 @@ inline constexpr std::array<std::string_view, 1> kHostLabels = {"host"};
 inline constexpr std::array<std::string_view, 1> kResultLabel = {"result"};
 inline constexpr std::array<std::string_view, 1> kActionLabel = {"action"};
 inline constexpr std::array<std::string_view, 1> kWhatLabel = {"what"};
+// A phase of the agent's window cycle (agent/profiler/phase_clock.h), not a TLS phase.
+inline constexpr std::array<std::string_view, 1> kAgentPhaseLabel = {"phase"};
 // A remote-write receiver (its URL), and what became of a request sent to it.
 inline constexpr std::array<std::string_view, 1> kReceiverLabel = {"receiver"};
 inline constexpr std::array<std::string_view, 2> kReceiverResultLabels = {"receiver", "result"};
@@ -128,6 +130,13 @@ inline constexpr Metric kAgentWindowDuration{"tlsprof_agent_window_duration_seco
                                              "Length of the last closed window", kAgent};
 inline constexpr Metric kAgentCpuSeconds{"tlsprof_agent_cpu_seconds_total", Type::kCounter, kNoLabels,
                                          "CPU-seconds the agent process used while profiling (user + system)", kAgent};
+inline constexpr Metric kAgentPhaseCpuSeconds{
+    "tlsprof_agent_phase_cpu_seconds_total", Type::kCounter, kAgentPhaseLabel,
+    "CPU-seconds of the agent process (user + system) by phase of its window cycle", kAgent};
+inline constexpr Metric kAgentBpfSeconds{"tlsprof_agent_bpf_seconds_total", Type::kCounter, kNoLabels,
+                                         "Run time of the agent's sampling BPF program, in the kernel", kAgent};
+inline constexpr Metric kAgentSamples{"tlsprof_agent_samples_total", Type::kCounter, kNoLabels,
+                                      "Samples the agent's sampling BPF program took, idle ones included", kAgent};
 inline constexpr Metric kAgentResidentMemory{"tlsprof_agent_resident_memory_bytes", Type::kGauge, kNoLabels,
                                              "Resident memory of the agent process", kAgent};
 inline constexpr Metric kAgentDroppedSamples{"tlsprof_agent_dropped_samples_total", Type::kCounter, kNoLabels,
@@ -270,6 +279,9 @@ inline constexpr std::array kAll = {
     &kAgentWindows,
     &kAgentWindowDuration,
     &kAgentCpuSeconds,
+    &kAgentPhaseCpuSeconds,
+    &kAgentBpfSeconds,
+    &kAgentSamples,
     &kAgentResidentMemory,
     &kAgentDroppedSamples,
     &kAgentUnresolvedSamples,
