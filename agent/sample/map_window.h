@@ -104,34 +104,45 @@ class MapWindow {
   // what they gained until the deletion is part of this window.
   std::vector<std::pair<Key, Value>> Read(int fd, std::vector<Key>* evicted = nullptr) {
     std::vector<std::pair<Key, Value>> gained;
-    std::unordered_map<Key, Entry, KeyBytesHash<Key>, KeyBytesEqual<Key>> next;
-    next.reserve(baseline_.size());
+    // The baseline is updated in place (a busy map's keys are mostly the
+    // same from one window to the next): a key not read this time is gone
+    // from the map (deleted by Reset's caller, or never there).
+    ++epoch_;
     for (const auto& [key, value] : ReadAll(fd)) {
-      Entry e{value, 0};
-      auto it = baseline_.find(key);
-      Value delta = it == baseline_.end() ? value : Minus(value, it->second.value);
+      auto [it, inserted] = baseline_.try_emplace(key, Entry{value, 0, epoch_});
+      Entry& e = it->second;
+      const Value delta = inserted ? value : Minus(value, e.value);
       if (IsZero(delta)) {
-        e.idle_windows = it == baseline_.end() ? 0 : it->second.idle_windows + 1;
+        if (!inserted) ++e.idle_windows;
       } else {
+        e.idle_windows = 0;
         gained.emplace_back(key, delta);
       }
-      next.emplace(key, e);
+      e.value = value;
+      e.epoch = epoch_;
     }
     // Keys idle for a whole window go: taken out of the map with what they
     // gained since the read above.
-    std::vector<Key> idle;
-    for (const auto& [key, e] : next) {
-      if (e.idle_windows >= 1) idle.push_back(key);
-    }
-    for (const Key& key : idle) {
+    for (auto it = baseline_.begin(); it != baseline_.end();) {
+      Entry& e = it->second;
+      if (e.epoch != epoch_) {
+        it = baseline_.erase(it);  // no longer in the map
+        continue;
+      }
+      if (e.idle_windows < 1) {
+        ++it;
+        continue;
+      }
       Value last{};
-      if (bpf_map_lookup_and_delete_elem(fd, &key, &last) != 0) continue;  // kept: tried again next window
-      const Value extra = Minus(last, next[key].value);
-      next.erase(key);
-      if (!IsZero(extra)) gained.emplace_back(key, extra);
-      if (evicted != nullptr) evicted->push_back(key);
+      if (bpf_map_lookup_and_delete_elem(fd, &it->first, &last) != 0) {
+        ++it;  // kept: tried again next window
+        continue;
+      }
+      const Value extra = Minus(last, e.value);
+      if (!IsZero(extra)) gained.emplace_back(it->first, extra);
+      if (evicted != nullptr) evicted->push_back(it->first);
+      it = baseline_.erase(it);
     }
-    baseline_ = std::move(next);
     return gained;
   }
 
@@ -143,6 +154,7 @@ class MapWindow {
   struct Entry {
     Value value;
     uint32_t idle_windows;  // consecutive reads in which the key gained nothing
+    uint64_t epoch;         // the last Read that saw the key in the map
   };
 
   static std::vector<std::pair<Key, Value>> ReadAllByKey(int fd) {
@@ -160,6 +172,7 @@ class MapWindow {
   }
 
   std::unordered_map<Key, Entry, KeyBytesHash<Key>, KeyBytesEqual<Key>> baseline_;
+  uint64_t epoch_ = 0;
 };
 
 }  // namespace tlsprof::sample
