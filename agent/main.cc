@@ -23,9 +23,9 @@
 
 namespace {
 
-std::atomic<bool> g_stop{false};
+tlsprof::StopSignal g_stop;
 
-void OnSignal(int) { g_stop.store(true); }
+void OnSignal(int) { g_stop.Request(); }
 
 // The agent needs CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN, or root). Checked
 // up front so that an unprivileged run fails with advice, not a libbpf errno.

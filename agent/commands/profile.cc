@@ -22,16 +22,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Polls for new processes until the window's duration has passed or a stop
-// is requested; sleeps in short steps so that a signal ends it promptly.
-void SampleFor(profiler::Profiler& profiler, double seconds, double poll_seconds, const std::atomic<bool>& stop) {
+// is requested (which ends the sleep at once).
+void SampleFor(profiler::Profiler& profiler, double seconds, double poll_seconds, const StopSignal& stop) {
   const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   const auto poll = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(poll_seconds));
-  for (report::Countdown countdown; !stop.load() && Clock::now() < end;) {  // cleared however the loop ends
+  for (report::Countdown countdown; !stop.requested() && Clock::now() < end;) {  // cleared however the loop ends
     countdown.Show(end - Clock::now());
-    const auto wake = std::min(end, Clock::now() + poll);
-    while (!stop.load() && Clock::now() < wake) {
-      std::this_thread::sleep_for(std::min<Clock::duration>(wake - Clock::now(), std::chrono::milliseconds(50)));
-    }
+    if (stop.SleepUntil(std::min(end, Clock::now() + poll))) break;
     profiler.Poll();
   }
 }
@@ -93,7 +90,7 @@ Status StartDemo(DemoWorkload& demo, double seconds) {
 
 }  // namespace
 
-Status Profile(const Options& options, const std::atomic<bool>& stop) {
+Status Profile(const Options& options, const StopSignal& stop) {
   auto started = profiler::Profiler::Start(ProfilerOptions(options, Command::kProfile));
   if (!started.ok()) return started.error();
   profiler::Profiler& profiler = **started;
@@ -111,7 +108,7 @@ Status Profile(const Options& options, const std::atomic<bool>& stop) {
   return OkStatus();
 }
 
-Status Demo(const Options& options, const std::atomic<bool>& stop) {
+Status Demo(const Options& options, const StopSignal& stop) {
   DemoWorkload workload;
   if (auto st = StartDemo(workload, options.report.duration_seconds + 10); !st.ok()) return st;
   return Profile(options, stop);

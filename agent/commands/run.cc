@@ -20,13 +20,6 @@ Clock::duration Seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-// Sleeps until `until` or a stop request, in short steps.
-void SleepUntil(Clock::time_point until, const std::atomic<bool>& stop) {
-  while (!stop.load() && Clock::now() < until) {
-    std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
-  }
-}
-
 // The shipper's counters, mirrored into /metrics: the sender thread moves
 // batches at any time, so this runs at every poll, not only at window ends.
 void MirrorShipper(const ship::Shipper* shipper, expose::AgentMetrics& metrics) {
@@ -58,7 +51,7 @@ void LogRegistry(const profiler::Window& w) {
 
 }  // namespace
 
-Status Run(const Options& options, const std::atomic<bool>& stop) {
+Status Run(const Options& options, const StopSignal& stop) {
   // Order: the sampler (the only step needing CAP_BPF + CAP_PERFMON), the
   // capability drop, the threads, then the first snapshot of every process,
   // the slow part; so a port in use still fails before that.
@@ -83,8 +76,7 @@ Status Run(const Options& options, const std::atomic<bool>& stop) {
   const auto interval = Seconds(options.run.interval_seconds);
   auto next_close = Clock::now() + interval;
   for (bool stopping = false; !stopping;) {
-    SleepUntil(std::min(next_close, Clock::now() + Seconds(options.poll_seconds)), stop);
-    stopping = stop.load();
+    stopping = stop.SleepUntil(std::min(next_close, Clock::now() + Seconds(options.poll_seconds)));
     if (!stopping && Clock::now() < next_close) {
       profiler.Poll(next_close);
       MirrorShipper(shipper.get(), metrics);

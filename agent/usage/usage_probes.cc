@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -295,6 +296,8 @@ struct UsageProbes::Impl {
   std::optional<DutyCycle> duty;
   std::thread thread;
   std::atomic<bool> stop{false};
+  std::mutex stop_mu;  // with stop_cv: the thread's sleep ends at a stop
+  std::condition_variable stop_cv;
 
   // When the live connections were last started over (the probes came back
   // after an off-phase); 0: since the start.
@@ -314,7 +317,11 @@ struct UsageProbes::Impl {
   std::array<double, INSN_NR> call_cost{};
 
   ~Impl() {
-    stop = true;
+    {
+      std::lock_guard<std::mutex> lock(stop_mu);
+      stop = true;
+    }
+    stop_cv.notify_all();
     if (thread.joinable()) thread.join();
     for (bool entry : {true, false}) {
       for (Group& g : groups) {
@@ -396,17 +403,32 @@ struct UsageProbes::Impl {
     for (const Group& g : groups) n += g.offsets.size();
     return n;
   }
-  // Every usage_totals slot, summed over the CPUs: one read of the map.
+  // Every usage_totals slot, summed over the CPUs: one batch read of the
+  // map (the duty cycle reads it every 20 ms while the probes are on; a
+  // lookup per slot was 21 system calls each time), else a lookup per slot.
   using Slots = std::array<uint64_t, UTOTAL_NR_SLOTS>;
   Slots ReadSlots() const {
     Slots out{};
     const int fd = bpf_map__fd(skel->maps.usage_totals);
     const int ncpus = libbpf_num_possible_cpus();
     if (ncpus <= 0) return out;
-    std::vector<uint64_t> values(static_cast<size_t>(ncpus));
+    const auto per_slot = static_cast<size_t>(ncpus);
+    std::array<uint32_t, UTOTAL_NR_SLOTS> keys{};
+    std::vector<uint64_t> values(UTOTAL_NR_SLOTS * per_slot);
+    uint32_t count = UTOTAL_NR_SLOTS;
+    uint32_t next = 0;
+    LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    const int err = bpf_map_lookup_batch(fd, nullptr, &next, keys.data(), values.data(), &count, &opts);
+    if ((err == 0 || errno == ENOENT) && count == UTOTAL_NR_SLOTS) {
+      for (uint32_t i = 0; i < count; ++i) {
+        if (keys[i] >= UTOTAL_NR_SLOTS) continue;
+        for (size_t c = 0; c < per_slot; ++c) out[keys[i]] += values[i * per_slot + c];
+      }
+      return out;
+    }
     for (uint32_t slot = 0; slot < UTOTAL_NR_SLOTS; ++slot) {
       if (bpf_map_lookup_elem(fd, &slot, values.data()) != 0) continue;
-      for (uint64_t v : values) out[slot] += v;
+      for (size_t c = 0; c < per_slot; ++c) out[slot] += values[c];
     }
     return out;
   }
@@ -426,12 +448,20 @@ struct UsageProbes::Impl {
     cost += static_cast<double>(slots[UTOTAL_CLOSE_CALLS]) * call_cost[INSN_SINGLE_STEPPED] / 2;
     return cost + static_cast<double>(slots[UTOTAL_SWITCHES]) * switch_cost;
   }
-  // The duty cycle's thread: ticks every 20 ms, and when a toggle is due.
+  // The duty cycle's thread: ticks every 20 ms while the probes are on (what
+  // they spend is watched), and when a toggle is due. While they are off
+  // nothing is spent or counted, so it sleeps until then (at most 1 s): the
+  // ticks of an off-phase were most of the usage probes' cost to the agent
+  // (bench/README.md, "Agent cost").
   void Run() {
     double next = MonotonicSeconds() + 0.02;
     while (!stop.load()) {
-      const double wait = std::clamp(next - MonotonicSeconds(), 0.001, 0.02);
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      const double wait = std::clamp(next - MonotonicSeconds(), 0.001, on ? 0.02 : 1.0);
+      {
+        std::unique_lock<std::mutex> lock(stop_mu);
+        stop_cv.wait_for(lock, std::chrono::duration<double>(wait), [this] { return stop.load(); });
+      }
+      if (stop.load()) break;
       const Slots slots = ReadSlots();
       std::lock_guard<std::mutex> lock(mu);
       const DutyCycle::Action action = duty->Tick(MonotonicSeconds(), CostSeconds(slots), WeightedHandshakes(slots));
