@@ -5,7 +5,6 @@
 // no privileges) are returned; a later failure of one window is logged.
 #pragma once
 
-
 #include "agent/commands/options.h"
 #include "common/stop_signal.h"
 
