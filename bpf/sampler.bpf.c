@@ -173,16 +173,18 @@ struct {
 /* A per-CPU cache of recent row lookups: TLS stacks repeat the same return
  * addresses, and a hit costs one slot instead of the searches of the row
  * index and of a bucket (each step a likely cache and TLB miss under nested
- * virtualisation; bench/README.md). Direct-mapped by (table, address).
- * A slot is valid for the row-array generation it was filled in: user space
+ * virtualisation; bench/README.md). Direct-mapped by (table, 64-byte block
+ * of the address); a slot holds a row and where the next row starts, and
+ * answers for any address in between. A slot is valid for the row-array generation it was filled in: user space
  * bumps unwind_rows_gen after every upload (agent/sample/sampler.cc), so a
  * range that was written again is never served from the cache. Generation
  * 0 (nothing uploaded yet) turns the cache off.
  */
 #define UNWIND_ROW_CACHE_SLOTS 4096
 #define UNWIND_ROW_CACHE_GROUP 1024 /* slots per map element: 32 KiB, the per-CPU value limit */
+#define UNWIND_ROW_CACHE_BLOCK_SHIFT 6 /* addresses of one 64-byte block share a slot */
 struct row_cache_slot {
-	__u32 vaddr;
+	__u32 row_end; /* the next row's pc: the slot answers for [row.pc, row_end) */
 	__u32 table_start;
 	__u32 gen;
 	__u32 pad;
@@ -312,31 +314,32 @@ static __always_inline const struct unwind_mapping *find_mapping(const struct un
 	return ip < m->end ? m : NULL;
 }
 
-/* The last row with pc <= vaddr among rows [start, start + len), or NULL;
- * len is at most one index bucket.
+#define UNWIND_NO_ROW 0xffffffffu
+
+/* The index of the last row with pc <= vaddr among rows [start, start + len),
+ * or UNWIND_NO_ROW; len is at most one index bucket.
  */
-static __always_inline const struct unwind_row *search_row(__u32 start, __u32 len, __u64 vaddr)
+static __always_inline __u32 search_row(__u32 start, __u32 len, __u64 vaddr)
 {
 	__u32 lo = start, hi = start + len, mid;
 	const struct unwind_row *row;
 	int k;
 
 	if (vaddr > 0xffffffffULL || hi < lo || len > TLSPROF_UNWIND_INDEX_BUCKET)
-		return NULL;
+		return UNWIND_NO_ROW;
 	for (k = 0; k < UNWIND_BUCKET_SEARCH_STEPS && lo < hi; k++) {
 		mid = lo + (hi - lo) / 2;
 		row = bpf_map_lookup_elem(&unwind_rows, &mid);
 		if (!row)
-			return NULL;
+			return UNWIND_NO_ROW;
 		if (row->pc <= vaddr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	if (lo == start)
-		return NULL;
-	mid = lo - 1;
-	return bpf_map_lookup_elem(&unwind_rows, &mid);
+		return UNWIND_NO_ROW;
+	return lo - 1;
 }
 
 /* The same for a whole table, rows [start, start + len): the index entries
@@ -344,14 +347,14 @@ static __always_inline const struct unwind_row *search_row(__u32 start, __u32 le
  * table's head, before its first bucket) holds the row, and only those at
  * most 256 rows are searched.
  */
-static __always_inline const struct unwind_row *search_table(__u32 start, __u32 len, __u64 vaddr)
+static __always_inline __u32 search_table(__u32 start, __u32 len, __u64 vaddr)
 {
 	__u32 end = start + len, first, lo, hi, mid;
 	const __u32 *pc;
 	int k;
 
 	if (end < start || vaddr > 0xffffffffULL)
-		return NULL;
+		return UNWIND_NO_ROW;
 	/* The first bucket that starts inside the table. */
 	first = (start + TLSPROF_UNWIND_INDEX_BUCKET - 1) >> TLSPROF_UNWIND_INDEX_SHIFT;
 	if (first << TLSPROF_UNWIND_INDEX_SHIFT >= end)
@@ -363,7 +366,7 @@ static __always_inline const struct unwind_row *search_table(__u32 start, __u32 
 		mid = lo + (hi - lo) / 2;
 		pc = bpf_map_lookup_elem(&unwind_row_index, &mid);
 		if (!pc)
-			return NULL;
+			return UNWIND_NO_ROW;
 		if (*pc <= vaddr)
 			lo = mid + 1;
 		else
@@ -391,31 +394,49 @@ __noinline int find_row(__u32 start, __u32 len, __u64 vaddr, struct unwind_row *
 {
 	struct row_cache_slot *slot = NULL;
 	struct row_cache_group *group;
-	const struct unwind_row *row;
-	__u32 gen = unwind_rows_gen, idx, g;
+	const struct unwind_row *row, *next_row;
+	__u32 gen = unwind_rows_gen, idx, g, found, next, end;
 
 	if (!out)
 		return 0;
 	if (vaddr <= 0xffffffffULL && gen != 0) {
-		/* Fibonacci hashing of (table, address) to a slot. */
-		idx = (__u32)(((vaddr | (__u64)start << 32) * 0x9E3779B97F4A7C15ULL) >> 52);
+		/* Fibonacci hashing of (table, 64-byte block of the address) to a
+		 * slot, which answers for its row's whole range: a leaf's IP moves
+		 * through a hot loop from sample to sample, and each distinct IP
+		 * searched anew was most of the row searches.
+		 */
+		idx = (__u32)((((vaddr >> UNWIND_ROW_CACHE_BLOCK_SHIFT) | (__u64)start << 32) *
+		               0x9E3779B97F4A7C15ULL) >>
+		              52);
 		g = idx / UNWIND_ROW_CACHE_GROUP;
 		group = bpf_map_lookup_elem(&unwind_row_cache, &g);
 		if (group)
 			slot = &group->slots[idx & (UNWIND_ROW_CACHE_GROUP - 1)];
-		if (slot && slot->gen == gen && slot->vaddr == (__u32)vaddr &&
-		    slot->table_start == start) {
+		if (slot && slot->gen == gen && slot->table_start == start && slot->row.pc <= vaddr &&
+		    vaddr < slot->row_end) {
 			*out = slot->row;
 			return 1;
 		}
 	}
 	total_inc(TOTAL_UNWIND_ROW_SEARCHES);
-	row = search_table(start, len, vaddr);
+	found = search_table(start, len, vaddr);
+	if (found == UNWIND_NO_ROW)
+		return 0;
+	row = bpf_map_lookup_elem(&unwind_rows, &found);
 	if (!row)
 		return 0;
 	*out = *row;
 	if (slot) {
-		slot->vaddr = (__u32)vaddr;
+		/* The row holds up to the next one of its table, or to the end. */
+		end = 0xffffffff;
+		next = found + 1;
+		if (next < start + len) {
+			next_row = bpf_map_lookup_elem(&unwind_rows, &next);
+			if (!next_row)
+				return 1;
+			end = next_row->pc;
+		}
+		slot->row_end = end;
 		slot->table_start = start;
 		slot->gen = gen;
 		slot->row = *row;
