@@ -5,7 +5,9 @@ the same run?
 
 For each workload (tlsprof-demo: client and server threads in one process, a
 random TLS mix on every CPU; Debian's nginx with an RSA and an ECDSA
-certificate under wrk keep-alive load plus full handshakes; the single-threaded
+certificate under workloads/nginx/load-nginx.sh (wrk keep-alive load plus full
+handshakes, which all pick the ECDSA certificate) plus `openssl s_time -new`
+TLS 1.2 ECDHE-RSA handshakes so RSA signs too; the single-threaded
 tlsprof-groundtruth) it starts the workload once and measures, back to back:
 
   - profile F: `tlsprof-agent profile --pid PID... --duration D --frequency F
@@ -17,9 +19,10 @@ tlsprof-groundtruth) it starts the workload once and measures, back to back:
     sample taken; BPF: bpf_seconds / bpf_runs);
   - run F: `tlsprof-agent run --pid PID... --frequency F --interval I
     --metrics-listen 127.0.0.1:PORT --state-dir DIR`, the daemon's steady
-    state: /metrics is polled every 0.2 s and scraped right after the agent
+    state: /metrics is polled every 0.1 s and scraped right after the agent
     closes its 2nd window and again right after it has closed round(D / I)
-    more, so the deltas cover whole windows. Cost = (Δ
+    more, so the deltas cover whole windows (no polling inside the span but
+    in its last second: a scrape costs the agent CPU). Cost = (Δ
     tlsprof_agent_cpu_seconds_total + Δ tlsprof_agent_bpf_seconds_total) / Δt
     as a share of one core, per phase likewise
     (tlsprof_agent_phase_cpu_seconds_total), per sample over Δ
@@ -270,6 +273,7 @@ class Nginx(Workload):
         return (f"nginx master {self.pids[0]}, workers {' '.join(map(str, self.pids[1:]))}: dual RSA+ECDSA "
                 f"certificates, port {self.port}; load-nginx.sh: wrk -c{self.WRK_CONNECTIONS} keep-alive "
                 f"16 KiB responses + full handshakes (rate {self.HANDSHAKE_RATE or 'unlimited'}), "
+                f"plus openssl s_time -new -tls1_2 ECDHE-RSA full handshakes (RSA signatures); "
                 f"started {LOAD_LEAD:g} s before each measurement")
 
     def begin(self, tag):
@@ -280,17 +284,26 @@ class Nginx(Workload):
             lp = start(["sh", os.path.join(NGINX_DIR, "load-nginx.sh"), str(self.port), "86400",
                         str(self.WRK_CONNECTIONS), str(self.HANDSHAKE_RATE)],
                        own_group=True, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, TMPDIR=self.tmp))
+        # Both wrk and node's handshake client pick the ECDSA certificate of
+        # the pair: TLS 1.2 full handshakes with an RSA-only cipher make
+        # nginx sign with RSA too.
+        rsa_out = os.path.join(self.tmp, f"{tag}.rsa-load.out")
+        with open(rsa_out, "w") as f:
+            rp = start(["openssl", "s_time", "-connect", f"127.0.0.1:{self.port}", "-new", "-tls1_2",
+                        "-cipher", "ECDHE-RSA-AES128-GCM-SHA256", "-time", "86400"],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=f)  # stdout: a '*' per handshake
         time.sleep(LOAD_LEAD)
-        if lp.poll() is not None:
-            raise PhaseError(f"load-nginx.sh exited {lp.returncode} at once:\n{tail(out)}")
-        return lp, out
+        for p, o, what in ((lp, out, "load-nginx.sh"), (rp, rsa_out, "openssl s_time")):
+            if p.poll() is not None:
+                raise PhaseError(f"{what} exited {p.returncode} at once:\n{tail(o)}")
+        return [(lp, out, "load-nginx.sh"), (rp, rsa_out, "openssl s_time")]
 
     def end(self, ctx):
-        lp, out = ctx
-        alive = lp.poll() is None
-        stop(lp)
-        if not alive:
-            raise PhaseError(f"load-nginx.sh exited {lp.returncode} during the measurement:\n{tail(out)}")
+        dead = [(p, o, what) for p, o, what in ctx if p.poll() is not None]
+        for p, _, _ in ctx:
+            stop(p)
+        for p, o, what in dead:
+            raise PhaseError(f"{what} exited {p.returncode} during the measurement:\n{tail(o)}")
         self.check()
 
     def check(self):
@@ -396,11 +409,17 @@ def run_profile(args, wl, freq, stacks, tmp, tag):
     }
 
 
-def wait_windows(p, port, target, timeout, err):
-    """Polls /metrics every 0.2 s until tlsprof_agent_windows_total >= target,
-    then scrapes once more 50 ms later (the close's counters all written).
-    Returns (scrape, monotonic time, agent's /proc cpu, schedstat ns)."""
+def wait_windows(p, port, target, timeout, err, not_before=None):
+    """Polls /metrics every 0.1 s (from not_before on, a monotonic time: each
+    scrape costs the agent's metrics thread CPU, so none are made inside the
+    measured span but in its last second) until tlsprof_agent_windows_total >=
+    target, then scrapes once more 50 ms later (the close's counters all
+    written). Returns (scrape, monotonic time, agent's /proc cpu, schedstat ns)."""
     deadline = time.monotonic() + timeout
+    while not_before is not None and time.monotonic() < not_before:
+        if p.poll() is not None:
+            raise PhaseError(f"tlsprof-agent run exited {p.returncode}\n{tail(err)}")
+        time.sleep(min(0.5, max(0.0, not_before - time.monotonic())))
     while time.monotonic() < deadline:
         if p.poll() is not None:
             raise PhaseError(f"tlsprof-agent run exited {p.returncode}\n{tail(err)}")
@@ -413,7 +432,7 @@ def wait_windows(p, port, target, timeout, err):
             if m2 is None:
                 raise PhaseError(f"tlsprof-agent run stopped answering /metrics on port {port}\n{tail(err)}")
             return m2, t, cpu, sched
-        time.sleep(0.2)
+        time.sleep(0.1)
     raise PhaseError(f"tlsprof-agent run: windows_total did not reach {target} within {timeout:.0f} s "
                      f"(port {port})\n{tail(err)}")
 
@@ -453,7 +472,8 @@ def run_daemon(args, wl, freq, stacks, usage, tmp, tag):
         ma, ta, pa, sa = wait_windows(p, port, 2, 2 * args.interval + 60, err)
         wa, h = procs_cpu_seconds(wl.pids), cpu_jiffies()
         a = counters(ma)
-        mb, tb, pb, sb = wait_windows(p, port, a["windows"] + n, n * args.interval + 60, err)
+        mb, tb, pb, sb = wait_windows(p, port, a["windows"] + n, n * args.interval + 60, err,
+                                      not_before=ta + n * args.interval - 1.0)
         wb, hb = procs_cpu_seconds(wl.pids), host_busy(h)
         b = counters(mb)
         status = proc_status_kb(p.pid, "VmRSS", "VmHWM")
@@ -715,10 +735,10 @@ def render(args, res):
             out.append(table(title, header, body))
     if res["perf"]:
         title = f"{res['workload']}: perf record on the same workload"
-        header = ["CPU in window", "whole-life CPU (s)", "after window (s)", "samples", "perf.data", "peak RSS",
+        header = ["CPU in window", "(ms)", "whole-life CPU (s)", "after window (s)", "samples", "perf.data", "peak RSS",
                   "lost", "workload"]
-        body = [(f"perf record -a{' -g' if p['callgraph'] else ''} @{p['frequency_hz']}", pct(p["share"]),
-                 num(p["whole_life_cpu_seconds"], ".3f"), num(p["finish_seconds"], ".2f"), str(p["samples"]),
+        body = [(f"perf record -a{' -g' if p['callgraph'] else ''} @{p['frequency_hz']}", pct(p["share"], 3),
+                 num(p["window_cpu_seconds"] * 1000, ".1f"), num(p["whole_life_cpu_seconds"], ".3f"), num(p["finish_seconds"], ".2f"), str(p["samples"]),
                  f"{p['data_bytes'] / 2**20:.1f} MiB", f"{p['max_rss_bytes'] / 2**20:.1f} MiB", p["lost"] or "0",
                  pct(p["workload_share"], 0)) for p in res["perf"]]
         out.append("")
@@ -919,7 +939,7 @@ def main():
     for tool in needed:
         if not os.access(os.path.join(args.bin, tool), os.X_OK):
             sys.exit(f"agent_cost.py: {tool} not found in {args.bin} (build it or pass --bin)")
-    tools = (["perf"] if todo else []) + (["wrk", "node", "curl"] if "nginx" in used else [])
+    tools = (["perf"] if todo else []) + (["wrk", "node", "curl", "openssl"] if "nginx" in used else [])
     for tool in tools:
         if not shutil.which(tool):
             sys.exit(f"agent_cost.py: {tool} not found on PATH")

@@ -359,17 +359,11 @@ void Sampler::ClearCounts() {
 }
 
 void Sampler::ForEachPid(const std::function<void(uint32_t tgid, const pid_counts&)>& fn) const {
-  const bpf_map* map = impl_->skel->maps.samples_by_pid;
-  uint32_t key = 0;
-  uint32_t next = 0;
-  const uint32_t* prev = nullptr;  // nullptr: start from the first key
-  while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
-    pid_counts value{};
-    // A key can only vanish if someone deletes it: ClearCounts, which the
-    // owner does not run concurrently with a walk.
-    if (bpf_map__lookup_elem(map, &next, sizeof(next), &value, sizeof(value), 0) == 0) fn(next, value);
-    key = next;
-    prev = &key;
+  // One batch read (a few system calls however many pids; Profiler::Poll
+  // calls this twice a second), not a get-next-key and a lookup per pid.
+  for (const auto& [tgid, counts] :
+       MapWindow<uint32_t, pid_counts>::ReadAll(bpf_map__fd(impl_->skel->maps.samples_by_pid))) {
+    fn(tgid, counts);
   }
 }
 
