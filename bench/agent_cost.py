@@ -47,7 +47,7 @@ Must run as root (BPF, perf -a). Python 3 standard library only.
 
     sudo python3 bench/agent_cost.py [--workload demo|nginx|groundtruth|all]
         [--frequency 99 --frequency 999 | --frequency 99,999] [--mode profile|run|all|none]
-        [--duration 20] [--interval 5] [--usage] [--soak SECONDS] [--soak-workload demo|nginx]
+        [--duration 20] [--interval 10] [--usage] [--soak SECONDS] [--soak-workload demo|nginx]
         [--bin DIR] [--json FILE] [--keep DIR]
 """
 
