@@ -282,14 +282,14 @@ class Attributor {
 // kept past its window. A snapshot read again gets a new generation, so a
 // verdict is only ever used with the mappings and images it was made from.
 // Verdicts unused for kIdleWindows windows go (NextWindow), and at most
-// kMaxEntries are kept (about 300 bytes each), so memory follows the stacks
+// kMaxEntries are kept (about 450 bytes each: 7 MB at most), so memory follows the stacks
 // in use.
 // Not thread-safe: the thread that closes windows owns it.
 class StackCache {
  public:
-  static constexpr size_t kMaxEntries = 32768;
+  static constexpr size_t kMaxEntries = 16384;
   static constexpr uint64_t kIdleWindows = 12;
-  static constexpr size_t kMaxNames = 65536;
+  static constexpr size_t kMaxNames = 16384;
 
   struct Key {
     uint32_t tgid = 0;

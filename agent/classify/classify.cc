@@ -436,7 +436,8 @@ std::optional<Classification> ClassifySymbolOnce(Family family, std::string_view
 // What the tables say of one frame name. The tables are searched row by row
 // (a string comparison each), and a server's frames repeat across its stacks
 // and windows: each (family, name) is looked up once per thread, and kept
-// (names copied) until kMaxNames names are, then the memo starts over.
+// (names copied; about 150 bytes a name, 2.5 MB a family at most) until
+// kMaxNames names are, then the memo starts over.
 struct NameFacts {
   std::optional<OperationHit> operation;
   std::optional<Phase> phase;
@@ -445,7 +446,7 @@ struct NameFacts {
 };
 
 NameFacts FactsOf(Family family, std::string_view name) {
-  static constexpr size_t kMaxNames = 65536;
+  static constexpr size_t kMaxNames = 16384;
   struct Hash {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }

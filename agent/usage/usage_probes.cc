@@ -450,9 +450,8 @@ struct UsageProbes::Impl {
   }
   // The duty cycle's thread: ticks every 20 ms while the probes are on (what
   // they spend is watched), and when a toggle is due. While they are off
-  // nothing is spent or counted, so it sleeps until then (at most 1 s): the
-  // ticks of an off-phase were most of the usage probes' cost to the agent
-  // (bench/README.md, "Agent cost").
+  // nothing is spent or counted, so it sleeps until then (at most 1 s); a
+  // stop wakes it.
   void Run() {
     double next = MonotonicSeconds() + 0.02;
     while (!stop.load()) {
