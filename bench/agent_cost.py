@@ -52,7 +52,6 @@ Must run as root (BPF, perf -a). Python 3 standard library only.
 """
 
 import argparse
-import json
 import os
 import re
 import shlex
@@ -67,9 +66,9 @@ import urllib.request
 # Process handling (every child ended by its pid), the groundtruth start/end,
 # the /proc helpers and the table layout are shared with overhead_vs_perf.py.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead_vs_perf import (REPO, PhaseError, cpu_jiffies, find_child, gt_finish, gt_start,  # noqa: E402
-                              host_busy, proc_stat, run_workloads, start, stop, table, tail, task_cpu_ns,
-                              wait_file, wait_rusage)
+from overhead_vs_perf import (REPO, PhaseError, cpu_jiffies, follow_perf_window, gt_finish, gt_start,  # noqa: E402
+                              host_busy, print_load_average, proc_stat, read_agent_report, run_workloads, start, stop, table, tail,
+                              task_cpu_ns, wait_file, wait_rusage)
 
 NGINX_DIR = os.path.join(REPO, "workloads", "nginx")
 PHASES = ["loop", "discovery", "unwind_registration", "map_read", "attribution", "describe", "sinks",
@@ -355,13 +354,7 @@ def run_profile(args, wl, freq, stacks, tmp, tag):
     rc, ru = wait_rusage(p)
     w1, hb, wall = procs_cpu_seconds(wl.pids), host_busy(h), time.monotonic() - t0
     wl.end(ctx)
-    if rc != 0:
-        raise PhaseError(f"tlsprof-agent exited {rc}: {shlex.join(argv)}\n{tail(err)}")
-    try:
-        with open(out) as f:
-            rep = json.load(f)
-    except (OSError, ValueError) as e:
-        raise PhaseError(f"tlsprof-agent wrote no readable JSON ({e})\n{tail(err)}")
+    rep = read_agent_report(rc, argv, out, err)
     a = rep.get("agent", {})
     missing = [k for k in ("window_cpu_seconds", "bpf_seconds", "bpf_runs", "cpu_share_of_core",
                            "phase_cpu_seconds", "cycle_cpu_seconds", "user_us_per_sample", "bpf_us_per_sample")
@@ -525,8 +518,8 @@ def run_daemon(args, wl, freq, stacks, usage, tmp, tag):
 
 def perf_record(args, wl, freq, callgraph, tmp, tag):
     """perf record -a [-g] for the window, on the running workload; perf's own
-    CPU inside the window and over its whole life. The window detection is
-    run_perf_record's in overhead_vs_perf.py (which has no -g)."""
+    CPU inside the window (follow_perf_window, overhead_vs_perf.py) and over its
+    whole life."""
     data = os.path.join(tmp, f"{tag}.perf.data")
     err = os.path.join(tmp, f"{tag}.perf-record.stderr")
     argv = ["perf", "record", "-a"] + (["-g"] if callgraph else []) + [
@@ -535,30 +528,16 @@ def perf_record(args, wl, freq, callgraph, tmp, tag):
     t0 = time.monotonic()
     with open(err, "w") as ef:
         p = start(argv, stdout=subprocess.DEVNULL, stderr=ef)
-    child = None
-    w_start = w_end = cpu_start = cpu_end = None
-    wl_start = wl_end = h = hb = None
-    # perf forks the workload at once and holds it (still named "perf") until
-    # its events are open; then it execs `sleep`: the window start. The window
-    # ends when sleep exits.
-    deadline = time.monotonic() + args.duration + 60
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            break
-        if child is None:
-            child = find_child(p.pid)
-        if child is not None:
-            st = proc_stat(child)
-            if w_start is None and st and st[2] == "sleep":
-                cpu_start = task_cpu_ns(p.pid)
-                w_start = time.monotonic()
-                wl_start, h = procs_cpu_seconds(wl.pids), cpu_jiffies()
-            if w_start is not None and (st is None or st[1] in "ZX" or st[0] != p.pid):
-                cpu_end = task_cpu_ns(p.pid)
-                w_end = time.monotonic()
-                wl_end, hb = procs_cpu_seconds(wl.pids), host_busy(h)
-                break
-        time.sleep(0.005 if w_start is None else 0.02)
+    marks = {}
+
+    def window_start():
+        marks["wl_start"], marks["h"] = procs_cpu_seconds(wl.pids), cpu_jiffies()
+
+    def window_end():
+        marks["wl_end"], marks["hb"] = procs_cpu_seconds(wl.pids), host_busy(marks["h"])
+
+    w_start, w_end, cpu_start, cpu_end = follow_perf_window(p, args.duration, window_start, window_end)
+    wl_start, wl_end, hb = marks.get("wl_start"), marks.get("wl_end"), marks.get("hb")
     try:
         rc, ru = wait_rusage(p)
     finally:
@@ -926,11 +905,7 @@ def main():
           f"{max(args.frequencies)} Hz; {args.duration:g} s per profile window / run span / perf record; "
           f"run --interval {args.interval:g} s, steady state from window 2; event cpu-clock"
           + ("; --usage at 99 Hz" if args.usage else "") + (f"; soak {args.soak:g} s" if args.soak else ""))
-    with open("/proc/loadavg") as f:
-        la = float(f.read().split()[0])
-    print(f"# load average at start {la:.2f}" + (
-        "  WARNING: other processes are busy (> nproc/2); expect noisy CPU figures"
-        if la > (os.cpu_count() or 1) / 2 else ""))
+    print_load_average()
     sys.stdout.flush()
 
     if os.geteuid() != 0:

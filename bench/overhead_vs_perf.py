@@ -188,6 +188,18 @@ def find_child(ppid):
 # --------------------------------------------------------------------------
 # Profilers
 
+def read_agent_report(rc, argv, out, err):
+    """The JSON report an agent run (exit status rc, command argv) wrote to
+    out; a PhaseError with its stderr's tail if it failed or wrote none."""
+    if rc != 0:
+        raise PhaseError(f"tlsprof-agent exited {rc}: {shlex.join(argv)}\n{tail(err)}")
+    try:
+        with open(out) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise PhaseError(f"tlsprof-agent wrote no readable JSON ({e})\n{tail(err)}")
+
+
 def run_tlsprof(args, pid, tmp, tag):
     out = os.path.join(tmp, f"{tag}.tlsprof.json")
     err = os.path.join(tmp, f"{tag}.tlsprof.stderr")
@@ -199,13 +211,7 @@ def run_tlsprof(args, pid, tmp, tag):
         p = start(argv, stdout=subprocess.DEVNULL, stderr=ef)
     rc, ru = wait_rusage(p)
     wall = time.monotonic() - t0
-    if rc != 0:
-        raise PhaseError(f"tlsprof-agent exited {rc}: {shlex.join(argv)}\n{tail(err)}")
-    try:
-        with open(out) as f:
-            rep = json.load(f)
-    except (OSError, ValueError) as e:
-        raise PhaseError(f"tlsprof-agent wrote no readable JSON ({e})\n{tail(err)}")
+    rep = read_agent_report(rc, argv, out, err)
     proc = next((x for x in rep.get("processes", []) if x.get("pid") == pid), None)
     if proc is None:
         raise PhaseError(f"tlsprof report has no entry for pid {pid} (samples: {rep.get('samples')})")
@@ -231,6 +237,49 @@ def run_tlsprof(args, pid, tmp, tag):
     }
 
 
+def follow_perf_window(p, seconds, on_start=None, on_end=None):
+    """Follows `perf record ... -- sleep SECONDS` (process p) to its window.
+    perf forks the workload at once and holds it (still named "perf") until
+    its events are open and synthesized; then it execs `sleep`: that is the
+    window start. The window ends when sleep exits. on_start() and on_end()
+    run at those moments. Returns (w_start, w_end, cpu_start, cpu_end): the
+    monotonic times and perf's own CPU (ns, schedstat of its threads); None
+    where the window was not seen."""
+    child = None
+    w_start = w_end = None
+    cpu_start = cpu_end = None
+    deadline = time.monotonic() + seconds + 60
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            break
+        if child is None:
+            child = find_child(p.pid)
+        if child is not None:
+            st = proc_stat(child)
+            if w_start is None and st and st[2] == "sleep":
+                cpu_start = task_cpu_ns(p.pid)
+                w_start = time.monotonic()
+                if on_start:
+                    on_start()
+            if w_start is not None and (st is None or st[1] in "ZX" or st[0] != p.pid):
+                cpu_end = task_cpu_ns(p.pid)
+                w_end = time.monotonic()
+                if on_end:
+                    on_end()
+                break
+        time.sleep(0.005 if w_start is None else 0.02)
+    return w_start, w_end, cpu_start, cpu_end
+
+
+def print_load_average():
+    """The header line every bench prints: a busy machine gives noisy CPU figures."""
+    with open("/proc/loadavg") as f:
+        la = float(f.read().split()[0])
+    print(f"# load average at start {la:.2f}" + (
+        "  WARNING: other processes are busy (> nproc/2); expect noisy CPU figures"
+        if la > (os.cpu_count() or 1) / 2 else ""))
+
+
 def run_perf_record(args, tmp, tag, on_window_end=None):
     """perf record -a for the window. Measures perf's own CPU inside the window
     (schedstat of its threads when its `sleep` child execs and when it exits)
@@ -243,28 +292,7 @@ def run_perf_record(args, tmp, tag, on_window_end=None):
     t0 = time.monotonic()
     with open(err, "w") as ef:
         p = start(argv, stdout=subprocess.DEVNULL, stderr=ef)
-    child = None
-    w_start = w_end = None
-    cpu_start = cpu_end = None
-    # perf forks the workload at once and holds it (still named "perf") until
-    # its events are open and synthesized; then it execs `sleep`: that is the
-    # window start. The window ends when sleep exits.
-    deadline = time.monotonic() + args.duration + 60
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            break
-        if child is None:
-            child = find_child(p.pid)
-        if child is not None:
-            st = proc_stat(child)
-            if w_start is None and st and st[2] == "sleep":
-                cpu_start = task_cpu_ns(p.pid)
-                w_start = time.monotonic()
-            if w_start is not None and (st is None or st[1] in "ZX" or st[0] != p.pid):
-                cpu_end = task_cpu_ns(p.pid)
-                w_end = time.monotonic()
-                break
-        time.sleep(0.005 if w_start is None else 0.02)
+    w_start, w_end, cpu_start, cpu_end = follow_perf_window(p, args.duration)
     if on_window_end:
         on_window_end()
     rc, ru = wait_rusage(p)

@@ -29,7 +29,6 @@ Must run as root (BPF). Python 3 standard library only.
 """
 
 import argparse
-import json
 import math
 import os
 import shlex
@@ -44,7 +43,7 @@ import time
 # table layout are shared with overhead_vs_perf.py.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead_vs_perf import (NODE_DIR, PhaseError, cpu_jiffies, host_busy, node_load, node_load_result,  # noqa: E402
-                              run_workloads, start, stop, table, tail, wait_file, wait_rusage)
+                              print_load_average, read_agent_report, run_workloads, start, stop, table, tail, wait_file, wait_rusage)
 
 MODES = ["leaf", "stacks"]  # "leaf" becomes "baseline" with --baseline-agent
 GROUNDTRUTH = {"static": "tlsprof-groundtruth", "shared": "tlsprof-groundtruth-shared"}
@@ -67,13 +66,7 @@ def run_agent(args, pid, tmp, tag, mode):
         p = start(argv, stdout=subprocess.DEVNULL, stderr=ef)
     rc, _ = wait_rusage(p)
     hb = host_busy(h)
-    if rc != 0:
-        raise PhaseError(f"tlsprof-agent exited {rc}: {shlex.join(argv)}\n{tail(err)}")
-    try:
-        with open(out) as f:
-            rep = json.load(f)
-    except (OSError, ValueError) as e:
-        raise PhaseError(f"tlsprof-agent wrote no readable JSON ({e})\n{tail(err)}")
+    rep = read_agent_report(rc, argv, out, err)
     a = rep["agent"]
     if not a.get("bpf_stats_enabled", False):
         raise PhaseError("BPF run-time stats are off: the agent's BPF time would read as 0")
@@ -313,11 +306,7 @@ def main():
     print(f"# reproduce: {cmd}")
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}  host {socket.gethostname()}  "
           f"nproc {os.cpu_count()}  kernel {os.uname().release}  agent {args.bin}/tlsprof-agent")
-    with open("/proc/loadavg") as f:
-        la = float(f.read().split()[0])
-    print(f"# load average at start {la:.2f}" + (
-        "  WARNING: other processes are busy (> nproc/2); expect noisy CPU figures"
-        if la > (os.cpu_count() or 1) / 2 else ""))
+    print_load_average()
     sys.stdout.flush()
 
     if os.geteuid() != 0:

@@ -181,7 +181,7 @@ struct {
  * 0 (nothing uploaded yet) turns the cache off.
  */
 #define UNWIND_ROW_CACHE_SLOTS 4096
-#define UNWIND_ROW_CACHE_GROUP 1024 /* slots per map element: 32 KiB, the per-CPU value limit */
+#define UNWIND_ROW_CACHE_GROUP 1024    /* slots per map element: 32 KiB, the per-CPU value limit */
 #define UNWIND_ROW_CACHE_BLOCK_SHIFT 6 /* addresses of one 64-byte block share a slot */
 struct row_cache_slot {
 	__u32 row_end; /* the next row's pc: the slot answers for [row.pc, row_end) */
@@ -412,8 +412,8 @@ __noinline int find_row(__u32 start, __u32 len, __u64 vaddr, struct unwind_row *
 		group = bpf_map_lookup_elem(&unwind_row_cache, &g);
 		if (group)
 			slot = &group->slots[idx & (UNWIND_ROW_CACHE_GROUP - 1)];
-		if (slot && slot->gen == gen && slot->table_start == start && slot->row.pc <= vaddr &&
-		    vaddr < slot->row_end) {
+		if (slot && slot->gen == gen && slot->table_start == start &&
+		    slot->row.pc <= vaddr && vaddr < slot->row_end) {
 			*out = slot->row;
 			return 1;
 		}

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/hash.h"
+
 namespace tlsprof::aggregate {
 
 void CryptoTime::Add(const classify::Classification& c, classify::Phase phase, classify::LibraryKind library,
@@ -559,18 +561,11 @@ Attribution Attributor::Finish() {
 
 namespace {
 
-// One 64-bit lane of the stack hash: a multiply-xorshift mix per word
-// (murmur3's finalizer constants), seeded per lane.
+// One 64-bit lane of the stack hash, seeded per lane: each word combined,
+// then mixed.
 uint64_t MixLane(uint64_t seed, std::span<const uint64_t> words) {
   uint64_t h = seed;
-  for (uint64_t w : words) {
-    h ^= w + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-  }
+  for (uint64_t w : words) h = Fmix64(h ^ (w + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)));
   return h;
 }
 

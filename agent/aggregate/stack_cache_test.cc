@@ -66,9 +66,9 @@ TEST(StackCache, HoldsAtMostMaxEntries) {
 // addresses of calls made from inside them.
 std::vector<uint64_t> CryptoAddresses() {
   std::vector<uint64_t> out;
-  for (const char* name : {"EVP_EncryptUpdate", "EVP_DecryptUpdate", "EVP_DigestUpdate", "EVP_DigestSignFinal",
-                           "EVP_PKEY_sign", "EVP_PKEY_derive", "RAND_bytes", "BN_mod_exp", "SHA256_Update",
-                           "EVP_CipherInit_ex"}) {
+  for (const char* name :
+       {"EVP_EncryptUpdate", "EVP_DecryptUpdate", "EVP_DigestUpdate", "EVP_DigestSignFinal", "EVP_PKEY_sign",
+        "EVP_PKEY_derive", "RAND_bytes", "BN_mod_exp", "SHA256_Update", "EVP_CipherInit_ex"}) {
     void* f = dlsym(RTLD_DEFAULT, name);
     if (f == nullptr) continue;
     for (uint64_t offset : {5, 17, 40}) out.push_back(reinterpret_cast<uint64_t>(f) + offset);

@@ -21,6 +21,7 @@
 
 #include "agent/symbols/x86_elf.h"
 #include "common/fd.h"
+#include "common/hash.h"
 
 namespace tlsprof::symbols {
 namespace {
@@ -28,14 +29,7 @@ namespace {
 // ---------------------------------------------------------------------------
 // Hashing
 
-uint64_t Mix(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 33;
-  return h;
-}
+uint64_t Mix(uint64_t h) { return Fmix64(h); }
 
 // The bytes a relocation at function offset `off` may change once linked:
 // the field itself, plus the instruction bytes the x86-64 linker rewrites when
