@@ -175,10 +175,11 @@ struct {
  * index and of a bucket (each step a likely cache and TLB miss under nested
  * virtualisation; bench/README.md). Direct-mapped by (table, 64-byte block
  * of the address); a slot holds a row and where the next row starts, and
- * answers for any address in between. A slot is valid for the row-array generation it was filled in: user space
- * bumps unwind_rows_gen after every upload (agent/sample/sampler.cc), so a
- * range that was written again is never served from the cache. Generation
- * 0 (nothing uploaded yet) turns the cache off.
+ * answers for any address in between. A slot is valid for the row-array
+ * generation it was filled in: user space bumps unwind_rows_gen after every
+ * upload (agent/sample/sampler.cc), so a range that was written again is
+ * never served from the cache. Generation 0 (nothing uploaded yet) turns the
+ * cache off.
  */
 #define UNWIND_ROW_CACHE_SLOTS 4096
 #define UNWIND_ROW_CACHE_GROUP 1024    /* slots per map element: 32 KiB, the per-CPU value limit */
@@ -401,9 +402,8 @@ __noinline int find_row(__u32 start, __u32 len, __u64 vaddr, struct unwind_row *
 		return 0;
 	if (vaddr <= 0xffffffffULL && gen != 0) {
 		/* Fibonacci hashing of (table, 64-byte block of the address) to a
-		 * slot, which answers for its row's whole range: a leaf's IP moves
-		 * through a hot loop from sample to sample, and each distinct IP
-		 * searched anew was most of the row searches.
+		 * slot, which answers for its row's whole range: a leaf's IP that
+		 * moves through a hot loop from sample to sample hits it.
 		 */
 		idx = (__u32)((((vaddr >> UNWIND_ROW_CACHE_BLOCK_SHIFT) | (__u64)start << 32) *
 		               0x9E3779B97F4A7C15ULL) >>

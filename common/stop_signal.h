@@ -1,7 +1,6 @@
 // StopSignal: a stop request that a signal handler makes and a loop sleeps
-// on without polling. The daemon's loop used to wake every 50 ms to look at a
-// flag: 20 wake-ups a second, about 0.05% of a core on this VM, a third of
-// the agent's whole budget at 99 Hz (bench/README.md, "Agent cost").
+// on without polling, so an idle agent does not wake up to look at a flag
+// (bench/README.md, "agent_cost.py" has what the wake-ups cost).
 //
 // Request() is async-signal-safe (an atomic store and a write to an eventfd);
 // SleepUntil() blocks in poll() on that eventfd. Thread-safe.

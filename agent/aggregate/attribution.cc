@@ -134,10 +134,7 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   if (index) {
     f.where.symbol = *index;
     f.name = img.symbols.at(*index).name;
-    auto key = std::make_pair(&img, *index);
-    auto it = cache_.find(key);
-    if (it == cache_.end()) it = cache_.emplace(key, classify::ClassifySymbol(f.family, f.name)).first;
-    f.leaf = it->second;
+    f.leaf = classify::ClassifySymbol(f.family, f.name);  // looked up once per name (classify.cc)
   }
   // A shared libssl/libcrypto is TLS code throughout, named or not; in a
   // static link the kept symbols are (the TLS names and the helpers of their

@@ -219,8 +219,6 @@ class Attributor {
   std::unique_ptr<StackCache> own_stack_cache_;  // when none is given: this window's only
   StackCache* stack_cache_ = nullptr;
   Attribution profile_;
-  // (image, symbol index) → classification; symbols are classified once.
-  std::map<std::pair<const symbols::BinaryImage*, uint32_t>, std::optional<classify::Classification>> cache_;
   // Per process: the images behind ProcessAttribution::libraries (same order),
   // and its symbol counts, named at Finish().
   std::map<pid_t, std::vector<const discovery::ImageInfo*>> library_images_;
@@ -271,9 +269,8 @@ class Attributor {
 };
 
 // Stack verdicts kept across windows: a TLS server's stacks repeat from one
-// window to the next, and resolving and classifying each again (a symbol
-// search per frame, the rules table per name) was most of the agent's
-// per-window CPU on busy servers (bench/README.md, "Agent cost").
+// window to the next, and judging each again (the operation, the phase, the
+// frames' names) would make every window cost what the first did.
 //
 // Keyed by the process, its snapshot's generation and a 128-bit hash of what
 // the verdict depends on (the frames' files and symbols, and the IPs of
@@ -282,8 +279,8 @@ class Attributor {
 // kept past its window. A snapshot read again gets a new generation, so a
 // verdict is only ever used with the mappings and images it was made from.
 // Verdicts unused for kIdleWindows windows go (NextWindow), and at most
-// kMaxEntries are kept (about 450 bytes each: 7 MB at most), so memory follows the stacks
-// in use.
+// kMaxEntries are kept (a few hundred bytes each), so memory follows the
+// stacks in use.
 // Not thread-safe: the thread that closes windows owns it.
 class StackCache {
  public:

@@ -436,8 +436,8 @@ std::optional<Classification> ClassifySymbolOnce(Family family, std::string_view
 // What the tables say of one frame name. The tables are searched row by row
 // (a string comparison each), and a server's frames repeat across its stacks
 // and windows: each (family, name) is looked up once per thread, and kept
-// (names copied; about 150 bytes a name, 2.5 MB a family at most) until
-// kMaxNames names are, then the memo starts over.
+// (names copied; a few MB at most) until kMaxNames names are, then the memo
+// starts over.
 struct NameFacts {
   std::optional<OperationHit> operation;
   std::optional<Phase> phase;

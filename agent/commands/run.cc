@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
-#include <thread>
 
 #include "agent/commands/commands.h"
 #include "agent/expose/metrics_sink.h"

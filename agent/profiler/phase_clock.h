@@ -9,13 +9,11 @@
 // (the metrics server, the shipper, the usage probes' duty cycle) is the
 // process's CPU minus this thread's: kOtherThreads, set by Take().
 //
-// A clock read is a system call (the vDSO does not serve thread CPU clocks),
-// about 0.5 µs here: scopes are per window step, never per sample or stack.
+// A clock read is a system call (ThreadCpuSeconds): scopes are per window
+// step, never per sample or stack.
 // Not thread-safe: the thread that constructs a PhaseClock is the only one
 // that may use it.
 #pragma once
-
-#include <time.h>
 
 #include <array>
 #include <cstddef>
@@ -49,7 +47,7 @@ using AgentPhaseSeconds = std::array<double, kAgentPhaseCount>;
 
 class PhaseClock {
  public:
-  PhaseClock() : last_(ThreadSeconds()), process_mark_(SelfCpuSeconds()), thread_mark_(last_) {}
+  PhaseClock() : last_(ThreadCpuSeconds()), process_mark_(SelfCpuSeconds()), thread_mark_(last_) {}
   PhaseClock(const PhaseClock&) = delete;
   PhaseClock& operator=(const PhaseClock&) = delete;
 
@@ -86,15 +84,10 @@ class PhaseClock {
   }
 
  private:
-  static double ThreadSeconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-  }
   // Charges the time since the last switch to the current phase and makes
   // `phase` current; returns the phase it leaves.
   AgentPhase Switch(AgentPhase phase) {
-    const double now = ThreadSeconds();
+    const double now = ThreadCpuSeconds();
     seconds_[static_cast<size_t>(current_)] += now - last_;
     last_ = now;
     const AgentPhase left = current_;

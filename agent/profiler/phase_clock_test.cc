@@ -11,17 +11,11 @@
 namespace tlsprof::profiler {
 namespace {
 
-double ThreadSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
 // Spins on this thread until it used `seconds` of CPU.
 void Burn(double seconds) {
-  const double end = ThreadSeconds() + seconds;
+  const double end = ThreadCpuSeconds() + seconds;
   volatile uint64_t x = 0;
-  while (ThreadSeconds() < end) x = x + 1;
+  while (ThreadCpuSeconds() < end) x = x + 1;
 }
 
 double At(const AgentPhaseSeconds& s, AgentPhase p) { return s[static_cast<size_t>(p)]; }

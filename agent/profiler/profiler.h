@@ -116,7 +116,7 @@ class Profiler {
   const Options& options() const { return options_; }
   const MemoryBudget& memory_budget() const { return *budget_; }
   // The CPU clock of the thread that owns the profiler, per phase: the
-  // window loop charges its sinks here (Phase::kSinks), and each Window's
+  // window loop charges its sinks here (AgentPhase::kSinks), and each Window's
   // AgentCost::phases is what it counted since the previous close.
   PhaseClock& phases() { return phases_; }
   // Null unless Options::usage.

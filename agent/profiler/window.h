@@ -74,8 +74,9 @@ struct AgentCost {
   // this window's attribution, which window_cpu_seconds splits at the
   // window's end; in steady state both add up to the same cost per window.
   AgentPhaseSeconds phases{};
-  // The stack verdicts the attribution found kept from earlier windows
-  // (aggregate::StackCache), and those it had to make; the verdicts kept.
+  // The window's stacks whose verdict was already made (aggregate::StackCache:
+  // in an earlier window, or earlier in this one), those judged anew, and
+  // the verdicts kept at the close.
   uint64_t stack_cache_hits = 0;
   uint64_t stack_cache_misses = 0;
   uint64_t stack_cache_entries = 0;

@@ -105,8 +105,8 @@ class MapWindow {
   std::vector<std::pair<Key, Value>> Read(int fd, std::vector<Key>* evicted = nullptr) {
     std::vector<std::pair<Key, Value>> gained;
     // The baseline is updated in place (a busy map's keys are mostly the
-    // same from one window to the next): a key not read this time is gone
-    // from the map (deleted by Reset's caller, or never there).
+    // same from one window to the next); a key this read did not return (a
+    // batch read that failed midway) leaves it.
     ++epoch_;
     for (const auto& [key, value] : ReadAll(fd)) {
       auto [it, inserted] = baseline_.try_emplace(key, Entry{value, 0, epoch_});

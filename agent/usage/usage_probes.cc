@@ -34,6 +34,7 @@
 #include "agent/usage/go_plan.h"
 #include "agent/usage/probe_plan.h"
 #include "common/fd.h"
+#include "common/self_cpu.h"
 #include "usage.skel.h"
 
 namespace tlsprof::usage {
@@ -135,12 +136,6 @@ void ForEachKey(int fd, Visit visit) {
     key = next;
     prev = &key;
   }
-}
-
-double ThreadCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
 double MonotonicSeconds() {
