@@ -323,6 +323,15 @@ StackVerdict Judge(const discovery::ProcessRegistry& registry, StackCache& cache
     v.callee_site = callee.site;
     v.callee = callee.name;
     v.candidate = CandidateBelow(s, *operation_index);
+    if (*operation_index + 1 < s.size) {
+      // A caller in no mapping may be a word of the user stack, not a return
+      // address (FrameName): it is not a caller.
+      const Frame& caller = s.frames[*operation_index + 1];
+      if (caller.where.image != nullptr) {
+        v.caller = caller.where;
+        if (caller.where.symbol < 0) v.caller_site = s.ips[*operation_index + 1];
+      }
+    }
   }
   v.frames.reserve(s.size);
   for (size_t i = 0; i < s.size; ++i) {
@@ -383,8 +392,8 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   profile_.stacks.push_back(std::move(stack));
 
   if (v->grouped) {
-    OperationGroup& group =
-        operations_[{static_cast<pid_t>(tgid), v->entry_image, v->entry, v->callee_site, v->callee, v->candidate}];
+    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), v->entry_image, v->entry, v->callee_site, v->callee,
+                                         v->candidate, v->caller, v->caller_site}];
     group.bucket = v->classification.bucket;
     group.family = v->entry_family;
     group.entry = v->entry;
@@ -415,17 +424,30 @@ void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
   Account(Process(tgid), f, *f.leaf, classify::Phase::kOther, count, /*from_stack=*/false);
 }
 
-void Attributor::SplitKeyContext(pid_t pid, const OperationGroup& group, const SeenAlgorithms& seen) {
-  // The signature and key-exchange algorithms this process's stacks named,
-  // by CPU. A context is made per operation, not per CPU second, so this
-  // gives cheap operations (X25519) less than their share of it and costly
-  // ones (RSA) more; the report counts these samples as inferred_from_process.
+void Attributor::SplitKeyContext(const OperationKey& key, const OperationGroup& group, const SeenAlgorithms& seen,
+                                 const SeenByCaller& by_caller) {
+  // The signature and key-exchange algorithms named under the same caller,
+  // else anywhere in this process's stacks, by CPU. A context is made per
+  // operation, not per CPU second, so the process-wide mix gives cheap
+  // operations (X25519) less than their share of it and costly ones (RSA)
+  // more; the report counts these samples as inferred_from_process.
+  const pid_t pid = key.pid;
   std::vector<std::pair<AlgorithmKey, uint64_t>> named;  // phase set per use
   uint64_t named_total = 0;
-  for (classify::Bucket b : {classify::Bucket::kSignature, classify::Bucket::kKeyExchange}) {
-    auto it = seen.find({pid, b});
-    if (it == seen.end()) continue;
-    for (const auto& [alg, n] : it->second) named.push_back({{b, alg, classify::Phase::kOther}, n}), named_total += n;
+  for (bool caller_only : {true, false}) {
+    if (caller_only && key.caller.image == nullptr) continue;
+    for (classify::Bucket b : {classify::Bucket::kSignature, classify::Bucket::kKeyExchange}) {
+      const std::map<std::string_view, uint64_t>* mix = nullptr;
+      if (caller_only) {
+        auto it = by_caller.find({pid, b, key.caller, key.caller_site});
+        if (it != by_caller.end()) mix = &it->second;
+      } else if (auto it = seen.find({pid, b}); it != seen.end()) {
+        mix = &it->second;
+      }
+      if (mix == nullptr) continue;
+      for (const auto& [alg, n] : *mix) named.push_back({{b, alg, classify::Phase::kOther}, n}), named_total += n;
+    }
+    if (named_total > 0) break;
   }
   auto pit = profile_.processes.find(pid);
   if (named_total == 0 || pit == profile_.processes.end()) return;
@@ -464,8 +486,12 @@ void Attributor::InferFromOperations() {
   // What each process's stacks named, per bucket, before any inference: the
   // fallback for an entry that named nothing itself.
   SeenAlgorithms seen;
+  SeenByCaller by_caller;
   for (const auto& [key, group] : operations_) {
-    for (const auto& [alg, n] : group.named) seen[{key.pid, group.bucket}][alg] += n;
+    for (const auto& [alg, n] : group.named) {
+      seen[{key.pid, group.bucket}][alg] += n;
+      if (key.caller.image != nullptr) by_caller[{key.pid, group.bucket, key.caller, key.caller_site}][alg] += n;
+    }
   }
   for (auto& entry : operations_) {
     // Plain references, not a structured binding: clang 14 (Debian 12) rejects
@@ -490,7 +516,7 @@ void Attributor::InferFromOperations() {
     // signature and key-exchange ones. The report counts these samples apart
     // (inferred_from_process) from those the same entry named.
     if (group.bucket == classify::Bucket::kOther) {
-      SplitKeyContext(key.pid, group, seen);
+      SplitKeyContext(key, group, seen, by_caller);
       continue;
     }
     // A context's set-up (takes_process_mix) is one entry for every key type
@@ -499,14 +525,32 @@ void Attributor::InferFromOperations() {
     // would lend that name to the others' set-up, so its unknown samples take
     // the process's mix instead, like an entry that named nothing.
     const bool takes_mix = classify::TakesProcessMix(group.family, group.entry);
+    //
+    // What the entry's caller named through its other calls of the bucket
+    // comes first: the caller chose the algorithm. A caller that makes a
+    // fresh AES-GCM context per record and one that reuses a CBC context
+    // are told apart, where the process's mix would give the GCM context's
+    // set-up (the implicit fetch, the free) to CBC in proportion to CBC's
+    // much slower bulk. Only a caller that named nothing of the bucket falls
+    // back to the whole process.
     std::map<std::string_view, uint64_t> process_named;
     if (named_total == 0 || takes_mix) {
-      uint64_t process_total = 0;
-      if (auto it = seen.find({key.pid, group.bucket}); it != seen.end()) {
-        for (const auto& [alg, n] : it->second) {
+      auto take = [&](const std::map<std::string_view, uint64_t>& mix) {
+        uint64_t total = 0;
+        process_named.clear();
+        for (const auto& [alg, n] : mix) {
           if (classify::MayTakeProcessAlgorithm(group.family, group.entry, key.candidate, alg))
-            process_named[alg] += n, process_total += n;
+            process_named[alg] += n, total += n;
         }
+        return total;
+      };
+      uint64_t process_total = 0;
+      if (key.caller.image != nullptr) {
+        if (auto it = by_caller.find({key.pid, group.bucket, key.caller, key.caller_site}); it != by_caller.end())
+          process_total = take(it->second);
+      }
+      if (process_total == 0) {
+        if (auto it = seen.find({key.pid, group.bucket}); it != seen.end()) process_total = take(it->second);
       }
       if (process_total > 0) from = &process_named, named_total = process_total;
     }

@@ -205,6 +205,8 @@ class Attributor {
     uint64_t callee_site = 0;
     std::string_view callee;
     std::string_view candidate;
+    SymbolKey caller;          // the frame that called the entry (OperationKey::caller)
+    uint64_t caller_site = 0;  // its return address when it has no symbol
     // Named for the exports, leaf first: symbol names of the snapshot's
     // images, or names the StackCache holds.
     std::vector<std::string_view> frames;
@@ -235,7 +237,8 @@ class Attributor {
   // library), the group is split by the call site inside that function (its
   // return address): one entry point dispatching to several unexported
   // implementations (BoringSSL's EVP_AEAD_CTX_seal: AES-GCM, ChaCha20-Poly1305)
-  // must not lend one implementation's name to another.
+  // must not lend one implementation's name to another. Groups are split by
+  // the entry's caller too (OperationKey::caller), whose mix a set-up takes.
   struct OperationGroup {
     classify::Bucket bucket = classify::Bucket::kOther;
     classify::Family family{};  // the entry's rules family and name
@@ -256,15 +259,26 @@ class Attributor {
     // The one report algorithm a provider function below the entry may be
     // (classify::SoleNamedCandidate: AES-GCM for AES-GCM|ARIA-GCM), if any.
     std::string_view candidate;
+    // The function that called the entry (the frame above it): its image and
+    // symbol, or, unnamed, its call site. The caller chose the algorithm, so
+    // what its other calls of the bucket named is the best guess for the
+    // samples its set-up left unnamed (InferFromOperations). Image null when
+    // the entry is the outermost frame or its caller lies in no mapping.
+    SymbolKey caller;
+    uint64_t caller_site = 0;
     auto operator<=>(const OperationKey&) const = default;
   };
   std::map<OperationKey, OperationGroup> operations_;
   // Per (process, bucket): the algorithms its stacks named, before inference.
   using SeenAlgorithms = std::map<std::pair<pid_t, classify::Bucket>, std::map<std::string_view, uint64_t>>;
+  // The same per caller of the entry (OperationKey::caller, caller_site).
+  using CallerKey = std::tuple<pid_t, classify::Bucket, SymbolKey, uint64_t>;
+  using SeenByCaller = std::map<CallerKey, std::map<std::string_view, uint64_t>>;
   // A key context's samples (EVP_PKEY_CTX_new: bucket `other`, algorithm
   // unknown) moved to the signature and key-exchange algorithms the process
   // named, in proportion.
-  void SplitKeyContext(pid_t pid, const OperationGroup& group, const SeenAlgorithms& seen);
+  void SplitKeyContext(const OperationKey& key, const OperationGroup& group, const SeenAlgorithms& seen,
+                       const SeenByCaller& by_caller);
   void InferFromOperations();
 };
 
