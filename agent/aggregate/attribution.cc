@@ -284,6 +284,19 @@ std::string FrameName(const Frame& f, uint64_t ip, bool leaf) {
   return fmt::format("[{}]", slash == std::string::npos ? path : path.substr(slash + 1));
 }
 
+// The function of an unnamed frame at return address `ip`, as its file's
+// .eh_frame_hdr tells functions apart (symbols::BinaryImage::FunctionStartAt),
+// so that an application's several calls into the library from one function
+// count as one caller; the return address itself where the file has no table.
+uint64_t UnnamedFunctionOf(const discovery::ProcessSnapshot& snap, uint64_t ip) {
+  const auto* m = snap.Find(ip);
+  if (m == nullptr || !m->image || !m->image->image) return ip;
+  const symbols::BinaryImage& img = *m->image->image;
+  const auto base = img.MappingVaddr(m->mapping.offset, /*executable=*/true);
+  if (!base) return ip;
+  return img.FunctionStartAt(*base + (ip - 1 - m->mapping.start)).value_or(ip);
+}
+
 // What AddStack counts for the resolved stack `s` of a snapshot of `tgid`.
 StackVerdict Judge(const discovery::ProcessRegistry& registry, StackCache& cache, uint32_t tgid,
                    const discovery::ProcessSnapshot& snap, const StackFrames& s) {
@@ -329,7 +342,7 @@ StackVerdict Judge(const discovery::ProcessRegistry& registry, StackCache& cache
       const Frame& caller = s.frames[*operation_index + 1];
       if (caller.where.image != nullptr) {
         v.caller = caller.where;
-        if (caller.where.symbol < 0) v.caller_site = s.ips[*operation_index + 1];
+        if (caller.where.symbol < 0) v.caller_site = UnnamedFunctionOf(snap, s.ips[*operation_index + 1]);
       }
     }
   }

@@ -206,7 +206,7 @@ class Attributor {
     std::string_view callee;
     std::string_view candidate;
     SymbolKey caller;          // the frame that called the entry (OperationKey::caller)
-    uint64_t caller_site = 0;  // its return address when it has no symbol
+    uint64_t caller_site = 0;  // its function's start when it has no symbol
     // Named for the exports, leaf first: symbol names of the snapshot's
     // images, or names the StackCache holds.
     std::vector<std::string_view> frames;
@@ -260,7 +260,8 @@ class Attributor {
     // (classify::SoleNamedCandidate: AES-GCM for AES-GCM|ARIA-GCM), if any.
     std::string_view candidate;
     // The function that called the entry (the frame above it): its image and
-    // symbol, or, unnamed, its call site. The caller chose the algorithm, so
+    // symbol, or, unnamed, its start by the file's .eh_frame_hdr (else the
+    // call site). The caller chose the algorithm, so
     // what its other calls of the bucket named is the best guess for the
     // samples its set-up left unnamed (InferFromOperations). Image null when
     // the entry is the outermost frame or its caller lies in no mapping.

@@ -18,17 +18,20 @@ namespace {
 
 // Three callers, as three functions of an application: one makes a fresh
 // AES-GCM context per operation, one encrypts with a kept AES-CBC context,
-// one only makes contexts. Distinct bodies, so that the linker folds none.
+// one only makes contexts. Distinct bodies, so that the linker folds none,
+// each long enough for two call sites (this binary is no TLS code, so its
+// frames have no names: the callers are told apart by .eh_frame_hdr).
+#define TLSPROF_NOPS16 "nop; nop; nop; nop; nop; nop; nop; nop; nop; nop; nop; nop; nop; nop; nop; nop"
 extern "C" __attribute__((noinline)) int FreshGcmCaller(int x) {
-  asm volatile("" : "+r"(x));
+  asm volatile(TLSPROF_NOPS16 : "+r"(x));
   return x * 3 + 1;
 }
 extern "C" __attribute__((noinline)) int KeptCbcCaller(int x) {
-  asm volatile("" : "+r"(x));
+  asm volatile(TLSPROF_NOPS16 : "+r"(x));
   return x * 5 + 2;
 }
 extern "C" __attribute__((noinline)) int SetupOnlyCaller(int x) {
-  asm volatile("" : "+r"(x));
+  asm volatile(TLSPROF_NOPS16 : "+r"(x));
   return x * 7 + 3;
 }
 
@@ -37,7 +40,8 @@ uint64_t At(const char* name, uint64_t offset) {
   return f == nullptr ? 0 : reinterpret_cast<uint64_t>(f) + offset;
 }
 
-uint64_t In(int (*f)(int)) { return reinterpret_cast<uint64_t>(f) + 4; }
+// Return addresses in `f`: two call sites of one function.
+uint64_t In(int (*f)(int), uint64_t offset = 4) { return reinterpret_cast<uint64_t>(f) + offset; }
 
 uint64_t Samples(const ProcessAttribution& p, std::string_view algorithm) {
   uint64_t n = 0;
@@ -69,7 +73,7 @@ class InferenceTest : public ::testing::Test {
     a.AddProcess(tgid, 1000, 0);
     const uint64_t gcm_stack[] = {gcm_, update_, In(FreshGcmCaller)};
     const uint64_t cbc_stack[] = {cbc_, update_, In(KeptCbcCaller)};
-    const uint64_t setup_stack[] = {fetch_, init_, In(caller)};
+    const uint64_t setup_stack[] = {fetch_, init_, In(caller, 12)};  // another call site of the caller
     a.AddStack(tgid, gcm_stack, 10);
     a.AddStack(tgid, cbc_stack, 90);
     a.AddStack(tgid, setup_stack, setup);
@@ -88,7 +92,8 @@ TEST_F(InferenceTest, NamedCiphersAreWhatTheRulesSay) {
 }
 
 TEST_F(InferenceTest, SetUpTakesWhatItsCallerNamed) {
-  // The fresh GCM context's fetch is GCM's, not 9/10 CBC's.
+  // The fresh GCM context's fetch is GCM's, not 9/10 CBC's, though it was
+  // called from another place in the caller than GCM's encryption.
   const ProcessAttribution p = Run(FreshGcmCaller, 40);
   EXPECT_EQ(Samples(p, classify::algo::kAesGcm), 50u);
   EXPECT_EQ(Samples(p, classify::algo::kAesCbc), 90u);

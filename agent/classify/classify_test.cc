@@ -202,6 +202,25 @@ TEST(ClassifyOpenSsl3, ProviderTableNames) {
   ExpectTableNames(Family::kOpenSSL, cases, {Family::kGo}, "provider:cipher:AES-GCM:update");
 }
 
+// The generic prime-curve code reads as P-384 (OpenSSL 3.0's and BoringSSL's
+// P-384 run on it), except the bookkeeping every curve runs: P-256's point
+// check of a peer's key must not name P-384.
+TEST(ClassifyOpenSsl3, CurveBookkeepingNamesNoCurve) {
+  for (const char* name :
+       {"ossl_ec_GFp_simple_is_on_curve", "ossl_ec_GFp_simple_group_get_curve", "ossl_ec_GFp_simple_point_clear_finish",
+        "ossl_ec_GFp_simple_oct2point", "ec_GFp_simple_is_on_curve"}) {
+    auto c = ClassifySymbol(Family::kOpenSSL, name);
+    ASSERT_TRUE(c) << name;
+    EXPECT_EQ(c->algorithm, algo::kUnknown) << name;
+  }
+  for (const char* name : {"ossl_ec_GFp_mont_field_mul", "ossl_ec_GFp_simple_dbl", "ossl_ec_GFp_simple_ladder_step",
+                           "ossl_ec_GFp_nistp384_points_mul"}) {
+    auto c = ClassifySymbol(Family::kOpenSSL, name);
+    ASSERT_TRUE(c) << name;
+    EXPECT_EQ(c->algorithm, algo::kP384Ambiguous) << name;
+  }
+}
+
 // Names agent/symbols/library_tables.h gives the code below a stripped
 // libcrypto.so.3's providers (library_tables_test checks them against
 // libcrypto.a): primitives, never operation entries.

@@ -177,6 +177,23 @@ constexpr Rule kRules[] = {
   // OpenSSL 3.0 has no dedicated P-384 and BoringSSL runs P-384 on
   // ec_GFp_mont, while P-256 and P-521 have their own code on x86-64, so
   // generic-curve time in a TLS server is P-384. Same bucket choice as P-256.
+  // Curve bookkeeping that every prime curve's method runs, P-256's nistz256
+  // and nistp256 ones included: the point check and encodings of a peer's
+  // key, group accessors, a point's set-up and tear-down. No curve; the
+  // operation's other samples name it (aggregate's inference). Before the
+  // generic rows below, which would read them as P-384.
+  {kOB, kContains, "ec_GFp_simple_is_on_curve",   "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_group_",        "", kSig, kUnknown},  // get_curve, get_degree, init, copy, ...
+  {kOB, kContains, "ec_GFp_simple_point_init",    "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_point_finish",  "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_point_clear_finish", "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_point_copy",    "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_point_set_to_infinity", "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_is_at_infinity", "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_cmp",           "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_oct2point",     "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_point2oct",     "", kSig, kUnknown},
+  {kOB, kContains, "ec_GFp_simple_set_compressed_coordinates", "", kSig, kUnknown},
   {kOB, kContains, "nistp384",                "", kSig, kP384Ambiguous},
   {kOB, kPrefix,   "fiat_p384_",              "", kSig, kP384Ambiguous},
   {kOB, kPrefix,   "p384_",                   "", kSig, kP384Ambiguous},

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <span>
 
 #include "agent/symbols/archive_match.h"
 #include "agent/symbols/boringssl_tables.h"
 #include "agent/symbols/debug_sources.h"
+#include "agent/symbols/eh_frame.h"
 #include "agent/symbols/go_pclntab.h"
 #include "agent/symbols/library_tables.h"
 #include "agent/symbols/object_layout.h"
@@ -55,6 +57,15 @@ std::optional<uint64_t> BinaryImage::FileOffsetToVaddr(uint64_t file_offset) con
     }
   }
   return std::nullopt;
+}
+
+std::optional<uint64_t> BinaryImage::FunctionStartAt(uint64_t vaddr) const {
+  if (function_starts.empty()) return std::nullopt;
+  const int64_t rel = static_cast<int64_t>(vaddr - function_base);
+  if (rel < std::numeric_limits<int32_t>::min() || rel > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  auto it = std::upper_bound(function_starts.begin(), function_starts.end(), static_cast<int32_t>(rel));
+  if (it == function_starts.begin()) return std::nullopt;
+  return function_base + static_cast<uint64_t>(static_cast<int64_t>(*(it - 1)));
 }
 
 std::optional<uint64_t> BinaryImage::MappingVaddr(uint64_t map_offset, bool executable) const {
@@ -658,6 +669,34 @@ Result<std::string> ReadSoname(const ElfFile& f, const std::vector<Section>& sec
   return std::string();
 }
 
+// Function starts from .eh_frame_hdr (BinaryImage::function_starts).
+// Optional information: a missing, unusual or cut-short table leaves none,
+// never an error. The table is usable for search only as the linker writes
+// it: version 1, entries of two 4-byte offsets from the section's start.
+void ReadFunctionStarts(const ElfFile& f, const std::vector<Section>& sections, BinaryImage& img) {
+  for (const Section& s : sections) {
+    if (s.name != ".eh_frame_hdr") continue;
+    auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+    if (!bytes || bytes->size() < 4) return;
+    const uint8_t* p = bytes->data();
+    const uint8_t* end = p + bytes->size();
+    const uint8_t version = p[0], ptr_enc = p[1], count_enc = p[2], table_enc = p[3];
+    p += 4;
+    uint64_t ignored = 0, count = 0;
+    if (version != 1 || table_enc != (DW_EH_PE_datarel | DW_EH_PE_sdata4) || ptr_enc == DW_EH_PE_omit ||
+        count_enc == DW_EH_PE_omit || !eh::ReadEncoded(p, end, ptr_enc, &ignored) ||
+        !eh::ReadEncoded(p, end, count_enc, &count) || count > static_cast<uint64_t>(end - p) / 8) {
+      return;
+    }
+    std::vector<int32_t> starts(count);
+    for (uint64_t i = 0; i < count; ++i, p += 8) std::memcpy(&starts[i], p, sizeof(int32_t));
+    if (!std::is_sorted(starts.begin(), starts.end())) return;
+    img.function_base = s.shdr.sh_addr;
+    img.function_starts = std::move(starts);
+    return;
+  }
+}
+
 // The sections LoadBinaryImage reads by role (the first of each), and
 // whether they show a Go binary.
 struct KeySections {
@@ -832,6 +871,7 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
       f.ehdr.e_ident[EI_DATA] == ELFDATA2LSB) {
     img->import_calls = ReadImportCalls(f, sections, options);
   }
+  ReadFunctionStarts(f, sections, *img);
   // Everything libelf read (section copies, headers) is freed when `opened`
   // goes out of scope here; only the kept symbols stay.
   return std::shared_ptr<const BinaryImage>(std::move(img));

@@ -76,6 +76,18 @@ struct BinaryImage {
   // keep filter accepts (import_calls.h), e.g. nginx's calls to SSL_write
   // or a program's call to EVP_PKEY_sign, which may tail-call away.
   ImportCalls import_calls;
+  // Where each function of the file starts, from .eh_frame_hdr's search
+  // table, which stripped binaries keep too: offsets from function_base
+  // (the section's address, as the table counts them), sorted. Names no
+  // function, but tells functions apart where no symbol does (an unnamed
+  // caller, aggregate::Attributor). Empty without a usable table.
+  uint64_t function_base = 0;
+  std::vector<int32_t> function_starts;
+
+  // The start of the function holding `vaddr` by function_starts: the
+  // nearest start at or below it (past a function's end that is the last
+  // one before the address). nullopt below the first or without a table.
+  std::optional<uint64_t> FunctionStartAt(uint64_t vaddr) const;
 
   // Maps a file offset (from /proc/PID/maps: ip - map_start + map_pgoff) to the
   // ELF virtual address used by the symbol table. nullopt if no PT_LOAD covers it.

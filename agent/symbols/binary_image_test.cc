@@ -156,6 +156,22 @@ TEST(BinaryImageTest, OwnExecutableResolvesThroughMaps) {
   EXPECT_EQ(TlsprofSymbolsTestMarker(1), 4);  // keep it called
 }
 
+// .eh_frame_hdr's table gives each function's start, symbols or not: every
+// address inside the marker maps to the marker's own address.
+TEST(BinaryImageTest, FunctionStartsComeFromTheEhFrameHeader) {
+  auto img = LoadPath("/proc/self/exe");
+  ASSERT_TRUE(img) << img.error().message;
+  ASSERT_FALSE((*img)->function_starts.empty());
+  auto marker = std::find_if((*img)->symbols.all().begin(), (*img)->symbols.all().end(),
+                             [](const Symbol& s) { return s.name == "TlsprofSymbolsTestMarker"; });
+  ASSERT_NE(marker, (*img)->symbols.all().end());
+  ASSERT_GT(marker->size, 2u);
+  EXPECT_EQ((*img)->FunctionStartAt(marker->addr), marker->addr);
+  EXPECT_EQ((*img)->FunctionStartAt(marker->addr + marker->size - 1), marker->addr);
+  EXPECT_NE((*img)->FunctionStartAt(marker->addr - 1), marker->addr);  // the function before it
+  EXPECT_FALSE((*img)->FunctionStartAt(0));
+}
+
 // A program linked statically against libcrypto.a keeps OpenSSL's internal
 // and assembly symbols in .symtab; those are what the profiler needs.
 TEST(BinaryImageTest, StaticLibcryptoKeepsInternalSymbols) {
