@@ -45,6 +45,32 @@ def read_pass(path):
     return events
 
 
+# Lines of a failed test's output that say why (unittest, GoogleTest, the
+# accuracy tables' marks), printed again at the end: CI shows the head and the
+# tail of a long log, and a failure's reason sits in the middle.
+WHY = re.compile(r"^(FAIL|ERROR): |AssertionError|<-- over|over the .* limit|^\S+:\d+: Failure|"
+                 r"^\s*(Expected|Which is|Value of|  Actual)|Timeout|Segmentation|Exception")
+WHY_LINES = 12
+
+
+def failure_reasons(path, test):
+    """Up to WHY_LINES lines of `test`'s output in the pass log at `path` that say why it failed."""
+    reasons, inside = [], False
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if m := END.match(line):
+                inside = m.group(1) == test
+                continue
+            if START.match(line):
+                inside = False
+                continue
+            why = line.strip()[:200]
+            if inside and WHY.search(line) and why not in reasons and len(reasons) < WHY_LINES:
+                reasons.append(why)
+    return reasons
+
+
 def check_lock(name, events, locked):
     """Prints each locked test's span in the log; returns False if two spans overlap."""
     running = {}
@@ -106,6 +132,8 @@ def main():
         print("\nfailed tests:")
         for stage, test, outcome in failed:
             print(f"  {stage:<8} {outcome:<10} {test}")
+            for reason in failure_reasons(os.path.join(logs, f"{stage}.log"), test):
+                print(f"      {reason}")
 
     print("\npasses:")
     total = 0
