@@ -77,13 +77,20 @@ TEST(ArchiveMatchTest, LibcryptoGetsInternalNames) {
       i.symbols.size(), (*dyn)->symbols.size(), Ms(t1 - t0), rss1 - rss0, hwm1 - hwm0);
   EXPECT_GT(i.symbols.size(), (*dyn)->symbols.size() * 2);
 
-  // Cached archive: a second load only matches.
+  // Cached archive: a second load only matches. The cache is checked by
+  // what it returns, not by a time (under ASan beside other tests one load
+  // took 0.3 s alone and 1.1 s in CI); the times are printed for reading.
+  auto cached = GetArchiveIndex(kLibcryptoA);
+  ASSERT_TRUE(cached) << cached.error().message;
   auto t2 = Clock::now();
   auto again = LoadPath(kLibcrypto, options);
   auto t3 = Clock::now();
   ASSERT_TRUE(again);
   std::printf("second load (archive index cached): %.1f ms\n", Ms(t3 - t2));
-  EXPECT_LT(Ms(t3 - t2), 1000.0);
+  auto cached_again = GetArchiveIndex(kLibcryptoA);
+  ASSERT_TRUE(cached_again);
+  EXPECT_EQ(cached->get(), cached_again->get()) << "the archive was parsed again";
+  EXPECT_EQ((*again)->symbols.size(), i.symbols.size());
 
   for (const char* name : {"_aesni_ctr32_ghash_6x", "aesni_gcm_encrypt", "ChaCha20_ctr32",
                            "sha256_block_data_order_shaext", "ecp_nistz256_mul_mont", "x25519_fe64_mul", "rsa_sign",
