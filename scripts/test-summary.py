@@ -32,19 +32,6 @@ def locked_tests(build_dir):
     return names
 
 
-def read_pass(path):
-    """[(event, test, line_no, outcome, seconds)] in log order; event is 'start' or 'end'."""
-    events = []
-    with open(path, errors="replace") as f:
-        for no, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if m := START.match(line):
-                events.append(("start", m.group(1), no, None, None))
-            elif m := END.match(line):
-                events.append(("end", m.group(1), no, m.group(2).strip(), float(m.group(3))))
-    return events
-
-
 # Lines of a failed test's output that say why (unittest, GoogleTest, the
 # accuracy tables' marks), printed again at the end: CI shows the head and the
 # tail of a long log, and a failure's reason sits in the middle.
@@ -53,22 +40,25 @@ WHY = re.compile(r"^(FAIL|ERROR): |AssertionError|<-- over|over the .* limit|^\S
 WHY_LINES = 12
 
 
-def failure_reasons(path, test):
-    """Up to WHY_LINES lines of `test`'s output in the pass log at `path` that say why it failed."""
-    reasons, inside = [], False
+def read_pass(path):
+    """([(event, test, line_no, outcome, seconds)] in log order, {test: up to WHY_LINES lines of its output that
+    say why it failed}); event is 'start' or 'end'. ctest prints a test's output after its end line."""
+    events, reasons = [], {}
+    output_of = None
     with open(path, errors="replace") as f:
-        for line in f:
+        for no, line in enumerate(f, 1):
             line = line.rstrip("\n")
-            if m := END.match(line):
-                inside = m.group(1) == test
-                continue
-            if START.match(line):
-                inside = False
-                continue
-            why = line.strip()[:200]
-            if inside and WHY.search(line) and why not in reasons and len(reasons) < WHY_LINES:
-                reasons.append(why)
-    return reasons
+            if m := START.match(line):
+                events.append(("start", m.group(1), no, None, None))
+                output_of = None
+            elif m := END.match(line):
+                events.append(("end", m.group(1), no, m.group(2).strip(), float(m.group(3))))
+                output_of = m.group(1)
+            elif output_of and WHY.search(line):
+                why = reasons.setdefault(output_of, [])
+                if line.strip()[:200] not in why and len(why) < WHY_LINES:
+                    why.append(line.strip()[:200])
+    return events, reasons
 
 
 def check_lock(name, events, locked):
@@ -110,11 +100,12 @@ def main():
             passes.append((stage, int(seconds), int(rc)))
 
     results = []
+    reasons = {}
     ok = True
     print("\n==== test summary")
     for stage, _, _ in passes:
         path = os.path.join(logs, f"{stage}.log")
-        events = read_pass(path) if os.path.exists(path) else []
+        events, reasons[stage] = read_pass(path) if os.path.exists(path) else ([], {})
         ends = [e for e in events if e[0] == "end"]
         if not ends:
             continue
@@ -132,7 +123,7 @@ def main():
         print("\nfailed tests:")
         for stage, test, outcome in failed:
             print(f"  {stage:<8} {outcome:<10} {test}")
-            for reason in failure_reasons(os.path.join(logs, f"{stage}.log"), test):
+            for reason in reasons.get(stage, {}).get(test, []):
                 print(f"      {reason}")
 
     print("\npasses:")

@@ -125,6 +125,7 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   // own segment, not from whichever segment holds the ip's file offset.
   auto base = img.MappingVaddr(m->mapping.offset, /*executable=*/true);
   auto vaddr = base ? std::optional<uint64_t>(*base + (lookup - m->mapping.start)) : std::nullopt;
+  f.vaddr = vaddr.value_or(0);
   if (return_address && vaddr && !img.import_calls.empty()) {
     f.called = img.import_calls.CalleeAt(*vaddr + 1).value_or(std::string_view{});
   }
@@ -284,17 +285,14 @@ std::string FrameName(const Frame& f, uint64_t ip, bool leaf) {
   return fmt::format("[{}]", slash == std::string::npos ? path : path.substr(slash + 1));
 }
 
-// The function of an unnamed frame at return address `ip`, as its file's
-// .eh_frame_hdr tells functions apart (symbols::BinaryImage::FunctionStartAt),
-// so that an application's several calls into the library from one function
-// count as one caller; the return address itself where the file has no table.
-uint64_t UnnamedFunctionOf(const discovery::ProcessSnapshot& snap, uint64_t ip) {
-  const auto* m = snap.Find(ip);
-  if (m == nullptr || !m->image || !m->image->image) return ip;
-  const symbols::BinaryImage& img = *m->image->image;
-  const auto base = img.MappingVaddr(m->mapping.offset, /*executable=*/true);
-  if (!base) return ip;
-  return img.FunctionStartAt(*base + (ip - 1 - m->mapping.start)).value_or(ip);
+// The function of an unnamed frame, as its file's .eh_frame_hdr tells
+// functions apart (symbols::BinaryImage::FunctionStartAt), so that an
+// application's several calls into the library from one function count as
+// one caller; the frame's own address `ip` where the file has no table.
+uint64_t UnnamedFunctionOf(const Frame& f, uint64_t ip) {
+  const symbols::BinaryImage* img = f.where.image->image.get();
+  if (img == nullptr || f.vaddr == 0) return ip;
+  return img->FunctionStartAt(f.vaddr).value_or(ip);
 }
 
 // What AddStack counts for the resolved stack `s` of a snapshot of `tgid`.
@@ -342,7 +340,7 @@ StackVerdict Judge(const discovery::ProcessRegistry& registry, StackCache& cache
       const Frame& caller = s.frames[*operation_index + 1];
       if (caller.where.image != nullptr) {
         v.caller = caller.where;
-        if (caller.where.symbol < 0) v.caller_site = UnnamedFunctionOf(snap, s.ips[*operation_index + 1]);
+        if (caller.where.symbol < 0) v.caller_site = UnnamedFunctionOf(caller, s.ips[*operation_index + 1]);
       }
     }
   }
@@ -437,8 +435,15 @@ void Attributor::AddUserSamples(uint32_t tgid, uint64_t ip, uint64_t count) {
   Account(Process(tgid), f, *f.leaf, classify::Phase::kOther, count, /*from_stack=*/false);
 }
 
-void Attributor::SplitKeyContext(const OperationKey& key, const OperationGroup& group, const SeenAlgorithms& seen,
-                                 const SeenByCaller& by_caller) {
+const std::map<std::string_view, uint64_t>* Attributor::Seen(const SeenAlgorithms& seen, const OperationKey& key,
+                                                             classify::Bucket bucket, bool caller_only) {
+  if (caller_only && key.caller.image == nullptr) return nullptr;
+  auto it = caller_only ? seen.find({key.pid, bucket, key.caller, key.caller_site})
+                        : seen.find({key.pid, bucket, SymbolKey{}, 0});
+  return it == seen.end() ? nullptr : &it->second;
+}
+
+void Attributor::SplitKeyContext(const OperationKey& key, const OperationGroup& group, const SeenAlgorithms& seen) {
   // The signature and key-exchange algorithms named under the same caller,
   // else anywhere in this process's stacks, by CPU. A context is made per
   // operation, not per CPU second, so the process-wide mix gives cheap
@@ -448,15 +453,8 @@ void Attributor::SplitKeyContext(const OperationKey& key, const OperationGroup& 
   std::vector<std::pair<AlgorithmKey, uint64_t>> named;  // phase set per use
   uint64_t named_total = 0;
   for (bool caller_only : {true, false}) {
-    if (caller_only && key.caller.image == nullptr) continue;
     for (classify::Bucket b : {classify::Bucket::kSignature, classify::Bucket::kKeyExchange}) {
-      const std::map<std::string_view, uint64_t>* mix = nullptr;
-      if (caller_only) {
-        auto it = by_caller.find({pid, b, key.caller, key.caller_site});
-        if (it != by_caller.end()) mix = &it->second;
-      } else if (auto it = seen.find({pid, b}); it != seen.end()) {
-        mix = &it->second;
-      }
+      const auto* mix = Seen(seen, key, b, caller_only);
       if (mix == nullptr) continue;
       for (const auto& [alg, n] : *mix) named.push_back({{b, alg, classify::Phase::kOther}, n}), named_total += n;
     }
@@ -499,11 +497,10 @@ void Attributor::InferFromOperations() {
   // What each process's stacks named, per bucket, before any inference: the
   // fallback for an entry that named nothing itself.
   SeenAlgorithms seen;
-  SeenByCaller by_caller;
   for (const auto& [key, group] : operations_) {
     for (const auto& [alg, n] : group.named) {
-      seen[{key.pid, group.bucket}][alg] += n;
-      if (key.caller.image != nullptr) by_caller[{key.pid, group.bucket, key.caller, key.caller_site}][alg] += n;
+      seen[{key.pid, group.bucket, SymbolKey{}, 0}][alg] += n;
+      if (key.caller.image != nullptr) seen[{key.pid, group.bucket, key.caller, key.caller_site}][alg] += n;
     }
   }
   for (auto& entry : operations_) {
@@ -529,7 +526,7 @@ void Attributor::InferFromOperations() {
     // signature and key-exchange ones. The report counts these samples apart
     // (inferred_from_process) from those the same entry named.
     if (group.bucket == classify::Bucket::kOther) {
-      SplitKeyContext(key, group, seen, by_caller);
+      SplitKeyContext(key, group, seen);
       continue;
     }
     // A context's set-up (takes_process_mix) is one entry for every key type
@@ -548,22 +545,15 @@ void Attributor::InferFromOperations() {
     // back to the whole process.
     std::map<std::string_view, uint64_t> process_named;
     if (named_total == 0 || takes_mix) {
-      auto take = [&](const std::map<std::string_view, uint64_t>& mix) {
-        uint64_t total = 0;
-        process_named.clear();
-        for (const auto& [alg, n] : mix) {
-          if (classify::MayTakeProcessAlgorithm(group.family, group.entry, key.candidate, alg))
-            process_named[alg] += n, total += n;
-        }
-        return total;
-      };
       uint64_t process_total = 0;
-      if (key.caller.image != nullptr) {
-        if (auto it = by_caller.find({key.pid, group.bucket, key.caller, key.caller_site}); it != by_caller.end())
-          process_total = take(it->second);
-      }
-      if (process_total == 0) {
-        if (auto it = seen.find({key.pid, group.bucket}); it != seen.end()) process_total = take(it->second);
+      for (bool caller_only : {true, false}) {
+        const auto* mix = Seen(seen, key, group.bucket, caller_only);
+        if (mix == nullptr) continue;
+        for (const auto& [alg, n] : *mix) {
+          if (classify::MayTakeProcessAlgorithm(group.family, group.entry, key.candidate, alg))
+            process_named[alg] += n, process_total += n;
+        }
+        if (process_total > 0) break;
       }
       if (process_total > 0) from = &process_named, named_total = process_total;
     }

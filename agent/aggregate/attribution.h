@@ -180,6 +180,9 @@ class Attributor {
     // called (symbols::ImportCalls), which a tail call may have left without
     // a frame of its own.
     std::string_view called;
+    // The address in the file that was looked up (at a return address, the
+    // call's), 0 when no mapping's segment says.
+    uint64_t vaddr = 0;
   };
   Frame Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address);
 
@@ -270,16 +273,19 @@ class Attributor {
     auto operator<=>(const OperationKey&) const = default;
   };
   std::map<OperationKey, OperationGroup> operations_;
-  // Per (process, bucket): the algorithms its stacks named, before inference.
-  using SeenAlgorithms = std::map<std::pair<pid_t, classify::Bucket>, std::map<std::string_view, uint64_t>>;
-  // The same per caller of the entry (OperationKey::caller, caller_site).
-  using CallerKey = std::tuple<pid_t, classify::Bucket, SymbolKey, uint64_t>;
-  using SeenByCaller = std::map<CallerKey, std::map<std::string_view, uint64_t>>;
+  // Per (process, bucket, caller, caller_site): the algorithms its stacks
+  // named, before inference; the whole process's under the empty caller
+  // (SymbolKey{}, 0).
+  using SeenAlgorithms =
+      std::map<std::tuple<pid_t, classify::Bucket, SymbolKey, uint64_t>, std::map<std::string_view, uint64_t>>;
+  // What `key`'s caller named in `bucket` (`caller_only`), or the whole
+  // process; null if nothing.
+  static const std::map<std::string_view, uint64_t>* Seen(const SeenAlgorithms& seen, const OperationKey& key,
+                                                          classify::Bucket bucket, bool caller_only);
   // A key context's samples (EVP_PKEY_CTX_new: bucket `other`, algorithm
-  // unknown) moved to the signature and key-exchange algorithms the process
-  // named, in proportion.
-  void SplitKeyContext(const OperationKey& key, const OperationGroup& group, const SeenAlgorithms& seen,
-                       const SeenByCaller& by_caller);
+  // unknown) moved to the signature and key-exchange algorithms its caller,
+  // else the process, named, in proportion.
+  void SplitKeyContext(const OperationKey& key, const OperationGroup& group, const SeenAlgorithms& seen);
   void InferFromOperations();
 };
 

@@ -673,28 +673,26 @@ Result<std::string> ReadSoname(const ElfFile& f, const std::vector<Section>& sec
 // Optional information: a missing, unusual or cut-short table leaves none,
 // never an error. The table is usable for search only as the linker writes
 // it: version 1, entries of two 4-byte offsets from the section's start.
-void ReadFunctionStarts(const ElfFile& f, const std::vector<Section>& sections, BinaryImage& img) {
-  for (const Section& s : sections) {
-    if (s.name != ".eh_frame_hdr") continue;
-    auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
-    if (!bytes || bytes->size() < 4) return;
-    const uint8_t* p = bytes->data();
-    const uint8_t* end = p + bytes->size();
-    const uint8_t version = p[0], ptr_enc = p[1], count_enc = p[2], table_enc = p[3];
-    p += 4;
-    uint64_t ignored = 0, count = 0;
-    if (version != 1 || table_enc != (DW_EH_PE_datarel | DW_EH_PE_sdata4) || ptr_enc == DW_EH_PE_omit ||
-        count_enc == DW_EH_PE_omit || !eh::ReadEncoded(p, end, ptr_enc, &ignored) ||
-        !eh::ReadEncoded(p, end, count_enc, &count) || count > static_cast<uint64_t>(end - p) / 8) {
-      return;
-    }
-    std::vector<int32_t> starts(count);
-    for (uint64_t i = 0; i < count; ++i, p += 8) std::memcpy(&starts[i], p, sizeof(int32_t));
-    if (!std::is_sorted(starts.begin(), starts.end())) return;
-    img.function_base = s.shdr.sh_addr;
-    img.function_starts = std::move(starts);
+void ReadFunctionStarts(const ElfFile& f, const Section* eh_frame_hdr, BinaryImage& img) {
+  if (eh_frame_hdr == nullptr) return;
+  const Section& s = *eh_frame_hdr;
+  auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+  if (!bytes || bytes->size() < 4) return;
+  const uint8_t* p = bytes->data();
+  const uint8_t* end = p + bytes->size();
+  const uint8_t version = p[0], ptr_enc = p[1], count_enc = p[2], table_enc = p[3];
+  p += 4;
+  uint64_t ignored = 0, count = 0;
+  if (version != 1 || table_enc != (DW_EH_PE_datarel | DW_EH_PE_sdata4) || ptr_enc == DW_EH_PE_omit ||
+      count_enc == DW_EH_PE_omit || !eh::ReadEncoded(p, end, ptr_enc, &ignored) ||
+      !eh::ReadEncoded(p, end, count_enc, &count) || count > static_cast<uint64_t>(end - p) / 8) {
     return;
   }
+  std::vector<int32_t> starts(count);
+  for (uint64_t i = 0; i < count; ++i, p += 8) std::memcpy(&starts[i], p, sizeof(int32_t));
+  if (!std::is_sorted(starts.begin(), starts.end())) return;
+  img.function_base = s.shdr.sh_addr;
+  img.function_starts = std::move(starts);
 }
 
 // The sections LoadBinaryImage reads by role (the first of each), and
@@ -703,6 +701,7 @@ struct KeySections {
   const Section* symtab = nullptr;
   const Section* dynsym = nullptr;
   const Section* debuglink = nullptr;
+  const Section* eh_frame_hdr = nullptr;
   bool go = false;
 };
 
@@ -713,6 +712,7 @@ KeySections FindKeySections(const std::vector<Section>& sections) {
     if (s.shdr.sh_type == SHT_DYNSYM && k.dynsym == nullptr) k.dynsym = &s;
     if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab" || s.name == ".go.buildinfo") k.go = true;
     if (s.name == ".gnu_debuglink" && k.debuglink == nullptr) k.debuglink = &s;
+    if (s.name == ".eh_frame_hdr" && k.eh_frame_hdr == nullptr) k.eh_frame_hdr = &s;
   }
   return k;
 }
@@ -871,7 +871,7 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
       f.ehdr.e_ident[EI_DATA] == ELFDATA2LSB) {
     img->import_calls = ReadImportCalls(f, sections, options);
   }
-  ReadFunctionStarts(f, sections, *img);
+  ReadFunctionStarts(f, key.eh_frame_hdr, *img);
   // Everything libelf read (section copies, headers) is freed when `opened`
   // goes out of scope here; only the kept symbols stay.
   return std::shared_ptr<const BinaryImage>(std::move(img));
