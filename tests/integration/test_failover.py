@@ -72,7 +72,7 @@ class TierCollector:
         self.start()
 
     def start(self):
-        self.proc = self.procs.start(self.argv, port=self.metrics_port, timeout=30)
+        self.proc = self.procs.start(self.argv, port=self.metrics_port, timeout=30, http_path="/metrics")
         _wait_port(self.proc, self.procs, self.grpc_port)
 
     @property
@@ -119,7 +119,8 @@ class FailoverTest(unittest.TestCase):
                       f"{pki}/{AGENT_IDENTITY}.crt", "--tls-key", f"{pki}/{AGENT_IDENTITY}.key"]
         for a in addresses:
             agent_argv += ["--collector", a]
-        agent = self.procs.start(agent_argv, port=int(self.agent_metrics.rsplit(":", 1)[1]))
+        agent = self.procs.start(agent_argv, port=int(self.agent_metrics.rsplit(":", 1)[1]),
+                                 http_path="/metrics")
         loadgen_argv = [LOADGEN, "--tls-ca", f"{pki}/ca.crt", "--tls-cert", f"{pki}/{RELAY}.crt", "--tls-key",
                         f"{pki}/{RELAY}.key", "--agents", str(FLEET["agents"]), "--series", str(FLEET["series"]),
                         "--seed", str(FLEET["seed"]), "--hostname-prefix", FLEET["prefix"], "--interval", "1",

@@ -139,7 +139,8 @@ class FaultsPipelineTest(unittest.TestCase):
         proc = self.procs.start(
             [*prefix, AGENT, "--log-level", "info", "run", "--insecure", "--collector",
              f"127.0.0.1:{collector_port}", "--interval", interval, "--frequency", "99", "--metrics-listen",
-             f"127.0.0.1:{metrics_port}", "--state-dir", state_dir], port=metrics_port, env=env)
+             f"127.0.0.1:{metrics_port}", "--state-dir", state_dir], port=metrics_port, env=env,
+            http_path="/metrics")
         proc.metrics = f"127.0.0.1:{metrics_port}"
         return proc
 

@@ -65,13 +65,13 @@ class FleetCase(unittest.TestCase):
     def start_collector(self, port, metrics_port, state_dir):
         return self.procs.start([COLLECTOR, "--listen", f"127.0.0.1:{port}", "--metrics-listen",
                                  f"127.0.0.1:{metrics_port}", "--state-dir", state_dir, *self.tls_flags("collector")],
-                                port=metrics_port)
+                                port=metrics_port, http_path="/metrics")
 
     def start_agent(self, collector_port, metrics_port, state_dir, interval, frequency=FREQUENCY, extra=()):
         return self.procs.start([AGENT, "--log-level", "info", "run", *extra, "--collector", f"localhost:{collector_port}",
                                  "--interval", str(interval), "--frequency", str(frequency), "--metrics-listen",
                                  f"127.0.0.1:{metrics_port}", "--state-dir", state_dir, *self.tls_flags("agent-1")],
-                                port=metrics_port)
+                                port=metrics_port, http_path="/metrics")
 
     def start_workload(self, seconds):
         return self.procs.start([os.path.join(BIN, "tlsprof-groundtruth-shared"), "--duration", str(seconds),

@@ -64,7 +64,7 @@ class Collector:
                     f"127.0.0.1:{self.metrics_port}", "--tls-ca", f"{pki}/ca.crt", "--tls-cert",
                     f"{pki}/collector.crt", "--tls-key", f"{pki}/collector.key", "--relay-identity", RELAY, *extra]
             try:
-                self.proc = procs.start(argv, port=self.metrics_port, timeout=30)
+                self.proc = procs.start(argv, port=self.metrics_port, timeout=30, http_path="/metrics")
                 _wait_port(self.proc, procs, self.grpc_port)
                 return
             except AssertionError as e:

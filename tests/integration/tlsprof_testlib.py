@@ -55,7 +55,11 @@ class Processes:
     def path(self, name):
         return os.path.join(self.tmp.name, name)
 
-    def start(self, argv, ready_file=None, port=None, timeout=60, **kw):
+    def start(self, argv, ready_file=None, port=None, timeout=60, http_path=None, **kw):
+        """Starts argv; waits for `ready_file` to exist or `port` to accept. With
+        `http_path`, the port is ready when that path answers 200: prometheus-cpp
+        listens before its /metrics handler is registered, and a scrape in
+        between gets a 404."""
         log = open(self.path(f"{os.path.basename(argv[0])}-{len(self.procs)}.log"), "wb")
         with log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kw)
@@ -67,7 +71,7 @@ class Processes:
                 raise AssertionError(f"{argv} exited with {proc.returncode} before it was ready:\n{self.log(proc)}")
             if ready_file and os.path.exists(ready_file):
                 break
-            if port and _port_open(port):
+            if port and _port_open(port) and (http_path is None or _http_ok(port, http_path)):
                 break
             if time.monotonic() > deadline:
                 raise AssertionError(f"{argv} not ready after {timeout} s:\n{self.log(proc)}")
@@ -104,6 +108,14 @@ def _port_open(port):
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _http_ok(port, path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status == 200
+    except OSError:  # URLError, HTTPError (a 404 too) and timeouts
+        return False
 
 
 def free_port():
