@@ -50,6 +50,20 @@ struct {
 	__type(value, __u64);
 } totals SEC(".maps");
 
+/* Every tgid that gets a samples_by_pid entry, once per entry (a tgid
+ * whose idle entry user space evicted shows up again): user space finds new
+ * processes by reading this ring, which costs nothing while it is empty,
+ * instead of walking samples_by_pid's buckets. Records are written without a
+ * wakeup (no one sleeps on it); when the ring is full, new_tgids_lost counts
+ * the record instead and user space walks samples_by_pid once.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, TLSPROF_NEW_TGIDS_RING_BYTES);
+} new_tgids SEC(".maps");
+
+__u64 new_tgids_lost = 0;
+
 /* Filled by user space before attach; the value is unused. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -94,8 +108,11 @@ static __always_inline bool pid_inc(__u32 tgid, bool user)
 	struct pid_counts init = { .user = user, .kernel = !user };
 
 	if (!counts) {
-		if (!bpf_map_update_elem(&samples_by_pid, &tgid, &init, BPF_NOEXIST))
+		if (!bpf_map_update_elem(&samples_by_pid, &tgid, &init, BPF_NOEXIST)) {
+			if (bpf_ringbuf_output(&new_tgids, &tgid, sizeof(tgid), BPF_RB_NO_WAKEUP))
+				__sync_fetch_and_add(&new_tgids_lost, 1);
 			return true;
+		}
 		counts = bpf_map_lookup_elem(&samples_by_pid, &tgid);
 		if (!counts)
 			return false;
@@ -449,6 +466,20 @@ static __always_inline bool read_user_word(__u64 addr, __u64 *out)
 	return bpf_probe_read_user(out, sizeof(*out), (const void *)addr) == 0;
 }
 
+/* The saved RBP at addr and the return address above it, in one read: the
+ * common frame (push rbp, or frame pointers) costs one helper call, not two.
+ */
+static __always_inline bool read_user_bp_ra(__u64 addr, __u64 *bp, __u64 *ra)
+{
+	__u64 pair[2];
+
+	if (bpf_probe_read_user(pair, sizeof(pair), (const void *)addr))
+		return false;
+	*bp = pair[0];
+	*ra = pair[1];
+	return true;
+}
+
 /* A general register of the sample by x86-64 DWARF number (0 rax, 1 rdx,
  * 2 rcx, 3 rbx, 4 rsi, 5 rdi, 8-15 r8-r15); false for any other number.
  * The verifier only takes 8-byte perf-reg loads at a constant offset from
@@ -592,7 +623,7 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 	if (m->table_len == 0 || (m->flags & UNWIND_MAPPING_FP)) {
 		if (!st->bp_known)
 			return unwind_stop(st, TOTAL_UNWIND_STOP_BP_UNKNOWN);
-		if (!read_user_word(st->bp + 8, &ra) || !read_user_word(st->bp, &bp))
+		if (!read_user_bp_ra(st->bp, &bp, &ra))
 			return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
 		cfa = st->bp + 16;
 		slot = st->bp + 8;
@@ -665,15 +696,21 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 		default:
 			return unwind_stop(st, TOTAL_UNWIND_STOP_CFA_NONE);
 		}
-		if (!read_user_word(cfa - 8, &ra))
-			return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
 		slot = cfa - 8;
-		if (row->rbp_kind == RBP_AT_CFA) {
-			if (!read_user_word(cfa + (__s64)row->rbp_off, &bp))
+		if (row->rbp_kind == RBP_AT_CFA && row->rbp_off == -16) {
+			if (!read_user_bp_ra(cfa - 16, &bp, &ra))
 				return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
 			st->bp_known = 1;
-		} else if (row->rbp_kind == RBP_LOST) {
-			st->bp_known = 0;
+		} else {
+			if (!read_user_word(cfa - 8, &ra))
+				return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
+			if (row->rbp_kind == RBP_AT_CFA) {
+				if (!read_user_word(cfa + (__s64)row->rbp_off, &bp))
+					return unwind_stop(st, TOTAL_UNWIND_STOP_UNREADABLE);
+				st->bp_known = 1;
+			} else if (row->rbp_kind == RBP_LOST) {
+				st->bp_known = 0;
+			}
 		}
 	}
 	/* A non-growing SP would loop. */

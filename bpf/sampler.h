@@ -12,6 +12,10 @@
 #define TLSPROF_MAX_SAMPLE_KEYS 131072
 #define TLSPROF_MAX_PIDS 32768
 #define TLSPROF_MAX_TARGET_PIDS 1024
+/* The ring of new tgids (bpf/sampler.bpf.c): a power of two of pages; a
+ * record takes 16 bytes, so 1024 new processes between two reads.
+ */
+#define TLSPROF_NEW_TGIDS_RING_BYTES 16384
 
 /* Key of the samples_by_ip map: samples that landed in user mode at one
  * instruction of one process. Kernel-mode samples of a process are counted

@@ -15,6 +15,7 @@
 #include <map>
 #include <span>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "agent/profiler/steady_state.h"
@@ -188,9 +189,9 @@ void Profiler::Discover(pid_t pid) {
     // A process read right after its exec may not have its libraries mapped
     // yet (the dynamic loader runs after exec returns): with usage probes,
     // whose counts start only once its libraries are probed, read it again
-    // at a later Poll while it is young.
+    // at the next Poll while it is young.
     if (usage_ && snap != nullptr && ProcessAgeSeconds(snap->identity.start_time) < kYoungProcessSeconds) {
-      seen_.erase(static_cast<uint32_t>(pid));
+      read_again_.push_back(static_cast<uint32_t>(pid));
     }
     return;
   }
@@ -208,7 +209,10 @@ void Profiler::Register(pid_t pid, const discovery::ProcessSnapshot& snap) {
 void Profiler::Poll(Clock::time_point deadline) {
   const auto scope = phases_.Enter(AgentPhase::kDiscovery);
   if (usage_) usage_->CheckFiles();
-  sampler_->ForEachPid([&](uint32_t tgid, const pid_counts&) {
+  for (uint32_t tgid : std::exchange(read_again_, {})) {
+    if (pending_set_.insert(tgid).second) pending_.push_back(tgid);
+  }
+  sampler_->ForEachNewPid([&](uint32_t tgid) {
     if (tgid != 0 && seen_.insert(tgid).second) {
       pending_.push_back(tgid);
       pending_set_.insert(tgid);

@@ -93,10 +93,9 @@ class Profiler {
   static Result<std::unique_ptr<Profiler>> Start(const Options& options);
 
   // Snapshots the processes that got their first samples since the last
-  // call. Call it often (every 0.5 s): a process is unwound only from its
-  // snapshot on. It stops at `deadline` (the next window's close): under
-  // exec churn on a starved host the processes not read yet wait for the
-  // next call, so windows still close on time (test_faults_discovery).
+  // call (Sampler::ForEachNewPid: nothing to walk when none is new). Call it often (every 0.5 s): a process is unwound
+  // only from its snapshot on. It stops at `deadline` (the next window's close): under exec churn on a starved host the
+  // processes not read yet wait for the next call, so windows still close on time (test_faults_discovery).
   void Poll(std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
   // Processes found but not read yet (Poll ran out of time).
   size_t pending() const { return pending_set_.size(); }
@@ -152,6 +151,10 @@ class Profiler {
   // (CloseWindow reads the sampled ones itself and takes them out).
   std::deque<uint32_t> pending_;
   std::unordered_set<uint32_t> pending_set_;
+  // Young processes read before their libraries were mapped (with usage
+  // probes): read again at the next Poll. Their pid map entry is not new
+  // then, so the sampler's ring of new pids would not name them again.
+  std::vector<uint32_t> read_again_;
   usage::UsageSnapshot usage_mark_;  // the usage maps at the window's start
   std::chrono::steady_clock::time_point window_start_;
   int64_t window_start_unix_ns_ = 0;

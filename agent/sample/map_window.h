@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -60,43 +61,70 @@ struct KeyBytesEqual {
 template <typename Key, typename Value>
 class MapWindow {
  public:
-  // Every entry of the map: one batch syscall per few thousand keys where the
-  // kernel supports BPF_MAP_LOOKUP_BATCH on hash maps (5.6+), else one
-  // get_next_key + lookup pair per key. Entries added during the walk may or
-  // may not be seen; a later read sees them.
-  static std::vector<std::pair<Key, Value>> ReadAll(int fd) {
-    std::vector<std::pair<Key, Value>> out;
-    std::vector<Key> keys;
-    std::vector<Value> values;
-    uint32_t chunk = 4096;
+  // Calls fn(key, value) for every entry of the map: one batch syscall per
+  // `chunk` keys where the kernel supports BPF_MAP_LOOKUP_BATCH on hash maps
+  // (5.6+), else one get_next_key + lookup pair per key. Entries added during
+  // the walk may or may not be seen; a later read sees them. `chunk` is a
+  // first guess of the entries (the buffers are not zero-filled, and grow
+  // when one bucket holds more); the keys read are zeroed after use (a stack
+  // key's last frame can be a word of a user stack, docs/attribution.md).
+  template <typename Fn>
+  static void ForEach(int fd, uint32_t chunk, Fn&& fn) {
+    chunk = std::clamp<uint32_t>(chunk, 16, 4096);
+    // Default-initialised: filled by the kernel, only the filled part is read.
+    std::unique_ptr<Key[]> keys(new Key[chunk]);
+    std::unique_ptr<Value[]> values(new Value[chunk]);
     // The batch token of a hash map is a bucket index (4 bytes); give it room
     // of a key all the same, as libbpf's documentation asks.
     alignas(8) unsigned char token_in[std::max<size_t>(sizeof(Key), 8)] = {};
     alignas(8) unsigned char token_out[std::max<size_t>(sizeof(Key), 8)] = {};
-    bool first = true;
+    bool first = true, any = false;
     for (;;) {
-      keys.resize(chunk);
-      values.resize(chunk);
       uint32_t count = chunk;
       LIBBPF_OPTS(bpf_map_batch_opts, opts);
       int err =
-          bpf_map_lookup_batch(fd, first ? nullptr : token_in, token_out, keys.data(), values.data(), &count, &opts);
+          bpf_map_lookup_batch(fd, first ? nullptr : token_in, token_out, keys.get(), values.get(), &count, &opts);
       if (err != 0) err = errno;
-      for (uint32_t i = 0; i < count && i < chunk; ++i) out.emplace_back(keys[i], values[i]);
+      count = std::min(count, chunk);
+      for (uint32_t i = 0; i < count; ++i) fn(keys[i], values[i]);
+      explicit_bzero(keys.get(), count * sizeof(Key));
+      any = any || count > 0;
       if (err == 0) {
         std::memcpy(token_in, token_out, sizeof(token_in));
         first = false;
         continue;
       }
-      if (err == ENOENT) return out;  // the last bucket was read
+      if (err == ENOENT) return;  // the last bucket was read
       if (err == ENOSPC && count == 0 && chunk < (1u << 20)) {
         chunk *= 2;  // one bucket holds more keys than the chunk
+        keys.reset(new Key[chunk]);
+        values.reset(new Value[chunk]);
         continue;
       }
-      if (!first || !out.empty()) return out;  // a later batch failed: what was read stands
-      return ReadAllByKey(fd);                 // batch ops not supported
+      if (!first || any) return;  // a later batch failed: what was read stands
+      ForEachByKey(fd, fn);       // batch ops not supported
+      return;
     }
   }
+
+  // Every entry of the map (ForEach, collected).
+  static std::vector<std::pair<Key, Value>> ReadAll(int fd, uint32_t chunk = 4096) {
+    std::vector<std::pair<Key, Value>> out;
+    ForEach(fd, chunk, [&](const Key& key, const Value& value) { out.emplace_back(key, value); });
+    return out;
+  }
+
+  MapWindow() = default;
+  MapWindow(const MapWindow&) = delete;
+  MapWindow& operator=(const MapWindow&) = delete;
+  MapWindow(MapWindow&&) = default;
+  MapWindow& operator=(MapWindow&& other) {
+    Reset();
+    baseline_ = std::move(other.baseline_);
+    epoch_ = other.epoch_;
+    return *this;
+  }
+  ~MapWindow() { Reset(); }
 
   // What each key gained since the previous Read (a new key: its whole
   // value). Keys that gained nothing are left out. Keys that gained nothing
@@ -106,9 +134,11 @@ class MapWindow {
     std::vector<std::pair<Key, Value>> gained;
     // The baseline is updated in place (a busy map's keys are mostly the
     // same from one window to the next); a key this read did not return (a
-    // batch read that failed midway) leaves it.
+    // batch read that failed midway) leaves it. The first batch is sized for
+    // the keys of the previous read and a quarter more.
     ++epoch_;
-    for (const auto& [key, value] : ReadAll(fd)) {
+    const size_t hint = baseline_.size() + baseline_.size() / 4 + 16;
+    ForEach(fd, static_cast<uint32_t>(std::min<size_t>(hint, 4096)), [&](const Key& key, const Value& value) {
       auto [it, inserted] = baseline_.try_emplace(key, Entry{value, 0, epoch_});
       Entry& e = it->second;
       const Value delta = inserted ? value : Minus(value, e.value);
@@ -120,13 +150,13 @@ class MapWindow {
       }
       e.value = value;
       e.epoch = epoch_;
-    }
+    });
     // Keys idle for a whole window go: taken out of the map with what they
     // gained since the read above.
     for (auto it = baseline_.begin(); it != baseline_.end();) {
       Entry& e = it->second;
       if (e.epoch != epoch_) {
-        it = baseline_.erase(it);  // no longer in the map
+        it = Erase(it);  // no longer in the map
         continue;
       }
       if (e.idle_windows < 1) {
@@ -141,13 +171,15 @@ class MapWindow {
       const Value extra = Minus(last, e.value);
       if (!IsZero(extra)) gained.emplace_back(it->first, extra);
       if (evicted != nullptr) evicted->push_back(it->first);
-      it = baseline_.erase(it);
+      it = Erase(it);
     }
     return gained;
   }
 
   // Forget the baseline (the map was emptied).
-  void Reset() { baseline_.clear(); }
+  void Reset() {
+    for (auto it = baseline_.begin(); it != baseline_.end();) it = Erase(it);
+  }
   size_t size() const { return baseline_.size(); }
 
  private:
@@ -156,22 +188,30 @@ class MapWindow {
     uint32_t idle_windows;  // consecutive reads in which the key gained nothing
     uint64_t epoch;         // the last Read that saw the key in the map
   };
+  using Baseline = std::unordered_map<Key, Entry, KeyBytesHash<Key>, KeyBytesEqual<Key>>;
 
-  static std::vector<std::pair<Key, Value>> ReadAllByKey(int fd) {
-    std::vector<std::pair<Key, Value>> out;
+  // Erases an entry with its key's bytes zeroed first (see ForEach).
+  typename Baseline::iterator Erase(typename Baseline::iterator it) {
+    explicit_bzero(const_cast<Key*>(&it->first), sizeof(Key));
+    return baseline_.erase(it);
+  }
+
+  template <typename Fn>
+  static void ForEachByKey(int fd, Fn&& fn) {
     Key key{};
     Key next{};
     const Key* prev = nullptr;
     while (bpf_map_get_next_key(fd, prev, &next) == 0) {
       Value value{};
-      if (bpf_map_lookup_elem(fd, &next, &value) == 0) out.emplace_back(next, value);
+      if (bpf_map_lookup_elem(fd, &next, &value) == 0) fn(next, value);
       key = next;
       prev = &key;
     }
-    return out;
+    explicit_bzero(&key, sizeof(key));
+    explicit_bzero(&next, sizeof(next));
   }
 
-  std::unordered_map<Key, Entry, KeyBytesHash<Key>, KeyBytesEqual<Key>> baseline_;
+  Baseline baseline_;
   uint64_t epoch_ = 0;
 };
 

@@ -35,6 +35,7 @@ constexpr uint64_t kNsPerSecond = 1'000'000'000;
 // Owners of the skeleton and its links (destroying a link detaches it).
 using SkelPtr = std::unique_ptr<sampler, decltype([](sampler* skel) { sampler__destroy(skel); })>;
 using LinkPtr = std::unique_ptr<bpf_link, decltype([](bpf_link* link) { bpf_link__destroy(link); })>;
+using RingPtr = std::unique_ptr<ring_buffer, decltype([](ring_buffer* ring) { ring_buffer__free(ring); })>;
 
 std::string ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 
@@ -202,9 +203,13 @@ int PerfEventOpen(perf_event_attr* attr, pid_t pid, int cpu) {
 
 struct Sampler::Impl {
   // Declaration order is destruction order in reverse: the links go first
-  // (each one disables and closes its perf event), then the stats fd, then
-  // the skeleton with its maps and program.
+  // (each one disables and closes its perf event), then the stats fd and the
+  // ring's mappings, then the skeleton with its maps and program.
   SkelPtr skel;
+  RingPtr new_tgids;
+  // What ForEachNewPid hands each record of the ring to, while it reads it.
+  const std::function<void(uint32_t)>* on_new_tgid = nullptr;
+  uint64_t new_tgids_lost_seen = 0;
   UniqueFd stats_fd;
   std::vector<int> cpus;
   std::vector<LinkPtr> links;
@@ -265,6 +270,12 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
     return PrivilegedStepError("loading the BPF sampler into the kernel failed", err);
   }
 
+  // The ring is mapped now, while the agent may still map BPF objects.
+  impl->new_tgids.reset(ring_buffer__new(bpf_map__fd(impl->skel->maps.new_tgids), OnNewTgid, impl.get(), nullptr));
+  if (!impl->new_tgids) {
+    return PrivilegedStepError("mapping the BPF ring of new processes failed", errno);
+  }
+
   const uint8_t present = 1;
   for (pid_t pid : options.target_pids) {
     uint32_t tgid = static_cast<uint32_t>(pid);
@@ -321,6 +332,28 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
 }
 
 int Sampler::cpu_count() const { return static_cast<int>(impl_->cpus.size()); }
+
+int Sampler::OnNewTgid(void* ctx, void* data, size_t size) {
+  const auto* impl = static_cast<const Impl*>(ctx);
+  uint32_t tgid = 0;
+  if (size < sizeof(tgid) || impl->on_new_tgid == nullptr) return 0;
+  std::memcpy(&tgid, data, sizeof(tgid));
+  (*impl->on_new_tgid)(tgid);
+  return 0;
+}
+
+void Sampler::ForEachNewPid(const std::function<void(uint32_t tgid)>& fn) {
+  impl_->on_new_tgid = &fn;
+  ring_buffer__consume(impl_->new_tgids.get());
+  impl_->on_new_tgid = nullptr;
+  // Read after the ring: a record lost before this read has its map entry
+  // already, so the walk below finds it; one lost later moves the count again.
+  const uint64_t lost = __atomic_load_n(&impl_->skel->bss->new_tgids_lost, __ATOMIC_ACQUIRE);
+  if (lost == impl_->new_tgids_lost_seen) return;
+  impl_->new_tgids_lost_seen = lost;
+  ++new_pid_walks_;
+  ForEachPid([&](uint32_t tgid, const pid_counts&) { fn(tgid); });
+}
 
 void Sampler::Stop() { impl_->links.clear(); }
 

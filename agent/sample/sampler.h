@@ -118,6 +118,13 @@ class Sampler {
   // the walk is not a snapshot: entries added meanwhile may or may not be seen.
   void ForEachPid(const std::function<void(uint32_t tgid, const pid_counts&)>& fn) const;
   void ForEachIp(const std::function<void(const sample_key&, uint64_t count)>& fn) const;
+  // Each tgid that got a samples_by_pid entry since the previous call, at
+  // least once (also a tgid whose idle entry ReadWindow evicted, when it is
+  // sampled again). Reads the BPF ring of new tgids: no system call while no
+  // process is new. When the ring overflowed, walks the pid map instead
+  // (new_pid_walks() counts those walks).
+  void ForEachNewPid(const std::function<void(uint32_t tgid)>& fn);
+  uint64_t new_pid_walks() const { return new_pid_walks_; }
   Totals ReadTotals() const;
   // The same, per CPU (indexed by CPU number, over the possible CPUs).
   std::vector<Totals> ReadTotalsPerCpu() const;
@@ -175,11 +182,14 @@ class Sampler {
   explicit Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns);
   // After every upload: row lookups the BPF program cached before it are stale.
   void BumpRowsGeneration();
+  // ring_buffer's callback: hands a record to ForEachNewPid's function.
+  static int OnNewTgid(void* ctx, void* data, size_t size);
   struct WindowState;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<WindowState> window_;
   uint64_t period_ns_;
   uint32_t next_row_ = 0;
+  uint64_t new_pid_walks_ = 0;
 };
 
 }  // namespace tlsprof::sample

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -210,6 +211,43 @@ TEST(SamplerBpfTest, PidFilterKeepsOnlyTheTarget) {
   // Totals still count the whole host, including the other busy child.
   Totals totals = sampler->ReadTotals();
   EXPECT_GT(totals.user, counts.begin()->second.user);
+}
+
+// The agent finds new processes in the ring of new tgids (Profiler::Poll):
+// each pid map entry is named once, a second read names nothing, and when
+// the ring overflowed a walk of the pid map names what the ring lost.
+TEST(SamplerBpfTest, NewPidsComeFromTheRingAndAFullRingFallsBackToTheMap) {
+  BusyChild target;
+  ASSERT_TRUE(target.ready());
+  const auto tgid = static_cast<uint32_t>(target.pid());
+  auto sampler = StartOrFail({.frequency_hz = kHz, .target_pids = {target.pid()}});
+  ASSERT_NE(sampler, nullptr);
+  EXPECT_TRUE(target.RunFor(0.05)) << "the busy child got no CPU";
+  auto new_pids = [&] {
+    std::multiset<uint32_t> named;
+    sampler->ForEachNewPid([&](uint32_t pid) { named.insert(pid); });
+    return named;
+  };
+  EXPECT_EQ(new_pids(), std::multiset<uint32_t>{tgid});
+  EXPECT_TRUE(target.RunFor(0.05)) << "the busy child got no CPU";
+  EXPECT_TRUE(new_pids().empty()) << "a pid named again while its entry stayed";
+  EXPECT_EQ(sampler->new_pid_walks(), 0u);
+
+  // Every ClearCounts deletes the child's entry, and its next sample makes a
+  // new one: a record each time, more than the ring holds (16 bytes a record).
+  constexpr int kRecords = TLSPROF_NEW_TGIDS_RING_BYTES / 16 + 200;
+  int cleared = 0;
+  for (int made = 0; made < kRecords && cleared < 4 * kRecords; ++cleared) {
+    sampler->ClearCounts();
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // the child spins on: ~3 samples
+    if (!PidCounts(*sampler).empty()) ++made;
+  }
+  const auto named = new_pids();
+  EXPECT_EQ(sampler->new_pid_walks(), 1u) << "the ring did not overflow in " << cleared << " clears";
+  EXPECT_GE(named.count(tgid), static_cast<size_t>(TLSPROF_NEW_TGIDS_RING_BYTES / 16));
+  EXPECT_EQ(named.size(), named.count(tgid)) << "a pid outside the filter was named";
+  EXPECT_TRUE(new_pids().empty());
+  EXPECT_EQ(sampler->new_pid_walks(), 1u);
 }
 
 // A profile window starts with ClearCounts: what was counted before is gone,
