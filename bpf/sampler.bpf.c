@@ -5,7 +5,8 @@
  *
  * Every sample is counted in totals. Non-idle samples of a process that
  * passes the tgid filter are counted in samples_by_pid, and user-mode ones
- * also in samples_by_ip, keyed by the interrupted user instruction.
+ * also in samples_by_ip (one of two sets by window, below), keyed by the
+ * interrupted user instruction.
  *
  * User-mode samples of a process that user space put in unwind_procs are also
  * unwound (DWARF CFI rows or frame pointers, see unwind.h) and, if the stack
@@ -28,13 +29,26 @@ const volatile bool filter_tgids = false;
 /* Hash maps stay preallocated (no BPF_F_NO_PREALLOC): this program runs in
  * hard-irq context from the cpu-clock hrtimer, and insertion into a
  * preallocated map never allocates there.
+ *
+ * The per-window maps come in two sets, samples_by_ip_N and
+ * samples_by_stack_N: a sample is counted in set window_set, read once per
+ * run. At a window's close user space flips window_set, waits for an RCU
+ * grace period (every run that read the old value has returned) and drains
+ * the old set with batched lookup-and-delete (agent/sample/sampler.cc). So no
+ * key is deleted while a run may hold a pointer to its value, and none is
+ * deleted one system call at a time.
  */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, TLSPROF_MAX_SAMPLE_KEYS);
-	__type(key, struct sample_key);
-	__type(value, __u64);
-} samples_by_ip SEC(".maps");
+__u32 window_set = 0;
+
+#define SAMPLES_BY_IP(name)                                   \
+	struct {                                              \
+		__uint(type, BPF_MAP_TYPE_HASH);              \
+		__uint(max_entries, TLSPROF_MAX_SAMPLE_KEYS); \
+		__type(key, struct sample_key);               \
+		__type(value, __u64);                         \
+	} name SEC(".maps")
+SAMPLES_BY_IP(samples_by_ip_0);
+SAMPLES_BY_IP(samples_by_ip_1);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -124,16 +138,18 @@ static __always_inline bool pid_inc(__u32 tgid, bool user)
 	return true;
 }
 
-/* The same for one user instruction of one process. */
-static __always_inline bool ip_inc(const struct sample_key *key)
+/* Count one sample under a key of a u64-valued hash map (one user
+ * instruction, or one stack, of one process): the same insert-or-add.
+ */
+static __always_inline bool key_inc(void *map, const void *key)
 {
-	__u64 *count = bpf_map_lookup_elem(&samples_by_ip, key);
+	__u64 *count = bpf_map_lookup_elem(map, key);
 	__u64 one = 1;
 
 	if (!count) {
-		if (!bpf_map_update_elem(&samples_by_ip, key, &one, BPF_NOEXIST))
+		if (!bpf_map_update_elem(map, key, &one, BPF_NOEXIST))
 			return true;
-		count = bpf_map_lookup_elem(&samples_by_ip, key);
+		count = bpf_map_lookup_elem(map, key);
 		if (!count)
 			return false;
 	}
@@ -177,15 +193,18 @@ struct {
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
 
-/* Samples per user stack of a process (leaf first). Preallocated, like the
- * other hash maps.
+/* Samples per user stack of a process (leaf first), in two sets like
+ * samples_by_ip_N. Preallocated, like the other hash maps.
  */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, TLSPROF_MAX_STACK_KEYS);
-	__type(key, struct stack_key);
-	__type(value, __u64);
-} samples_by_stack SEC(".maps");
+#define SAMPLES_BY_STACK(name)                               \
+	struct {                                             \
+		__uint(type, BPF_MAP_TYPE_HASH);             \
+		__uint(max_entries, TLSPROF_MAX_STACK_KEYS); \
+		__type(key, struct stack_key);               \
+		__type(value, __u64);                        \
+	} name SEC(".maps")
+SAMPLES_BY_STACK(samples_by_stack_0);
+SAMPLES_BY_STACK(samples_by_stack_1);
 
 /* A per-CPU cache of recent row lookups: TLS stacks repeat the same return
  * addresses, and a hit costs one slot instead of the searches of the row
@@ -725,28 +744,13 @@ static long unwind_step(__u32 i, struct ustack_walk_ctx *w)
 	return 0;
 }
 
-static __always_inline bool stack_inc(const struct stack_key *key)
-{
-	__u64 *count = bpf_map_lookup_elem(&samples_by_stack, key);
-	__u64 one = 1;
-
-	if (!count) {
-		if (!bpf_map_update_elem(&samples_by_stack, key, &one, BPF_NOEXIST))
-			return true;
-		count = bpf_map_lookup_elem(&samples_by_stack, key);
-		if (!count)
-			return false;
-	}
-	__sync_fetch_and_add(count, 1);
-	return true;
-}
-
 /* Walks the stack of a user-mode sample of a registered process and counts
  * it; returns the frames visited.
  */
 static __always_inline __u32 walk_and_count(struct bpf_perf_event_data *ctx, __u32 tgid,
-                                            const struct unwind_proc *proc)
+                                            const struct unwind_proc *proc, __u32 set)
 {
+	bool counted;
 	struct ustack_walk_ctx walk;
 	struct ustack_walk *st;
 	__u32 zero = 0;
@@ -779,7 +783,9 @@ static __always_inline __u32 walk_and_count(struct bpf_perf_event_data *ctx, __u
 		total_inc(TOTAL_UNWIND_NOT_TLS);
 		return st->key.nr_frames;
 	}
-	if (!stack_inc(&st->key)) {
+	counted = set ? key_inc(&samples_by_stack_1, &st->key)
+	              : key_inc(&samples_by_stack_0, &st->key);
+	if (!counted) {
 		total_inc(TOTAL_DROPPED_STACK);
 		return st->key.nr_frames;
 	}
@@ -792,7 +798,7 @@ static __always_inline __u32 walk_and_count(struct bpf_perf_event_data *ctx, __u
 /* Unwinds a user-mode sample of tgid if user space registered the process,
  * and accounts for the walk's cost.
  */
-static __always_inline void unwind_sample(struct bpf_perf_event_data *ctx, __u32 tgid)
+static __always_inline void unwind_sample(struct bpf_perf_event_data *ctx, __u32 tgid, __u32 set)
 {
 	const struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
 	__u64 t0;
@@ -801,7 +807,7 @@ static __always_inline void unwind_sample(struct bpf_perf_event_data *ctx, __u32
 	if (!proc)
 		return;
 	t0 = bpf_ktime_get_ns();
-	frames = walk_and_count(ctx, tgid, proc);
+	frames = walk_and_count(ctx, tgid, proc, set);
 	total_add(TOTAL_UNWIND_NS, bpf_ktime_get_ns() - t0);
 	total_inc(TOTAL_UNWIND_WALKS);
 	total_add(TOTAL_UNWIND_FRAMES, frames);
@@ -812,8 +818,10 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
+	/* Once per run: the whole sample goes to one set (see window_set). */
+	__u32 set = *(volatile __u32 *)&window_set & 1;
 	struct sample_key key;
-	bool user;
+	bool user, counted;
 
 	total_inc(TOTAL_SAMPLES);
 
@@ -838,8 +846,9 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	key.tgid = tgid;
 	key.pad = 0;
 	key.user_ip = ctx->regs.ip;
-	if (!ip_inc(&key))
+	counted = set ? key_inc(&samples_by_ip_1, &key) : key_inc(&samples_by_ip_0, &key);
+	if (!counted)
 		total_inc(TOTAL_DROPPED_IP);
-	unwind_sample(ctx, tgid);
+	unwind_sample(ctx, tgid, set);
 	return 0;
 }

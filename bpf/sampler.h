@@ -9,7 +9,10 @@
 #include <linux/types.h>
 #endif
 
-#define TLSPROF_MAX_SAMPLE_KEYS 131072
+/* Entries of each of the two samples_by_ip sets (one per window, see
+ * bpf/sampler.bpf.c): the keys one window can hold.
+ */
+#define TLSPROF_MAX_SAMPLE_KEYS 65536
 #define TLSPROF_MAX_PIDS 32768
 #define TLSPROF_MAX_TARGET_PIDS 1024
 /* The ring of new tgids (bpf/sampler.bpf.c): a power of two of pages; a

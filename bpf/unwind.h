@@ -29,7 +29,7 @@
 /* Non-TLS frames crossed above TLS code before the walk stops (the first of
  * them is kept in the stack: it says who called the library). */
 #define TLSPROF_UNWIND_GAP 1
-#define TLSPROF_MAX_STACK_KEYS 65536
+#define TLSPROF_MAX_STACK_KEYS 32768 /* per samples_by_stack set (one per window) */
 
 /* How to compute the CFA at a row. */
 enum unwind_cfa_kind {

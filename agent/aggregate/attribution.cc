@@ -79,10 +79,11 @@ LibraryFile LibraryFileOf(const discovery::ImageInfo& info) {
 
 }  // namespace
 
-Attributor::Attributor(const discovery::ProcessRegistry& registry, StackCache* cache)
+Attributor::Attributor(const discovery::ProcessRegistry& registry, StackCache* cache, bool keep_stacks)
     : registry_(registry),
       own_stack_cache_(cache == nullptr ? std::make_unique<StackCache>() : nullptr),
-      stack_cache_(cache != nullptr ? cache : own_stack_cache_.get()) {}
+      stack_cache_(cache != nullptr ? cache : own_stack_cache_.get()),
+      keep_stacks_(keep_stacks) {}
 
 Attributor::~Attributor() = default;
 
@@ -113,7 +114,8 @@ void Attributor::AddProcess(uint32_t tgid, uint64_t user_samples, uint64_t kerne
   p.kernel_samples += kernel_samples;
 }
 
-Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address) {
+Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address,
+                                      bool classify) {
   Frame f;
   const auto* m = process.Find(ip);
   if (m == nullptr || !m->image || !m->image->image) return f;
@@ -135,14 +137,20 @@ Attributor::Frame Attributor::Resolve(const discovery::ProcessSnapshot& process,
   if (index) {
     f.where.symbol = *index;
     f.name = img.symbols.at(*index).name;
-    f.leaf = classify::ClassifySymbol(f.family, f.name);  // looked up once per name (classify.cc)
   }
   // A shared libssl/libcrypto is TLS code throughout, named or not; in a
   // static link the kept symbols are (the TLS names and the helpers of their
   // objects, LoadOptions::keep_whole_objects), as the unwinder's rows say.
   f.tls = info.tls->whole_file_is_tls || index.has_value();
-  if (f.tls && !f.leaf) f.leaf = classify::Classification{};  // {other, unknown}
+  if (classify) ClassifyFrame(f);
   return f;
+}
+
+void Attributor::ClassifyFrame(Frame& f) {
+  if (!f.tls) return;
+  // Looked up once per name (classify.cc); unnamed or unknown: {other, unknown}.
+  f.leaf = f.name.empty() ? classify::Classification{}
+                          : classify::ClassifySymbol(f.family, f.name).value_or(classify::Classification{});
 }
 
 void Attributor::Account(ProcessAttribution& p, const Frame& where, const classify::Classification& c,
@@ -197,19 +205,21 @@ Frame PutBackEntry(const Frame& callee, std::string_view called) {
 // entry point it called and the callee's frame is not that function (the
 // entry tail-called away, e.g. EVP_PKEY_sign into the provider), the entry
 // is put back between them, so the operation it starts is seen.
-StackFrames ResolveStack(Attributor& attributor, const discovery::ProcessSnapshot& snap,
-                         std::span<const uint64_t> ips) {
-  StackFrames s;
+// Into `s` (reused from stack to stack: its arrays are not constructed
+// again), without the frames' classification, which only a stack whose
+// verdict is not cached needs (Attributor::ClassifyFrame).
+void ResolveStack(Attributor& attributor, const discovery::ProcessSnapshot& snap, std::span<const uint64_t> ips,
+                  StackFrames& s) {
+  s.size = 0;
   const size_t n = std::min(ips.size(), StackFrames::kMaxFrames);
   for (size_t i = 0; i < n; ++i) {
-    Frame f = attributor.Resolve(snap, ips[i], i > 0);
+    Frame f = attributor.Resolve(snap, ips[i], i > 0, /*classify=*/false);
     const Frame* below = s.size > 0 ? &s.frames[s.size - 1] : nullptr;
     if (!f.called.empty() && below != nullptr && below->tls && below->name != f.called) {
       s.Push(PutBackEntry(*below, f.called), ips[i]);
     }
     s.Push(f, ips[i]);
   }
-  return s;
 }
 
 // The operation entry whose samples are pooled for InferFromOperations: the
@@ -377,13 +387,19 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   if (snap == nullptr) return;  // left to the leaf path, which counts it unresolved
   covered_[{tgid, ips[0]}] += count;
 
-  const StackFrames s = ResolveStack(*this, *snap, ips);
+  // One per thread, reused: 128 frames are too many to construct per stack.
+  thread_local StackFrames s;
+  ResolveStack(*this, *snap, ips, s);
   std::array<uint64_t, 3 * 2 * StackFrames::kMaxFrames> words;
   const size_t n = StackIdentity(s, words);
   const StackCache::Key key = StackCache::KeyOf(tgid, snap->generation, std::span(words.data(), n));
   explicit_bzero(words.data(), n * sizeof(words[0]));  // IPs of the user stack (docs/attribution.md, "Privacy")
   const StackVerdict* v = stack_cache_->Find(key);
-  if (v == nullptr) v = &stack_cache_->Insert(key, Judge(registry_, *stack_cache_, tgid, *snap, s));
+  if (v == nullptr) {
+    for (size_t i = 0; i < s.size; ++i) ClassifyFrame(s.frames[i]);
+    v = &stack_cache_->Insert(key, Judge(registry_, *stack_cache_, tgid, *snap, s));
+  }
+  explicit_bzero(s.ips.data(), s.size * sizeof(s.ips[0]));
   if (v->kind == StackVerdict::Kind::kNotTls) return;
   if (v->kind == StackVerdict::Kind::kSyscallReturn) {
     Process(tgid).kernel_samples += count;
@@ -394,6 +410,10 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   Account(p, v->innermost_tls, v->classification, v->phase, count, /*from_stack=*/true);
   profile_.stack_samples += count;
 
+  if (!keep_stacks_) {
+    if (v->grouped) CountOperation(tgid, *v, count, std::nullopt);
+    return;
+  }
   StackSample stack;
   stack.pid = static_cast<pid_t>(tgid);
   stack.classification = v->classification;
@@ -401,20 +421,23 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   stack.samples = count;
   stack.frames.assign(v->frames.begin(), v->frames.end());
   profile_.stacks.push_back(std::move(stack));
+  if (v->grouped) CountOperation(tgid, *v, count, profile_.stacks.size() - 1);
+}
 
-  if (v->grouped) {
-    OperationGroup& group = operations_[{static_cast<pid_t>(tgid), v->entry_image, v->entry, v->callee_site, v->callee,
-                                         v->candidate, v->caller, v->caller_site}];
-    group.bucket = v->classification.bucket;
-    group.family = v->entry_family;
-    group.entry = v->entry;
-    if (v->classification.algorithm == classify::algo::kUnknown) {
-      group.unknown[static_cast<size_t>(v->phase)] += count;
-      group.unknown_by_library[{v->phase, v->innermost_tls.where.image->tls->kind}] += count;
-      group.unknown_stacks.push_back(profile_.stacks.size() - 1);
-    } else {
-      group.named[v->classification.algorithm] += count;
-    }
+// A stack of an operation entry, in its group (InferFromOperations).
+void Attributor::CountOperation(uint32_t tgid, const StackVerdict& v, uint64_t count,
+                                std::optional<size_t> stack_index) {
+  OperationGroup& group = operations_[{static_cast<pid_t>(tgid), v.entry_image, v.entry, v.callee_site, v.callee,
+                                       v.candidate, v.caller, v.caller_site}];
+  group.bucket = v.classification.bucket;
+  group.family = v.entry_family;
+  group.entry = v.entry;
+  if (v.classification.algorithm == classify::algo::kUnknown) {
+    group.unknown[static_cast<size_t>(v.phase)] += count;
+    group.unknown_by_library[{v.phase, v.innermost_tls.where.image->tls->kind}] += count;
+    if (stack_index) group.unknown_stacks.push_back(*stack_index);
+  } else {
+    group.named[v.classification.algorithm] += count;
   }
 }
 

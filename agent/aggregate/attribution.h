@@ -146,8 +146,10 @@ class StackCache;
 class Attributor {
  public:
   // `cache`, if given, keeps what AddStack derived from each stack across
-  // Attributors (windows); it must outlive this one.
-  explicit Attributor(const discovery::ProcessRegistry& registry, StackCache* cache = nullptr);
+  // Attributors (windows); it must outlive this one. Without `keep_stacks`
+  // the Attribution lists no stacks (Attribution::stacks, which only the
+  // folded and pprof exports read); its counts are the same.
+  explicit Attributor(const discovery::ProcessRegistry& registry, StackCache* cache = nullptr, bool keep_stacks = true);
   ~Attributor();
 
   // Busy CPU of one process (from samples_by_pid).
@@ -174,8 +176,10 @@ class Attributor {
     SymbolKey where;        // image null: not in a file the agent knows
     std::string_view name;  // empty when unnamed
     classify::Family family = classify::Family::kOpenSSL;
-    bool tls = false;                              // TLS library code
-    std::optional<classify::Classification> leaf;  // the rules table's verdict on the symbol
+    bool tls = false;  // TLS library code
+    // The rules table's verdict on the symbol, for TLS code (Resolve's
+    // `classify`; a stack's frames get it only when its verdict is not cached).
+    std::optional<classify::Classification> leaf;
     // At a return address: the imported TLS function its call instruction
     // called (symbols::ImportCalls), which a tail call may have left without
     // a frame of its own.
@@ -184,7 +188,9 @@ class Attributor {
     // call's), 0 when no mapping's segment says.
     uint64_t vaddr = 0;
   };
-  Frame Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address);
+  Frame Resolve(const discovery::ProcessSnapshot& process, uint64_t ip, bool return_address, bool classify = true);
+  // Sets a TLS frame's `leaf` (Resolve does unless told not to).
+  static void ClassifyFrame(Frame& f);
 
   // What AddStack derives from one resolved stack of one snapshot, before
   // counting: a function of the stack's frames and the snapshot alone (its
@@ -216,6 +222,7 @@ class Attributor {
   };
 
  private:
+  void CountOperation(uint32_t tgid, const StackVerdict& v, uint64_t count, std::optional<size_t> stack_index);
   void Account(ProcessAttribution& p, const Frame& where, const classify::Classification& c, classify::Phase phase,
                uint64_t count, bool from_stack);
   ProcessAttribution& Process(uint32_t tgid);
@@ -223,6 +230,7 @@ class Attributor {
   const discovery::ProcessRegistry& registry_;
   std::unique_ptr<StackCache> own_stack_cache_;  // when none is given: this window's only
   StackCache* stack_cache_ = nullptr;
+  bool keep_stacks_ = true;
   Attribution profile_;
   // Per process: the images behind ProcessAttribution::libraries (same order),
   // and its symbol counts, named at Finish().

@@ -30,10 +30,12 @@ void AddSamplingFlags(CLI::App& app, Command command, profiler::SamplingOptions&
                  "repeatable. debuginfod is queried when DEBUGINFOD_URLS is set")
       ->check(CLI::ExistingDirectory);
   app.add_option("--max-sample-keys", s.max_sample_keys,
-                 "Entries of the per-instruction sample map (default 131072); samples past it are counted as dropped")
+                 "Keys one window can hold in the per-instruction sample maps (two, one per window; default 65536); "
+                 "samples past it are counted as dropped")
       ->check(CLI::Range(64, 1 << 24));
   app.add_option("--max-stack-keys", s.max_stack_keys,
-                 "Entries of the per-stack sample map (default 65536); stacks past it are counted as dropped")
+                 "Stacks one window can hold in the per-stack sample maps (two, one per window; default 32768); "
+                 "stacks past it are counted as dropped")
       ->check(CLI::Range(16, 1 << 22));
   if (command != Command::kRun) return;
   // docs/fleet.md, "Memory".
@@ -137,6 +139,7 @@ profiler::Options ProfilerOptions(const Options& options, Command command) {
   // One window: every sampled process is read again at its end (a dlopen
   // late in the window); a long-running agent reads only what moved.
   po.refresh_all_sampled = command != Command::kRun;
+  po.keep_stacks = command != Command::kRun;
   po.drop_capabilities = options.drop_capabilities;
   return po;
 }

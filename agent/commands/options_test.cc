@@ -42,6 +42,8 @@ TEST(Options, FlagsLandInTheTreeTheProfilerReads) {
   EXPECT_DOUBLE_EQ(po.sampling.usage_budget_share, 0.02);
   EXPECT_TRUE(po.refresh_all_sampled);  // one window: every sampled process is read again
   EXPECT_FALSE(ProfilerOptions(o, Command::kRun).refresh_all_sampled);
+  EXPECT_TRUE(po.keep_stacks);  // the folded and pprof exports list stacks
+  EXPECT_FALSE(ProfilerOptions(o, Command::kRun).keep_stacks);
 }
 
 TEST(Options, RunTakesSizesWithUnits) {

@@ -399,7 +399,7 @@ void Profiler::ReadStale(const sample::WindowCounts& counts) {
 aggregate::Attribution Profiler::Attribute(sample::WindowCounts& counts, AgentCost& cost) {
   stack_cache_.NextWindow();
   const uint64_t hits = stack_cache_.hits(), misses = stack_cache_.misses();
-  aggregate::Attributor attributor(registry_, &stack_cache_);
+  aggregate::Attributor attributor(registry_, &stack_cache_, options_.keep_stacks);
   for (const auto& [tgid, c] : counts.pids) {
     if (tgid != 0) attributor.AddProcess(tgid, c.user, c.kernel);
   }

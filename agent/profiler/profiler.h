@@ -74,6 +74,9 @@ struct Options {
   // only processes with samples outside their known mappings are re-read,
   // which is what a long-running agent can afford every window.
   bool refresh_all_sampled = false;
+  // Each window's Attribution lists its stacks (aggregate::Attribution::stacks)
+  // for the folded and pprof exports; the daemon ships counts only.
+  bool keep_stacks = true;
   // Least privilege: once the sampler is loaded and attached, drop every
   // capability but the steady state's (steady_state.h). Off in tests that
   // share their process with other tests.

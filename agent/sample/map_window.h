@@ -11,6 +11,13 @@
 // since the read, which still counts, and the race above needs a sample of
 // an idle key in the nanoseconds between a lookup and its increment.
 //
+// The per-window sample maps (by instruction, by stack) are not read this way:
+// most of their keys live for one window, and evicting each with its own
+// system call was most of a window's map reading. They come in two sets, and
+// the set a window closed is drained whole (Sampler::ReadWindow, with
+// ForEach's `drain`). This is for samples_by_pid, whose keys (processes)
+// live across windows.
+//
 // Memory: the baseline holds one value per key in the map, so it is bounded by
 // the map's max_entries.
 // Not thread-safe: one thread owns a MapWindow.
@@ -62,14 +69,16 @@ template <typename Key, typename Value>
 class MapWindow {
  public:
   // Calls fn(key, value) for every entry of the map: one batch syscall per
-  // `chunk` keys where the kernel supports BPF_MAP_LOOKUP_BATCH on hash maps
+  // `chunk` keys where the kernel supports batch operations on hash maps
   // (5.6+), else one get_next_key + lookup pair per key. Entries added during
   // the walk may or may not be seen; a later read sees them. `chunk` is a
   // first guess of the entries (the buffers are not zero-filled, and grow
   // when one bucket holds more); the keys read are zeroed after use (a stack
   // key's last frame can be a word of a user stack, docs/attribution.md).
+  // With `drain`, every entry read is also deleted (lookup-and-delete): only
+  // for a map no BPF program writes to any more (see Sampler::ReadWindow).
   template <typename Fn>
-  static void ForEach(int fd, uint32_t chunk, Fn&& fn) {
+  static void ForEach(int fd, uint32_t chunk, Fn&& fn, bool drain = false) {
     chunk = std::clamp<uint32_t>(chunk, 16, 4096);
     // Default-initialised: filled by the kernel, only the filled part is read.
     std::unique_ptr<Key[]> keys(new Key[chunk]);
@@ -82,8 +91,9 @@ class MapWindow {
     for (;;) {
       uint32_t count = chunk;
       LIBBPF_OPTS(bpf_map_batch_opts, opts);
-      int err =
-          bpf_map_lookup_batch(fd, first ? nullptr : token_in, token_out, keys.get(), values.get(), &count, &opts);
+      void* in = first ? nullptr : token_in;
+      int err = drain ? bpf_map_lookup_and_delete_batch(fd, in, token_out, keys.get(), values.get(), &count, &opts)
+                      : bpf_map_lookup_batch(fd, in, token_out, keys.get(), values.get(), &count, &opts);
       if (err != 0) err = errno;
       count = std::min(count, chunk);
       for (uint32_t i = 0; i < count; ++i) fn(keys[i], values[i]);
@@ -101,8 +111,8 @@ class MapWindow {
         values.reset(new Value[chunk]);
         continue;
       }
-      if (!first || any) return;  // a later batch failed: what was read stands
-      ForEachByKey(fd, fn);       // batch ops not supported
+      if (!first || any) return;    // a later batch failed: what was read stands
+      ForEachByKey(fd, fn, drain);  // batch ops not supported
       return;
     }
   }
@@ -197,16 +207,26 @@ class MapWindow {
   }
 
   template <typename Fn>
-  static void ForEachByKey(int fd, Fn&& fn) {
+  static void ForEachByKey(int fd, Fn&& fn, bool drain) {
+    std::vector<Key> keys;
     Key key{};
     Key next{};
     const Key* prev = nullptr;
     while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-      Value value{};
-      if (bpf_map_lookup_elem(fd, &next, &value) == 0) fn(next, value);
+      keys.push_back(next);
       key = next;
       prev = &key;
     }
+    // Looked up (and deleted) after the walk: deleting while walking could
+    // restart or skip it.
+    for (Key& k : keys) {
+      Value value{};
+      if (bpf_map_lookup_elem(fd, &k, &value) == 0) {
+        if (drain) bpf_map_delete_elem(fd, &k);
+        fn(k, value);
+      }
+    }
+    explicit_bzero(keys.data(), keys.size() * sizeof(Key));
     explicit_bzero(&key, sizeof(key));
     explicit_bzero(&next, sizeof(next));
   }

@@ -1,6 +1,7 @@
 #include "agent/sample/sampler.h"
 
 #include <linux/capability.h>
+#include <linux/membarrier.h>
 #include <linux/perf_event.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -10,13 +11,16 @@
 #include <bpf/libbpf.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -215,14 +219,45 @@ struct Sampler::Impl {
   std::vector<LinkPtr> links;
 };
 
-// The baselines of ReadWindow(): the maps' values and the totals at the
-// previous read.
+// What ReadWindow() keeps between reads: the pid map's and the totals'
+// baselines, and how many keys the previous drains returned (the next
+// drains' first batch size).
 struct Sampler::WindowState {
   MapWindow<uint32_t, pid_counts> pids;
-  MapWindow<sample_key, uint64_t> ips;
-  MapWindow<stack_key, uint64_t> stacks;
   Totals totals;
+  size_t last_ips = 0;
+  size_t last_stacks = 0;
 };
+
+namespace {
+
+// The two sets of a per-window map (bpf/sampler.bpf.c, window_set).
+template <typename Skel>
+std::array<const bpf_map*, 2> IpSets(const Skel& skel) {
+  return {skel.maps.samples_by_ip_0, skel.maps.samples_by_ip_1};
+}
+template <typename Skel>
+std::array<const bpf_map*, 2> StackSets(const Skel& skel) {
+  return {skel.maps.samples_by_stack_0, skel.maps.samples_by_stack_1};
+}
+
+// Returns once every run of the BPF program that started before the call
+// has returned: MEMBARRIER_CMD_GLOBAL is an RCU grace period
+// (synchronize_rcu), and the program runs in the perf event's interrupt, an
+// RCU read-side section. Without membarrier (nohz_full CPUs refuse it), a
+// sleep thousands of times a run's length, with a warning once.
+void WaitForRunsInFlight() {
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0) return;
+  static std::once_flag warned;
+  const int err = errno;
+  std::call_once(warned, [err] {
+    spdlog::warn("membarrier(MEMBARRIER_CMD_GLOBAL) failed ({}); windows hand over after a 20 ms sleep instead",
+                 ErrnoText(err));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+}  // namespace
 
 Sampler::Sampler(std::unique_ptr<Impl> impl, uint64_t period_ns)
     : impl_(std::move(impl)), window_(std::make_unique<WindowState>()), period_ns_(period_ns) {}
@@ -254,9 +289,11 @@ Result<std::unique_ptr<Sampler>> Sampler::Start(const SamplerOptions& options) {
   // Set rodata: knobs are constants to the verifier, so set them before load.
   impl->skel->rodata->filter_tgids = !options.target_pids.empty();
 
-  // Map sizes: also set before load.
-  const std::pair<bpf_map*, uint32_t> sizes[] = {{impl->skel->maps.samples_by_ip, options.max_sample_keys},
-                                                 {impl->skel->maps.samples_by_stack, options.max_stack_keys},
+  // Map sizes: also set before load; both sets of a per-window map alike.
+  const std::pair<bpf_map*, uint32_t> sizes[] = {{impl->skel->maps.samples_by_ip_0, options.max_sample_keys},
+                                                 {impl->skel->maps.samples_by_ip_1, options.max_sample_keys},
+                                                 {impl->skel->maps.samples_by_stack_0, options.max_stack_keys},
+                                                 {impl->skel->maps.samples_by_stack_1, options.max_stack_keys},
                                                  {impl->skel->maps.samples_by_pid, options.max_pids}};
   for (const auto& [map, entries] : sizes) {
     if (entries == 0) continue;
@@ -380,8 +417,8 @@ void DeleteAllKeys(const bpf_map* map) {
 void Sampler::ClearCounts() {
   *window_ = WindowState{};
   DeleteAllKeys<uint32_t>(impl_->skel->maps.samples_by_pid);
-  DeleteAllKeys<sample_key>(impl_->skel->maps.samples_by_ip);
-  DeleteAllKeys<stack_key>(impl_->skel->maps.samples_by_stack);
+  for (const bpf_map* map : IpSets(*impl_->skel)) DeleteAllKeys<sample_key>(map);
+  for (const bpf_map* map : StackSets(*impl_->skel)) DeleteAllKeys<stack_key>(map);
   const int ncpus = libbpf_num_possible_cpus();
   if (ncpus <= 0) return;
   const std::vector<uint64_t> zeros(static_cast<size_t>(ncpus), 0);
@@ -401,15 +438,9 @@ void Sampler::ForEachPid(const std::function<void(uint32_t tgid, const pid_count
 }
 
 void Sampler::ForEachIp(const std::function<void(const sample_key&, uint64_t count)>& fn) const {
-  const bpf_map* map = impl_->skel->maps.samples_by_ip;
-  sample_key key{};
-  sample_key next{};
-  const sample_key* prev = nullptr;
-  while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
-    uint64_t count = 0;
-    if (bpf_map__lookup_elem(map, &next, sizeof(next), &count, sizeof(count), 0) == 0) fn(next, count);
-    key = next;
-    prev = &key;
+  // Both sets: the window's, and the one a ReadWindow() drained.
+  for (const bpf_map* map : IpSets(*impl_->skel)) {
+    MapWindow<sample_key, uint64_t>::ForEach(bpf_map__fd(map), 4096, fn);
   }
 }
 
@@ -417,14 +448,26 @@ std::vector<Totals> Sampler::ReadTotalsPerCpu() const {
   const bpf_map* map = impl_->skel->maps.totals;
   int ncpus = libbpf_num_possible_cpus();
   if (ncpus <= 0) return {};
-  std::vector<Totals> per_cpu(static_cast<size_t>(ncpus));
-  std::vector<uint64_t> values(static_cast<size_t>(ncpus));
-  for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) {
-    if (bpf_map__lookup_elem(map, &slot, sizeof(slot), values.data(), values.size() * sizeof(uint64_t), 0) != 0) {
-      continue;
+  const auto cpus = static_cast<size_t>(ncpus);
+  std::vector<Totals> per_cpu(cpus);
+  // Every slot in one batch (per-CPU arrays take batch lookups since 5.6),
+  // else one lookup per slot.
+  std::array<uint32_t, TOTAL_NR_SLOTS> slots{};
+  std::vector<uint64_t> values(TOTAL_NR_SLOTS * cpus);
+  uint32_t count = TOTAL_NR_SLOTS, token = 0;
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  const int err = bpf_map_lookup_batch(bpf_map__fd(map), nullptr, &token, slots.data(), values.data(), &count, &opts);
+  if ((err != 0 && errno != ENOENT) || count != TOTAL_NR_SLOTS) {
+    for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) {
+      slots[slot] = slot;
+      if (bpf_map__lookup_elem(map, &slot, sizeof(slot), &values[slot * cpus], cpus * sizeof(uint64_t), 0) != 0) {
+        std::fill_n(&values[slot * cpus], cpus, 0);
+      }
     }
-    for (size_t cpu = 0; cpu < values.size(); ++cpu) {
-      if (uint64_t* field = TotalsField(per_cpu[cpu], slot)) *field = values[cpu];
+  }
+  for (uint32_t i = 0; i < TOTAL_NR_SLOTS; ++i) {
+    for (size_t cpu = 0; cpu < cpus; ++cpu) {
+      if (uint64_t* field = TotalsField(per_cpu[cpu], slots[i])) *field = values[i * cpus + cpu];
     }
   }
   return per_cpu;
@@ -446,11 +489,25 @@ Totals Sampler::ReadTotals() const {
 WindowCounts Sampler::ReadWindow() {
   WindowCounts w;
   std::vector<uint32_t> idle;
+  // The window's sample sets are handed over: new samples go to the other
+  // set, and once no run can still write the old one it is drained whole,
+  // exactly (no sample lost or counted twice, none deleted under a run).
+  uint32_t* set = &impl_->skel->bss->window_set;
+  const uint32_t closed = __atomic_load_n(set, __ATOMIC_RELAXED) & 1;
+  __atomic_store_n(set, closed ^ 1, __ATOMIC_SEQ_CST);
+  WaitForRunsInFlight();
+  auto hint = [](size_t last) { return static_cast<uint32_t>(std::min<size_t>(last + last / 4 + 16, 4096)); };
   // In the reverse of the order the BPF program counts a sample in (totals,
   // pid, ip, stack): what a map shows here, the maps read after it show too,
   // so a window never has more TLS samples than busy samples for a process.
-  w.stacks = window_->stacks.Read(bpf_map__fd(impl_->skel->maps.samples_by_stack));
-  w.ips = window_->ips.Read(bpf_map__fd(impl_->skel->maps.samples_by_ip));
+  MapWindow<stack_key, uint64_t>::ForEach(
+      bpf_map__fd(StackSets(*impl_->skel)[closed]), hint(window_->last_stacks),
+      [&](const stack_key& key, uint64_t count) { w.stacks.emplace_back(key, count); }, /*drain=*/true);
+  MapWindow<sample_key, uint64_t>::ForEach(
+      bpf_map__fd(IpSets(*impl_->skel)[closed]), hint(window_->last_ips),
+      [&](const sample_key& key, uint64_t count) { w.ips.emplace_back(key, count); }, /*drain=*/true);
+  window_->last_stacks = w.stacks.size();
+  window_->last_ips = w.ips.size();
   w.pids = window_->pids.Read(bpf_map__fd(impl_->skel->maps.samples_by_pid), &idle);
   Totals now = ReadTotals();
   for (uint32_t slot = 0; slot < TOTAL_NR_SLOTS; ++slot) {
@@ -485,18 +542,20 @@ Status Sampler::CheckMapAccess() const {
 
 uint32_t Sampler::max_rows() const { return bpf_map__max_entries(impl_->skel->maps.unwind_rows); }
 uint32_t Sampler::max_pids() const { return bpf_map__max_entries(impl_->skel->maps.samples_by_pid); }
-uint32_t Sampler::max_sample_keys() const { return bpf_map__max_entries(impl_->skel->maps.samples_by_ip); }
-uint32_t Sampler::max_stack_keys() const { return bpf_map__max_entries(impl_->skel->maps.samples_by_stack); }
+uint32_t Sampler::max_sample_keys() const { return bpf_map__max_entries(impl_->skel->maps.samples_by_ip_0); }
+uint32_t Sampler::max_stack_keys() const { return bpf_map__max_entries(impl_->skel->maps.samples_by_stack_0); }
 
 uint64_t WindowMemoryBound(uint32_t max_pids, uint32_t max_sample_keys, uint32_t max_stack_keys) {
   // Per key of a map with key K and value V, at the peak of ReadWindow():
-  // the entries read and the gains (vectors, up to twice their size each:
-  // 4 (K + V)), the old and the new baseline (hash nodes with their next
-  // pointer, cached hash, malloc header and bucket: 2 (K + V + 40)).
-  auto per_key = [](uint64_t kv) { return 4 * kv + 2 * (kv + 40); };
-  return max_pids * per_key(sizeof(uint32_t) + sizeof(pid_counts)) +
-         max_sample_keys * per_key(sizeof(sample_key) + sizeof(uint64_t)) +
-         max_stack_keys * per_key(sizeof(stack_key) + sizeof(uint64_t));
+  // a drained set, the entries read (a vector while it grows: its old and
+  // its new buffer, 3 (K + V)); the pid map also the gains (a vector, up to
+  // 2 (K + V)) and the baseline (hash nodes with their next pointer, cached
+  // hash, malloc header and bucket: K + V + 40).
+  auto drained = [](uint64_t kv) { return 3 * kv; };
+  auto windowed = [](uint64_t kv) { return 2 * kv + kv + 40; };
+  return max_pids * windowed(sizeof(uint32_t) + sizeof(pid_counts)) +
+         max_sample_keys * drained(sizeof(sample_key) + sizeof(uint64_t)) +
+         max_stack_keys * drained(sizeof(stack_key) + sizeof(uint64_t));
 }
 
 Result<uint32_t> Sampler::AllocateRows(uint32_t count) {
@@ -593,15 +652,8 @@ void Sampler::RemoveProcess(uint32_t tgid) {
 }
 
 void Sampler::ForEachStack(const std::function<void(const stack_key&, uint64_t count)>& fn) const {
-  const bpf_map* map = impl_->skel->maps.samples_by_stack;
-  stack_key key{};
-  stack_key next{};
-  const stack_key* prev = nullptr;
-  while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
-    uint64_t count = 0;
-    if (bpf_map__lookup_elem(map, &next, sizeof(next), &count, sizeof(count), 0) == 0) fn(next, count);
-    key = next;
-    prev = &key;
+  for (const bpf_map* map : StackSets(*impl_->skel)) {
+    MapWindow<stack_key, uint64_t>::ForEach(bpf_map__fd(map), 4096, fn);
   }
 }
 
