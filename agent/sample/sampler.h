@@ -163,8 +163,11 @@ class Sampler {
   void ForEachStack(const std::function<void(const stack_key&, uint64_t count)>& fn) const;
 
   // The samples since the previous ReadWindow() or ClearCounts(), while
-  // sampling goes on. Keys idle for a whole window are deleted from the maps,
-  // so the maps hold what one or two windows touch, not everything ever seen.
+  // sampling goes on. The per-instruction and per-stack maps of the window
+  // are drained whole (the next window's samples go to the other set, see
+  // bpf/sampler.bpf.c); pid keys idle for a whole window are deleted. So the
+  // maps hold what a window or two touch, not everything ever seen. Blocks
+  // for an RCU grace period (a few ms, no CPU).
   WindowCounts ReadWindow();
 
   // Stops sampling (detaches the per-CPU events) but keeps the maps readable.
