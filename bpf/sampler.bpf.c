@@ -40,15 +40,16 @@ const volatile bool filter_tgids = false;
  */
 __u32 window_set = 0;
 
-#define SAMPLES_BY_IP(name)                                   \
-	struct {                                              \
-		__uint(type, BPF_MAP_TYPE_HASH);              \
-		__uint(max_entries, TLSPROF_MAX_SAMPLE_KEYS); \
-		__type(key, struct sample_key);               \
-		__type(value, __u64);                         \
+/* A per-window map of sample counts (u64) by key. */
+#define SAMPLE_COUNTS(name, key_type, entries)   \
+	struct {                                 \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, entries);    \
+		__type(key, key_type);           \
+		__type(value, __u64);            \
 	} name SEC(".maps")
-SAMPLES_BY_IP(samples_by_ip_0);
-SAMPLES_BY_IP(samples_by_ip_1);
+SAMPLE_COUNTS(samples_by_ip_0, struct sample_key, TLSPROF_MAX_SAMPLE_KEYS);
+SAMPLE_COUNTS(samples_by_ip_1, struct sample_key, TLSPROF_MAX_SAMPLE_KEYS);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -196,15 +197,8 @@ struct {
 /* Samples per user stack of a process (leaf first), in two sets like
  * samples_by_ip_N. Preallocated, like the other hash maps.
  */
-#define SAMPLES_BY_STACK(name)                               \
-	struct {                                             \
-		__uint(type, BPF_MAP_TYPE_HASH);             \
-		__uint(max_entries, TLSPROF_MAX_STACK_KEYS); \
-		__type(key, struct stack_key);               \
-		__type(value, __u64);                        \
-	} name SEC(".maps")
-SAMPLES_BY_STACK(samples_by_stack_0);
-SAMPLES_BY_STACK(samples_by_stack_1);
+SAMPLE_COUNTS(samples_by_stack_0, struct stack_key, TLSPROF_MAX_STACK_KEYS);
+SAMPLE_COUNTS(samples_by_stack_1, struct stack_key, TLSPROF_MAX_STACK_KEYS);
 
 /* A per-CPU cache of recent row lookups: TLS stacks repeat the same return
  * addresses, and a hit costs one slot instead of the searches of the row

@@ -117,13 +117,6 @@ class MapWindow {
     }
   }
 
-  // Every entry of the map (ForEach, collected).
-  static std::vector<std::pair<Key, Value>> ReadAll(int fd, uint32_t chunk = 4096) {
-    std::vector<std::pair<Key, Value>> out;
-    ForEach(fd, chunk, [&](const Key& key, const Value& value) { out.emplace_back(key, value); });
-    return out;
-  }
-
   MapWindow() = default;
   MapWindow(const MapWindow&) = delete;
   MapWindow& operator=(const MapWindow&) = delete;

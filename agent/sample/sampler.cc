@@ -429,12 +429,9 @@ void Sampler::ClearCounts() {
 }
 
 void Sampler::ForEachPid(const std::function<void(uint32_t tgid, const pid_counts&)>& fn) const {
-  // One batch read (a few system calls however many pids; Profiler::Poll
-  // calls this twice a second), not a get-next-key and a lookup per pid.
-  for (const auto& [tgid, counts] :
-       MapWindow<uint32_t, pid_counts>::ReadAll(bpf_map__fd(impl_->skel->maps.samples_by_pid))) {
-    fn(tgid, counts);
-  }
+  // One batch read (a few system calls however many pids): Poll falls back
+  // to this when the ring of new pids overflowed.
+  MapWindow<uint32_t, pid_counts>::ForEach(bpf_map__fd(impl_->skel->maps.samples_by_pid), 4096, fn);
 }
 
 void Sampler::ForEachIp(const std::function<void(const sample_key&, uint64_t count)>& fn) const {
