@@ -164,6 +164,17 @@ double DutyCycle::next_change() const {
   return next;
 }
 
+double DutyCycle::next_tick() const {
+  double next = std::min(next_change(), last_now_ + options_.idle_tick_seconds);
+  if (options_.budget > 0 && on_ && share_ >= 1.0) {
+    const double left = std::max(0.0, options_.budget * options_.min_cycle_seconds - cycle_cost_);
+    const double watch =
+        std::clamp(left / (4 * std::max(rate_, options_.budget)), options_.watch_seconds, options_.max_watch_seconds);
+    next = std::min(next, last_now_ + watch);
+  }
+  return next;
+}
+
 void DutyCycle::Toggled(double now, bool on, double toggle_cost) {
   if (on == on_) return;
   FoldUncounted(now);

@@ -12,7 +12,7 @@
 // back over the next cycles. Because d is fixed before the cycle's events, the scaled counts are unbiased whatever the
 // load does inside it (a share that followed the load, probes on while it is quiet, would not be). The one exception is
 // a cycle at share 1, where everything counts: it ends as soon as it has spent its budget, so a load that jumps is
-// measured within milliseconds.
+// measured within 100 ms (next_tick()).
 //
 // The estimate's error: each sampled cycle's weighted count e_c varies
 // with where its phase fell and with the load's changes inside the cycle.
@@ -25,11 +25,10 @@
 // (a load that stopped inside it, its phase before the stop, showed no
 // change there).
 //
-// The caller owns the probes: it calls Tick() often (every ~20 ms, and at
-// next_change()) with the probes' cumulative cost and weighted count, does
-// what it answers (setting gate() in BPF after), and reports each toggle
-// with Toggled(). Times are seconds on one monotonic clock. Not
-// thread-safe: one thread owns it.
+// The caller owns the probes: it calls Tick() at next_tick() with the
+// probes' cumulative cost and weighted count, does what it answers (setting
+// gate() in BPF after), and reports each toggle with Toggled(). Times are
+// seconds on one monotonic clock. Not thread-safe: one thread owns it.
 #pragma once
 
 #include <cstdint>
@@ -40,13 +39,16 @@ namespace tlsprof::usage {
 class DutyCycle {
  public:
   struct Options {
-    double budget = 0;              // CPU-seconds per second (0.5% of 2 CPUs: 0.01); <= 0: always on
-    double min_on_seconds = 0.05;   // the shortest on-phase
-    double grace_seconds = 0.03;    // attached past the phase's close, for what began in it to end
-    double min_cycle_seconds = 1;   // cycles are at least this long...
-    double max_cycle_seconds = 30;  // ... and at most this (the share's floor: min_on / max_cycle)
-    double repay_seconds = 10;      // overspending (or savings) is paid back over this long
-    uint64_t seed = 0;              // the on-phases' offsets (0: from the clock)
+    double budget = 0;               // CPU-seconds per second (0.5% of 2 CPUs: 0.01); <= 0: always on
+    double min_on_seconds = 0.05;    // the shortest on-phase
+    double grace_seconds = 0.03;     // attached past the phase's close, for what began in it to end
+    double min_cycle_seconds = 1;    // cycles are at least this long...
+    double max_cycle_seconds = 30;   // ... and at most this (the share's floor: min_on / max_cycle)
+    double repay_seconds = 10;       // overspending (or savings) is paid back over this long
+    double watch_seconds = 0.02;     // Tick() period while a share-1 cycle is attached and near its budget...
+    double max_watch_seconds = 0.1;  // ... and far from it (see next_tick())
+    double idle_tick_seconds = 1;    // the longest gap between Tick()s
+    uint64_t seed = 0;               // the on-phases' offsets (0: from the clock)
   };
   enum class Action { kNone, kAttach, kDetach };
 
@@ -61,6 +63,16 @@ class DutyCycle {
   void Toggled(double now, bool on, double toggle_cost);
   // When Tick() next wants to toggle (or a cycle ends), if nothing changes.
   double next_change() const;
+  // When the caller should call Tick() next: at next_change(), at least
+  // every idle_tick_seconds, and while a share-1 cycle is attached (the one
+  // cycle that ends on what it spent) when a quarter of what it has left
+  // would be spent at four times the rate measured (or the budget's), within
+  // [watch_seconds, max_watch_seconds]. A sampled cycle's decisions are all
+  // planned, so its on-phase is not watched: its cost is read whole at the
+  // phase's edges. Each tick is a wake-up and a map read: ticking every
+  // 20 ms while attached was most of the agent's --usage cost
+  // (bench/README.md).
+  double next_tick() const;
 
   bool on() const { return on_; }
   double share() const { return share_; }  // this cycle's planned d

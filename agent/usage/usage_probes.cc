@@ -443,14 +443,13 @@ struct UsageProbes::Impl {
     cost += static_cast<double>(slots[UTOTAL_CLOSE_CALLS]) * call_cost[INSN_SINGLE_STEPPED] / 2;
     return cost + static_cast<double>(slots[UTOTAL_SWITCHES]) * switch_cost;
   }
-  // The duty cycle's thread: ticks every 20 ms while the probes are on (what
-  // they spend is watched), and when a toggle is due. While they are off
-  // nothing is spent or counted, so it sleeps until then (at most 1 s); a
-  // stop wakes it.
+  // The duty cycle's thread: ticks when DutyCycle::next_tick() says (a
+  // toggle due, a share-1 cycle's spending watched, at least once a second);
+  // a stop wakes it.
   void Run() {
     double next = MonotonicSeconds() + 0.02;
     while (!stop.load()) {
-      const double wait = std::clamp(next - MonotonicSeconds(), 0.001, on ? 0.02 : 1.0);
+      const double wait = std::clamp(next - MonotonicSeconds(), 0.001, 1.0);
       {
         std::unique_lock<std::mutex> lock(stop_mu);
         stop_cv.wait_for(lock, std::chrono::duration<double>(wait), [this] { return stop.load(); });
@@ -475,7 +474,7 @@ struct UsageProbes::Impl {
         }
       }
       SetGate(duty->gate(MonotonicSeconds()));
-      next = duty->next_change();
+      next = duty->next_tick();
     }
   }
   // The BPF side's counting window and weight (DutyCycle::Gate).
