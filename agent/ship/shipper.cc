@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <pthread.h>
 #include <sys/random.h>
 
 #include <algorithm>
@@ -198,7 +199,10 @@ class ShipperImpl final : public Shipper {
     }
     UnpinUnknownLocked();
     EnforceBoundLocked(std::nullopt);
-    sender_ = std::thread([this] { Run(); });
+    sender_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "tlsprof-ship");  // top -H, /proc/PID/task/*/comm
+      Run();
+    });
   }
 
   ~ShipperImpl() override {

@@ -1,6 +1,7 @@
 #include "agent/usage/usage_probes.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -692,7 +693,10 @@ void UsageProbes::EnableBudget(double cpu_seconds_per_second) {
   impl_->duty.emplace(options, MonotonicSeconds());
   budget_ = cpu_seconds_per_second;
   Impl* impl = impl_.get();
-  impl_->thread = std::thread([impl] { impl->Run(); });
+  impl_->thread = std::thread([impl] {
+    pthread_setname_np(pthread_self(), "tlsprof-usage");  // top -H, /proc/PID/task/*/comm
+    impl->Run();
+  });
 }
 
 UsageClock UsageProbes::ReadClock() const {
