@@ -107,9 +107,9 @@ TEST(DutyCycle, OnAShareOfTheTimeAboveIt) {
 
 // The agent's thread ticks at next_tick(): through a sampled cycle only at
 // its phase's edges and once a second, so over 10 minutes at 45 times the
-// budget it wakes about 1.5 times a second instead of 200 (or 50, the 20 ms
-// it used to tick at while attached). The cycles come out as with a tick
-// at every 5 ms step, with the same seed: the same toggles, cost and count.
+// budget it wakes about twice a second. The cycles come out as with a tick
+// at every 5 ms step (200 a second), with the same seed: the same toggles,
+// cost and count.
 // A share-1 cycle is watched every 20 ms while attached.
 TEST(DutyCycle, TicksOnlyWhereSomethingIsDecided) {
   auto load = [](double) { return 3000.0; };

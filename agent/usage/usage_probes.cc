@@ -400,8 +400,8 @@ struct UsageProbes::Impl {
     return n;
   }
   // Every usage_totals slot, summed over the CPUs: one batch read of the
-  // map (the duty cycle reads it every 20 ms while the probes are on; a
-  // lookup per slot was 21 system calls each time), else a lookup per slot.
+  // map (the duty cycle reads it at each tick, up to every 20 ms; a lookup
+  // per slot was 21 system calls each time), else a lookup per slot.
   using Slots = std::array<uint64_t, UTOTAL_NR_SLOTS>;
   Slots ReadSlots() const {
     Slots out{};
