@@ -109,8 +109,7 @@ TEST(DutyCycle, OnAShareOfTheTimeAboveIt) {
 // its phase's edges and once a second, so over 10 minutes at 45 times the
 // budget it wakes about twice a second. The cycles come out as with a tick
 // at every 5 ms step (200 a second), with the same seed: the same toggles,
-// cost and count.
-// A share-1 cycle is watched every 20 ms while attached.
+// cost and count. A share-1 cycle is watched every 20-100 ms while attached.
 TEST(DutyCycle, TicksOnlyWhereSomethingIsDecided) {
   auto load = [](double) { return 3000.0; };
   DutyCycle sparse_duty({.budget = 0.01, .seed = 3}, 0), dense_duty({.budget = 0.01, .seed = 3}, 0);

@@ -450,7 +450,7 @@ struct UsageProbes::Impl {
   void Run() {
     double next = MonotonicSeconds() + 0.02;
     while (!stop.load()) {
-      const double wait = std::clamp(next - MonotonicSeconds(), 0.001, 1.0);
+      const double wait = std::max(next - MonotonicSeconds(), 0.001);  // next_tick() is at most 1 s away
       {
         std::unique_lock<std::mutex> lock(stop_mu);
         stop_cv.wait_for(lock, std::chrono::duration<double>(wait), [this] { return stop.load(); });
