@@ -136,7 +136,7 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
   if (budget_ != nullptr && !IsSharedTlsLibraryName(BaseName(mapping.path))) {
     const uint64_t cost = version.size / 4;
     if (!budget_->Admit(cost)) {
-      budget_->Skipped(MemoryBudget::kImage, mapping.path, cost);
+      budget_->Skipped(guard::MemoryBudget::kImage, mapping.path, cost);
       return nullptr;
     }
   }

@@ -23,7 +23,7 @@
 
 #include "agent/classify/classify.h"
 #include "agent/discovery/cgroup_identity.h"
-#include "agent/discovery/memory_budget.h"
+#include "agent/guard/memory_budget.h"
 #include "agent/discovery/proc_maps.h"
 #include "agent/symbols/binary_image.h"
 #include "common/result.h"
@@ -127,10 +127,10 @@ class ProcessRegistry {
   // address; false when the file cannot be read (the process is gone).
   bool IsSyscallReturn(pid_t pid, const ProcessSnapshot::ExecMapping& mapping, uint64_t ip) const;
 
-  // The agent's memory cap (discovery/memory_budget.h): past it, files other than
+  // The agent's memory cap (guard/memory_budget.h): past it, files other than
   // a shared libssl/libcrypto are not loaded (their mappings get no image, as
   // for an unreadable file) until memory is free again. Null: no cap.
-  void SetMemoryBudget(MemoryBudget* budget) { budget_ = budget; }
+  void SetMemoryBudget(guard::MemoryBudget* budget) { budget_ = budget; }
 
  private:
   std::shared_ptr<const ImageInfo> LoadImage(pid_t pid, const Mapping& mapping);
@@ -146,7 +146,7 @@ class ProcessRegistry {
   std::map<pid_t, ProcessSnapshot> processes_;
   RegistryStats stats_;
   mutable std::map<std::pair<const ImageInfo*, uint64_t>, bool> syscall_returns_;  // (image, file offset)
-  MemoryBudget* budget_ = nullptr;
+  guard::MemoryBudget* budget_ = nullptr;
 };
 
 // The contents of /proc/PID/cgroup, "" when it cannot be read (the process is

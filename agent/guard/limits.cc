@@ -12,7 +12,7 @@ struct Counters {
   std::array<std::atomic<uint64_t>, kReasonCount> refused{};
   std::mutex log_mu;
   std::array<std::chrono::steady_clock::time_point, kReasonCount> logged{};  // last line per reason
-  std::array<uint64_t, kReasonCount> unlogged{};                               // refusals since that line
+  std::array<uint64_t, kReasonCount> unlogged{};                             // refusals since that line
 };
 
 Counters& Global() {

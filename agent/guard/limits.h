@@ -33,8 +33,9 @@ inline constexpr uint64_t kMaxSectionBytes = 128ull << 20;
 // about 1.5M).
 inline constexpr uint64_t kMaxSymbols = 2'000'000;
 // Section and program headers of one ELF file (linked binaries have tens;
-// -ffunction-sections objects in static archives a few thousand).
-inline constexpr uint64_t kMaxSections = 32'768;
+// -ffunction-sections objects in static archives a few thousand). libelf
+// allocates a descriptor of about 200 bytes per claimed section up front.
+inline constexpr uint64_t kMaxSections = 16'384;
 inline constexpr uint64_t kMaxProgramHeaders = 1'024;
 // Notes scanned for a build-id, per note segment or section.
 inline constexpr uint64_t kMaxNoteBytes = 64ull << 10;

@@ -1,6 +1,6 @@
-// MemoryBudget (agent/discovery/memory_budget.h) against this process's real
+// MemoryBudget (agent/guard/memory_budget.h) against this process's real
 // resident memory, and the window reserve of sample::WindowMemoryBound.
-#include "agent/discovery/memory_budget.h"
+#include "agent/guard/memory_budget.h"
 
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@
 namespace tlsprof {
 namespace {
 
+using guard::MemoryBudget;
 constexpr uint64_t kMiB = 1 << 20;
 
 TEST(MemoryBudget, NoLimitAdmitsEverything) {

@@ -102,7 +102,7 @@ int64_t Profiler::UnixNowNs() {
 Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler)
     : options_(options),
       sampler_(std::move(sampler)),
-      budget_(std::make_unique<MemoryBudget>(
+      budget_(std::make_unique<guard::MemoryBudget>(
           options.sampling.memory_limit_bytes,
           options.sampling.memory_limit_bytes == 0
               ? 0
@@ -116,7 +116,7 @@ Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> samp
       }()) {
   if (budget_->limited()) {
     registry_.SetMemoryBudget(budget_.get());
-    const uint64_t resident = MemoryBudget::ResidentBytes();
+    const uint64_t resident = guard::MemoryBudget::ResidentBytes();
     spdlog::info("memory limit {} MiB: {} MiB resident at start, {} MiB kept for the window's map reads",
                  budget_->limit_bytes() >> 20, resident >> 20, budget_->reserve_bytes() >> 20);
     if (resident + budget_->reserve_bytes() >= budget_->limit_bytes()) {
@@ -489,8 +489,8 @@ void Profiler::Describe(Window& window) const {
   health.images_changed = registry_.stats().images_changed;
   health.processes_replaced = registry_.stats().processes_replaced;
   health.memory_limit_bytes = budget_->limit_bytes();
-  health.images_skipped = budget_->skipped(MemoryBudget::kImage);
-  health.tables_skipped = budget_->skipped(MemoryBudget::kUnwindTable);
+  health.images_skipped = budget_->skipped(guard::MemoryBudget::kImage);
+  health.tables_skipped = budget_->skipped(guard::MemoryBudget::kUnwindTable);
   if (registrar_) health.unwind = registrar_->stats();
 
   AgentCost& cost = window.cost;

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "agent/aggregate/attribution.h"
-#include "agent/discovery/memory_budget.h"
+#include "agent/guard/memory_budget.h"
 #include "agent/discovery/process_registry.h"
 #include "agent/profiler/phase_clock.h"
 #include "agent/profiler/window.h"
@@ -49,7 +49,7 @@ struct SamplingOptions {
   // (<dir>/.build-id/xx/yyyy.debug, and debuglink paths under <dir>), before
   // the system's /usr/lib/debug. debuginfod is used when $DEBUGINFOD_URLS is set.
   std::vector<std::string> debug_dirs;
-  // The agent's memory cap in bytes (discovery/memory_budget.h); 0: none. The
+  // The agent's memory cap in bytes (guard/memory_budget.h); 0: none. The
   // window machinery's bound for the maps' sizes (sample::WindowMemoryBound)
   // is kept aside; files are loaded only while the rest fits.
   uint64_t memory_limit_bytes = 0;
@@ -116,7 +116,7 @@ class Profiler {
   const discovery::ProcessRegistry& registry() const { return registry_; }
   const stacks::UnwindRegistrar* registrar() const { return registrar_ ? &*registrar_ : nullptr; }
   const Options& options() const { return options_; }
-  const MemoryBudget& memory_budget() const { return *budget_; }
+  const guard::MemoryBudget& memory_budget() const { return *budget_; }
   // The CPU clock of the thread that owns the profiler, per phase: the
   // window loop charges its sinks here (AgentPhase::kSinks), and each Window's
   // AgentCost::phases is what it counted since the previous close.
@@ -146,7 +146,7 @@ class Profiler {
   Options options_;
   std::unique_ptr<sample::Sampler> sampler_;
   std::unique_ptr<usage::UsageProbes> usage_;
-  std::unique_ptr<MemoryBudget> budget_;  // before its users
+  std::unique_ptr<guard::MemoryBudget> budget_;  // before its users
   discovery::ProcessRegistry registry_;
   std::optional<stacks::UnwindRegistrar> registrar_;
   std::set<uint32_t> seen_;  // processes snapshotted (or tried), or pending

@@ -85,7 +85,7 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   if (budget_ != nullptr && !(info->tls && info->tls->whole_file_is_tls)) {
     const uint64_t cost = file_bytes;
     if (!budget_->Admit(cost)) {
-      budget_->Skipped(MemoryBudget::kUnwindTable, info->path, cost);
+      budget_->Skipped(guard::MemoryBudget::kUnwindTable, info->path, cost);
       ++stats_.tables_over_budget;
       return slot;
     }
@@ -95,7 +95,7 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   // to frame pointers.
   const bool go = info->image->is_go;
   struct TrimAfterLoad {
-    MemoryBudget* budget;
+    guard::MemoryBudget* budget;
     uint64_t file_bytes;
     ~TrimAfterLoad() {
       if (budget != nullptr) budget->AfterLoad(file_bytes);

@@ -19,7 +19,7 @@
 #include <map>
 #include <memory>
 
-#include "agent/discovery/memory_budget.h"
+#include "agent/guard/memory_budget.h"
 #include "agent/discovery/process_registry.h"
 #include "agent/sample/sampler.h"
 #include "agent/unwind/unwind_table.h"
@@ -44,7 +44,7 @@ class UnwindRegistrar {
   // `budget` (may be null: no cap): tables of files other than a shared
   // libssl/libcrypto are built only while it admits them (their mapping is
   // then walked without a table: the walk stops there).
-  explicit UnwindRegistrar(sample::Sampler& sampler, MemoryBudget* budget = nullptr)
+  explicit UnwindRegistrar(sample::Sampler& sampler, guard::MemoryBudget* budget = nullptr)
       : sampler_(sampler), budget_(budget) {}
 
   // Registers a process that maps a TLS library (no-op otherwise). A failure
@@ -68,7 +68,7 @@ class UnwindRegistrar {
   Slot TableFor(pid_t pid, const discovery::ProcessSnapshot::ExecMapping& m);
 
   sample::Sampler& sampler_;
-  MemoryBudget* budget_;
+  guard::MemoryBudget* budget_;
   // Keyed by the image's address; the entry holds the image, so that no other
   // image can be allocated at that address while the entry exists.
   std::map<const discovery::ImageInfo*, std::pair<std::shared_ptr<const discovery::ImageInfo>, Slot>> slots_;

@@ -6,12 +6,16 @@
 // sample::WindowMemoryBound) and what it loads per file: symbol tables
 // (discovery::ProcessRegistry) and unwind tables while they are built
 // (stacks::UnwindRegistrar). Only the last grows with the host, so that is
-// what the budget admits: before loading a file, the loader asks Admit() with
-// an estimate of what the load needs at its peak. Admit() says yes while the
+// what the budget admits: before reading a file's data, the loader asks
+// Admit() with what the load reads and keeps at its peak, computed from the
+// file's own headers (the sizes of the sections it will read; see
+// symbols::LoadBinaryImage and unwind::BuildUnwindTable), for every file,
+// TLS libraries too: a file's name proves nothing. Admit() says yes while the
 // resident memory now, plus that estimate, plus the window reserve stays
 // under the limit. A refused load is skipped (that file then gets no names or
 // no unwind table: less precise attribution, never a crash), counted per
-// kind, and the first refusal of each kind is logged as a warning.
+// kind and as a refusal (guard::Reason::kMemory), and the first refusal of
+// each kind is logged as a warning.
 // Not thread-safe: the profiler's thread owns it.
 #pragma once
 
@@ -26,7 +30,9 @@
 #include <fstream>
 #include <string_view>
 
-namespace tlsprof {
+#include "agent/guard/limits.h"
+
+namespace tlsprof::guard {
 
 class MemoryBudget {
  public:
@@ -58,6 +64,9 @@ class MemoryBudget {
 
   // Counts a load that Admit() refused; the first of each kind is logged.
   void Skipped(Kind kind, std::string_view what, uint64_t cost) {
+    Refuse(Reason::kMemory, what,
+           fmt::format("{} needs ~{} MiB, over the memory limit of {} MiB", kind == kImage ? "symbols" : "unwind table",
+                       cost >> 20, limit_ >> 20));
     if (skipped_[kind]++ == 0) {
       spdlog::warn(
           "memory limit: {} MiB resident, limit {} MiB ({} MiB kept for the window): not loading the {} of {} "
@@ -94,4 +103,4 @@ class MemoryBudget {
   std::array<uint64_t, kNrKinds> skipped_{};
 };
 
-}  // namespace tlsprof
+}  // namespace tlsprof::guard
