@@ -318,7 +318,7 @@ StackVerdict Judge(const discovery::ProcessRegistry& registry, StackCache& cache
   const classify::StackClassification sc = classify::ClassifyStack({infos.data(), s.size});
   if (!sc.tls || innermost_tls == nullptr) return v;
   if (!s.frames[0].tls && s.frames[0].where.image != nullptr &&
-      registry.IsSyscallReturn(static_cast<pid_t>(tgid), *snap.Find(s.ips[0]), s.ips[0])) {
+      registry.IsSyscallReturn(*snap.Find(s.ips[0]), s.ips[0])) {
     // The timer fired inside the system call (socket I/O of a BIO, a lock's
     // futex) and the sample was taken on its return to user mode: the CPU
     // went to the kernel, not to TLS code.

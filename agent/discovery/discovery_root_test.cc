@@ -89,8 +89,9 @@ std::pair<pid_t, uint64_t> StartContained(const std::filesystem::path& dir, Cont
 }
 
 // /proc/PID/maps prints paths relative to the reader's root: the host path for
-// a plain chroot, the path inside for pivot_root. HostPathOf gives a path the
-// host opens to the mapped file for both, and the registry names the library.
+// a plain chroot, the path inside for pivot_root. The guarded opener reaches
+// the mapped file for both, through map_files and through the path resolved
+// inside the process's root, and the registry names the library.
 TEST(RootDiscovery, FindsTheMappedFileInAChrootAndAfterPivotRoot) {
   ASSERT_EQ(geteuid(), 0u) << "this test needs root: run the 'bpf' label as root";
   for (Container kind : {Container::kChroot, Container::kPivotRoot}) {
@@ -113,21 +114,32 @@ TEST(RootDiscovery, FindsTheMappedFileInAChrootAndAfterPivotRoot) {
       }
     } reap{pid, dir};
     EXPECT_NE(at, 0u) << "the child could not enter the container and map the library";
-    auto maps = ReadMaps(pid);
+    auto maps = ReadExecMaps(pid);
     ASSERT_TRUE(maps.ok()) << maps.error().message;
     const Mapping* m = nullptr;
-    for (const Mapping& x : *maps) {
+    for (const Mapping& x : maps->mappings) {
       if (x.contains(at)) m = &x;
     }
     ASSERT_NE(m, nullptr);
-    const std::string inside = chrooted ? (dir / "lib" / "libcrypto.so.3").string() : "/lib/libcrypto.so.3";
-    EXPECT_EQ(m->path, inside);
-    auto host = HostPathOf(pid, *m);
-    ASSERT_TRUE(host.ok()) << host.error().message;
-    EXPECT_EQ(*host, chrooted ? inside : fmt::format("/proc/{}/root/lib/libcrypto.so.3", pid));
-    struct stat st {};
-    ASSERT_EQ(stat(host->c_str(), &st), 0) << *host;
-    EXPECT_EQ(st.st_ino, m->inode);
+    const std::string maps_path = chrooted ? (dir / "lib" / "libcrypto.so.3").string() : "/lib/libcrypto.so.3";
+    EXPECT_EQ(m->path, maps_path);
+    // Through map_files.
+    auto mapped = guard::OpenMapping(MappedFileOf(pid, *m));
+    ASSERT_TRUE(mapped.ok()) << mapped.error().message;
+    EXPECT_EQ(mapped->id().ino, m->inode);
+    // Through the path, resolved inside the process's root: the path inside
+    // is the same for both kinds of container.
+    auto root = guard::ProcessRoot::Open(pid);
+    ASSERT_TRUE(root.ok()) << root.error().message;
+    EXPECT_EQ(root->InsidePath(m->path), "/lib/libcrypto.so.3");
+    auto by_path = root->OpenFile("/lib/libcrypto.so.3", mapped->id());
+    ASSERT_TRUE(by_path.ok()) << by_path.error().message;
+    guard::MappedFileRef gone = MappedFileOf(pid, *m);
+    gone.start += 0x1000000000;  // no such range: map_files fails, the path is used
+    gone.end += 0x1000000000;
+    auto fallback = guard::OpenMapping(gone);
+    ASSERT_TRUE(fallback.ok()) << fallback.error().message;
+    EXPECT_EQ(fallback->id(), mapped->id());
 
     ProcessRegistry registry;
     ASSERT_TRUE(registry.Refresh(pid).ok());

@@ -13,6 +13,7 @@
 
 #include "agent/discovery/proc_maps.h"
 #include "agent/discovery/process_registry.h"
+#include "agent/guard/limits.h"
 
 namespace tlsprof::discovery {
 namespace {
@@ -57,12 +58,14 @@ TEST(ParseMaps, RejectsMalformedLinesWithTheLineNumber) {
   EXPECT_TRUE(empty->empty());
 }
 
-TEST(ReadMaps, FindsOurOwnExecutableAndLibc) {
-  auto maps = ReadMaps(getpid());
+TEST(ReadExecMaps, FindsOurOwnExecutableAndLibc) {
+  auto maps = ReadExecMaps(getpid());
   ASSERT_TRUE(maps.ok()) << maps.error().message;
+  EXPECT_FALSE(maps->cut);
   auto self = std::filesystem::read_symlink("/proc/self/exe").string();
   bool found_self = false, found_libc = false;
-  for (const auto& m : *maps) {
+  for (const auto& m : maps->mappings) {
+    EXPECT_TRUE(m.executable && m.is_file()) << m.path;
     if (m.executable && m.path == self) found_self = true;
     if (m.executable && m.path.find("libc.so") != std::string::npos) found_libc = true;
   }
@@ -71,10 +74,36 @@ TEST(ReadMaps, FindsOurOwnExecutableAndLibc) {
   EXPECT_FALSE(ReadComm(getpid()).empty());
 }
 
-TEST(ReadMaps, GoneProcessIsAnErrorNotACrash) {
-  auto maps = ReadMaps(0x7ffffff0);
+TEST(ReadExecMaps, GoneProcessIsAnErrorNotACrash) {
+  auto maps = ReadExecMaps(0x7ffffff0);
   ASSERT_FALSE(maps.ok());
   EXPECT_NE(maps.error().message.find("gone"), std::string::npos);
+}
+
+// A process with more executable mappings than the agent keeps (a tenant
+// mapping one file thousands of times) is cut at the cap, counted, and what
+// was kept is still usable.
+TEST(ReadExecMaps, ManyMappingsAreCutAtTheCap) {
+  const size_t n = guard::kMaxExecMappings + 500;
+  const long page = sysconf(_SC_PAGESIZE);
+  const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  // One reserved range, then every other page of it mapped from the file:
+  // neighbours are not merged into one mapping.
+  char* base = static_cast<char*>(mmap(nullptr, 2 * n * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(base, MAP_FAILED);
+  for (size_t i = 0; i < n; ++i) {
+    void* at = mmap(base + 2 * i * page, page, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    ASSERT_NE(at, MAP_FAILED);
+  }
+  close(fd);
+  const uint64_t before = guard::RefusalCounts()[static_cast<size_t>(guard::Reason::kMaps)];
+  auto maps = ReadExecMaps(getpid());
+  munmap(base, 2 * n * page);
+  ASSERT_TRUE(maps.ok()) << maps.error().message;
+  EXPECT_TRUE(maps->cut);
+  EXPECT_EQ(maps->mappings.size(), guard::kMaxExecMappings);
+  EXPECT_EQ(guard::RefusalCounts()[static_cast<size_t>(guard::Reason::kMaps)], before + 1);
 }
 
 TEST(Registry, FindsTheSystemLibcryptoInAProcessThatMapsIt) {
@@ -136,10 +165,10 @@ TEST(Registry, FindsTheSyscallReturnInLibcsWrite) {
   ASSERT_NE(m, nullptr);
   ASSERT_TRUE(m->image && m->image->image);
   const auto ret = reinterpret_cast<uint64_t>(code + after);
-  EXPECT_TRUE(registry.IsSyscallReturn(getpid(), *m, ret));
-  EXPECT_FALSE(registry.IsSyscallReturn(getpid(), *m, reinterpret_cast<uint64_t>(code)));
-  EXPECT_FALSE(registry.IsSyscallReturn(getpid(), *m, ret - 1));
-  EXPECT_TRUE(registry.IsSyscallReturn(getpid(), *m, ret)) << "a cached answer must not change";
+  EXPECT_TRUE(registry.IsSyscallReturn(*m, ret));
+  EXPECT_FALSE(registry.IsSyscallReturn(*m, reinterpret_cast<uint64_t>(code)));
+  EXPECT_FALSE(registry.IsSyscallReturn(*m, ret - 1));
+  EXPECT_TRUE(registry.IsSyscallReturn(*m, ret)) << "a cached answer must not change";
   dlclose(handle);
 }
 

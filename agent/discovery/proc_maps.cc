@@ -8,8 +8,9 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <optional>
+
+#include "agent/guard/limits.h"
 
 namespace tlsprof::discovery {
 namespace {
@@ -73,11 +74,9 @@ Result<Mapping> ParseLine(std::string_view line) {
 }
 
 Result<std::string> ReadSmallFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return MakeError("cannot open {}", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto text = guard::ReadProcText(path, guard::kMaxProcFileBytes);
+  if (!text) return text.error();
+  return std::move(text->text);
 }
 
 }  // namespace
@@ -98,12 +97,36 @@ Result<std::vector<Mapping>> ParseMaps(std::string_view text) {
   return out;
 }
 
-Result<std::vector<Mapping>> ReadMaps(pid_t pid, const std::string& proc_root) {
-  auto text = ReadSmallFile(fmt::format("{}/{}/maps", proc_root, pid));
-  if (!text.ok()) return MakeError("process {} is gone or not readable ({})", pid, text.error().message);
-  auto maps = ParseMaps(*text);
-  if (!maps.ok()) return MakeError("/proc/{}/maps: {}", pid, maps.error().message);
-  return maps;
+Result<ExecMaps> ReadExecMaps(pid_t pid, const std::string& proc_root) {
+  ExecMaps out;
+  std::optional<Error> bad;
+  size_t lineno = 0;
+  auto cut = guard::ForEachProcLine(fmt::format("{}/{}/maps", proc_root, pid), guard::kMaxMapsBytes,
+                                    [&](std::string_view line) {
+                                      ++lineno;
+                                      if (line.empty()) return true;
+                                      auto m = ParseLine(line);
+                                      if (!m.ok()) {
+                                        bad = MakeError("/proc/{}/maps: line {}: {}", pid, lineno, m.error().message);
+                                        return false;
+                                      }
+                                      if (!m->executable || !m->is_file()) return true;
+                                      if (out.mappings.size() >= guard::kMaxExecMappings) {
+                                        out.cut = true;
+                                        return false;
+                                      }
+                                      out.mappings.push_back(std::move(m).value());
+                                      return true;
+                                    });
+  if (!cut.ok()) return MakeError("process {} is gone or not readable ({})", pid, cut.error().message);
+  if (bad) return *bad;
+  if (*cut) out.cut = true;
+  if (out.cut) {
+    guard::Refuse(guard::Reason::kMaps, fmt::format("process {}", pid),
+                  fmt::format("/proc/{}/maps is over {} bytes or {} executable file mappings; the rest is left out",
+                              pid, guard::kMaxMapsBytes, guard::kMaxExecMappings));
+  }
+  return out;
 }
 
 std::string ReadComm(pid_t pid, const std::string& proc_root) {
@@ -114,38 +137,15 @@ std::string ReadComm(pid_t pid, const std::string& proc_root) {
   return comm;
 }
 
-Result<UniqueFd> OpenMappedFile(pid_t pid, const Mapping& mapping, const std::string& proc_root) {
-  std::string map_file = fmt::format("{}/{}/map_files/{:x}-{:x}", proc_root, pid, mapping.start, mapping.end);
-  UniqueFd fd(::open(map_file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.valid()) return fd;
-  int map_files_errno = errno;
-  if (!mapping.is_file())
-    return MakeError("mapping {:x}-{:x} of process {} has no file", mapping.start, mapping.end, pid);
-  std::string rooted = fmt::format("{}/{}/root{}", proc_root, pid, mapping.path);
-  fd.reset(::open(rooted.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    return MakeError("cannot open {} of process {} ({}; map_files: {})", mapping.path, pid, std::strerror(errno),
-                     std::strerror(map_files_errno));
-  }
-  // A path that now names another file (replaced on disk) must not be read in
-  // place of what is mapped.
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || st.st_ino != mapping.inode) {
-    return MakeError("{} of process {} was replaced on disk since it was mapped", mapping.path, pid);
-  }
-  return fd;
-}
-
-Result<std::string> HostPathOf(pid_t pid, const Mapping& mapping, const std::string& proc_root) {
-  if (!mapping.is_file())
-    return MakeError("mapping {:x}-{:x} of process {} has no file", mapping.start, mapping.end, pid);
-  if (!mapping.deleted) {
-    for (std::string candidate : {fmt::format("{}/{}/root{}", proc_root, pid, mapping.path), mapping.path}) {
-      struct stat st {};
-      if (::stat(candidate.c_str(), &st) == 0 && st.st_ino == mapping.inode) return candidate;
-    }
-  }
-  return fmt::format("{}/{}/map_files/{:x}-{:x}", proc_root, pid, mapping.start, mapping.end);
+guard::MappedFileRef MappedFileOf(pid_t pid, const Mapping& mapping) {
+  guard::MappedFileRef ref;
+  ref.pid = pid;
+  ref.start = mapping.start;
+  ref.end = mapping.end;
+  ref.id = {makedev(mapping.dev_major, mapping.dev_minor), mapping.inode};
+  ref.path = mapping.path;
+  ref.deleted = mapping.deleted;
+  return ref;
 }
 
 Result<uint64_t> ParseStatStartTime(std::string_view text) {

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/guard/guarded_file.h"
 #include "common/fd.h"
 #include "common/result.h"
 
@@ -26,7 +27,7 @@ struct Mapping {
   bool deleted = false;  // the kernel appended " (deleted)": the file was unlinked or replaced
   // Without " (deleted)". The kernel prints it relative to the READER's root:
   // the path inside a container with its own mount namespace (pivot_root),
-  // but the host's path for a process in a plain chroot (HostPathOf).
+  // but the host's path for a process in a plain chroot (guard::ProcessRoot).
   std::string path;
 
   bool contains(uint64_t addr) const { return addr >= start && addr < end; }
@@ -37,29 +38,24 @@ struct Mapping {
 // line; an empty text gives an empty list.
 Result<std::vector<Mapping>> ParseMaps(std::string_view text);
 
-// Reads and parses /proc/PID/maps (under `proc_root`, "/proc" by default).
-Result<std::vector<Mapping>> ReadMaps(pid_t pid, const std::string& proc_root = "/proc");
+// The executable file mappings of a process, which are what samples are
+// named from. /proc/PID/maps is the process's to shape (its path names, and
+// up to vm.max_map_count mappings): it is read in chunks, at most
+// guard::kMaxMapsBytes of it, and at most guard::kMaxExecMappings executable
+// file mappings are kept; past either the rest is left out and `cut` says so
+// (counted as guard::Reason::kMaps). Other lines are parsed and dropped.
+struct ExecMaps {
+  std::vector<Mapping> mappings;  // in the file's order (by address)
+  bool cut = false;
+};
+Result<ExecMaps> ReadExecMaps(pid_t pid, const std::string& proc_root = "/proc");
 
 // The process's command name (/proc/PID/comm), or "" if it is gone.
 std::string ReadComm(pid_t pid, const std::string& proc_root = "/proc");
 
-// Opens the file behind a mapping, read-only. Tries /proc/PID/map_files/S-E
-// first: it reaches the very inode that is mapped, so files that were deleted
-// or replaced after mapping, and files inside another mount namespace (a
-// container), work. Falls back to /proc/PID/root/PATH, which also reaches into
-// containers, and checks that the inode matches the mapping.
-Result<UniqueFd> OpenMappedFile(pid_t pid, const Mapping& mapping, const std::string& proc_root = "/proc");
-
-// A path the agent can open, and hand to the kernel (uprobes), that names the
-// file a mapping maps; the first whose inode matches the mapping's of:
-//  - PROC/PID/root/PATH: a process in its own mount namespace (pivot_root),
-//    whose maps name files by their paths inside it;
-//  - PATH: a process in a plain chroot, whose maps name files by host paths
-//    (under PROC/PID/root they would be looked up twice rooted);
-//  - PROC/PID/map_files/START-END, which always names the mapped inode: a
-//    deleted or replaced file, or one that neither path reaches.
-// An Error when the mapping has no file.
-Result<std::string> HostPathOf(pid_t pid, const Mapping& mapping, const std::string& proc_root = "/proc");
+// The mapping as the guarded opener takes it (guard::OpenMapping: map_files,
+// else the path inside the process's root, the mapped inode either way).
+guard::MappedFileRef MappedFileOf(pid_t pid, const Mapping& mapping);
 
 // Which process a pid names, and which program it runs: pids are reused
 // (pid_max wraps, or a pid namespace hands out low pids again), and a process

@@ -6,8 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <unordered_set>
 
 namespace tlsprof::discovery {
@@ -18,7 +16,9 @@ std::string_view BaseName(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-// libssl.so.3, libcrypto.so.1.1, android's libcrypto.so.0 ...
+// libssl.so.3, libcrypto.so.1.1, android's libcrypto.so.0 ... A name proves
+// nothing about what a file is; it only says how much of a TLS library file
+// is TLS code (DetectTlsLibrary).
 bool IsSharedTlsLibraryName(std::string_view name) {
   return name.starts_with("libssl.so") || name.starts_with("libcrypto.so");
 }
@@ -74,17 +74,14 @@ std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, st
 ProcessRegistry::ProcessRegistry(std::string proc_root, symbols::DebugSearch debug)
     : proc_root_(std::move(proc_root)), cache_(MakeLoadOptions(std::move(debug))) {}
 
-bool ProcessRegistry::IsSyscallReturn(pid_t pid, const ProcessSnapshot::ExecMapping& m, uint64_t ip) const {
-  if (!m.image || !m.mapping.contains(ip)) return false;
+bool ProcessRegistry::IsSyscallReturn(const ProcessSnapshot::ExecMapping& m, uint64_t ip) const {
+  if (!m.image || !m.image->file || !m.mapping.contains(ip)) return false;
   const uint64_t offset = ip - m.mapping.start + m.mapping.offset;
-  if (offset < 2) return false;
+  if (offset < 2 || offset > m.image->file->size()) return false;
   const auto key = std::make_pair(m.image.get(), offset);
   if (auto it = syscall_returns_.find(key); it != syscall_returns_.end()) return it->second;
-  auto fd = OpenMappedFile(pid, m.mapping, proc_root_);
-  if (!fd.ok()) return false;  // not cached: another process may still map it
-  unsigned char bytes[2] = {};
-  const bool answer = pread(fd->get(), bytes, sizeof bytes, static_cast<off_t>(offset - 2)) == sizeof bytes &&
-                      bytes[0] == 0x0f && bytes[1] == 0x05;
+  uint8_t bytes[2] = {};
+  const bool answer = m.image->file->ReadExact(offset - 2, bytes).ok() && bytes[0] == 0x0f && bytes[1] == 0x05;
   syscall_returns_.emplace(key, answer);
   return answer;
 }
@@ -94,28 +91,25 @@ const ProcessSnapshot* ProcessRegistry::Get(pid_t pid) const {
   return it == processes_.end() ? nullptr : &it->second;
 }
 
-std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Mapping& mapping) {
+std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(
+    pid_t pid, const Mapping& mapping, const std::shared_ptr<const guard::ProcessRoot>& root,
+    std::unordered_map<std::string, std::shared_ptr<const ImageInfo>>& opened) {
   std::string key = fmt::format("{}:{}:{}", mapping.dev_major, mapping.dev_minor, mapping.inode);
+  if (auto it = opened.find(key); it != opened.end()) return it->second;
   auto known = by_inode_.find(key);
-  auto fd = OpenMappedFile(pid, mapping, proc_root_);
-  if (!fd.ok()) {
-    // The process is gone (or the file unreadable): what is known of this
-    // inode is the best guess. Not cached: the next process mapping this
-    // inode may still be readable.
-    if (known != by_inode_.end()) return known->second;
+  auto file = guard::OpenMapping(MappedFileOf(pid, mapping), proc_root_);
+  if (!file.ok()) {
+    // The process is gone (or the file unreadable, or refused): what is known
+    // of this inode is the best guess. Not cached: the next process mapping
+    // this inode may still be readable.
+    if (known != by_inode_.end()) return opened[key] = known->second;
     ++stats_.image_failures;
-    spdlog::debug("process {}: {}", pid, fd.error().message);
+    spdlog::debug("process {}: {}", pid, file.error().message);
     return nullptr;
   }
-  FileVersion version;
-  struct stat st {};
-  if (::fstat(fd->get(), &st) == 0) {
-    version.size = static_cast<uint64_t>(st.st_size);
-    version.mtime_ns = st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-    version.ctime_ns = st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
-  }
+  const FileVersion version{file->size(), file->mtime_ns(), file->ctime_ns()};
   if (known != by_inode_.end()) {
-    if (known->second->version == version) return known->second;
+    if (known->second->version == version) return opened[key] = known->second;
     // Rewritten in place since it was loaded (an upgrade by cp, or an inode
     // number the filesystem gave to a new file): its symbols and unwind
     // table are another file's. Processes that mapped the old content keep
@@ -129,29 +123,27 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
   auto info = std::make_shared<ImageInfo>();
   info->path = mapping.path;
   info->version = version;
-  // Over the memory cap only shared TLS libraries are loaded (their symbols
-  // are the exported API, small). A symbol table at its peak needs about a
-  // quarter of the file (.symtab, .strtab); not cached: tried again when
-  // another process maps the file.
-  if (budget_ != nullptr && !IsSharedTlsLibraryName(BaseName(mapping.path))) {
-    const uint64_t cost = version.size / 4;
-    if (!budget_->Admit(cost)) {
-      budget_->Skipped(guard::MemoryBudget::kImage, mapping.path, cost);
-      return nullptr;
-    }
+  info->file = std::make_shared<const guard::GuardedFile>(std::move(file).value());
+  // Debug files and archives beside the file are looked up where the process
+  // sees them: its path inside its root, resolved in that root.
+  symbols::ImageOrigin origin{mapping.path, root};
+  if (root) {
+    if (auto inside = root->InsidePath(mapping.path)) origin.path = *inside;
   }
-  // Debug files next to a library (debuglink) are looked up where the
-  // process sees them: inside its mount namespace, through /proc/PID/root, or
-  // at the host path a plain chroot's maps show (HostPathOf).
-  const size_t slash = mapping.path.rfind('/');
-  std::string host_dir =
-      fmt::format("{}/{}/root{}", proc_root_, pid, slash == std::string::npos ? "" : mapping.path.substr(0, slash));
-  if (auto host_path = HostPathOf(pid, mapping, proc_root_);
-      host_path.ok() && !host_path->starts_with(fmt::format("{}/{}/map_files/", proc_root_, pid))) {
-    host_dir = host_path->substr(0, host_path->rfind('/'));
+  // Over the memory cap nothing is loaded; what a load needs comes from the
+  // file's headers. Not cached: tried again when another process maps it.
+  bool refused = false;
+  symbols::AdmitFn admit;
+  if (budget_ != nullptr) {
+    admit = [this, &refused](uint64_t bytes, std::string_view what) {
+      if (budget_->Admit(bytes)) return true;
+      budget_->Skipped(guard::MemoryBudget::kImage, what, bytes);
+      refused = true;
+      return false;
+    };
   }
-  auto image = cache_.Get(fd->get(), mapping.path, host_dir);
-  if (budget_ != nullptr) budget_->AfterLoad(version.size);
+  auto image = cache_.Get(*info->file, origin, admit);
+  if (budget_ != nullptr) budget_->AfterLoad(info->file->size());
   if (image.ok()) {
     info->image = std::move(image).value();
     info->tls = DetectTlsLibrary(*info->image, mapping.path);
@@ -164,9 +156,10 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(pid_t pid, const Map
   } else {
     ++stats_.image_failures;
     spdlog::debug("process {}: cannot read {}: {}", pid, mapping.path, image.error().message);
+    if (refused) return opened[key] = nullptr;
   }
-  by_inode_.emplace(std::move(key), info);
-  return info;
+  by_inode_.emplace(key, info);
+  return opened[key] = info;
 }
 
 bool ProcessRegistry::Replaced(pid_t pid) {
@@ -179,10 +172,8 @@ bool ProcessRegistry::Replaced(pid_t pid) {
 }
 
 std::string ReadCgroupFile(pid_t pid, const std::string& proc_root) {
-  std::ifstream in(fmt::format("{}/{}/cgroup", proc_root, pid));
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
+  auto text = guard::ReadProcText(fmt::format("{}/{}/cgroup", proc_root, pid), guard::kMaxProcFileBytes);
+  return text ? std::move(text->text) : std::string();
 }
 
 void ProcessRegistry::Forget(pid_t pid) { processes_.erase(pid); }
@@ -220,7 +211,7 @@ Status ProcessRegistry::Refresh(pid_t pid) {
   // the older identity with the newer maps, and the next Replaced() asks for
   // a new one (the other order would hide the newer process for good).
   auto identity = ReadProcessIdentity(pid, proc_root_);
-  auto maps = ReadMaps(pid, proc_root_);
+  auto maps = ReadExecMaps(pid, proc_root_);
   if (!maps.ok()) {
     ++stats_.processes_gone;
     if (auto it = processes_.find(pid); it != processes_.end()) it->second.exited = true;
@@ -234,10 +225,12 @@ Status ProcessRegistry::Refresh(pid_t pid) {
   const std::string cgroups = ReadCgroupFile(pid, proc_root_);
   snap.cgroup = CgroupV2Path(cgroups);
   snap.container = IdentityFromCgroupFile(cgroups);
-  for (const Mapping& m : *maps) {
-    if (!m.executable || !m.is_file()) continue;
-    snap.mappings.push_back({m, LoadImage(pid, m)});
-  }
+  if (maps->cut) ++stats_.maps_cut;
+  std::shared_ptr<const guard::ProcessRoot> root;
+  if (auto r = guard::ProcessRoot::Open(pid, proc_root_))
+    root = std::make_shared<const guard::ProcessRoot>(std::move(*r));
+  std::unordered_map<std::string, std::shared_ptr<const ImageInfo>> opened;
+  for (const Mapping& m : maps->mappings) snap.mappings.push_back({m, LoadImage(pid, m, root, opened)});
   std::sort(snap.mappings.begin(), snap.mappings.end(),
             [](const auto& a, const auto& b) { return a.mapping.start < b.mapping.start; });
   // A process whose maps could be read but whose comm vanished in between is

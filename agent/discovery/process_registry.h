@@ -4,11 +4,15 @@
 // Snapshots are taken while a profile runs (for every process that gets
 // samples), so a process that exits before the report is still symbolized
 // from its last snapshot, and one that starts during the profile is picked up
-// the first time it is sampled. Each file is loaded once per dev:inode (and
-// once per build-id across paths, via symbols::ImageCache); a file changed in
-// place since (same dev:inode, other size or times: an upgrade that rewrote
-// the file) is loaded again. A pid that now names another process (pid
-// reuse) or another program (exec) is told apart by its ProcessIdentity.
+// the first time it is sampled. Each file is opened once per dev:inode,
+// through the guarded opener (guard/guarded_file.h), and that open file is
+// what every later reader of it uses (unwind tables, usage probes, system-call
+// checks): nothing is opened again by a path that may name another file by
+// then. Its image is loaded once per file (and once per content across
+// containers, via symbols::ImageCache); a file changed in place since (same
+// dev:inode, other size or times: an upgrade that rewrote the file) is loaded
+// again. A pid that now names another process (pid reuse) or another program
+// (exec) is told apart by its ProcessIdentity.
 // Not thread-safe: one thread owns a registry.
 #pragma once
 
@@ -23,8 +27,9 @@
 
 #include "agent/classify/classify.h"
 #include "agent/discovery/cgroup_identity.h"
-#include "agent/guard/memory_budget.h"
 #include "agent/discovery/proc_maps.h"
+#include "agent/guard/guarded_file.h"
+#include "agent/guard/memory_budget.h"
 #include "agent/symbols/binary_image.h"
 #include "common/result.h"
 
@@ -53,6 +58,9 @@ struct FileVersion {
 struct ImageInfo {
   std::string path;  // as first seen, inside the process's mount namespace
   FileVersion version;
+  // The file itself, open (guard::OpenMapping): its later readers use this,
+  // never its path. Held while a snapshot maps it (PruneImages).
+  std::shared_ptr<const guard::GuardedFile> file;
   std::shared_ptr<const symbols::BinaryImage> image;
   std::optional<TlsLibrary> tls;
 };
@@ -85,6 +93,7 @@ struct RegistryStats {
   uint64_t processes_gone = 0;
   uint64_t images_changed = 0;      // a dev:inode whose content changed in place, loaded again
   uint64_t processes_replaced = 0;  // Replaced() answers: pid reuse or exec
+  uint64_t maps_cut = 0;            // reads of /proc/PID/maps cut at a guard cap
 };
 
 class ProcessRegistry {
@@ -119,21 +128,28 @@ class ProcessRegistry {
   // was cached about them. Returns how many went.
   size_t PruneImages();
 
-  // Whether `ip` (in `mapping` of process `pid`) is right after a `syscall`
-  // instruction (bytes 0f 05). A user-mode sample there is kernel time: the
-  // timer fired during the system call and was delivered on its return
+  // Whether `ip` (in `mapping`) is right after a `syscall` instruction
+  // (bytes 0f 05). A user-mode sample there is kernel time: the timer fired
+  // during the system call and was delivered on its return
   // (docs/attribution.md, "System-call returns"). Reads the two bytes from
-  // the mapped file on first use and caches the answer per image and
-  // address; false when the file cannot be read (the process is gone).
-  bool IsSyscallReturn(pid_t pid, const ProcessSnapshot::ExecMapping& mapping, uint64_t ip) const;
+  // the image's open file on first use and caches the answer per image and
+  // address; false when they cannot be read.
+  bool IsSyscallReturn(const ProcessSnapshot::ExecMapping& mapping, uint64_t ip) const;
 
-  // The agent's memory cap (guard/memory_budget.h): past it, files other than
-  // a shared libssl/libcrypto are not loaded (their mappings get no image, as
-  // for an unreadable file) until memory is free again. Null: no cap.
+  // The agent's memory cap (guard/memory_budget.h): past it, files are not
+  // loaded (their mappings get no image, as for an unreadable file) until
+  // memory is free again. What a load needs is computed from the file's own
+  // headers (symbols::AdmitFn), for every file. Null: no cap.
   void SetMemoryBudget(guard::MemoryBudget* budget) { budget_ = budget; }
 
  private:
-  std::shared_ptr<const ImageInfo> LoadImage(pid_t pid, const Mapping& mapping);
+  // `root`: the process's root, opened once per Refresh (debug files and
+  // archives beside a library are looked up in it); `opened`: the files this
+  // Refresh opened already, by dev:inode (a file mapped many times is opened
+  // once).
+  std::shared_ptr<const ImageInfo> LoadImage(pid_t pid, const Mapping& mapping,
+                                             const std::shared_ptr<const guard::ProcessRoot>& root,
+                                             std::unordered_map<std::string, std::shared_ptr<const ImageInfo>>& opened);
 
   std::string proc_root_;
   symbols::ImageCache cache_;

@@ -62,9 +62,10 @@ Result<ElfFile> ElfFile::Finish(ElfFile f) {
   // The header, read here: libelf would size its section array and read the
   // header tables from these fields unchecked.
   uint8_t h[64] = {};
-  if (f.size_ < 52) return MakeError("{}: too short for an ELF header ({} bytes)", path, f.size_);
+  if (f.size_ == 0) return MakeError("{}: empty file, not an ELF binary", path);
   if (auto st = f.ReadRaw(0, std::span<uint8_t>(h, std::min<uint64_t>(sizeof h, f.size_))); !st) return st.error();
-  if (std::memcmp(h, ELFMAG, SELFMAG) != 0) return MakeError("{}: not an ELF file", path);
+  if (f.size_ < SELFMAG || std::memcmp(h, ELFMAG, SELFMAG) != 0) return MakeError("{}: not an ELF file", path);
+  if (f.size_ < 52) return MakeError("{}: not an ELF file: too short for an ELF header ({} bytes)", path, f.size_);
   RawHeader r;
   if (h[EI_CLASS] != ELFCLASS32 && h[EI_CLASS] != ELFCLASS64) return MakeError("{}: unknown ELF class", path);
   if (h[EI_DATA] != ELFDATA2LSB && h[EI_DATA] != ELFDATA2MSB) return MakeError("{}: unknown ELF byte order", path);

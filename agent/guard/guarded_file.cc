@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <openssl/evp.h>
+
 #include "agent/guard/limits.h"
 
 namespace tlsprof::guard {
@@ -115,6 +117,28 @@ bool GuardedFile::ChangedSinceOpen() const {
   struct stat st {};
   if (fstat(fd(), &st) != 0) return true;
   return static_cast<uint64_t>(st.st_size) != size_ || Nanos(st.st_mtim) != mtime_ns_ || Nanos(st.st_ctim) != ctime_ns_;
+}
+
+Result<std::string> GuardedFile::Sha256() const {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) return MakeError("SHA-256 is unavailable");
+  std::vector<uint8_t> buf(1 << 20);
+  for (uint64_t off = 0; off < size_;) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), size_ - off);
+    if (auto st = ReadExact(off, std::span<uint8_t>(buf.data(), n)); !st) return st.error();
+    EVP_DigestUpdate(ctx.get(), buf.data(), n);
+    off += n;
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &len);
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) {
+    hex.push_back(kDigits[digest[i] >> 4]);
+    hex.push_back(kDigits[digest[i] & 15]);
+  }
+  return hex;
 }
 
 Result<ProcessRoot> ProcessRoot::Open(pid_t pid, const std::string& proc_root) {

@@ -90,6 +90,9 @@ class GuardedFile {
   Result<std::vector<uint8_t>> ReadRange(uint64_t offset, uint64_t length, uint64_t cap, std::string_view what) const;
   // Whether fstat now shows another size, mtime or ctime than at open.
   bool ChangedSinceOpen() const;
+  // The SHA-256 of the file's size() bytes, as lowercase hex: what its
+  // content is, which no tenant can make match another file's.
+  Result<std::string> Sha256() const;
 
  private:
   friend Result<GuardedFile> FinishOpen(UniqueFd path_fd, std::string name, std::optional<FileId> expected);

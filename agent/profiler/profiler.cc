@@ -83,11 +83,10 @@ void Profiler::AttachUsage(const discovery::ProcessSnapshot& snap) {
     if (!m.image || !m.image->tls || !m.mapping.is_file()) continue;
     const uint64_t dev = makedev(m.mapping.dev_major, m.mapping.dev_minor);
     if (!seen.insert({dev, m.mapping.inode}).second) continue;
-    // The file as this process maps it, in a container of either kind, or
-    // replaced on disk since.
-    auto host_path = discovery::HostPathOf(snap.pid, m.mapping);
-    if (!host_path.ok()) continue;
-    files.push_back({std::move(host_path).value(), m.mapping.path, dev, m.mapping.inode,
+    // The file the registry opened (the mapped inode, in a container of
+    // either kind, or replaced on disk since).
+    if (!m.image->file) continue;
+    files.push_back({m.image->file, m.mapping.path, dev, m.mapping.inode,
                      std::string(classify::LibraryKindName(m.image->tls->kind))});
   }
   if (files.empty()) return;

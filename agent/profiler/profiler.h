@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "agent/aggregate/attribution.h"
-#include "agent/guard/memory_budget.h"
 #include "agent/discovery/process_registry.h"
+#include "agent/guard/memory_budget.h"
 #include "agent/profiler/phase_clock.h"
 #include "agent/profiler/window.h"
 #include "agent/sample/sampler.h"

@@ -1,7 +1,5 @@
 #include "agent/stacks/unwind_registrar.h"
 
-#include <sys/stat.h>
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -66,23 +64,23 @@ std::vector<unwind_row> FlagTlsRows(const unwind::UnwindTable& table, const symb
   return out;
 }
 
-UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot::ExecMapping& m) {
+UnwindRegistrar::Slot UnwindRegistrar::TableFor(const ProcessSnapshot::ExecMapping& m) {
   const discovery::ImageInfo* info = m.image.get();
-  if (auto it = slots_.find(info); it != slots_.end()) return it->second.second;
+  // One table per image: copies of one file in several containers share
+  // their image (symbols::ImageCache) and so their rows.
+  const symbols::BinaryImage* key = info->image.get();
+  if (auto it = slots_.find(key); it != slots_.end()) return it->second.second;
   Slot slot;
-  auto fd = discovery::OpenMappedFile(pid, m.mapping);
-  if (!fd.ok()) {
+  if (!info->file) {
     ++stats_.table_failures;
-    spdlog::debug("unwind: {}", fd.error().message);
-    return slot;  // not cached: another process may still have it open
+    return slot;
   }
-  // Building a table needs about the file's size at its peak (bench/README.md).
-  // Over the cap,
-  // only shared TLS libraries get theirs; the others are tried again at the
-  // next registration that maps them.
-  struct stat st {};
-  const uint64_t file_bytes = fstat(fd->get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-  if (budget_ != nullptr && !(info->tls && info->tls->whole_file_is_tls)) {
+  const guard::GuardedFile& file = *info->file;
+  // Building a table needs about the file's CFI and its rows at its peak
+  // (bench/README.md); over the cap no table is built, and the file is tried
+  // again at the next registration that maps it.
+  const uint64_t file_bytes = file.size();
+  if (budget_ != nullptr) {
     const uint64_t cost = file_bytes;
     if (!budget_->Admit(cost)) {
       budget_->Skipped(guard::MemoryBudget::kUnwindTable, info->path, cost);
@@ -101,11 +99,11 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
       if (budget != nullptr) budget->AfterLoad(file_bytes);
     }
   } trim{budget_, file_bytes};  // at return, once the table and its copies (declared below) are gone
-  auto table = go ? unwind::BuildGoUnwindTable(fd->get(), info->path) : unwind::BuildUnwindTable(fd->get(), info->path);
+  auto table = go ? unwind::BuildGoUnwindTable(file.fd(), info->path) : unwind::BuildUnwindTable(file.fd(), info->path);
   if (!table.ok()) {
     ++stats_.table_failures;
     spdlog::debug("unwind: no table for {}: {}", info->path, table.error().message);
-    slots_.emplace(info, std::make_pair(m.image, slot));
+    slots_.emplace(key, std::make_pair(info->image, slot));
     return slot;
   }
   // The whole table, also for a binary that links its TLS library
@@ -124,7 +122,7 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   }
   if (rows.empty() || rows.size() > UINT32_MAX) {
     ++stats_.table_failures;
-    slots_.emplace(info, std::make_pair(m.image, slot));
+    slots_.emplace(key, std::make_pair(info->image, slot));
     return slot;
   }
   auto first = sampler_.AllocateRows(static_cast<uint32_t>(rows.size()));
@@ -132,14 +130,14 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot
   if (!uploaded.ok()) {
     ++stats_.table_failures;
     spdlog::warn("unwind: no table for {} ({} rows): {}", info->path, rows.size(), uploaded.error().message);
-    slots_.emplace(info, std::make_pair(m.image, slot));
+    slots_.emplace(key, std::make_pair(info->image, slot));
     return slot;
   }
   slot.first_row = *first;
   slot.rows = static_cast<uint32_t>(rows.size());
   ++stats_.tables;
   stats_.rows += slot.rows;
-  slots_.emplace(info, std::make_pair(m.image, slot));
+  slots_.emplace(key, std::make_pair(info->image, slot));
   return slot;
 }
 
@@ -173,7 +171,7 @@ Status UnwindRegistrar::Register(pid_t pid, const ProcessSnapshot& process) {
     um.end = m.mapping.end;
     um.bias = m.mapping.start - *vaddr;
     if (info.tls) um.flags |= info.tls->whole_file_is_tls ? UNWIND_MAPPING_TLS : UNWIND_MAPPING_TLS_SYMBOLS;
-    Slot slot = TableFor(pid, m);
+    Slot slot = TableFor(m);
     um.table_start = slot.first_row;
     um.table_len = slot.rows;
     // A Go binary without a usable pclntab table: its frame pointers.

@@ -19,8 +19,8 @@
 #include <map>
 #include <memory>
 
-#include "agent/guard/memory_budget.h"
 #include "agent/discovery/process_registry.h"
+#include "agent/guard/memory_budget.h"
 #include "agent/sample/sampler.h"
 #include "agent/unwind/unwind_table.h"
 #include "common/result.h"
@@ -41,9 +41,9 @@ struct RegistrarStats {
 
 class UnwindRegistrar {
  public:
-  // `budget` (may be null: no cap): tables of files other than a shared
-  // libssl/libcrypto are built only while it admits them (their mapping is
-  // then walked without a table: the walk stops there).
+  // `budget` (may be null: no cap): tables are built only while it admits
+  // them (a mapping without one is walked without a table: the walk stops
+  // there).
   explicit UnwindRegistrar(sample::Sampler& sampler, guard::MemoryBudget* budget = nullptr)
       : sampler_(sampler), budget_(budget) {}
 
@@ -65,13 +65,13 @@ class UnwindRegistrar {
     uint32_t first_row = 0;
     uint32_t rows = 0;  // 0: no table
   };
-  Slot TableFor(pid_t pid, const discovery::ProcessSnapshot::ExecMapping& m);
+  Slot TableFor(const discovery::ProcessSnapshot::ExecMapping& m);
 
   sample::Sampler& sampler_;
   guard::MemoryBudget* budget_;
   // Keyed by the image's address; the entry holds the image, so that no other
   // image can be allocated at that address while the entry exists.
-  std::map<const discovery::ImageInfo*, std::pair<std::shared_ptr<const discovery::ImageInfo>, Slot>> slots_;
+  std::map<const symbols::BinaryImage*, std::pair<std::shared_ptr<const symbols::BinaryImage>, Slot>> slots_;
   RegistrarStats stats_;
 };
 

@@ -4,15 +4,11 @@
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
-#include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -20,7 +16,6 @@
 #include <set>
 
 #include "agent/symbols/x86_elf.h"
-#include "common/fd.h"
 #include "common/hash.h"
 
 namespace tlsprof::symbols {
@@ -119,104 +114,88 @@ std::vector<Range> EhFrameRanges(Elf* elf, Elf_Data* data, uint64_t vaddr) {
   return out;
 }
 
+// One member of an ar archive: where its bytes are and its header's name.
+struct ArMember {
+  std::string name;  // the header's name field, trimmed ("/123" for a long name)
+  uint64_t offset = 0, size = 0;
+};
+
 // Walks the ar member headers ("!<arch>\n", then 60-byte headers each
 // followed by the member, padded to an even size) and checks that they tile
-// the file exactly. libelf reads members lazily and quietly shortens or stops
-// at a member that runs past the end, so a truncated archive would otherwise
-// look like a smaller, valid one.
-Status CheckArLayout(int fd, std::string_view path, uint64_t file_size) {
+// the file exactly: a truncated archive must not look like a smaller, valid
+// one. The members are read here, with pread, not by libelf: libelf would
+// parse each member's ELF headers before they could be checked.
+Result<std::vector<ArMember>> ReadArMembers(const guard::GuardedFile& file, std::string_view path) {
+  const uint64_t file_size = file.size();
   char magic[8];
-  if (file_size < 8 || pread(fd, magic, 8, 0) != 8) return MakeError("{}: too short for an ar archive", path);
+  if (file_size < 8 || !file.ReadExact(0, {reinterpret_cast<uint8_t*>(magic), 8})) {
+    return MakeError("{}: too short for an ar archive", path);
+  }
   if (std::memcmp(magic, "!<thin>\n", 8) == 0) return MakeError("{}: thin archives are not supported", path);
   if (std::memcmp(magic, "!<arch>\n", 8) != 0) return MakeError("{}: not an ar archive", path);
+  std::vector<ArMember> members;
   uint64_t pos = 8;
-  size_t members = 0;
   while (pos < file_size) {
+    const size_t index = members.size();
     char hdr[60];
-    if (file_size - pos < sizeof hdr || pread(fd, hdr, sizeof hdr, static_cast<off_t>(pos)) != sizeof hdr) {
-      return MakeError("{}: member header {} at offset {:#x} is cut off; the archive is truncated", path, members, pos);
+    if (file_size - pos < sizeof hdr || !file.ReadExact(pos, {reinterpret_cast<uint8_t*>(hdr), sizeof hdr})) {
+      return MakeError("{}: member header {} at offset {:#x} is cut off; the archive is truncated", path, index, pos);
     }
     if (hdr[58] != '`' || hdr[59] != '\n') {
-      return MakeError("{}: member header {} at offset {:#x} is corrupt", path, members, pos);
+      return MakeError("{}: member header {} at offset {:#x} is corrupt", path, index, pos);
     }
     uint64_t size = 0;
     int digits = 0;
     for (int k = 48; k < 58 && hdr[k] != ' '; ++k, ++digits) {
       if (hdr[k] < '0' || hdr[k] > '9') {
-        return MakeError("{}: member header {} at offset {:#x} has a bad size field", path, members, pos);
+        return MakeError("{}: member header {} at offset {:#x} has a bad size field", path, index, pos);
       }
       size = size * 10 + static_cast<uint64_t>(hdr[k] - '0');
     }
-    if (digits == 0) return MakeError("{}: member header {} at offset {:#x} has no size", path, members, pos);
+    if (digits == 0) return MakeError("{}: member header {} at offset {:#x} has no size", path, index, pos);
     pos += sizeof hdr;
     if (file_size - pos < size) {
       return MakeError(
           "{}: member {} ({} bytes at offset {:#x}) runs past the end of the file ({} bytes); "
           "the archive is truncated",
-          path, members, size, pos, file_size);
+          path, index, size, pos, file_size);
     }
+    std::string_view name(hdr, 16);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (name.ends_with('/') && name.size() > 1 && name != "//") name.remove_suffix(1);  // GNU: "name/"
+    members.push_back({std::string(name), pos, size});
     pos += size;
     if ((size & 1) && pos < file_size) ++pos;  // padding (may be missing at the very end)
-    ++members;
   }
-  if (members == 0) return MakeError("{}: empty archive", path);
-  return OkStatus();
+  if (members.empty()) return MakeError("{}: empty archive", path);
+  return members;
 }
 
-// An archive member's section headers, each checked to lie inside the
-// member.
+// An archive member's sections (guard::ElfFile checked that they lie
+// inside the member).
 struct MemberSections {
-  std::vector<GElf_Shdr> shdrs;
-  std::vector<Elf_Scn*> scns;
+  const guard::ElfFile& elf;
 
-  size_t count() const { return shdrs.size(); }
+  size_t count() const { return elf.sections().size(); }
+  const GElf_Shdr& shdr(size_t i) const { return elf.sections()[i].shdr; }
 
   // Executable PROGBITS: where functions are.
   bool IsCode(size_t i) const {
-    return i < count() && (shdrs[i].sh_flags & SHF_EXECINSTR) && shdrs[i].sh_type == SHT_PROGBITS;
+    return i < count() && (shdr(i).sh_flags & SHF_EXECINSTR) && shdr(i).sh_type == SHT_PROGBITS;
   }
 
   // The section's bytes (empty for NOBITS and empty sections).
-  Result<std::span<const uint8_t>> Bytes(size_t i) const {
-    if (shdrs[i].sh_type == SHT_NOBITS || shdrs[i].sh_size == 0) return std::span<const uint8_t>{};
-    Elf_Data* d = elf_getdata(scns[i], nullptr);
-    if (d == nullptr) return MakeError("cannot read section {}: {}", i, ElfErr());
-    if (d->d_buf == nullptr) return std::span<const uint8_t>{};
-    return std::span<const uint8_t>(static_cast<const uint8_t*>(d->d_buf), d->d_size);
-  }
+  Result<std::span<const uint8_t>> Bytes(size_t i) const { return elf.SectionBytes(elf.sections()[i]); }
+  Elf_Data* Data(size_t i) const { return elf.data(elf.sections()[i]); }
 
   // The first .symtab; 0: none.
   size_t Symtab() const {
     for (size_t i = 1; i < count(); ++i) {
-      if (shdrs[i].sh_type == SHT_SYMTAB) return i;
+      if (shdr(i).sh_type == SHT_SYMTAB) return i;
     }
     return 0;
   }
 };
-
-Result<MemberSections> ReadMemberSections(Elf* m, const GElf_Ehdr& ehdr, uint64_t member_size) {
-  size_t shnum = 0;
-  if (elf_getshdrnum(m, &shnum) != 0) return MakeError("cannot read the section count: {}", ElfErr());
-  if (shnum > 0 && (ehdr.e_shentsize != sizeof(Elf64_Shdr) || ehdr.e_shoff > member_size ||
-                    (member_size - ehdr.e_shoff) / sizeof(Elf64_Shdr) < shnum)) {
-    return MakeError("section header table past the end of the member");
-  }
-  MemberSections out;
-  out.shdrs.resize(shnum);
-  out.scns.resize(shnum);
-  for (size_t i = 0; i < shnum; ++i) {
-    out.scns[i] = elf_getscn(m, i);
-    if (out.scns[i] == nullptr || gelf_getshdr(out.scns[i], &out.shdrs[i]) == nullptr) {
-      return MakeError("cannot read section header {}: {}", i, ElfErr());
-    }
-    const GElf_Shdr& s = out.shdrs[i];
-    if (s.sh_type != SHT_NOBITS && (s.sh_offset > member_size || member_size - s.sh_offset < s.sh_size)) {
-      return MakeError("section {} ({} bytes at {:#x}) extends past the end of the member ({} bytes)", i, s.sh_size,
-                       s.sh_offset, member_size);
-    }
-  }
-  return out;
-}
 
 // Code section -> its relocations (offset, type), sorted.
 using CodeRelocs = std::map<size_t, std::vector<std::pair<uint64_t, uint32_t>>>;
@@ -224,13 +203,13 @@ using CodeRelocs = std::map<size_t, std::vector<std::pair<uint64_t, uint32_t>>>;
 Result<CodeRelocs> ReadCodeRelocs(const MemberSections& sections) {
   CodeRelocs relocs;
   for (size_t i = 1; i < sections.count(); ++i) {
-    const GElf_Shdr& sh = sections.shdrs[i];
+    const GElf_Shdr& sh = sections.shdr(i);
     if (sh.sh_type != SHT_RELA && sh.sh_type != SHT_REL) continue;
     if (!sections.IsCode(sh.sh_info)) continue;
     if (sh.sh_type == SHT_REL) return MakeError("SHT_REL relocations (not x86-64 RELA)");
     auto b = sections.Bytes(i);
     if (!b) return b.error();
-    Elf_Data* d = b->empty() ? nullptr : elf_getdata(sections.scns[i], nullptr);
+    Elf_Data* d = b->empty() ? nullptr : sections.Data(i);
     auto& v = relocs[sh.sh_info];
     const size_t n = b->size() / sizeof(Elf64_Rela);
     for (size_t k = 0; k < n; ++k) {
@@ -347,49 +326,31 @@ size_t ArchiveIndex::memory_bytes() const {
 
 class ArchiveIndexBuilder {
  public:
-  ArchiveIndexBuilder(int fd, std::string path, uint64_t file_size)
-      : fd_(fd), file_size_(file_size), index_(std::make_shared<ArchiveIndex>()) {
+  ArchiveIndexBuilder(const guard::GuardedFile& file, std::string path)
+      : file_(file), index_(std::make_shared<ArchiveIndex>()) {
     index_->path_ = std::move(path);
   }
 
   Result<std::shared_ptr<const ArchiveIndex>> Build() {
     if (!InitLibelf()) return MakeError("libelf is too old (elf_version failed)");
     const std::string& path = index_->path_;
-    if (auto st = CheckArLayout(fd_, path, file_size_); !st) return st.error();
-    ElfPtr ar(elf_begin(fd_, ELF_C_READ, nullptr));
-    if (!ar) return MakeError("{}: cannot read: {}", path, ElfErr());
-    if (elf_kind(ar.get()) != ELF_K_AR) return MakeError("{}: not an ar archive", path);
-    Elf_Cmd cmd = ELF_C_READ;
-    size_t member = 0;
-    for (;;) {
-      ElfPtr m(elf_begin(fd_, cmd, ar.get()));
-      if (!m) {
-        // elf_begin returns NULL both at the end and on a corrupt member
-        // header; elf_errno tells them apart.
-        if (int err = elf_errno(); err != 0) {
-          return MakeError("{}: corrupt archive after member {}: {}", path, member, elf_errmsg(err));
-        }
-        break;
+    auto members = ReadArMembers(file_, path);
+    if (!members) return members.error();
+    for (const ArMember& m : *members) {
+      uint8_t magic[SELFMAG] = {};
+      if (m.size < sizeof(Elf64_Ehdr) || !file_.ReadExact(m.offset, magic) ||
+          std::memcmp(magic, ELFMAG, SELFMAG) != 0) {
+        continue;  // the symbol index, long names, or not ELF
       }
-      ++member;
-      Elf_Arhdr* hdr = elf_getarhdr(m.get());
-      if (hdr == nullptr) return MakeError("{}: member {} has no readable header: {}", path, member, ElfErr());
-      std::string name = hdr->ar_name != nullptr ? hdr->ar_name : "?";
-      // The member must lie inside the file: libelf does not check this for
-      // members it reads lazily.
-      int64_t base = elf_getbase(m.get());
-      if (base < 0 || static_cast<uint64_t>(base) > file_size_ ||
-          file_size_ - static_cast<uint64_t>(base) < static_cast<uint64_t>(hdr->ar_size)) {
-        return MakeError("{}: member {} ({} bytes) extends past the end of the archive; truncated?", path, name,
-                         static_cast<uint64_t>(hdr->ar_size));
-      }
-      if (elf_kind(m.get()) == ELF_K_ELF) {
-        auto st = AddMember(m.get(), static_cast<uint64_t>(hdr->ar_size));
-        if (!st) return MakeError("{}: member {}: {}", path, name, st.error().message);
-        ++index_->members_;
-      }
-      cmd = elf_next(m.get());
-      if (cmd == ELF_C_NULL) break;
+      // An object file is read whole (they are kilobytes) and parsed in
+      // memory, where libelf checks every offset against it.
+      auto bytes = file_.ReadRange(m.offset, m.size, guard::kMaxSectionBytes, "an archive member");
+      if (!bytes) return MakeError("{}: member {}: {}", path, m.name, bytes.error().message);
+      auto elf = guard::ElfFile::OpenMemory(std::move(*bytes), fmt::format("{}({})", path, m.name));
+      if (!elf) return MakeError("{}: member {}: {}", path, m.name, elf.error().message);
+      auto st = AddMember(*elf);
+      if (!st) return MakeError("{}: member {}: {}", path, m.name, st.error().message);
+      ++index_->members_;
     }
     if (index_->functions_.empty()) return MakeError("{}: no ELF x86-64 functions in the archive", path);
     Finish();
@@ -409,35 +370,33 @@ class ArchiveIndexBuilder {
 
   // Indexes the functions of an x86-64 relocatable member; other members
   // are ignored.
-  Status AddMember(Elf* m, uint64_t member_size) {
-    GElf_Ehdr ehdr;
-    if (gelf_getehdr(m, &ehdr) == nullptr) return MakeError("unreadable ELF header: {}", ElfErr());
-    if (ehdr.e_type != ET_REL || ehdr.e_machine != EM_X86_64 || gelf_getclass(m) != ELFCLASS64 ||
-        ehdr.e_ident[EI_DATA] != ELFDATA2LSB) {
-      return OkStatus();  // not something this matcher understands: ignored
-    }
-    auto sections = ReadMemberSections(m, ehdr, member_size);
-    if (!sections) return sections.error();
-    const size_t symtab = sections->Symtab();
+  Status AddMember(const guard::ElfFile& elf) {
+    if (elf.ehdr().e_type != ET_REL || !elf.x86_64()) return OkStatus();  // not understood here: ignored
+    const MemberSections sections{elf};
+    const size_t symtab = sections.Symtab();
     if (symtab == 0) return OkStatus();  // nothing named
-    auto relocs = ReadCodeRelocs(*sections);
+    auto relocs = ReadCodeRelocs(sections);
     if (!relocs) return relocs.error();
-    return AddFunctions(*sections, symtab, *relocs);
+    return AddFunctions(sections, symtab, *relocs);
   }
 
   // Every function symbol of the member's .symtab.
   Status AddFunctions(const MemberSections& sections, size_t symtab, const CodeRelocs& relocs) {
-    const GElf_Shdr& symhdr = sections.shdrs[symtab];
+    const GElf_Shdr& symhdr = sections.shdr(symtab);
     if (symhdr.sh_link == 0 || symhdr.sh_link >= sections.count() ||
-        sections.shdrs[symhdr.sh_link].sh_type != SHT_STRTAB) {
+        sections.shdr(symhdr.sh_link).sh_type != SHT_STRTAB) {
       return MakeError(".symtab links to section {}, which is not a string table", symhdr.sh_link);
     }
     auto strtab = sections.Bytes(symhdr.sh_link);
     if (!strtab) return strtab.error();
     auto syms = sections.Bytes(symtab);
     if (!syms) return syms.error();
-    Elf_Data* symdata = syms->empty() ? nullptr : elf_getdata(sections.scns[symtab], nullptr);
+    Elf_Data* symdata = syms->empty() ? nullptr : sections.Data(symtab);
     const size_t nsyms = syms->size() / sizeof(Elf64_Sym);
+    if (nsyms > guard::kMaxSymbols) {
+      guard::Refuse(guard::Reason::kSymbols, index_->path_, fmt::format("a member with {} symbols", nsyms));
+      return MakeError("{} symbols, over the cap of {}", nsyms, guard::kMaxSymbols);
+    }
     Member member{sections, relocs, {}, {}, {}};
     for (size_t k = 1; k < nsyms; ++k) {
       GElf_Sym sym;
@@ -550,8 +509,7 @@ class ArchiveIndexBuilder {
     if (skipped_ > 0) spdlog::debug("{}: {} symbols extend past their section; ignored", x.path_, skipped_);
   }
 
-  int fd_;
-  uint64_t file_size_;
+  const guard::GuardedFile& file_;
   std::shared_ptr<ArchiveIndex> index_;
   std::unordered_map<std::string, uint32_t> masks_;
   std::vector<ByteRange> scratch_;
@@ -559,30 +517,23 @@ class ArchiveIndexBuilder {
   size_t skipped_ = 0;
 };
 
-Result<std::shared_ptr<const ArchiveIndex>> ArchiveIndex::Load(int fd, std::string_view path) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return MakeError("{}: fstat failed: {}", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return MakeError("{}: not a regular file", path);
-  return ArchiveIndexBuilder(fd, std::string(path), static_cast<uint64_t>(st.st_size)).Build();
+Result<std::shared_ptr<const ArchiveIndex>> ArchiveIndex::Load(const guard::GuardedFile& file) {
+  return ArchiveIndexBuilder(file, file.name()).Build();
 }
 
-Result<std::shared_ptr<const ArchiveIndex>> GetArchiveIndex(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd.valid()) return MakeError("{}: cannot open: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return MakeError("{}: fstat failed: {}", path, std::strerror(errno));
-  std::string key =
-      fmt::format("{}:{}:{}:{}.{:09}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+Result<std::shared_ptr<const ArchiveIndex>> GetArchiveIndex(const guard::GuardedFile& file) {
+  const std::string key =
+      fmt::format("{}:{}:{}:{}:{}", file.id().dev, file.id().ino, file.size(), file.mtime_ns(), file.ctime_ns());
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const ArchiveIndex>> cache;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
-  auto index = ArchiveIndex::Load(fd.get(), path);
+  auto index = ArchiveIndex::Load(file);
   if (!index) return index.error();
   std::lock_guard<std::mutex> lock(mu);
-  return cache.emplace(std::move(key), std::move(*index)).first->second;
+  return cache.emplace(key, std::move(*index)).first->second;
 }
 
 // ---------------------------------------------------------------------------
@@ -620,39 +571,32 @@ struct SoView {
   std::vector<Export> exports;
 };
 
-Result<SoView> ReadSo(int fd, std::string_view path) {
-  auto opened = OpenX86Elf(fd, path);
-  if (!opened) return opened.error();
-  const ElfPtr& elf = opened->elf;
-  const uint64_t file_size = opened->file_size;
+Result<SoView> ReadSo(const guard::ElfFile& elf) {
+  if (auto st = CheckX86(elf); !st) return st.error();
   SoView so;
-  auto code = ReadLoadSegments(fd, *opened, path, /*code_only=*/true, /*max_bytes=*/1ull << 32);
+  auto code = ReadLoadSegments(elf, /*code_only=*/true, guard::kMaxSectionBytes);
   if (!code) return code.error();
   for (LoadedSegment& seg : *code) so.code.segments.push_back({seg.vaddr, std::move(seg.bytes)});
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) return MakeError("{}: no section name table", path);
-  for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn != nullptr; scn = elf_nextscn(elf.get(), scn)) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr) return MakeError("{}: bad section header", path);
-    if (sh.sh_type == SHT_NOBITS || sh.sh_size == 0) continue;
-    if (sh.sh_offset > file_size || file_size - sh.sh_offset < sh.sh_size) {
-      return MakeError("{}: a section extends past the end of the file", path);
-    }
-    const char* name = elf_strptr(elf.get(), shstrndx, sh.sh_name);
-    if (sh.sh_type == SHT_PROGBITS && name != nullptr && std::strcmp(name, ".eh_frame") == 0) {
-      Elf_Data* d = elf_getdata(scn, nullptr);
-      if (d != nullptr) so.fdes = EhFrameRanges(elf.get(), d, sh.sh_addr);
+  for (const guard::ElfSection& sec : elf.sections()) {
+    const GElf_Shdr& sh = sec.shdr;
+    if (sec.index == 0 || sh.sh_type == SHT_NOBITS || sh.sh_size == 0) continue;
+    if (sh.sh_type == SHT_PROGBITS && sec.name == ".eh_frame") {
+      auto bytes = elf.SectionBytes(sec);
+      if (!bytes) return bytes.error();
+      if (Elf_Data* d = elf.data(sec)) so.fdes = EhFrameRanges(elf.elf(), d, sh.sh_addr);
     } else if (sh.sh_type == SHT_DYNSYM) {
-      Elf_Data* d = elf_getdata(scn, nullptr);
+      auto bytes = elf.SectionBytes(sec);
+      if (!bytes) return bytes.error();
+      Elf_Data* d = elf.data(sec);
       if (d == nullptr) continue;
       const size_t n = d->d_size / sizeof(Elf64_Sym);
       for (size_t k = 1; k < n; ++k) {
         GElf_Sym sym;
         if (gelf_getsym(d, static_cast<int>(k), &sym) == nullptr) break;
         if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || sym.st_size == 0) continue;
-        const char* sn = elf_strptr(elf.get(), sh.sh_link, sym.st_name);
-        if (sn == nullptr || *sn == '\0') continue;
-        so.exports.push_back({sym.st_value, sym.st_size, sn});
+        auto sn = elf.StringAt(sh.sh_link, sym.st_name);
+        if (!sn || sn->empty()) continue;
+        so.exports.push_back({sym.st_value, sym.st_size, std::string(*sn)});
       }
     }
   }
@@ -925,13 +869,13 @@ class Matcher {
 
 }  // namespace
 
-Result<ArchiveMatch> MatchArchive(int so_fd, std::string_view so_path, const ArchiveIndex& index,
+Result<ArchiveMatch> MatchArchive(const guard::ElfFile& so, const ArchiveIndex& index,
                                   const ArchiveMatchOptions& options) {
-  auto read = ReadSo(so_fd, so_path);
+  auto read = ReadSo(so);
   if (!read) return read.error();
   ArchiveMatch out;
   Matcher matcher(*read, index, options, out.stats);
-  if (auto st = matcher.CheckExports(so_path); !st) return st.error();
+  if (auto st = matcher.CheckExports(so.path()); !st) return st.error();
   matcher.MatchFdes();
   matcher.PlaceAnchoredSections();
   matcher.PlaceByLayout();

@@ -39,6 +39,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/guard/elf_file.h"
+#include "agent/guard/guarded_file.h"
 #include "common/result.h"
 
 namespace tlsprof::symbols {
@@ -69,7 +71,7 @@ class ArchiveIndex {
   // not ELF relocatables are ignored; a malformed archive or member (bad
   // header, extents past the end of the file, bogus symbol or relocation
   // tables) is an Error.
-  static Result<std::shared_ptr<const ArchiveIndex>> Load(int fd, std::string_view path);
+  static Result<std::shared_ptr<const ArchiveIndex>> Load(const guard::GuardedFile& file);
 
   const std::string& path() const { return path_; }
   const std::vector<ArchiveFunction>& functions() const { return functions_; }
@@ -104,11 +106,11 @@ class ArchiveIndex {
   friend class ArchiveIndexBuilder;
 };
 
-// Load() through a process-wide cache keyed by the file's device, inode, size
-// and mtime, so processes that map the same library (node and nginx, or the
-// same file seen through several /proc/PID/root paths) parse the archive once.
-// Failures are not cached.
-Result<std::shared_ptr<const ArchiveIndex>> GetArchiveIndex(const std::string& path);
+// Load() through a process-wide cache keyed by the file's device, inode, size,
+// mtime and ctime, so processes that map the same library (node and nginx, or
+// the same file seen through several /proc/PID/root paths) parse the archive
+// once. Failures are not cached.
+Result<std::shared_ptr<const ArchiveIndex>> GetArchiveIndex(const guard::GuardedFile& file);
 
 struct ArchiveMatchOptions {
   // Use the .so's exported (.dynsym) names as anchors (step 3). Off only to
@@ -155,10 +157,10 @@ struct ArchiveMatch {
   ArchiveMatchStats stats;
 };
 
-// Matches the shared library open at `so_fd` against `index`. Errors: the .so
-// is malformed, or the archive fails the check of step 1 (the message says
-// why; LoadBinaryImage logs it at debug level and moves on).
-Result<ArchiveMatch> MatchArchive(int so_fd, std::string_view so_path, const ArchiveIndex& index,
+// Matches the shared library `so` against `index`. Errors: the .so is
+// malformed, or the archive fails the check of step 1 (the message says why;
+// LoadBinaryImage logs it at debug level and moves on).
+Result<ArchiveMatch> MatchArchive(const guard::ElfFile& so, const ArchiveIndex& index,
                                   const ArchiveMatchOptions& options = {});
 
 // Default archives for a library: for a soname in `sonames`, lib<x>.a (its

@@ -39,15 +39,24 @@ bool Exists(const char* path) { return access(path, R_OK) == 0; }
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 Result<ArchiveMatch> Match(const char* so, const ArchiveIndex& index, const ArchiveMatchOptions& options = {}) {
-  UniqueFd fd(open(so, O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return MakeError("cannot open {}", so);
-  return MatchArchive(fd.get(), so, index, options);
+  auto file = guard::OpenHostFile(so);
+  if (!file) return file.error();
+  auto elf = guard::ElfFile::Open(*file);
+  if (!elf) return elf.error();
+  return MatchArchive(*elf, index, options);
 }
 
 Result<std::shared_ptr<const ArchiveIndex>> LoadIndexFile(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return MakeError("cannot open {}", path);
-  return ArchiveIndex::Load(fd.get(), path);
+  auto file = guard::OpenHostFile(path);
+  if (!file) return file.error();
+  return ArchiveIndex::Load(*file);
+}
+
+// GetArchiveIndex on a path (the cache is per file).
+Result<std::shared_ptr<const ArchiveIndex>> GetArchiveIndex(const std::string& path) {
+  auto file = guard::OpenHostFile(path);
+  if (!file) return file.error();
+  return symbols::GetArchiveIndex(*file);
 }
 
 LoadOptions DynsymOnly() {

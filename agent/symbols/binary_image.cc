@@ -3,14 +3,14 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <span>
+#include <unordered_set>
 
+#include "agent/guard/elf_file.h"
 #include "agent/symbols/archive_match.h"
 #include "agent/symbols/boringssl_tables.h"
 #include "agent/symbols/debug_sources.h"
@@ -80,90 +80,12 @@ std::optional<uint64_t> BinaryImage::MappingVaddr(uint64_t map_offset, bool exec
 
 namespace {
 
+using guard::ElfFile;
+using guard::ElfSection;
+
 // Go's linker tags its build ID note with owner "Go" and this type
 // (cmd/link/internal/ld/elf.go, ELF_NOTE_GOBUILDID_TAG).
 constexpr uint32_t kGoBuildIdNoteType = 4;
-
-// An open ELF file. ELF_C_READ (not ELF_C_READ_MMAP): libelf reads headers up
-// front and each section only when asked, into its own buffers that elf_end()
-// frees. A mapping would save the copy but turns a file truncated while we read
-// it (a library replaced in place) into SIGBUS, which would kill the agent.
-struct ElfFile {
-  ElfPtr elf;
-  uint64_t file_size = 0;
-  GElf_Ehdr ehdr{};
-  std::string path;
-};
-
-Result<ElfFile> OpenElf(int fd, std::string_view path) {
-  if (!InitLibelf()) return MakeError("libelf is too old (elf_version failed)");
-  ElfFile f;
-  f.path = std::string(path);
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return MakeError("{}: fstat failed: {}", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return MakeError("{}: not a regular file", path);
-  f.file_size = static_cast<uint64_t>(st.st_size);
-  if (f.file_size == 0) return MakeError("{}: empty file, not an ELF binary", path);
-  f.elf.reset(elf_begin(fd, ELF_C_READ, nullptr));
-  if (!f.elf) return MakeError("{}: cannot read as ELF: {}", path, ElfErr());
-  if (elf_kind(f.elf.get()) != ELF_K_ELF) {
-    return MakeError("{}: not an ELF file (or truncated inside the ELF header)", path);
-  }
-  if (gelf_getehdr(f.elf.get(), &f.ehdr) == nullptr) {
-    return MakeError("{}: unreadable ELF header: {}", path, ElfErr());
-  }
-  // libelf quietly treats a header table that runs past the end of the file as
-  // empty (sections) or shortens it (program headers). A file like that is
-  // truncated or corrupt, and saying so beats returning an image without
-  // symbols. Extended numbering (e_shnum 0, e_phnum PN_XNUM) keeps the real
-  // count in section 0, which libelf checks itself.
-  auto check_table = [&](const char* what, uint64_t off, uint64_t count, uint64_t entsize,
-                         uint64_t expected_entsize) -> Status {
-    if (count == 0) return OkStatus();
-    if (entsize != expected_entsize) {
-      return MakeError("{}: {} entries are {} bytes, expected {}; the ELF header is corrupt", path, what, entsize,
-                       expected_entsize);
-    }
-    if (off > f.file_size || (f.file_size - off) / entsize < count) {
-      return MakeError(
-          "{}: {} table ({} entries at offset {:#x}) extends past the end of the file ({} bytes); "
-          "the file is truncated or corrupt",
-          path, what, count, off, f.file_size);
-    }
-    return OkStatus();
-  };
-  const bool is64 = gelf_getclass(f.elf.get()) == ELFCLASS64;
-  if (f.ehdr.e_phnum != PN_XNUM) {
-    auto st = check_table("program header", f.ehdr.e_phoff, f.ehdr.e_phnum, f.ehdr.e_phentsize,
-                          is64 ? sizeof(Elf64_Phdr) : sizeof(Elf32_Phdr));
-    if (!st) return st.error();
-  }
-  uint64_t shnum = f.ehdr.e_shnum;
-  if (shnum == 0 && f.ehdr.e_shoff != 0) shnum = 1;  // at least section 0 (extended numbering)
-  if (f.ehdr.e_shoff != 0 || f.ehdr.e_shnum != 0) {
-    auto st = check_table("section header", f.ehdr.e_shoff, shnum, f.ehdr.e_shentsize,
-                          is64 ? sizeof(Elf64_Shdr) : sizeof(Elf32_Shdr));
-    if (!st) return st.error();
-  }
-  return f;
-}
-
-// The bytes of a section, read by libelf (owned by the Elf handle). Checks the
-// extent against the file first so the message names the section.
-Result<std::span<const uint8_t>> SectionBytes(const ElfFile& f, Elf_Scn* scn, const GElf_Shdr& shdr,
-                                              std::string_view name) {
-  if (shdr.sh_type == SHT_NOBITS || shdr.sh_size == 0) return std::span<const uint8_t>{};
-  if (shdr.sh_offset > f.file_size || f.file_size - shdr.sh_offset < shdr.sh_size) {
-    return MakeError(
-        "{}: section {} ({} bytes at offset {:#x}) extends past the end of the file ({} bytes); "
-        "the file is truncated or corrupt",
-        f.path, name, shdr.sh_size, shdr.sh_offset, f.file_size);
-  }
-  Elf_Data* data = elf_getdata(scn, nullptr);
-  if (data == nullptr) return MakeError("{}: cannot read section {}: {}", f.path, name, ElfErr());
-  if (data->d_buf == nullptr) return std::span<const uint8_t>{};
-  return std::span<const uint8_t>(static_cast<const uint8_t*>(data->d_buf), data->d_size);
-}
 
 std::string Hex(std::span<const uint8_t> bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -176,27 +98,36 @@ std::string Hex(std::span<const uint8_t> bytes) {
   return out;
 }
 
-// Scans one block of notes. Records the GNU build ID, or else the first Go
-// build ID. Returns true once a GNU build ID is found (nothing better exists).
-bool ScanNotes(Elf_Data* data, std::string& gnu, std::string& go) {
-  GElf_Nhdr nhdr;
-  size_t name_off = 0, desc_off = 0;
-  for (size_t off = 0; off < data->d_size;) {
-    size_t next = gelf_getnote(data, off, &nhdr, &name_off, &desc_off);
-    if (next == 0) break;  // malformed tail: keep what was found
-    const auto* base = static_cast<const uint8_t*>(data->d_buf);
+uint32_t Word(const uint8_t* p, bool big_endian) {
+  return big_endian ? (uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3])
+                    : (uint32_t{p[3]} << 24 | uint32_t{p[2]} << 16 | uint32_t{p[1]} << 8 | p[0]);
+}
+
+// Scans one block of notes (names and descriptors padded to `align`: 4, or 8
+// for 8-aligned note segments). Records the GNU build ID, or else the first
+// Go build ID. Returns true once a GNU build ID is found (nothing better
+// exists). A malformed tail ends the scan; what was found is kept.
+bool ScanNotes(std::span<const uint8_t> notes, uint64_t align, bool big_endian, std::string& gnu, std::string& go) {
+  auto pad = [align](uint64_t n) { return (n + align - 1) & ~(align - 1); };
+  for (uint64_t off = 0; notes.size() - off >= 12;) {
+    const uint64_t namesz = Word(notes.data() + off, big_endian);
+    const uint64_t descsz = Word(notes.data() + off + 4, big_endian);
+    const uint32_t type = Word(notes.data() + off + 8, big_endian);
+    const uint64_t name_off = off + 12;
+    if (notes.size() - name_off < pad(namesz)) break;
+    const uint64_t desc_off = name_off + pad(namesz);
+    if (notes.size() - desc_off < descsz) break;
     // Owners are NUL-padded: Go writes "Go\0\0" with n_namesz 4.
-    std::string_view owner(reinterpret_cast<const char*>(base + name_off), nhdr.n_namesz);
+    std::string_view owner(reinterpret_cast<const char*>(notes.data() + name_off), namesz);
     owner = owner.substr(0, owner.find('\0'));
-    std::span<const uint8_t> desc(base + desc_off, nhdr.n_descsz);
-    if (owner == "GNU" && nhdr.n_type == NT_GNU_BUILD_ID && !desc.empty()) {
+    std::span<const uint8_t> desc = notes.subspan(desc_off, descsz);
+    if (owner == "GNU" && type == NT_GNU_BUILD_ID && !desc.empty()) {
       gnu = Hex(desc);
       return true;
     }
-    if (owner == "Go" && nhdr.n_type == kGoBuildIdNoteType && !desc.empty() && go.empty()) {
-      go = Hex(desc);
-    }
-    off = next;
+    if (owner == "Go" && type == kGoBuildIdNoteType && !desc.empty() && go.empty()) go = Hex(desc);
+    if (notes.size() - desc_off < pad(descsz)) break;
+    off = desc_off + pad(descsz);
   }
   return false;
 }
@@ -206,7 +137,8 @@ bool ScanNotes(Elf_Data* data, std::string& gnu, std::string& go) {
 // such as "abc/def/ghi/jkl"), hex-encoded so build_id is always lowercase hex.
 // Such an ID serves as a cache key but will not be known to debuginfod.
 // PT_NOTE segments are read first: they survive section-header stripping and
-// are what the loader maps; SHT_NOTE sections are the fallback.
+// are what the loader maps; SHT_NOTE sections are the fallback. Each note
+// block is read up to guard::kMaxNoteBytes.
 struct BuildId {
   std::string hex;
   bool gnu = false;  // NT_GNU_BUILD_ID (what debug files and debuginfod are keyed by)
@@ -214,34 +146,25 @@ struct BuildId {
 
 BuildId FindBuildIdNote(const ElfFile& f) {
   std::string gnu, go;
-  Elf* elf = f.elf.get();
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf, &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr phdr;
-      if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) break;  // reported by the loader
-      if (phdr.p_type != PT_NOTE || phdr.p_filesz == 0) continue;
-      if (phdr.p_offset > f.file_size || f.file_size - phdr.p_offset < phdr.p_filesz) continue;
-      Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(phdr.p_offset), phdr.p_filesz,
-                                            phdr.p_align == 8 ? ELF_T_NHDR8 : ELF_T_NHDR);
-      if (data != nullptr && ScanNotes(data, gnu, go)) return {gnu, true};
-    }
+  for (const GElf_Phdr& ph : f.program_headers()) {
+    if (ph.p_type != PT_NOTE || ph.p_filesz == 0 || ph.p_filesz > guard::kMaxNoteBytes) continue;
+    auto notes = f.Read(ph.p_offset, ph.p_filesz, guard::kMaxNoteBytes, "a note segment");
+    if (notes && ScanNotes(*notes, ph.p_align == 8 ? 8 : 4, f.big_endian(), gnu, go)) return {gnu, true};
   }
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
-    if (shdr.sh_offset > f.file_size || f.file_size - shdr.sh_offset < shdr.sh_size) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data != nullptr && ScanNotes(data, gnu, go)) return {gnu, true};
+  for (const ElfSection& s : f.sections()) {
+    if (s.index == 0 || s.shdr.sh_type != SHT_NOTE || s.shdr.sh_size > guard::kMaxNoteBytes) continue;
+    auto notes = f.Read(s.shdr.sh_offset, s.shdr.sh_size, guard::kMaxNoteBytes, "a note section");
+    if (notes && ScanNotes(*notes, s.shdr.sh_addralign == 8 ? 8 : 4, f.big_endian(), gnu, go)) return {gnu, true};
   }
   return {go, false};
 }
 
-struct Section {
-  Elf_Scn* scn = nullptr;
-  GElf_Shdr shdr{};
-  std::string name;
-};
+// exec[i]: section i holds code (SHF_EXECINSTR).
+std::vector<bool> ExecSections(const ElfFile& f) {
+  std::vector<bool> exec(f.sections().size(), false);
+  for (const ElfSection& s : f.sections()) exec[s.index] = (s.shdr.sh_flags & SHF_EXECINSTR) != 0;
+  return exec;
+}
 
 // Reads the function symbols of one .symtab/.dynsym section.
 //  - `exec_sections[i]` says whether section i holds code (for STT_NOTYPE);
@@ -251,31 +174,43 @@ struct Section {
 //  - `addrs_out`, if set, collects every function address seen (pre-filter);
 //  - `whole_objects`: options.keep_whole_objects applies (a .symtab of a
 //    binary that is not Go).
-Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Section>& sections,
-                   const std::vector<bool>& exec_sections, const LoadOptions& options,
-                   const std::vector<uint64_t>* skip_addrs, std::vector<uint64_t>* addrs_out, SymbolTable& out,
-                   uint64_t& seen, bool whole_objects = false) {
-  Elf* elf = f.elf.get();
-  const size_t sym_size = gelf_fsize(elf, ELF_T_SYM, 1, EV_CURRENT);
+// A table of more than guard::kMaxSymbols entries is refused (kSymbols).
+Status ReadSymbols(const ElfFile& f, const ElfSection& sec, const std::vector<bool>& exec_sections,
+                   const LoadOptions& options, const std::vector<uint64_t>* skip_addrs,
+                   std::vector<uint64_t>* addrs_out, SymbolTable& out, uint64_t& seen, bool whole_objects = false) {
+  const size_t sym_size = gelf_fsize(f.elf(), ELF_T_SYM, 1, EV_CURRENT);
   if (sec.shdr.sh_entsize != sym_size) {
-    return MakeError("{}: {} has entry size {}, expected {}; the symbol table is corrupt", f.path, sec.name,
+    return MakeError("{}: {} has entry size {}, expected {}; the symbol table is corrupt", f.path(), sec.name,
                      sec.shdr.sh_entsize, sym_size);
   }
   if (sec.shdr.sh_size % sym_size != 0) {
-    return MakeError("{}: {} size {} is not a multiple of its entry size {}", f.path, sec.name, sec.shdr.sh_size,
+    return MakeError("{}: {} size {} is not a multiple of its entry size {}", f.path(), sec.name, sec.shdr.sh_size,
                      sym_size);
   }
+  if (sec.shdr.sh_offset > f.size() || f.size() - sec.shdr.sh_offset < sec.shdr.sh_size) {
+    return MakeError("{}: {} ({} bytes at offset {:#x}) extends past the end of the file ({} bytes)", f.path(),
+                     sec.name, sec.shdr.sh_size, sec.shdr.sh_offset, f.size());
+  }
+  if (sec.shdr.sh_size / sym_size > guard::kMaxSymbols) {
+    guard::Refuse(guard::Reason::kSymbols, f.path(),
+                  fmt::format("{} has {} entries, over the cap of {}", sec.name, sec.shdr.sh_size / sym_size,
+                              guard::kMaxSymbols));
+    return MakeError("{}: {} has {} entries, over the {} the agent reads from one table", f.path(), sec.name,
+                     sec.shdr.sh_size / sym_size, guard::kMaxSymbols);
+  }
+  const std::vector<ElfSection>& sections = f.sections();
   if (sec.shdr.sh_link == 0 || sec.shdr.sh_link >= sections.size() ||
       sections[sec.shdr.sh_link].shdr.sh_type != SHT_STRTAB) {
-    return MakeError("{}: {} links to section {}, which is not a string table", f.path, sec.name, sec.shdr.sh_link);
+    return MakeError("{}: {} links to section {}, which is not a string table", f.path(), sec.name, sec.shdr.sh_link);
   }
-  const Section& strsec = sections[sec.shdr.sh_link];
-  auto strtab = SectionBytes(f, strsec.scn, strsec.shdr, strsec.name);
+  const ElfSection& strsec = sections[sec.shdr.sh_link];
+  auto strtab = f.SectionBytes(strsec);
   if (!strtab) return strtab.error();
-  auto syms = SectionBytes(f, sec.scn, sec.shdr, sec.name);
+  auto syms = f.SectionBytes(sec);
   if (!syms) return syms.error();
-  Elf_Data* data = elf_getdata(sec.scn, nullptr);  // cached by libelf: same buffer as `syms`
-  if (data == nullptr && !syms->empty()) return MakeError("{}: cannot read {}: {}", f.path, sec.name, ElfErr());
+  Elf_Data* data = f.data(sec);  // libelf's, for gelf_getsym
+  if (data == nullptr && !syms->empty())
+    return MakeError("{}: cannot read {}: {}", f.path(), sec.name, guard::ElfErr());
 
   const size_t count = syms->size() / sym_size;
   const char* strings = reinterpret_cast<const char*>(strtab->data());
@@ -285,7 +220,7 @@ Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Secti
   for (size_t i = 1; i < count; ++i) {  // entry 0 is the reserved null symbol
     GElf_Sym sym;
     if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) {
-      return MakeError("{}: cannot read symbol {} of {}: {}", f.path, i, sec.name, ElfErr());
+      return MakeError("{}: cannot read symbol {} of {}: {}", f.path(), i, sec.name, guard::ElfErr());
     }
     const int type = GELF_ST_TYPE(sym.st_info);
     if (type == STT_FILE) {
@@ -301,13 +236,13 @@ Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Secti
     }
     if (!is_func) continue;
     if (sym.st_name >= strtab->size()) {
-      return MakeError("{}: symbol {} of {} has name offset {:#x} beyond its string table {} ({} bytes)", f.path, i,
+      return MakeError("{}: symbol {} of {} has name offset {:#x} beyond its string table {} ({} bytes)", f.path(), i,
                        sec.name, sym.st_name, strsec.name, strtab->size());
     }
     const char* name_begin = strings + sym.st_name;
     const void* nul = std::memchr(name_begin, '\0', strtab->size() - sym.st_name);
     if (nul == nullptr) {
-      return MakeError("{}: symbol {} of {} has an unterminated name at offset {:#x}", f.path, i, sec.name,
+      return MakeError("{}: symbol {} of {} has an unterminated name at offset {:#x}", f.path(), i, sec.name,
                        sym.st_name);
     }
     std::string_view name(name_begin, static_cast<const char*>(nul) - name_begin);
@@ -340,22 +275,20 @@ Status ReadSymbols(const ElfFile& f, const Section& sec, const std::vector<Secti
 // runtime.text for a pclntab whose textStart field is 0 in the file (PIE):
 // the dynamic relocation that fills the field carries the value as its addend;
 // otherwise .text starts with runtime.text when Go links internally.
-uint64_t GoTextStart(const ElfFile& f, const std::vector<Section>& sections, uint64_t field_vaddr) {
-  for (const Section& s : sections) {
-    if (s.shdr.sh_type != SHT_RELA) continue;
-    auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
-    Elf_Data* data = bytes && !bytes->empty() ? elf_getdata(s.scn, nullptr) : nullptr;
+uint64_t GoTextStart(const ElfFile& f, uint64_t field_vaddr) {
+  for (const ElfSection& s : f.sections()) {
+    if (s.index == 0 || s.shdr.sh_type != SHT_RELA) continue;
+    auto bytes = f.SectionBytes(s);
+    Elf_Data* data = bytes && !bytes->empty() ? f.data(s) : nullptr;
     if (data == nullptr) continue;
-    const size_t rela_size = gelf_fsize(f.elf.get(), ELF_T_RELA, 1, EV_CURRENT);
+    const size_t rela_size = gelf_fsize(f.elf(), ELF_T_RELA, 1, EV_CURRENT);
     for (size_t i = 0; i < data->d_size / rela_size; ++i) {
       GElf_Rela rela;
       if (gelf_getrela(data, static_cast<int>(i), &rela) == nullptr) break;
       if (rela.r_offset == field_vaddr) return static_cast<uint64_t>(rela.r_addend);
     }
   }
-  for (const Section& s : sections) {
-    if (s.name == ".text") return s.shdr.sh_addr;
-  }
+  if (const ElfSection* text = f.Find(".text")) return text->shdr.sh_addr;
   return 0;
 }
 
@@ -363,96 +296,59 @@ uint64_t GoTextStart(const ElfFile& f, const std::vector<Section>& sections, uin
 // the .gopclntab section (".data.rel.ro.gopclntab" in internally linked PIEs),
 // else for the table's header inside .data.rel.ro (externally linked PIEs,
 // where the C linker merged it). Returns false when no pclntab was found.
-Result<bool> ReadGoPclntab(const ElfFile& f, const std::vector<Section>& sections, const LoadOptions& options,
-                           std::vector<uint64_t>& addrs, BinaryImage& img) {
+Result<bool> ReadGoPclntab(const ElfFile& f, const LoadOptions& options, std::vector<uint64_t>& addrs,
+                           BinaryImage& img) {
   std::span<const uint8_t> table;
   uint64_t table_vaddr = 0;
-  for (const Section& s : sections) {
-    if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab") {
-      auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
-      if (!bytes) return bytes.error();
-      table = *bytes;
-      table_vaddr = s.shdr.sh_addr;
-      break;
-    }
+  const ElfSection* pclntab = f.Find(".gopclntab");
+  if (pclntab == nullptr) pclntab = f.Find(".data.rel.ro.gopclntab");
+  if (pclntab != nullptr) {
+    auto bytes = f.SectionBytes(*pclntab);
+    if (!bytes) return bytes.error();
+    table = *bytes;
+    table_vaddr = pclntab->shdr.sh_addr;
   }
   // The magic scan runs only for binaries already known to be Go (they keep
   // .go.buildinfo even when stripped), so C libraries never pay for it.
   if (table.empty() && img.is_go) {
-    for (const Section& s : sections) {
-      if (s.name != ".data.rel.ro") continue;
-      auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+    if (const ElfSection* relro = f.Find(".data.rel.ro")) {
+      auto bytes = f.SectionBytes(*relro);
       if (!bytes) return bytes.error();
       if (auto off = FindGoPclntab(*bytes)) {
         table = bytes->subspan(*off);
-        table_vaddr = s.shdr.sh_addr + *off;
+        table_vaddr = relro->shdr.sh_addr + *off;
       }
-      break;
     }
   }
   if (table.empty()) return false;
   auto header = ParseGoPclntabHeader(table);
-  if (!header) return MakeError("{}: {}", f.path, header.error().message);
+  if (!header) return MakeError("{}: {}", f.path(), header.error().message);
   uint64_t text_start = header->text_start;
   if (text_start == 0 && header->version >= GoPclntabVersion::kGo118) {
-    text_start = GoTextStart(f, sections, table_vaddr + 8 + 2ull * header->ptr_size);
+    text_start = GoTextStart(f, table_vaddr + 8 + 2ull * header->ptr_size);
   }
   auto visited = ForEachGoFunction(table, text_start, [&](uint64_t entry, uint64_t end, std::string_view name) {
     ++img.symbols_seen;
     addrs.push_back(entry);
     if (end > entry && (!options.keep || options.keep(name))) img.symbols.Add(entry, end - entry, name);
   });
-  if (!visited) return MakeError("{}: {}", f.path, visited.error().message);
+  if (!visited) return MakeError("{}: {}", f.path(), visited.error().message);
   img.is_go = true;
   return true;
 }
 
-// Section headers, read once. Names come from .shstrtab through elf_strptr,
-// which bounds-checks the offsets.
-struct Sections {
-  std::vector<Section> sections;
-  std::vector<bool> exec;  // exec[i]: section i holds code (SHF_EXECINSTR)
-};
-
-Result<Sections> ReadSections(const ElfFile& f) {
-  Elf* elf = f.elf.get();
-  size_t shnum = 0, shstrndx = 0;
-  if (elf_getshdrnum(elf, &shnum) != 0) {
-    return MakeError("{}: cannot read the section header count: {}", f.path, ElfErr());
-  }
-  if (shnum > 0 && elf_getshdrstrndx(elf, &shstrndx) != 0) {
-    return MakeError("{}: cannot find the section name table: {}", f.path, ElfErr());
-  }
-  Sections out;
-  out.sections.resize(shnum);
-  out.exec.assign(shnum, false);
-  for (size_t i = 0; i < shnum; ++i) {
-    Section& s = out.sections[i];
-    s.scn = elf_getscn(elf, i);
-    if (s.scn == nullptr || gelf_getshdr(s.scn, &s.shdr) == nullptr) {
-      return MakeError("{}: cannot read section header {} of {} (e_shoff {:#x}): {}", f.path, i, shnum, f.ehdr.e_shoff,
-                       ElfErr());
-    }
-    if (i != 0) {
-      const char* name = elf_strptr(elf, shstrndx, s.shdr.sh_name);
-      if (name != nullptr) s.name = name;
-    }
-    out.exec[i] = (s.shdr.sh_flags & SHF_EXECINSTR) != 0;
-  }
-  return out;
-}
-
 // Calls to kept imports (import_calls.h). Optional information: a section
 // that cannot be read is left out, never an error.
-ImportCalls ReadImportCalls(const ElfFile& f, const std::vector<Section>& sections, const LoadOptions& options) {
-  auto bytes_of = [&](const Section& s) {
-    auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+ImportCalls ReadImportCalls(const ElfFile& f, const LoadOptions& options) {
+  const std::vector<ElfSection>& sections = f.sections();
+  auto bytes_of = [&](const ElfSection& s) {
+    auto bytes = f.SectionBytes(s);
     if (!bytes) spdlog::debug("{}", bytes.error().message);
     return bytes ? *bytes : std::span<const uint8_t>{};
   };
   std::vector<SectionView> views(sections.size());
-  for (size_t i = 0; i < sections.size(); ++i) {
-    const Section& s = sections[i];
+  for (size_t i = 1; i < sections.size(); ++i) {
+    const ElfSection& s = sections[i];
     SectionView& v = views[i];
     v.name = s.name;
     v.type = s.shdr.sh_type;
@@ -478,60 +374,82 @@ std::string DirName(std::string_view path) {
 struct DebugFileRequest {
   BuildId build_id;               // of the stripped binary
   std::optional<DebugLink> link;  // its .gnu_debuglink, if any and well-formed
-  std::string host_dir;           // its directory as the agent can open it
-  std::string ns_dir;             // its directory inside its mount namespace
+  std::string dir;                // its directory as its process sees it ("" if unknown)
+  const ImageOrigin* origin;      // where that directory resolves
 };
+
+// A file beside the binary, inside its process's root (the tenant's), or
+// under the agent's own root when the origin has none.
+Result<guard::GuardedFile> OpenBeside(const DebugFileRequest& req, const std::string& path) {
+  if (req.origin->root) return req.origin->root->OpenFile(path);
+  return guard::OpenHostFile(path);
+}
+
+// The bytes a load reads and keeps at its peak, from the file's headers: the
+// sections LoadBinaryImage may read (symbol and string tables, relocations,
+// notes, the dynamic section, .eh_frame_hdr, the pclntab, the PLT) and, for a
+// library that may be named from its own tables, its loadable segments.
+uint64_t LoadPlanBytes(const ElfFile& f, bool tables) {
+  uint64_t bytes = 0;
+  for (const ElfSection& s : f.sections()) {
+    const uint32_t type = s.shdr.sh_type;
+    if (s.index == 0 || type == SHT_NOBITS) continue;
+    if (type == SHT_SYMTAB || type == SHT_DYNSYM || type == SHT_STRTAB || type == SHT_RELA || type == SHT_NOTE ||
+        type == SHT_DYNAMIC || s.name == ".eh_frame_hdr" || s.name == ".gopclntab" ||
+        s.name == ".data.rel.ro.gopclntab" || s.name.starts_with(".plt") || s.name == ".gnu_debuglink") {
+      bytes += s.shdr.sh_size;
+    }
+  }
+  if (tables) {
+    for (const GElf_Phdr& ph : f.program_headers()) {
+      if (ph.p_type == PT_LOAD) bytes += ph.p_filesz;
+    }
+  }
+  // What is kept is at most a symbol entry and its name per 24-byte entry.
+  return bytes + bytes / 2;
+}
 
 // Reads the .symtab of one candidate debug file into `img` (collecting the
 // addresses into `addrs`). Returns false, with a debug log saying why, if the
-// file does not belong to the binary, is malformed or has no .symtab; `img` is
-// then untouched.
-bool TryDebugFile(std::string_view binary, int fd, const std::string& path, const DebugFileRequest& req,
-                  std::optional<uint32_t> expected_crc, const LoadOptions& options, std::vector<uint64_t>& addrs,
-                  BinaryImage& img) {
-  auto opened = OpenElf(fd, path);
+// file does not belong to the binary, is malformed, has no .symtab or the
+// budget refuses it; `img` is then untouched. The cheap checks (build-id)
+// come before the CRC, which reads the whole file.
+bool TryDebugFile(std::string_view binary, const guard::GuardedFile& file, const DebugFileRequest& req,
+                  std::optional<uint32_t> expected_crc, const LoadOptions& options, const AdmitFn& admit,
+                  std::vector<uint64_t>& addrs, BinaryImage& img) {
+  auto opened = ElfFile::Open(file);
   if (!opened) {
     spdlog::debug("{}: skipping debug file: {}", binary, opened.error().message);
     return false;
   }
   const ElfFile& d = *opened;
-  if (expected_crc) {
-    auto crc = FileCrc32(fd);
-    if (!crc || *crc != *expected_crc) {
-      spdlog::debug("{}: skipping debug file {}: CRC32 {} does not match the .gnu_debuglink's {:08x}", binary, path,
-                    crc ? fmt::format("{:08x}", *crc) : crc.error().message, *expected_crc);
-      return false;
-    }
-  }
   // A binary without a GNU build-id can only be matched by the debuglink CRC.
   const BuildId debug_id = FindBuildIdNote(d);
   if (req.build_id.gnu && (!debug_id.gnu || debug_id.hex != req.build_id.hex)) {
-    spdlog::debug("{}: skipping debug file {}: its build-id {} does not match the binary's {}", binary, path,
+    spdlog::debug("{}: skipping debug file {}: its build-id {} does not match the binary's {}", binary, file.name(),
                   debug_id.hex.empty() ? "(none)" : debug_id.hex, req.build_id.hex);
     return false;
   }
-  auto sections = ReadSections(d);
-  if (!sections) {
-    spdlog::debug("{}: skipping debug file: {}", binary, sections.error().message);
-    return false;
-  }
-  const Section* symtab = nullptr;
-  for (const Section& s : sections->sections) {
-    if (s.shdr.sh_type == SHT_SYMTAB) {
-      symtab = &s;
-      break;
+  if (expected_crc) {
+    auto crc = FileCrc32(file);
+    if (!crc || *crc != *expected_crc) {
+      spdlog::debug("{}: skipping debug file {}: CRC32 {} does not match the .gnu_debuglink's {:08x}", binary,
+                    file.name(), crc ? fmt::format("{:08x}", *crc) : crc.error().message, *expected_crc);
+      return false;
     }
   }
+  const ElfSection* symtab = d.FindType(SHT_SYMTAB);
   if (symtab == nullptr) {
-    spdlog::debug("{}: skipping debug file {}: it has no .symtab", binary, path);
+    spdlog::debug("{}: skipping debug file {}: it has no .symtab", binary, file.name());
     return false;
   }
+  if (admit && !admit(LoadPlanBytes(d, false), file.name())) return false;
   // Read into a scratch table first so a file that fails half-way leaves no
   // partial symbols behind.
   SymbolTable table;
   uint64_t seen = 0;
   std::vector<uint64_t> found;
-  auto st = ReadSymbols(d, *symtab, sections->sections, sections->exec, options, nullptr, &found, table, seen,
+  auto st = ReadSymbols(d, *symtab, ExecSections(d), options, nullptr, &found, table, seen,
                         options.keep_whole_objects && !img.is_go);
   if (!st) {
     spdlog::debug("{}: skipping debug file: {}", binary, st.error().message);
@@ -544,32 +462,37 @@ bool TryDebugFile(std::string_view binary, int fd, const std::string& path, cons
 }
 
 // Tries the debug sources in order (DebugSearch); returns which one provided
-// a .symtab, or nullopt.
+// a .symtab, or nullopt. Files beside the binary mark the image as named from
+// the tenant's files.
 std::optional<SymbolSource> LoadDebugSymtab(std::string_view binary, const DebugFileRequest& req,
-                                            const LoadOptions& options, std::vector<uint64_t>& addrs,
-                                            BinaryImage& img) {
+                                            const LoadOptions& options, const AdmitFn& admit,
+                                            std::vector<uint64_t>& addrs, BinaryImage& img) {
   const DebugSearch& search = options.debug;
-  auto try_path = [&](const std::string& path, std::optional<uint32_t> crc) {
-    UniqueFd fd = OpenDebugCandidate(path);
-    if (!fd.valid()) return false;  // absent: the usual case, not worth a log line
-    return TryDebugFile(binary, fd.get(), path, req, crc, options, addrs, img);
+  auto try_file = [&](Result<guard::GuardedFile> file, std::optional<uint32_t> crc) {
+    if (!file) return false;  // absent: the usual case, not worth a log line
+    return TryDebugFile(binary, *file, req, crc, options, admit, addrs, img);
   };
   if (req.link) {
-    for (const std::string& path : DebugLinkCandidates(req.host_dir, req.ns_dir, req.link->name, search.debug_roots)) {
-      if (try_path(path, req.link->crc)) return SymbolSource::kDebugLink;
+    for (const std::string& path : BesideCandidates(req.dir, req.link->name)) {
+      if (try_file(OpenBeside(req, path), req.link->crc)) {
+        img.tenant_sources = true;
+        return SymbolSource::kDebugLink;
+      }
+    }
+    for (const std::string& path : DebugRootCandidates(req.dir, req.link->name, search.debug_roots)) {
+      if (try_file(guard::OpenHostFile(path), req.link->crc)) return SymbolSource::kDebugLink;
     }
   }
   // Only GNU build-ids name files in .build-id trees and on debuginfod servers.
   if (!req.build_id.gnu) return std::nullopt;
   for (const std::string& path : BuildIdCandidates(req.build_id.hex, search.debug_roots)) {
-    if (try_path(path, std::nullopt)) return SymbolSource::kBuildIdDebugDir;
+    if (try_file(guard::OpenHostFile(path), std::nullopt)) return SymbolSource::kBuildIdDebugDir;
   }
   if (search.use_debuginfod) {
     auto fd = FetchFromDebuginfod(req.build_id.hex, search.debuginfod_timeout);
     if (!fd) {
       spdlog::debug("{}: {}", binary, fd.error().message);
-    } else if (TryDebugFile(binary, fd->get(), "debuginfod:" + req.build_id.hex, req, std::nullopt, options, addrs,
-                            img)) {
+    } else if (try_file(guard::OpenHostFile(fmt::format("/proc/self/fd/{}", fd->get())), std::nullopt)) {
       return SymbolSource::kDebuginfod;
     }
   }
@@ -579,33 +502,40 @@ std::optional<SymbolSource> LoadDebugSymtab(std::string_view binary, const Debug
 // Names from a static archive of the same build (DebugSearch::static_archives
 // and the soname defaults). Returns true if an archive passed the same-build
 // check; its matches are then in `img` and their addresses in `addrs`.
-bool LoadStaticArchive(int fd, std::string_view binary, std::string_view soname, const DebugFileRequest& req,
-                       const LoadOptions& options, std::vector<uint64_t>& addrs, BinaryImage& img) {
+bool LoadStaticArchive(const ElfFile& so, std::string_view soname, const DebugFileRequest& req,
+                       const LoadOptions& options, const AdmitFn& admit, std::vector<uint64_t>& addrs,
+                       BinaryImage& img) {
   const DebugSearch& search = options.debug;
-  std::vector<std::string> candidates = search.static_archives;
-  for (std::string& path : DefaultStaticArchives(soname, search.static_archive_sonames, {req.host_dir, req.ns_dir})) {
-    if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) {
-      candidates.push_back(std::move(path));
-    }
+  struct Candidate {
+    std::string path;
+    bool beside;  // in the library's own directory, inside its process's root
+  };
+  std::vector<Candidate> candidates;
+  for (const std::string& path : search.static_archives) candidates.push_back({path, false});
+  for (std::string& path : DefaultStaticArchives(soname, search.static_archive_sonames, {req.dir})) {
+    candidates.push_back({path, req.origin->root != nullptr});                        // beside the library
+    if (req.origin->root != nullptr) candidates.push_back({std::move(path), false});  // the agent's own copy
   }
-  for (const std::string& path : candidates) {
-    if (access(path.c_str(), R_OK) != 0) continue;  // absent: the usual case
-    auto index = GetArchiveIndex(path);
+  for (const Candidate& c : candidates) {
+    auto file = c.beside ? OpenBeside(req, c.path) : guard::OpenHostFile(c.path);
+    if (!file) continue;  // absent: the usual case
+    if (admit && !admit(file->size(), file->name())) continue;
+    auto index = GetArchiveIndex(*file);
     if (!index) {
-      spdlog::debug("{}: skipping static archive: {}", binary, index.error().message);
+      spdlog::debug("{}: skipping static archive: {}", so.path(), index.error().message);
       continue;
     }
-    auto match = MatchArchive(fd, binary, **index);
+    auto match = MatchArchive(so, **index);
     if (!match) {
-      spdlog::debug("{}: skipping static archive: {}", binary, match.error().message);
+      spdlog::debug("{}: skipping static archive: {}", so.path(), match.error().message);
       continue;
     }
     const ArchiveMatchStats& st = match->stats;
     spdlog::debug(
         "{}: {} names for {} functions from {} ({} of {} exports verified; {} of {} FDE ranges unique, {} "
         "ambiguous; {} more from {} anchored sections)",
-        binary, match->functions.size(), st.functions, path, st.exports_matched, st.exports_checked, st.fde_unique,
-        st.fde_ranges, st.fde_ambiguous, st.anchored_functions, st.anchored_sections);
+        so.path(), match->functions.size(), st.functions, file->name(), st.exports_matched, st.exports_checked,
+        st.fde_unique, st.fde_ranges, st.fde_ambiguous, st.anchored_functions, st.anchored_sections);
     uint64_t last = UINT64_MAX;
     for (const MatchedFunction& f : match->functions) {
       ++img.symbols_seen;
@@ -613,6 +543,7 @@ bool LoadStaticArchive(int fd, std::string_view binary, std::string_view soname,
       last = f.addr;
       if (!options.keep || options.keep(f.name)) img.symbols.Add(f.addr, f.size, f.name);
     }
+    if (c.beside) img.tenant_sources = true;
     return true;
   }
   return false;
@@ -620,26 +551,17 @@ bool LoadStaticArchive(int fd, std::string_view binary, std::string_view soname,
 
 // The PT_LOAD segments: they map sample addresses to vaddrs.
 Result<std::vector<LoadSegment>> LoadSegmentsOf(const ElfFile& f) {
-  Elf* elf = f.elf.get();
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf, &phnum) != 0) {
-    return MakeError("{}: cannot read the program header count: {}", f.path, ElfErr());
-  }
   std::vector<LoadSegment> out;
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) {
-      return MakeError("{}: cannot read program header {} of {} (e_phoff {:#x}): {}", f.path, i, phnum, f.ehdr.e_phoff,
-                       ElfErr());
-    }
+  for (size_t i = 0; i < f.program_headers().size(); ++i) {
+    const GElf_Phdr& phdr = f.program_headers()[i];
     if (phdr.p_type != PT_LOAD) continue;
     // The kernel would not map such a segment either; without this, garbage
     // read as headers (a corrupt e_phnum) would become bogus mappings.
-    if (phdr.p_filesz > phdr.p_memsz || phdr.p_offset > f.file_size || f.file_size - phdr.p_offset < phdr.p_filesz) {
+    if (phdr.p_filesz > phdr.p_memsz || phdr.p_offset > f.size() || f.size() - phdr.p_offset < phdr.p_filesz) {
       return MakeError(
           "{}: PT_LOAD program header {} is corrupt (offset {:#x}, file size {:#x}, memory size "
           "{:#x}, file {} bytes)",
-          f.path, i, phdr.p_offset, phdr.p_filesz, phdr.p_memsz, f.file_size);
+          f.path(), i, phdr.p_offset, phdr.p_filesz, phdr.p_memsz, f.size());
     }
     out.push_back(LoadSegment{phdr.p_offset, phdr.p_vaddr, phdr.p_filesz, phdr.p_memsz, (phdr.p_flags & PF_X) != 0});
   }
@@ -647,23 +569,22 @@ Result<std::vector<LoadSegment>> LoadSegmentsOf(const ElfFile& f) {
 }
 
 // The DT_SONAME of the first SHT_DYNAMIC section that has one; "" if none.
-Result<std::string> ReadSoname(const ElfFile& f, const std::vector<Section>& sections) {
-  Elf* elf = f.elf.get();
-  for (const Section& s : sections) {
-    if (s.shdr.sh_type != SHT_DYNAMIC) continue;
-    auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+Result<std::string> ReadSoname(const ElfFile& f) {
+  for (const ElfSection& s : f.sections()) {
+    if (s.index == 0 || s.shdr.sh_type != SHT_DYNAMIC) continue;
+    auto bytes = f.SectionBytes(s);
     if (!bytes) return bytes.error();
-    Elf_Data* data = bytes->empty() ? nullptr : elf_getdata(s.scn, nullptr);
-    const size_t dyn_size = gelf_fsize(elf, ELF_T_DYN, 1, EV_CURRENT);
+    Elf_Data* data = bytes->empty() ? nullptr : f.data(s);
+    const size_t dyn_size = gelf_fsize(f.elf(), ELF_T_DYN, 1, EV_CURRENT);
     for (size_t i = 0; data != nullptr && i < data->d_size / dyn_size; ++i) {
       GElf_Dyn dyn;
       if (gelf_getdyn(data, static_cast<int>(i), &dyn) == nullptr || dyn.d_tag == DT_NULL) break;
       if (dyn.d_tag != DT_SONAME) continue;
-      const char* soname = elf_strptr(elf, s.shdr.sh_link, dyn.d_un.d_val);
-      if (soname == nullptr) {
-        return MakeError("{}: DT_SONAME offset {:#x} is outside the dynamic string table", f.path, dyn.d_un.d_val);
+      auto soname = f.StringAt(s.shdr.sh_link, dyn.d_un.d_val);
+      if (!soname) {
+        return MakeError("{}: DT_SONAME offset {:#x} is outside the dynamic string table", f.path(), dyn.d_un.d_val);
       }
-      return std::string(soname);
+      return std::string(*soname);
     }
   }
   return std::string();
@@ -673,10 +594,10 @@ Result<std::string> ReadSoname(const ElfFile& f, const std::vector<Section>& sec
 // Optional information: a missing, unusual or cut-short table leaves none,
 // never an error. The table is usable for search only as the linker writes
 // it: version 1, entries of two 4-byte offsets from the section's start.
-void ReadFunctionStarts(const ElfFile& f, const Section* eh_frame_hdr, BinaryImage& img) {
+void ReadFunctionStarts(const ElfFile& f, const ElfSection* eh_frame_hdr, BinaryImage& img) {
   if (eh_frame_hdr == nullptr) return;
-  const Section& s = *eh_frame_hdr;
-  auto bytes = SectionBytes(f, s.scn, s.shdr, s.name);
+  const ElfSection& s = *eh_frame_hdr;
+  auto bytes = f.SectionBytes(s);
   if (!bytes || bytes->size() < 4) return;
   const uint8_t* p = bytes->data();
   const uint8_t* end = p + bytes->size();
@@ -698,16 +619,17 @@ void ReadFunctionStarts(const ElfFile& f, const Section* eh_frame_hdr, BinaryIma
 // The sections LoadBinaryImage reads by role (the first of each), and
 // whether they show a Go binary.
 struct KeySections {
-  const Section* symtab = nullptr;
-  const Section* dynsym = nullptr;
-  const Section* debuglink = nullptr;
-  const Section* eh_frame_hdr = nullptr;
+  const ElfSection* symtab = nullptr;
+  const ElfSection* dynsym = nullptr;
+  const ElfSection* debuglink = nullptr;
+  const ElfSection* eh_frame_hdr = nullptr;
   bool go = false;
 };
 
-KeySections FindKeySections(const std::vector<Section>& sections) {
+KeySections FindKeySections(const ElfFile& f) {
   KeySections k;
-  for (const Section& s : sections) {
+  for (const ElfSection& s : f.sections()) {
+    if (s.index == 0) continue;
     if (s.shdr.sh_type == SHT_SYMTAB && k.symtab == nullptr) k.symtab = &s;
     if (s.shdr.sh_type == SHT_DYNSYM && k.dynsym == nullptr) k.dynsym = &s;
     if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab" || s.name == ".go.buildinfo") k.go = true;
@@ -719,16 +641,16 @@ KeySections FindKeySections(const std::vector<Section>& sections) {
 
 // The binary's own primary symbols: .symtab, else Go's pclntab. False when
 // it has neither.
-Result<bool> ReadOwnSymbols(const ElfFile& f, const Sections& sections, const KeySections& key,
+Result<bool> ReadOwnSymbols(const ElfFile& f, const std::vector<bool>& exec, const KeySections& key,
                             const LoadOptions& options, std::vector<uint64_t>& addrs, BinaryImage& img) {
   if (key.symtab != nullptr) {
-    auto st = ReadSymbols(f, *key.symtab, sections.sections, sections.exec, options, nullptr, &addrs, img.symbols,
-                          img.symbols_seen, options.keep_whole_objects && !img.is_go);
+    auto st = ReadSymbols(f, *key.symtab, exec, options, nullptr, &addrs, img.symbols, img.symbols_seen,
+                          options.keep_whole_objects && !img.is_go);
     if (!st) return st.error();
     img.symbol_source = SymbolSource::kSymtab;
     return true;
   }
-  auto go = ReadGoPclntab(f, sections.sections, options, addrs, img);
+  auto go = ReadGoPclntab(f, options, addrs, img);
   if (!go) return go.error();
   if (*go) img.symbol_source = SymbolSource::kGoPclntab;
   return *go;
@@ -737,23 +659,23 @@ Result<bool> ReadOwnSymbols(const ElfFile& f, const Sections& sections, const Ke
 // Primary symbols from elsewhere for a stripped binary: a separate debug
 // file (DebugSearch), else a static archive of the same build. False when
 // neither has them.
-bool LoadOutsideSymbols(int fd, const ElfFile& f, std::string_view display_path, std::string_view host_dir,
-                        const BuildId& build_id, const Section* debuglink, const LoadOptions& options,
+bool LoadOutsideSymbols(const ElfFile& f, const ImageOrigin& origin, const BuildId& build_id,
+                        const ElfSection* debuglink, const LoadOptions& options, const AdmitFn& admit,
                         std::vector<uint64_t>& addrs, BinaryImage& img) {
   std::optional<DebugLink> link;
   if (debuglink != nullptr) {
-    auto bytes = SectionBytes(f, debuglink->scn, debuglink->shdr, debuglink->name);
-    if (bytes) link = ParseDebugLink(*bytes, f.ehdr.e_ident[EI_DATA] == ELFDATA2MSB);
-    if (!link) spdlog::debug("{}: ignoring a malformed .gnu_debuglink section", f.path);
+    auto bytes = f.SectionBytes(*debuglink, guard::kMaxNoteBytes);
+    if (bytes) link = ParseDebugLink(*bytes, f.big_endian());
+    if (!link) spdlog::debug("{}: ignoring a malformed .gnu_debuglink section", f.path());
   }
-  std::string own_dir = DirName(display_path);
-  std::string dir = host_dir.empty() && !own_dir.empty() && own_dir.front() == '/' ? own_dir : std::string(host_dir);
-  DebugFileRequest request{build_id, link, std::move(dir), std::move(own_dir)};
-  if (auto source = LoadDebugSymtab(f.path, request, options, addrs, img)) {
+  std::string dir = DirName(origin.path);
+  if (dir.empty() || dir.front() != '/') dir.clear();
+  DebugFileRequest request{build_id, link, std::move(dir), &origin};
+  if (auto source = LoadDebugSymtab(f.path(), request, options, admit, addrs, img)) {
     img.symbol_source = *source;
     return true;
   }
-  if (LoadStaticArchive(fd, f.path, img.soname, request, options, addrs, img)) {
+  if (LoadStaticArchive(f, img.soname, request, options, admit, addrs, img)) {
     img.symbol_source = SymbolSource::kStaticArchive;
     return true;
   }
@@ -779,20 +701,20 @@ void AddReadTables(const Result<Tables>& tables, SymbolSource source, std::strin
                    const ElfFile& f, const std::vector<uint64_t>& export_addrs, const LoadOptions& options,
                    BinaryImage& img) {
   if (!tables) {
-    spdlog::debug("{}: no {}: {}", f.path, what, tables.error().message);
+    spdlog::debug("{}: no {}: {}", f.path(), what, tables.error().message);
     return;
   }
   if (tables->functions.empty()) return;
   AddTableFunctions(tables->functions, export_addrs, options, img);
   img.symbol_source = source;
-  spdlog::debug("{}: {}", f.path, describe(tables->stats));
+  spdlog::debug("{}: {}", f.path(), describe(tables->stats));
 }
 
 // Last resort for a stripped shared library: its own tables name the
 // functions behind its exports (library_tables.h for OpenSSL 3,
 // boringssl_tables.h for BoringSSL, told apart by a BoringSSL-only export so
 // that only one of them reads the file). Only logged when they cannot.
-void LoadTableSymbols(int fd, const ElfFile& f, const std::vector<uint64_t>& export_addrs, const LoadOptions& options,
+void LoadTableSymbols(const ElfFile& f, const std::vector<uint64_t>& export_addrs, const LoadOptions& options,
                       BinaryImage& img) {
   const bool boringssl = std::any_of(img.symbols.all().begin(), img.symbols.all().end(), [](const Symbol& s) {
     return s.name == "BORINGSSL_self_test" || s.name == "CRYPTO_is_confidential_build" ||
@@ -800,7 +722,7 @@ void LoadTableSymbols(int fd, const ElfFile& f, const std::vector<uint64_t>& exp
   });
   if (boringssl) {
     AddReadTables(
-        ReadBoringSslTables(fd, f.path), SymbolSource::kMethodTables, "method tables",
+        ReadBoringSslTables(f), SymbolSource::kMethodTables, "method tables",
         [](const BoringSslTablesStats& st) {
           return fmt::format("{} functions named from {} getters and {} curves", st.functions, st.getters, st.curves);
         },
@@ -808,7 +730,7 @@ void LoadTableSymbols(int fd, const ElfFile& f, const std::vector<uint64_t>& exp
     return;
   }
   AddReadTables(
-      ReadLibraryTables(fd, f.path), SymbolSource::kLibraryTables, "library tables",
+      ReadLibraryTables(f), SymbolSource::kLibraryTables, "library tables",
       [](const LibraryTablesStats& st) {
         return fmt::format("{} functions named from {} provider algorithms in {} tables", st.functions, st.algorithms,
                            st.tables);
@@ -818,15 +740,15 @@ void LoadTableSymbols(int fd, const ElfFile& f, const std::vector<uint64_t>& exp
 
 }  // namespace
 
-Result<std::string> ReadBuildId(int fd) {
-  auto f = OpenElf(fd, "fd " + std::to_string(fd));
+Result<std::string> ReadBuildId(const guard::GuardedFile& file) {
+  auto f = ElfFile::Open(file);
   if (!f) return f.error();
   return FindBuildIdNote(*f).hex;
 }
 
-Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_view display_path,
-                                                           const LoadOptions& options, std::string_view host_dir) {
-  auto opened = OpenElf(fd, display_path);
+Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(const guard::GuardedFile& file, const ImageOrigin& origin,
+                                                           const LoadOptions& options, const AdmitFn& admit) {
+  auto opened = ElfFile::Open(file);
   if (!opened) return opened.error();
   const ElfFile& f = *opened;
   auto img = std::make_shared<BinaryImage>();
@@ -836,76 +758,90 @@ Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_v
   const BuildId build_id = FindBuildIdNote(f);
   img->build_id = build_id.hex;
 
-  auto read_sections = ReadSections(f);
-  if (!read_sections) return read_sections.error();
-  const std::vector<Section>& sections = read_sections->sections;
-  const KeySections key = FindKeySections(sections);
+  const std::vector<bool> exec = ExecSections(f);
+  const KeySections key = FindKeySections(f);
   img->is_go = key.go;
-  auto soname = ReadSoname(f, sections);
+  // What this load reads and keeps at its peak, before it reads any of it
+  // (the headers are read: ElfFile::Open). A stripped shared library may be
+  // named from its own tables, which read its loadable segments.
+  const bool may_read_tables = key.symtab == nullptr && !key.go && options.debug.library_tables;
+  if (admit && !admit(LoadPlanBytes(f, may_read_tables), origin.path)) {
+    return MakeError("{}: not loaded: over the agent's memory limit", origin.path);
+  }
+  auto soname = ReadSoname(f);
   if (!soname) return soname.error();
   img->soname = std::move(*soname);
 
   // Symbols: .symtab, else Go's pclntab, else a debug file or a static
   // archive; .dynsym fills in what those lack.
   std::vector<uint64_t> primary_addrs;
-  auto own = ReadOwnSymbols(f, *read_sections, key, options, primary_addrs, *img);
+  auto own = ReadOwnSymbols(f, exec, key, options, primary_addrs, *img);
   if (!own) return own.error();
   const bool have_primary =
-      *own || LoadOutsideSymbols(fd, f, display_path, host_dir, build_id, key.debuglink, options, primary_addrs, *img);
+      *own || LoadOutsideSymbols(f, origin, build_id, key.debuglink, options, admit, primary_addrs, *img);
   std::vector<uint64_t> dynsym_addrs;
   if (key.dynsym != nullptr) {
     std::sort(primary_addrs.begin(), primary_addrs.end());
     uint64_t before = img->symbols_seen;
-    auto st =
-        ReadSymbols(f, *key.dynsym, sections, read_sections->exec, options, have_primary ? &primary_addrs : nullptr,
-                    have_primary ? nullptr : &dynsym_addrs, img->symbols, img->symbols_seen);
+    auto st = ReadSymbols(f, *key.dynsym, exec, options, have_primary ? &primary_addrs : nullptr,
+                          have_primary ? nullptr : &dynsym_addrs, img->symbols, img->symbols_seen);
     if (!st) return st.error();
     if (!have_primary && img->symbols_seen > before) img->symbol_source = SymbolSource::kDynsym;
   }
   if (!have_primary && !img->soname.empty() && options.debug.library_tables) {
     std::sort(dynsym_addrs.begin(), dynsym_addrs.end());
-    LoadTableSymbols(fd, f, dynsym_addrs, options, *img);
+    LoadTableSymbols(f, dynsym_addrs, options, *img);
   }
   img->symbols.Finalize();
-  if (f.ehdr.e_machine == EM_X86_64 && gelf_getclass(f.elf.get()) == ELFCLASS64 &&
-      f.ehdr.e_ident[EI_DATA] == ELFDATA2LSB) {
-    img->import_calls = ReadImportCalls(f, sections, options);
-  }
+  if (f.x86_64()) img->import_calls = ReadImportCalls(f, options);
   ReadFunctionStarts(f, key.eh_frame_hdr, *img);
   // Everything libelf read (section copies, headers) is freed when `opened`
   // goes out of scope here; only the kept symbols stay.
   return std::shared_ptr<const BinaryImage>(std::move(img));
 }
 
-Result<std::shared_ptr<const BinaryImage>> ImageCache::Get(int fd, std::string_view display_path,
-                                                           std::string_view host_dir) {
-  auto build_id = ReadBuildId(fd);
-  if (!build_id) return MakeError("{}: {}", display_path, build_id.error().message);
-  std::string key;
-  if (!build_id->empty()) {
-    key = "build-id:" + *build_id;
-  } else {
-    struct stat st {};
-    if (fstat(fd, &st) != 0) return MakeError("{}: fstat failed: {}", display_path, std::strerror(errno));
-    key =
-        fmt::format("file:{}:{}:{}:{}.{:09}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-  }
+Result<std::shared_ptr<const BinaryImage>> ImageCache::Get(const guard::GuardedFile& file, const ImageOrigin& origin,
+                                                           const AdmitFn& admit) {
+  const std::string identity =
+      fmt::format("{}:{}:{}:{}:{}", file.id().dev, file.id().ino, file.size(), file.mtime_ns(), file.ctime_ns());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = images_.find(key); it != images_.end()) return it->second;
+    if (auto it = images_.find(identity); it != images_.end()) return it->second;
+  }
+  // The same content elsewhere (another container's copy of the library):
+  // its image, if that was named from the file and the host alone.
+  std::string content;
+  if (file.size() <= kMaxContentHashedBytes) {
+    if (auto hash = file.Sha256()) content = std::move(*hash);
+  }
+  if (!content.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = by_content_.find(content); it != by_content_.end()) {
+      if (auto image = it->second.lock()) return images_.emplace(identity, std::move(image)).first->second;
+    }
   }
   // Loaded without the lock so one slow binary does not stall lookups of
-  // others. Two threads may load the same new binary at once; the first
+  // others. Two threads may load the same new file at once; the first
   // insert wins and both return the same image.
-  auto image = LoadBinaryImage(fd, display_path, options_, host_dir);
+  auto image = LoadBinaryImage(file, origin, options_, admit);
   if (!image) return image.error();
   std::lock_guard<std::mutex> lock(mu_);
-  return images_.emplace(std::move(key), std::move(*image)).first->second;
+  auto it = images_.emplace(identity, std::move(*image)).first;
+  if (!content.empty() && !it->second->tenant_sources) by_content_[content] = it->second;
+  return it->second;
 }
 
 void ImageCache::Prune() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(images_, [](const auto& entry) { return entry.second.use_count() == 1; });
+  // An image shared by several files (same content) is held once per entry.
+  std::unordered_map<const BinaryImage*, long> entries;
+  for (const auto& [identity, image] : images_) ++entries[image.get()];
+  std::unordered_set<const BinaryImage*> unused;
+  for (const auto& [identity, image] : images_) {
+    if (image.use_count() == entries[image.get()]) unused.insert(image.get());
+  }
+  std::erase_if(images_, [&unused](const auto& entry) { return unused.contains(entry.second.get()); });
+  std::erase_if(by_content_, [](const auto& entry) { return entry.second.expired(); });
 }
 
 size_t ImageCache::size() const {

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/guard/guarded_file.h"
 #include "agent/symbols/import_calls.h"
 #include "agent/symbols/symbol_table.h"
 #include "common/result.h"
@@ -53,6 +54,11 @@ enum class SymbolSource {
 std::string_view SymbolSourceName(SymbolSource source);
 
 struct BinaryImage {
+  // Whether names came from files found beside the image inside its process's
+  // root (a debuglink file or a static archive there): the tenant chose them,
+  // so the image names that one file only and is never shared with another
+  // file of the same content (ImageCache).
+  bool tenant_sources = false;
   // Lowercase hex of NT_GNU_BUILD_ID. Go binaries linked internally have no GNU
   // note: they get the bytes of Go's build ID note (owner "Go", type 4; an ASCII
   // string like "abc/def/ghi/jkl"), hex-encoded. That ID is a fine cache key but
@@ -115,9 +121,10 @@ using SymbolFilter = std::function<bool(std::string_view name)>;
 // is not a Go binary with a pclntab). Sources are tried in this order, and the
 // first debug file whose GNU build-id matches the binary's wins (a binary
 // without a build-id accepts a debuglink file on its CRC alone):
-//  1. .gnu_debuglink, GDB's order: <host_dir>/<name>, <host_dir>/.debug/<name>,
-//     then <root>/<dir of display_path>/<name> for each debug root; the
-//     file's CRC32 must match the one in the link;
+//  1. .gnu_debuglink, GDB's order: <dir>/<name>, <dir>/.debug/<name> beside
+//     the binary (inside its process's root: ImageOrigin), then
+//     <root>/<dir>/<name> for each debug root; the file's CRC32 must match
+//     the one in the link;
 //  2. <root>/.build-id/xx/yyyy.debug for each debug root;
 //  3. debuginfod, if use_debuginfod.
 // Files that do not match, are malformed or lack .symtab are skipped (logged at
@@ -138,10 +145,11 @@ struct DebugSearch {
   // until one passes the same-build check. First `static_archives` (host
   // paths), tried for every such library; then, for a library whose DT_SONAME
   // is in `static_archive_sonames`, lib<name>.a in the library's own
-  // directory (host_dir) and in the same directory of the agent's own root
-  // (e.g. libssl-dev's /usr/lib/x86_64-linux-gnu/libcrypto.a). A foreign
-  // archive fails the check and is skipped (logged at debug level). Parsed
-  // archives are cached for the life of the process (per dev:inode:size:mtime).
+  // directory (inside its process's root) and in the same directory of the
+  // agent's own root (e.g. libssl-dev's /usr/lib/x86_64-linux-gnu/libcrypto.a).
+  // A foreign archive fails the check and is skipped (logged at debug level).
+  // Parsed archives are cached for the life of the process (per dev, inode,
+  // size, mtime and ctime).
   std::vector<std::string> static_archives;
   std::vector<std::string> static_archive_sonames = {"libcrypto.so.3", "libssl.so.3", "libcrypto.so.1.1",
                                                      "libssl.so.1.1"};
@@ -164,39 +172,62 @@ struct LoadOptions {
   DebugSearch debug;
 };
 
-// Reads an ELF file through an open fd (so deleted or replaced files, opened via
-// /proc/PID/map_files, work). Symbol order of preference: .symtab, then
-// .dynsym (both merged when .symtab exists, since .dynsym may hold names a
+// Where an image's file lives, for what is looked up beside it (debuglink
+// files, static archives of the same build).
+struct ImageOrigin {
+  // The file's path as its process sees it (/proc/PID/maps, inside the
+  // process's root); the directory of an absolute path is where debuglink
+  // files and archives are looked for.
+  std::string path;
+  // The process's root, which that directory resolves in (its own mount
+  // namespace, chroot, symlinks): guard::ProcessRoot. Null: the agent's own
+  // root (tools and tests that load host files).
+  std::shared_ptr<const guard::ProcessRoot> root;
+};
+
+// Asked before a load reads a file's data, with the bytes the load will read
+// and keep at its peak, computed from the file's own headers (the sizes of
+// the sections it reads, not the file's size: a sparse file can be of any
+// size). `what` names the file. False refuses the load; the callee counts
+// the refusal (guard::MemoryBudget::Skipped). Empty: every load is admitted.
+using AdmitFn = std::function<bool(uint64_t bytes, std::string_view what)>;
+
+// Reads the ELF file `file` (opened by guard: OpenMapping for a mapped file,
+// so deleted or replaced files work). Symbol order of preference: .symtab,
+// then .dynsym (both merged when .symtab exists, since .dynsym may hold names a
 // partial .symtab lacks), then Go's .gopclntab when the binary has no symtab,
 // then the .symtab of a separate debug file (see DebugSearch), merged with
 // .dynsym the same way, then names matched from a static archive of the same
-// build (DebugSearch::static_archives), merged with .dynsym too.
-//
-// `display_path` is the file's path inside the process's mount namespace (as
-// in /proc/PID/maps); its directory locates debuglink files under the debug
-// roots. `host_dir` is that same directory as the agent can open it, e.g.
-// "/proc/PID/root/usr/lib/x86_64-linux-gnu", for debuglink files next to the
-// binary; when empty, the directory of an absolute display_path is used
-// (right when the agent and the process share a mount namespace). A wrong
-// directory is harmless: build-id and CRC checks reject foreign files.
+// build (DebugSearch::static_archives), merged with .dynsym too, then the
+// library's own tables.
 //
 // Malformed files (truncated, bogus offsets or counts) give an Error, never a
-// crash; a malformed debug file is skipped. Thread-safe (the only shared
-// state is the debuginfod negative cache, which is locked).
-Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(int fd, std::string_view display_path,
-                                                           const LoadOptions& options = {},
-                                                           std::string_view host_dir = {});
+// crash; a malformed debug file is skipped; what is over a guard cap is
+// refused and counted (guard/limits.h). Thread-safe (the only shared state is
+// the debuginfod negative cache and the archive cache, both locked).
+Result<std::shared_ptr<const BinaryImage>> LoadBinaryImage(const guard::GuardedFile& file, const ImageOrigin& origin,
+                                                           const LoadOptions& options = {}, const AdmitFn& admit = {});
 
 // Cheap: reads only the ELF header and notes. Returns "" when there is none.
-Result<std::string> ReadBuildId(int fd);
+Result<std::string> ReadBuildId(const guard::GuardedFile& file);
 
-// ImageCache: keeps one BinaryImage per build-id (or per dev:inode:size:mtime
-// when a file has no build-id). Thread-safe.
+// ImageCache: one BinaryImage per file, shared between the processes that
+// map it. An image is found by what the file cannot forge:
+//  - its identity: (st_dev, st_ino, size, mtime, ctime);
+//  - or its content: the SHA-256 of the whole file (up to
+//    kMaxContentHashedBytes), so that the same library in many containers
+//    (each overlay mount has its own st_dev) is loaded once; an image whose
+//    names came from the tenant's files (BinaryImage::tenant_sources) is
+//    never found this way.
+// Never by the build-id the file declares: a file that copies another's
+// build-id with a crafted .symtab gets its own image. Thread-safe.
+inline constexpr uint64_t kMaxContentHashedBytes = 1ull << 30;
 class ImageCache {
  public:
   explicit ImageCache(LoadOptions options = {}) : options_(std::move(options)) {}
-  // display_path and host_dir as for LoadBinaryImage.
-  Result<std::shared_ptr<const BinaryImage>> Get(int fd, std::string_view display_path, std::string_view host_dir = {});
+  // origin and admit as for LoadBinaryImage.
+  Result<std::shared_ptr<const BinaryImage>> Get(const guard::GuardedFile& file, const ImageOrigin& origin,
+                                                 const AdmitFn& admit = {});
   size_t size() const;
   // Drops the images only the cache holds.
   void Prune();
@@ -204,7 +235,8 @@ class ImageCache {
  private:
   LoadOptions options_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<const BinaryImage>> images_;
+  std::unordered_map<std::string, std::shared_ptr<const BinaryImage>> images_;  // by identity
+  std::unordered_map<std::string, std::weak_ptr<const BinaryImage>> by_content_;
 };
 
 }  // namespace tlsprof::symbols

@@ -119,9 +119,9 @@ TEST(BinaryImageTest, ReadBuildIdMatchesReadelf) {
   // This test's own path, not /proc/self/exe: readelf would read itself.
   const std::string self = std::filesystem::read_symlink("/proc/self/exe");
   for (const std::string& path : {std::string(kLibcrypto), self, std::string("/usr/bin/node")}) {
-    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) continue;  // node is optional
-    auto id = ReadBuildId(fd.get());
+    auto file = guard::OpenHostFile(path);
+    if (!file) continue;  // node is optional
+    auto id = ReadBuildId(*file);
     ASSERT_TRUE(id) << path << ": " << id.error().message;
     EXPECT_EQ(*id, ReadelfBuildId(path)) << path;
   }
@@ -208,51 +208,60 @@ int main(void) {
   }
 }
 
-TEST(BinaryImageTest, LoadingReleasesTheFile) {
-  // Loading many times must not leak fds or libelf handles; the caller's fd
-  // stays usable.
-  UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
-  ASSERT_TRUE(fd.valid());
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(LoadBinaryImage(fd.get(), kLibcrypto));
-  char c;
-  EXPECT_EQ(pread(fd.get(), &c, 1, 0), 1);
+guard::GuardedFile Open(const std::string& path) {
+  auto file = guard::OpenHostFile(path);
+  EXPECT_TRUE(file.ok()) << file.error().message;
+  return file ? std::move(*file) : guard::GuardedFile();
 }
 
-TEST(ImageCacheTest, SharesImagesByBuildId) {
+TEST(BinaryImageTest, LoadingReleasesTheFile) {
+  // Loading many times must not leak fds or libelf handles; the caller's
+  // file stays usable.
+  const guard::GuardedFile file = Open(kLibcrypto);
+  ASSERT_TRUE(file.valid());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(LoadBinaryImage(file, ImageOrigin{kLibcrypto, nullptr}));
+  uint8_t c;
+  EXPECT_TRUE(file.ReadExact(0, {&c, 1}).ok());
+}
+
+TEST(ImageCacheTest, SharesTheImageOfOneFile) {
   ImageCache cache;
-  UniqueFd a(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
-  UniqueFd b(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
-  auto ia = cache.Get(a.get(), kLibcrypto);
-  auto ib = cache.Get(b.get(), kLibcrypto);
+  const guard::GuardedFile a = Open(kLibcrypto), b = Open(kLibcrypto);
+  auto ia = cache.Get(a, ImageOrigin{kLibcrypto, nullptr});
+  auto ib = cache.Get(b, ImageOrigin{kLibcrypto, nullptr});
   ASSERT_TRUE(ia && ib);
   EXPECT_EQ(ia->get(), ib->get());
   EXPECT_EQ(cache.size(), 1u);
 
-  UniqueFd self(open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
-  auto is = cache.Get(self.get(), "self");
+  const guard::GuardedFile self = Open("/proc/self/exe");
+  auto is = cache.Get(self, ImageOrigin{"self", nullptr});
   ASSERT_TRUE(is);
   EXPECT_NE(is->get(), ia->get());
   EXPECT_EQ(cache.size(), 2u);
 }
 
-TEST(ImageCacheTest, FilesWithoutBuildIdAreKeyedByInode) {
-  if (!symtest::HaveTool("objcopy")) GTEST_SKIP() << "needs objcopy";
+// Files are told apart by their identity, and copies shared by their content:
+// a build-id is never a key (a file can claim any).
+TEST(ImageCacheTest, CopiesShareByContentWithOrWithoutABuildId) {
+  ASSERT_TRUE(symtest::HaveTool("objcopy")) << "objcopy (binutils) is needed";
   TempDir dir;
   auto r = RunCommand("objcopy --remove-section .note.gnu.build-id /proc/self/exe " + dir.File("a") + " && cp " +
-                      dir.File("a") + " " + dir.File("b"));
+                      dir.File("a") + " " + dir.File("b") + " && cp " + dir.File("a") + " " + dir.File("c") +
+                      " && printf x >> " + dir.File("c"));
   ASSERT_EQ(r.status, 0) << r.output;
   ImageCache cache;
-  UniqueFd a1(open(dir.File("a").c_str(), O_RDONLY | O_CLOEXEC));
-  UniqueFd a2(open(dir.File("a").c_str(), O_RDONLY | O_CLOEXEC));
-  UniqueFd b(open(dir.File("b").c_str(), O_RDONLY | O_CLOEXEC));
-  auto i1 = cache.Get(a1.get(), "a");
-  auto i2 = cache.Get(a2.get(), "a");
-  auto i3 = cache.Get(b.get(), "b");
-  ASSERT_TRUE(i1 && i2 && i3) << (i1 ? "" : i1.error().message);
+  const guard::GuardedFile a1 = Open(dir.File("a")), a2 = Open(dir.File("a")), b = Open(dir.File("b")),
+                           c = Open(dir.File("c"));
+  auto i1 = cache.Get(a1, ImageOrigin{"a", nullptr});
+  auto i2 = cache.Get(a2, ImageOrigin{"a", nullptr});
+  auto i3 = cache.Get(b, ImageOrigin{"b", nullptr});
+  auto i4 = cache.Get(c, ImageOrigin{"c", nullptr});
+  ASSERT_TRUE(i1 && i2 && i3 && i4) << (i1 ? "" : i1.error().message);
   EXPECT_TRUE((*i1)->build_id.empty());
-  EXPECT_EQ(i1->get(), i2->get());  // same inode
-  EXPECT_NE(i1->get(), i3->get());  // same bytes, other inode
-  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(i1->get(), i2->get());  // same file
+  EXPECT_EQ(i1->get(), i3->get());  // same bytes, other inode
+  EXPECT_NE(i1->get(), i4->get());  // one byte more
+  EXPECT_EQ(cache.size(), 3u);      // identities a, b, c
 }
 
 TEST(ImageCacheTest, ConcurrentGetsReturnOneImage) {
@@ -261,8 +270,8 @@ TEST(ImageCacheTest, ConcurrentGetsReturnOneImage) {
   std::vector<std::thread> threads;
   for (size_t t = 0; t < seen.size(); ++t) {
     threads.emplace_back([&, t] {
-      UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
-      auto img = cache.Get(fd.get(), kLibcrypto);
+      const guard::GuardedFile file = Open(kLibcrypto);
+      auto img = cache.Get(file, ImageOrigin{kLibcrypto, nullptr});
       seen[t] = img ? img->get() : nullptr;
     });
   }
@@ -275,9 +284,9 @@ TEST(ImageCacheTest, ConcurrentGetsReturnOneImage) {
 TEST(ImageCacheTest, PropagatesLoadErrors) {
   TempDir dir;
   symtest::WriteFileBytes(dir.File("junk"), std::vector<uint8_t>(100, 'x'));
-  UniqueFd fd(open(dir.File("junk").c_str(), O_RDONLY | O_CLOEXEC));
+  const guard::GuardedFile file = Open(dir.File("junk"));
   ImageCache cache;
-  auto img = cache.Get(fd.get(), "junk");
+  auto img = cache.Get(file, ImageOrigin{"junk", nullptr});
   ASSERT_FALSE(img);
   EXPECT_NE(img.error().message.find("not an ELF"), std::string::npos) << img.error().message;
   EXPECT_EQ(cache.size(), 0u);

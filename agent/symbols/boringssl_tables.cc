@@ -268,8 +268,8 @@ class Reader {
 
 }  // namespace
 
-Result<BoringSslTables> ReadBoringSslTables(int fd, std::string_view path) {
-  auto loaded = LoadLoaderImage(fd, path, {.symbol_names = true});
+Result<BoringSslTables> ReadBoringSslTables(const guard::ElfFile& elf) {
+  auto loaded = LoadLoaderImage(elf, {.symbol_names = true});
   if (!loaded) return loaded.error();
   const LoaderImage& image = *loaded;
   BoringSslTables out;
@@ -278,7 +278,7 @@ Result<BoringSslTables> ReadBoringSslTables(int fd, std::string_view path) {
     return out;
   }
   Reader reader(image);
-  if (!reader.ok()) return MakeError("{}: the disassembler (capstone) failed to start", path);
+  if (!reader.ok()) return MakeError("{}: the disassembler (capstone) failed to start", elf.path());
 
   std::map<uint64_t, std::vector<Use>> uses;
   auto use = [&](const Reader::Struct& s, uint64_t offset, Kind kind, const std::string& algorithm, std::string role) {

@@ -50,6 +50,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/guard/elf_file.h"
 #include "agent/symbols/library_tables.h"
 #include "common/result.h"
 
@@ -68,9 +69,9 @@ struct BoringSslTables {
   BoringSslTablesStats stats;
 };
 
-// Decodes the method structs of the x86-64 ELF BoringSSL libcrypto open at
-// `fd`. A library that is not BoringSSL's libcrypto gives an empty result, not
-// an error. Errors: not an x86-64 ELF64 file, or its headers are malformed.
-Result<BoringSslTables> ReadBoringSslTables(int fd, std::string_view path);
+// Decodes the method structs of the x86-64 ELF BoringSSL libcrypto `elf`. A
+// library that is not BoringSSL's libcrypto gives an empty result, not an
+// error. Errors: not an x86-64 ELF64 file, or its headers are malformed.
+Result<BoringSslTables> ReadBoringSslTables(const guard::ElfFile& elf);
 
 }  // namespace tlsprof::symbols

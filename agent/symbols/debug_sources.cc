@@ -1,9 +1,9 @@
 #include "agent/symbols/debug_sources.h"
 
 #include <elfutils/debuginfod.h>
-#include <fcntl.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -51,17 +51,20 @@ std::string Join(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-std::vector<std::string> DebugLinkCandidates(std::string_view host_dir, std::string_view ns_dir, std::string_view name,
+std::vector<std::string> BesideCandidates(std::string_view dir, std::string_view name) {
+  std::vector<std::string> out;
+  if (dir.empty() || dir.front() != '/') return out;
+  out.push_back(Join(dir, name));
+  out.push_back(Join(Join(dir, ".debug"), name));
+  return out;
+}
+
+std::vector<std::string> DebugRootCandidates(std::string_view dir, std::string_view name,
                                              const std::vector<std::string>& debug_roots) {
   std::vector<std::string> out;
-  if (!host_dir.empty()) {
-    out.push_back(Join(host_dir, name));
-    out.push_back(Join(Join(host_dir, ".debug"), name));
-  }
-  if (!ns_dir.empty() && ns_dir.front() == '/') {
-    for (const std::string& root : debug_roots) {
-      if (!root.empty()) out.push_back(Join(Join(root, ns_dir), name));
-    }
+  if (dir.empty() || dir.front() != '/') return out;
+  for (const std::string& root : debug_roots) {
+    if (!root.empty()) out.push_back(Join(Join(root, dir), name));
   }
   return out;
 }
@@ -76,25 +79,16 @@ std::vector<std::string> BuildIdCandidates(std::string_view build_id_hex, const 
   return out;
 }
 
-Result<uint32_t> FileCrc32(int fd) {
+Result<uint32_t> FileCrc32(const guard::GuardedFile& file) {
   uLong crc = crc32(0L, Z_NULL, 0);
-  std::unique_ptr<Bytef[]> buf(new Bytef[1 << 16]);
-  off_t off = 0;
-  for (;;) {
-    ssize_t n = pread(fd, buf.get(), 1 << 16, off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return MakeError("cannot read for CRC32: {}", std::strerror(errno));
-    }
-    if (n == 0) break;
-    crc = crc32(crc, buf.get(), static_cast<uInt>(n));
+  std::vector<uint8_t> buf(1 << 16);
+  for (uint64_t off = 0; off < file.size();) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), file.size() - off);
+    if (auto st = file.ReadExact(off, std::span<uint8_t>(buf.data(), n)); !st) return st.error();
+    crc = crc32(crc, buf.data(), static_cast<uInt>(n));
     off += n;
   }
   return static_cast<uint32_t>(crc);
-}
-
-UniqueFd OpenDebugCandidate(const std::string& path) {
-  return UniqueFd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
 }
 
 bool DebuginfodConfigured() {

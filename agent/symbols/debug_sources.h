@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/guard/guarded_file.h"
 #include "common/fd.h"
 #include "common/result.h"
 
@@ -31,26 +32,25 @@ struct DebugLink {
 // file name (empty, ".", "..", or containing '/').
 std::optional<DebugLink> ParseDebugLink(std::span<const uint8_t> section, bool big_endian);
 
-// GDB's search order for a debuglink name:
-//   <host_dir>/<name>, <host_dir>/.debug/<name>, <root>/<ns_dir>/<name> per root.
-// `host_dir` is the binary's directory as the agent can open it (for a
-// process in another mount namespace, /proc/PID/root/<ns_dir>); `ns_dir` is
-// the binary's directory inside that namespace, which is how distributions lay
-// out /usr/lib/debug. An empty host_dir skips the first two.
-std::vector<std::string> DebugLinkCandidates(std::string_view host_dir, std::string_view ns_dir, std::string_view name,
+// GDB's search order for a debuglink name, in two parts:
+//  - beside the binary: <dir>/<name>, <dir>/.debug/<name>, where `dir` is the
+//    binary's directory as its process sees it; these are opened inside the
+//    process's root (guard::ProcessRoot), as the tenant's files they are;
+//  - under the agent's debug roots (host paths the operator configured):
+//    <root>/<dir>/<name> per root, which is how distributions lay out
+//    /usr/lib/debug.
+// A `dir` that is not absolute gives none.
+std::vector<std::string> BesideCandidates(std::string_view dir, std::string_view name);
+std::vector<std::string> DebugRootCandidates(std::string_view dir, std::string_view name,
                                              const std::vector<std::string>& debug_roots);
 
 // <root>/.build-id/<first two hex digits>/<rest>.debug per root. Empty if the
 // build-id is shorter than 2 bytes.
 std::vector<std::string> BuildIdCandidates(std::string_view build_id_hex, const std::vector<std::string>& debug_roots);
 
-// zlib's CRC32 of everything readable from fd (from offset 0; uses pread).
-Result<uint32_t> FileCrc32(int fd);
-
-// Opens a candidate debug file read-only. O_NONBLOCK so a FIFO planted where a
-// debug file is expected cannot block the agent (the ELF reader then rejects
-// anything that is not a regular file). Returns an invalid fd on failure.
-UniqueFd OpenDebugCandidate(const std::string& path);
+// zlib's CRC32 of the file's `file.size()` bytes (pread; an Error when it
+// ends earlier).
+Result<uint32_t> FileCrc32(const guard::GuardedFile& file);
 
 // True iff $DEBUGINFOD_URLS is set and non-empty (read at each call).
 bool DebuginfodConfigured();

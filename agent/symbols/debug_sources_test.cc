@@ -109,20 +109,33 @@ class DebugSourcesTest : public ::testing::Test {
     options_.debug.use_debuginfod = false;
   }
 
-  static Result<std::shared_ptr<const BinaryImage>> Load(const std::string& path, const LoadOptions& options,
-                                                         std::string_view display_path = {},
-                                                         std::string_view host_dir = {}) {
-    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) return MakeError("cannot open {}", path);
-    return LoadBinaryImage(fd.get(), display_path.empty() ? path : display_path, options, host_dir);
+  // The origin of a file seen as `display_path` by a process whose root is
+  // the directory `root` ("": the agent's own root, display_path "": the
+  // file's own path).
+  static ImageOrigin Origin(const std::string& path, std::string_view display_path, std::string_view root) {
+    ImageOrigin origin{display_path.empty() ? path : std::string(display_path), nullptr};
+    if (!root.empty()) {
+      auto r = guard::ProcessRoot::OpenDirectory(std::string(root));
+      EXPECT_TRUE(r.ok()) << r.error().message;
+      if (r) origin.root = std::make_shared<const guard::ProcessRoot>(std::move(*r));
+    }
+    return origin;
   }
 
-  // Loads `path` (as `display_path` in `host_dir`, when given) with options_
-  // and checks where its names came from; null (after a test failure) when
-  // it does not load.
+  static Result<std::shared_ptr<const BinaryImage>> Load(const std::string& path, const LoadOptions& options,
+                                                         std::string_view display_path = {},
+                                                         std::string_view root = {}) {
+    auto file = guard::OpenHostFile(path);
+    if (!file) return file.error();
+    return LoadBinaryImage(*file, Origin(path, display_path, root), options);
+  }
+
+  // Loads `path` (as `display_path` in the root `root`, when given) with
+  // options_ and checks where its names came from; null (after a test
+  // failure) when it does not load.
   std::shared_ptr<const BinaryImage> LoadExpecting(SymbolSource source, const std::string& path,
-                                                   std::string_view display_path = {}, std::string_view host_dir = {}) {
-    auto img = Load(path, options_, display_path, host_dir);
+                                                   std::string_view display_path = {}, std::string_view root = {}) {
+    auto img = Load(path, options_, display_path, root);
     EXPECT_TRUE(img.ok()) << (img.ok() ? "" : img.error().message);
     if (!img.ok()) return nullptr;
     EXPECT_EQ((*img)->symbol_source, source) << path;
@@ -167,31 +180,55 @@ TEST_F(DebugSourcesTest, StrippedLibraryWithoutDebugFileUsesDynsym) {
 }
 
 // Where a .gnu_debuglink file is looked for: next to the file, in its
-// .debug/, next to it through the host directory when the path (as in
-// /proc/PID/maps) is not host-visible (the registry passes
-// /proc/PID/root/<dir>), and under the debug root at the in-namespace
-// directory (as Debian lays out /usr/lib/debug/usr/lib/x86_64-linux-gnu/...).
+// .debug/, next to it inside the process's root when the path (as in
+// /proc/PID/maps) is the path inside a container, and under the debug root
+// at the in-namespace directory (as Debian lays out
+// /usr/lib/debug/usr/lib/x86_64-linux-gnu/...). Only the last is the host's
+// own: the others are the tenant's files, and the image says so.
 TEST_F(DebugSourcesTest, DebugLinkFoundInEachPlace) {
   struct Place {
     std::string debug;
     std::string display_path;  // "": the file's own path
-    std::string host_dir;
+    std::string root;          // the process's root; "": the agent's
+    bool tenant;
   };
   const Place places[] = {
-      {work_.File("lib.debug"), "", ""},
-      {work_.File(".debug/lib.debug"), "", ""},
-      {work_.File("lib.debug"), "/tlsprof-no-such-dir/lib.so", work_.path()},
-      {root_.path() + "/opt/tlsprof-test/lib.debug", "/opt/tlsprof-test/lib.so", work_.path()},
+      {work_.File("lib.debug"), "", "", true},
+      {work_.File(".debug/lib.debug"), "", "", true},
+      {work_.File("lib.debug"), "/lib.so", work_.path(), true},
+      {root_.path() + "/opt/tlsprof-test/lib.debug", "/opt/tlsprof-test/lib.so", work_.path(), false},
   };
   DebugSourcesTest::Place(g_art->linked, work_.File("lib.so"));
   for (const Place& p : places) {
     SCOPED_TRACE(p.debug + " for " + p.display_path);
     DebugSourcesTest::Place(g_art->debug, p.debug);
-    auto img = LoadExpecting(SymbolSource::kDebugLink, work_.File("lib.so"), p.display_path, p.host_dir);
+    auto img = LoadExpecting(SymbolSource::kDebugLink, work_.File("lib.so"), p.display_path, p.root);
     ASSERT_NE(img, nullptr);
     ExpectFullSymbols(*img);
+    EXPECT_EQ(img->tenant_sources, p.tenant);
     fs::remove(p.debug);
   }
+}
+
+// A container's debuglink name that is an absolute symlink resolves inside
+// its root: a debug file on the host at that path is never read.
+TEST_F(DebugSourcesTest, DebugLinkSymlinkStaysInsideTheRoot) {
+  TempDir container;
+  DebugSourcesTest::Place(g_art->linked, container.File("usr/lib/lib.so"));
+  DebugSourcesTest::Place(g_art->debug, work_.File("host-copy.debug"));  // the right file, on the host
+  fs::create_symlink(work_.File("host-copy.debug"), container.File("usr/lib/lib.debug"));
+  auto img =
+      LoadExpecting(SymbolSource::kDynsym, container.File("usr/lib/lib.so"), "/usr/lib/lib.so", container.path());
+  ASSERT_NE(img, nullptr);
+  EXPECT_EQ(SymbolNamed(*img, kStaticName), nullptr);
+  // The same link, relative and inside the root, is followed.
+  fs::remove(container.File("usr/lib/lib.debug"));
+  DebugSourcesTest::Place(g_art->debug, container.File("usr/lib/debug-files/lib.debug"));
+  fs::create_symlink("/usr/lib/debug-files/lib.debug", container.File("usr/lib/lib.debug"));
+  auto inside =
+      LoadExpecting(SymbolSource::kDebugLink, container.File("usr/lib/lib.so"), "/usr/lib/lib.so", container.path());
+  ASSERT_NE(inside, nullptr);
+  ExpectFullSymbols(*inside);
 }
 
 TEST_F(DebugSourcesTest, DebugLinkWithWrongCrcIsRejected) {
@@ -279,15 +316,51 @@ TEST_F(DebugSourcesTest, KeepFilterAppliesToDebugSymbols) {
   EXPECT_GT(img->symbols_seen, 3u);  // counted before the filter
 }
 
-TEST_F(DebugSourcesTest, ImageCachePassesHostDir) {
+TEST_F(DebugSourcesTest, ImageCachePassesTheOrigin) {
   Place(g_art->linked, work_.File("lib.so"));
   Place(g_art->debug, work_.File("lib.debug"));
   ImageCache cache(options_);
-  UniqueFd fd(open(work_.File("lib.so").c_str(), O_RDONLY | O_CLOEXEC));
-  ASSERT_TRUE(fd.valid());
-  auto img = cache.Get(fd.get(), "/tlsprof-no-such-dir/lib.so", work_.path());
+  auto file = guard::OpenHostFile(work_.File("lib.so"));
+  ASSERT_TRUE(file.ok());
+  auto img = cache.Get(*file, Origin(work_.File("lib.so"), "/lib.so", work_.path()));
   ASSERT_TRUE(img.ok()) << img.error().message;
   EXPECT_EQ((*img)->symbol_source, SymbolSource::kDebugLink);
+}
+
+// Copies of one file (another container's layer) share an image, but only
+// one named from the file and the host alone: a copy whose names came from
+// a debug file beside it keeps them to itself, and a file that only claims
+// another's build-id never gets another's image.
+TEST_F(DebugSourcesTest, ImageCacheSharesByContentNeverByBuildId) {
+  Place(g_art->linked, work_.File("a/lib.so"));
+  Place(g_art->linked, work_.File("b/lib.so"));
+  Place(g_art->linked, work_.File("c/lib.so"));
+  Place(g_art->debug, work_.File("c/lib.debug"));  // beside c only
+  Place(g_art->stripped, work_.File("d/lib.so"));  // same build-id, other content
+  ImageCache cache(options_);
+  auto get = [&](const std::string& dir) {
+    auto file = guard::OpenHostFile(work_.File(dir + "/lib.so"));
+    EXPECT_TRUE(file.ok());
+    auto img = cache.Get(*file, Origin(work_.File(dir + "/lib.so"), "/lib.so", work_.File(dir)));
+    EXPECT_TRUE(img.ok()) << img.error().message;
+    return *img;
+  };
+  auto c = get("c"), a = get("a"), b = get("b"), d = get("d");
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_EQ(a->symbol_source, SymbolSource::kDynsym);
+  EXPECT_NE(c.get(), a.get());
+  EXPECT_EQ(c->symbol_source, SymbolSource::kDebugLink);
+  EXPECT_TRUE(c->tenant_sources);
+  EXPECT_EQ(d->build_id, a->build_id);
+  EXPECT_NE(d.get(), a.get());
+  EXPECT_NE(d.get(), c.get());
+  EXPECT_EQ(cache.size(), 4u);  // a and b are one image under two identities
+  a.reset();
+  b.reset();
+  c.reset();
+  d.reset();
+  cache.Prune();
+  EXPECT_EQ(cache.size(), 0u);
 }
 
 TEST(DebugLinkTest, ParseAndCandidates) {
@@ -306,9 +379,11 @@ TEST(DebugLinkTest, ParseAndCandidates) {
   // An empty .gnu_debuglink section: libelf gives no buffer at all.
   EXPECT_FALSE(ParseDebugLink(std::span<const uint8_t>(), false).has_value());
 
-  EXPECT_EQ(DebugLinkCandidates("/proc/7/root/usr/lib", "/usr/lib", "x.debug", {"/usr/lib/debug"}),
-            (std::vector<std::string>{"/proc/7/root/usr/lib/x.debug", "/proc/7/root/usr/lib/.debug/x.debug",
-                                      "/usr/lib/debug/usr/lib/x.debug"}));
+  EXPECT_EQ(BesideCandidates("/usr/lib", "x.debug"),
+            (std::vector<std::string>{"/usr/lib/x.debug", "/usr/lib/.debug/x.debug"}));
+  EXPECT_EQ(DebugRootCandidates("/usr/lib", "x.debug", {"/usr/lib/debug", "/r/"}),
+            (std::vector<std::string>{"/usr/lib/debug/usr/lib/x.debug", "/r/usr/lib/x.debug"}));
+  EXPECT_TRUE(BesideCandidates("lib", "x.debug").empty());
   EXPECT_EQ(BuildIdCandidates("abcdef", {"/r1", "/r2/"}),
             (std::vector<std::string>{"/r1/.build-id/ab/cdef.debug", "/r2/.build-id/ab/cdef.debug"}));
   EXPECT_TRUE(BuildIdCandidates("ab", {"/r"}).empty());

@@ -753,8 +753,8 @@ ProviderUses ReadProviderTables(std::span<const Algorithm> algorithms, LibraryTa
 
 }  // namespace
 
-Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path) {
-  auto loaded = LoadLoaderImage(fd, path, {.symbol_names = true});
+Result<LibraryTables> ReadLibraryTables(const guard::ElfFile& elf) {
+  auto loaded = LoadLoaderImage(elf, {.symbol_names = true});
   if (!loaded) return loaded.error();
   const Image& image = *loaded;
   LibraryTables out;

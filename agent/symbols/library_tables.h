@@ -75,6 +75,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/guard/elf_file.h"
 #include "common/result.h"
 
 namespace tlsprof::symbols {
@@ -102,10 +103,10 @@ struct LibraryTables {
   LibraryTablesStats stats;
 };
 
-// Decodes the provider algorithm tables of the x86-64 ELF shared library open
-// at `fd`, and the code tables below them. A library without such tables (libssl, BoringSSL, not OpenSSL 3)
-// gives an empty result, not an error. Errors: not an x86-64 ELF64 file, or
-// its headers are malformed.
-Result<LibraryTables> ReadLibraryTables(int fd, std::string_view path);
+// Decodes the provider algorithm tables of the x86-64 ELF shared library
+// `elf`, and the code tables below them. A library without such tables
+// (libssl, BoringSSL, not OpenSSL 3) gives an empty result, not an error.
+// Errors: not an x86-64 ELF64 file, or its headers are malformed.
+Result<LibraryTables> ReadLibraryTables(const guard::ElfFile& elf);
 
 }  // namespace tlsprof::symbols

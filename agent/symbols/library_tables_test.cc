@@ -39,11 +39,15 @@ struct ArchiveTruth {
 };
 
 void ReadArchiveTruth(ArchiveTruth* out) {
-  auto index = GetArchiveIndex(kLibcryptoA);
+  auto archive = guard::OpenHostFile(kLibcryptoA);
+  ASSERT_TRUE(archive) << archive.error().message;
+  auto index = GetArchiveIndex(*archive);
   ASSERT_TRUE(index) << index.error().message;
-  UniqueFd fd(open(kLibcrypto, O_RDONLY | O_CLOEXEC));
-  ASSERT_TRUE(fd.valid());
-  auto match = MatchArchive(fd.get(), kLibcrypto, **index);
+  auto file = guard::OpenHostFile(kLibcrypto);
+  ASSERT_TRUE(file) << file.error().message;
+  auto elf = guard::ElfFile::Open(*file);
+  ASSERT_TRUE(elf) << elf.error().message;
+  auto match = MatchArchive(*elf, **index);
   ASSERT_TRUE(match) << match.error().message;
   for (const MatchedFunction& f : match->functions) {
     out->names[f.addr].insert(f.name);

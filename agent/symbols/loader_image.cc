@@ -17,35 +17,16 @@ namespace {
 // "library" of gigabytes is not one these readers should decode.
 constexpr uint64_t kMaxImageBytes = 256ull << 20;
 
-// A relocation section and its header.
-struct Rela {
-  Elf_Scn* scn;
-  GElf_Shdr sh;
-};
-
 // The file's loadable segments, each with its kind and memory size.
-Result<std::vector<LoaderImage::Segment>> ImageSegments(int fd, const X86Elf& file, std::string_view path) {
-  auto segments = ReadLoadSegments(fd, file, path, /*code_only=*/false, kMaxImageBytes);
+Result<std::vector<LoaderImage::Segment>> ImageSegments(const guard::ElfFile& elf) {
+  auto segments = ReadLoadSegments(elf, /*code_only=*/false, kMaxImageBytes);
   if (!segments) return segments.error();
-  size_t phnum = 0;
-  std::vector<uint64_t> memsz;  // p_memsz of the segments ReadLoadSegments returned, in order
-  if (elf_getphdrnum(file.elf.get(), &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(file.elf.get(), static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
-          ph.p_filesz != 0) {
-        memsz.push_back(ph.p_memsz);
-      }
-    }
-  }
   std::vector<LoaderImage::Segment> out;
-  for (size_t i = 0; i < segments->size(); ++i) {
-    LoadedSegment& seg = (*segments)[i];
+  for (LoadedSegment& seg : *segments) {
     const LoaderImage::Kind kind = (seg.flags & PF_X)   ? LoaderImage::kCode
                                    : (seg.flags & PF_W) ? LoaderImage::kWritable
                                                         : LoaderImage::kReadOnly;
-    const uint64_t size = i < memsz.size() ? memsz[i] : seg.bytes.size();
-    out.push_back({seg.vaddr, std::move(seg.bytes), size, kind});
+    out.push_back({seg.vaddr, std::move(seg.bytes), seg.memsz, kind});
   }
   return out;
 }
@@ -130,36 +111,28 @@ std::optional<uint64_t> LoaderImage::FunctionSize(uint64_t vaddr) const {
   return it->second;
 }
 
-Result<LoaderImage> LoadLoaderImage(int fd, std::string_view path, const LoaderImageOptions& options) {
-  auto opened = OpenX86Elf(fd, path);
-  if (!opened) return opened.error();
-  const ElfPtr& elf = opened->elf;
-  const uint64_t file_size = opened->file_size;
+Result<LoaderImage> LoadLoaderImage(const guard::ElfFile& elf, const LoaderImageOptions& options) {
+  if (auto st = CheckX86(elf); !st) return st.error();
   LoaderImage image;
-  auto segments = ImageSegments(fd, *opened, path);
+  auto segments = ImageSegments(elf);
   if (!segments) return segments.error();
   image.segments = std::move(*segments);
 
   // Sections: .dynsym (for R_X86_64_64 targets, and the export names), the
   // dynamic relocations against it, and .eh_frame (function extents).
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) return MakeError("{}: no section name table", path);
-  std::vector<Rela> relas;
+  std::vector<const guard::ElfSection*> relas;
   std::vector<uint64_t> dynsym_values;  // st_value of defined symbols, 0 for undefined
   std::vector<std::string_view> dynsym_names;
   size_t dynsym_index = 0;
-  for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn != nullptr; scn = elf_nextscn(elf.get(), scn)) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr) return MakeError("{}: unreadable section header", path);
-    if (sh.sh_type == SHT_NOBITS || sh.sh_size == 0) continue;
-    if (sh.sh_offset > file_size || file_size - sh.sh_offset < sh.sh_size) {
-      return MakeError("{}: section {} extends past the end of the file", path, elf_ndxscn(scn));
-    }
-    const char* name = elf_strptr(elf.get(), shstrndx, sh.sh_name);
+  for (const guard::ElfSection& sec : elf.sections()) {
+    const GElf_Shdr& sh = sec.shdr;
+    if (sec.index == 0 || sh.sh_type == SHT_NOBITS || sh.sh_size == 0) continue;
     if (sh.sh_type == SHT_DYNSYM) {
-      Elf_Data* d = elf_getdata(scn, nullptr);
+      auto bytes = elf.SectionBytes(sec);
+      if (!bytes) return bytes.error();
+      Elf_Data* d = elf.data(sec);
       if (d == nullptr) continue;
-      dynsym_index = elf_ndxscn(scn);
+      dynsym_index = sec.index;
       const size_t n = d->d_size / sizeof(Elf64_Sym);
       dynsym_values.assign(n, 0);
       if (options.symbol_names) dynsym_names.assign(n, {});
@@ -168,29 +141,33 @@ Result<LoaderImage> LoadLoaderImage(int fd, std::string_view path, const LoaderI
         if (gelf_getsym(d, static_cast<int>(k), &sym) == nullptr) break;
         if (sym.st_shndx != SHN_UNDEF) dynsym_values[k] = sym.st_value;
         if (options.symbol_names) {
-          const char* s = elf_strptr(elf.get(), sh.sh_link, sym.st_name);
-          if (s != nullptr) dynsym_names[k] = s;
-          if (s != nullptr && *s != '\0' && sym.st_shndx != SHN_UNDEF) image.exports.emplace(s, sym.st_value);
+          auto s = elf.StringAt(sh.sh_link, sym.st_name);
+          if (s) dynsym_names[k] = *s;
+          if (s && !s->empty() && sym.st_shndx != SHN_UNDEF) image.exports.emplace(std::string(*s), sym.st_value);
         }
       }
     } else if (sh.sh_type == SHT_RELA) {
-      relas.push_back({scn, sh});
-    } else if (sh.sh_type == SHT_PROGBITS && name != nullptr && std::strcmp(name, ".eh_frame") == 0) {
-      Elf_Data* d = elf_getdata(scn, nullptr);
+      relas.push_back(&sec);
+    } else if (sh.sh_type == SHT_PROGBITS && sec.name == ".eh_frame") {
+      auto bytes = elf.SectionBytes(sec);
+      if (!bytes) return bytes.error();
+      Elf_Data* d = elf.data(sec);
       uint64_t errors = 0;  // an undecodable FDE just gives no extent
       if (d != nullptr) {
-        eh::ForEachFde(elf.get(), d, /*eh_frame=*/true, sh.sh_addr, &errors,
+        eh::ForEachFde(elf.elf(), d, /*eh_frame=*/true, sh.sh_addr, &errors,
                        [&image](uint64_t start, uint64_t len) { image.fdes.emplace_back(start, len); });
       }
     }
   }
   std::sort(image.fdes.begin(), image.fdes.end());
-  for (const Rela& r : relas) {
+  for (const guard::ElfSection* r : relas) {
     // Only the dynamic relocations (.rela.dyn, linked to .dynsym, or with no
     // symbols at all); .rela.plt holds JUMP_SLOTs, which are not data but say
     // what a PLT stub calls.
-    if (r.sh.sh_link != dynsym_index && r.sh.sh_link != 0) continue;
-    if (Elf_Data* d = elf_getdata(r.scn, nullptr)) ApplyRelocations(d, dynsym_values, dynsym_names, image);
+    if (r->shdr.sh_link != dynsym_index && r->shdr.sh_link != 0) continue;
+    auto bytes = elf.SectionBytes(*r);
+    if (!bytes) return bytes.error();
+    if (Elf_Data* d = elf.data(*r)) ApplyRelocations(d, dynsym_values, dynsym_names, image);
   }
   return image;
 }

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/guard/elf_file.h"
 #include "agent/symbols/library_tables.h"
 #include "common/result.h"
 
@@ -142,8 +143,8 @@ void NameTableFunctions(const LoaderImage& image, std::string_view prefix, const
   }
 }
 
-// Loads the x86-64 ELF64 file open at `fd`. Errors: not such a file, its
-// headers or sections are malformed, or its loadable segments exceed 256 MiB.
-Result<LoaderImage> LoadLoaderImage(int fd, std::string_view path, const LoaderImageOptions& options = {});
+// Loads the x86-64 ELF64 file `elf`. Errors: not such a file, its headers or
+// sections are malformed, or its loadable segments exceed 256 MiB.
+Result<LoaderImage> LoadLoaderImage(const guard::ElfFile& elf, const LoaderImageOptions& options = {});
 
 }  // namespace tlsprof::symbols

@@ -42,8 +42,9 @@ class MalformedElfTest : public ::testing::Test {
   Result<std::shared_ptr<const BinaryImage>> Load(const std::vector<uint8_t>& bytes) {
     std::string path = dir_.File("f" + std::to_string(counter_++));
     WriteFileBytes(path, bytes);
-    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    auto img = LoadBinaryImage(fd.get(), path);
+    auto file = guard::OpenHostFile(path);
+    if (!file) return file.error();
+    auto img = LoadBinaryImage(*file, ImageOrigin{path, nullptr});
     std::filesystem::remove(path);
     return img;
   }

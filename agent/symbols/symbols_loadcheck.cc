@@ -32,15 +32,15 @@ namespace {
 // --tables-only: both table readers on the file, each the fastest of
 // `repeat` runs; a reader that names nothing in this file (the other
 // library's) is printed only if neither does. The exit status.
-int TimeTableReaders(int fd, const char* path, int repeat) {
+int TimeTableReaders(const tlsprof::guard::ElfFile& elf, int repeat) {
   double best = 1e30, best_boring = 1e30;
   tlsprof::symbols::LibraryTablesStats st;
   tlsprof::symbols::BoringSslTablesStats bst;
   for (int i = 0; i < repeat; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    auto tables = tlsprof::symbols::ReadLibraryTables(fd, path);
+    auto tables = tlsprof::symbols::ReadLibraryTables(elf);
     auto t1 = std::chrono::steady_clock::now();
-    auto boring = tlsprof::symbols::ReadBoringSslTables(fd, path);
+    auto boring = tlsprof::symbols::ReadBoringSslTables(elf);
     auto t2 = std::chrono::steady_clock::now();
     if (!tables || !boring) {
       std::fprintf(stderr, "error: %s\n", (!tables ? tables.error() : boring.error()).message.c_str());
@@ -55,7 +55,7 @@ int TimeTableReaders(int fd, const char* path, int repeat) {
     std::printf(
         "%s: %llu algorithms in %llu tables, %llu curves, %llu EC methods, %llu cipher hw structs, %llu functions "
         "named (%llu below the providers); decode %.1f ms (fastest of %d)\n",
-        path, static_cast<unsigned long long>(st.algorithms), static_cast<unsigned long long>(st.tables),
+        elf.path().c_str(), static_cast<unsigned long long>(st.algorithms), static_cast<unsigned long long>(st.tables),
         static_cast<unsigned long long>(st.curves), static_cast<unsigned long long>(st.ec_methods),
         static_cast<unsigned long long>(st.hw_structs), static_cast<unsigned long long>(st.functions),
         static_cast<unsigned long long>(st.code_functions), best, repeat);
@@ -64,7 +64,7 @@ int TimeTableReaders(int fd, const char* path, int repeat) {
     std::printf(
         "%s: %llu getters and %llu curves, %llu slots, %llu functions named (%llu without an FDE); method-table "
         "decode %.1f ms (fastest of %d)\n",
-        path, static_cast<unsigned long long>(bst.getters), static_cast<unsigned long long>(bst.curves),
+        elf.path().c_str(), static_cast<unsigned long long>(bst.getters), static_cast<unsigned long long>(bst.curves),
         static_cast<unsigned long long>(bst.slots), static_cast<unsigned long long>(bst.functions),
         static_cast<unsigned long long>(bst.no_extent), best_boring, repeat);
   }
@@ -102,12 +102,19 @@ int main(int argc, char** argv) {
                  argv[0], argv[0]);
     return 2;
   }
-  tlsprof::UniqueFd fd(open(argv[1], O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    std::perror(argv[1]);
+  auto file = tlsprof::guard::OpenHostFile(argv[1]);
+  if (!file) {
+    std::fprintf(stderr, "%s\n", file.error().message.c_str());
     return 1;
   }
-  if (tables_only) return TimeTableReaders(fd.get(), argv[1], repeat);
+  if (tables_only) {
+    auto elf = tlsprof::guard::ElfFile::Open(*file);
+    if (!elf) {
+      std::fprintf(stderr, "%s\n", elf.error().message.c_str());
+      return 1;
+    }
+    return TimeTableReaders(*elf, repeat);
+  }
   tlsprof::symbols::LoadOptions options;
   if (!all) {
     options.keep = tlsprof::classify::IsTlsSymbol;
@@ -118,7 +125,7 @@ int main(int argc, char** argv) {
   long rss_before = tlsprof::symbols::ProcStatusKb("VmRSS:");
   long hwm_before = tlsprof::symbols::ProcStatusKb("VmHWM:");
   auto t0 = std::chrono::steady_clock::now();
-  auto image = tlsprof::symbols::LoadBinaryImage(fd.get(), argv[1], options);
+  auto image = tlsprof::symbols::LoadBinaryImage(*file, tlsprof::symbols::ImageOrigin{argv[1], nullptr}, options);
   auto t1 = std::chrono::steady_clock::now();
   if (!image) {
     std::fprintf(stderr, "error: %s\n", image.error().message.c_str());

@@ -66,9 +66,9 @@ std::string ReadelfBuildId(const std::string& path) {
 }
 
 Result<std::shared_ptr<const BinaryImage>> LoadPath(const std::string& path, const LoadOptions& options) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return MakeError("cannot open {}", path);
-  return LoadBinaryImage(fd.get(), path, options);
+  auto file = guard::OpenHostFile(path);
+  if (!file) return file.error();
+  return LoadBinaryImage(*file, ImageOrigin{path, nullptr}, options);
 }
 
 const Symbol* SymbolNamed(const BinaryImage& image, const std::string& name) {

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/guard/elf_file.h"
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/library_tables.h"
 #include "common/fd.h"
@@ -71,12 +72,15 @@ std::string ReadelfBuildId(const std::string& path);
 // Opens `path` and loads it.
 Result<std::shared_ptr<const BinaryImage>> LoadPath(const std::string& path, const LoadOptions& options = {});
 
-// Opens `path` and hands it to `read` (ReadLibraryTables, ArchiveIndex::Load, ...).
+// Opens `path` as ELF (guard::ElfFile) and hands it to `read`
+// (ReadLibraryTables, ReadBoringSslTables, ...).
 template <typename T>
-Result<T> ReadPath(const std::string& path, Result<T> (*read)(int, std::string_view)) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return MakeError("cannot open {}", path);
-  return read(fd.get(), path);
+Result<T> ReadPath(const std::string& path, Result<T> (*read)(const guard::ElfFile&)) {
+  auto file = guard::OpenHostFile(path);
+  if (!file) return file.error();
+  auto elf = guard::ElfFile::Open(*file);
+  if (!elf) return elf.error();
+  return read(*elf);
 }
 
 // Names from the file itself (and local debug files) only: no static archive,
@@ -116,7 +120,7 @@ struct BuiltTables {
 // `read`. Needs cc.
 template <typename Tables>
 void ReadBuiltLibrary(const std::string& stem, const std::string& soname, const std::string& cflags,
-                      const std::string& source, const std::string& libs, Result<Tables> (*read)(int, std::string_view),
+                      const std::string& source, const std::string& libs, Result<Tables> (*read)(const guard::ElfFile&),
                       BuiltTables<Tables>* out);
 
 // The functions a tables reader named, by the name `full` (the same library
@@ -179,7 +183,7 @@ void ExpectMalformedCopiesHandled(const char* real, const std::string& copy_name
 
 template <typename Tables>
 void ReadBuiltLibrary(const std::string& stem, const std::string& soname, const std::string& cflags,
-                      const std::string& source, const std::string& libs, Result<Tables> (*read)(int, std::string_view),
+                      const std::string& source, const std::string& libs, Result<Tables> (*read)(const guard::ElfFile&),
                       BuiltTables<Tables>* out) {
   ASSERT_TRUE(HaveTool("cc")) << "cc is missing: run scripts/install-deps.sh";
   TempDir dir;

@@ -58,7 +58,7 @@ constexpr std::array<std::string_view, 3> kCallees = {"SSL_in_early_data", "SSL_
 // file defines them) and any other address (read on demand).
 class FileCode {
  public:
-  FileCode(int fd, const Functions& functions) : fd_(fd), functions_(functions) {}
+  FileCode(const guard::ElfFile& elf, const Functions& functions) : elf_(elf), functions_(functions) {}
 
   const FunctionCode* At(uint64_t vaddr) {
     for (const auto& [name, code] : functions_) {
@@ -71,7 +71,7 @@ class FileCode {
     // A PLT stub: the function its slot binds, when the file defines it
     // (an accessor's call to another of the library's own exports).
     if (!slots_) {
-      auto slots = JumpSlots(fd_);
+      auto slots = JumpSlots(elf_);
       slots_ = slots.ok() ? std::move(*slots) : std::map<uint64_t, std::string>{};
     }
     auto name = slots_->find(*slot);
@@ -84,7 +84,7 @@ class FileCode {
   const FunctionCode* Read(uint64_t vaddr) {
     auto it = read_.find(vaddr);
     if (it != read_.end()) return it->second.get();
-    auto code = CodeAt(fd_, vaddr);
+    auto code = CodeAt(elf_, vaddr);
     auto& slot = read_[vaddr];
     if (code.ok()) slot = std::make_unique<FunctionCode>(std::move(*code));
     return slot.get();
@@ -104,7 +104,7 @@ class FileCode {
     return code.vaddr + i + 6 + static_cast<int64_t>(disp);
   }
 
-  int fd_;
+  const guard::ElfFile& elf_;
   const Functions& functions_;
   std::optional<std::map<uint64_t, std::string>> slots_;
   std::map<uint64_t, std::unique_ptr<FunctionCode>> read_;
@@ -138,7 +138,7 @@ FilePlan PlanBoringSslFile(const Functions& functions) {
 
 ProcessPlan PlanBoringSslLayout(const std::vector<BoringSslFile>& files) {
   std::vector<std::unique_ptr<FileCode>> code;
-  for (const BoringSslFile& f : files) code.push_back(std::make_unique<FileCode>(f.fd, *f.functions));
+  for (const BoringSslFile& f : files) code.push_back(std::make_unique<FileCode>(*f.elf, *f.functions));
   // One accessor, decoded in the file that defines it (its calls are to
   // that file's own functions).
   auto decode = [&](std::string_view name, const std::vector<LoadChain>& null_pointers) -> std::optional<LoadChain> {

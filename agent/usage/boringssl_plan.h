@@ -61,7 +61,7 @@ std::vector<std::string_view> BoringSslWantedFunctions();
 FilePlan PlanBoringSslFile(const std::map<std::string, FunctionCode, std::less<>>& functions);
 
 struct BoringSslFile {
-  int fd = -1;  // read for the code the accessors call (PLT stubs, long functions)
+  const guard::ElfFile* elf = nullptr;  // read for the code the accessors call (PLT stubs, long functions)
   const std::map<std::string, FunctionCode, std::less<>>* functions = nullptr;
 };
 

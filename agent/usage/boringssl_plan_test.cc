@@ -34,6 +34,7 @@
 #include "agent/usage/elf_functions.h"
 #include "agent/usage/follow_chain.h"
 #include "agent/usage/names.h"
+#include "agent/usage/plan_test_util.h"
 #include "agent/usage/probe_plan.h"
 #include "workloads/common/boringssl_util.h"
 
@@ -173,10 +174,9 @@ TEST(DecodeAccessor, RejectsWhatItDoesNotModel) {
 // ---- The decoder against DecodeLoadChain on Debian's OpenSSL 3 -------------
 
 Functions FunctionsOf(const char* path, const std::vector<std::string_view>& names) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0) << path;
-  auto functions = FindFunctions(fd, names);
-  close(fd);
+  const OpenedElf opened = OpenElf(path);
+  if (!opened.elf) return {};
+  auto functions = FindFunctions(*opened.elf, names);
   EXPECT_TRUE(functions.ok()) << (functions.ok() ? "" : functions.error().message);
   return functions.ok() ? *functions : Functions();
 }
@@ -209,17 +209,14 @@ struct Plan {
 const Plan& DebianPlan() {
   static const Plan plan = [] {
     Plan p;
-    const int ssl_fd = open(kLibssl, O_RDONLY | O_CLOEXEC), crypto_fd = open(kLibcrypto, O_RDONLY | O_CLOEXEC);
-    EXPECT_GE(ssl_fd, 0);
-    EXPECT_GE(crypto_fd, 0);
-    auto ssl = FindFunctions(ssl_fd, BoringSslWantedFunctions());
-    auto crypto = FindFunctions(crypto_fd, BoringSslWantedFunctions());
+    const OpenedElf ssl_elf = OpenElf(kLibssl), crypto_elf = OpenElf(kLibcrypto);
+    if (!ssl_elf.elf || !crypto_elf.elf) return p;
+    auto ssl = FindFunctions(*ssl_elf.elf, BoringSslWantedFunctions());
+    auto crypto = FindFunctions(*crypto_elf.elf, BoringSslWantedFunctions());
     EXPECT_TRUE(ssl.ok() && crypto.ok());
     if (ssl.ok()) p.ssl = std::move(*ssl);
     if (crypto.ok()) p.crypto = std::move(*crypto);
-    p.layout = PlanBoringSslLayout({{ssl_fd, &p.ssl}, {crypto_fd, &p.crypto}});
-    close(ssl_fd);
-    close(crypto_fd);
+    p.layout = PlanBoringSslLayout({{ssl_elf.elf.get(), &p.ssl}, {crypto_elf.elf.get(), &p.crypto}});
     return p;
   }();
   return plan;
@@ -255,12 +252,11 @@ TEST(BoringSslPlan, DebianProbeSites) {
   }
   // BoringSSL's handshake is not OpenSSL's state machine: no method-table
   // search finds one in its libssl.
-  const int fd = open(kLibssl, O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  auto openssl_view = FindFunctions(fd, WantedFunctions());
+  const OpenedElf opened = OpenElf(kLibssl);
+  ASSERT_TRUE(opened.elf);
+  auto openssl_view = FindFunctions(*opened.elf, WantedFunctions());
   ASSERT_TRUE(openssl_view.ok());
-  EXPECT_TRUE(FindHandshakeStateMachine(fd, *openssl_view).empty());
-  close(fd);
+  EXPECT_TRUE(FindHandshakeStateMachine(*opened.elf, *openssl_view).empty());
 }
 
 // What the plain-chain decoder (DecodeLoadChain, OpenSSL's) makes of

@@ -2,171 +2,138 @@
 
 #include <gelf.h>
 #include <libelf.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
 
-#include "agent/symbols/x86_elf.h"
-
 namespace tlsprof::usage {
 namespace {
 
-using symbols::ElfPtr;
-
-// libelf's handle on `fd` (mapped); an error where it is not ELF.
-Result<ElfPtr> OpenElf(int fd) {
-  symbols::InitLibelf();
-  ElfPtr elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return MakeError("not an ELF file: {}", elf_errmsg(-1));
-  return elf;
-}
+using guard::ElfFile;
+using guard::ElfSection;
 
 // The code at `vaddr` of the executable segment `ph` (up to kPrefixBytes of
 // it, as far as the file goes); nullopt where the file ends first.
-std::optional<FunctionCode> CodeIn(const GElf_Phdr& ph, uint64_t vaddr, const char* raw, size_t file_size) {
+std::optional<FunctionCode> CodeIn(const ElfFile& elf, const GElf_Phdr& ph, uint64_t vaddr) {
   FunctionCode code;
   code.vaddr = vaddr;
   code.file_offset = vaddr - ph.p_vaddr + ph.p_offset;
-  const uint64_t segment_end = std::min<uint64_t>(ph.p_offset + ph.p_filesz, file_size);
+  const uint64_t segment_end = std::min<uint64_t>(ph.p_offset + ph.p_filesz, elf.size());
   if (code.file_offset >= segment_end) return std::nullopt;
-  const size_t n = std::min<uint64_t>(kPrefixBytes, segment_end - code.file_offset);
-  code.prefix.assign(raw + code.file_offset, raw + code.file_offset + n);
+  const uint64_t n = std::min<uint64_t>(kPrefixBytes, segment_end - code.file_offset);
+  auto bytes = elf.Read(code.file_offset, n, kPrefixBytes, "a function's code");
+  if (!bytes) return std::nullopt;
+  code.prefix = std::move(*bytes);
   return code;
 }
 
-// Calls visit(section header, data, i) for entry i of each section that
+// Calls visit(section, data, i) for entry i of each section that
 // wanted(header) accepts, over as many `entry_size`-byte entries as both
 // the header and the data hold; visit returns false to leave the section
-// (an entry that does not read).
+// (an entry that does not read). Sections over the guard's caps are left out.
 template <typename Wanted, typename Visit>
-void ForEachEntry(Elf* elf, size_t entry_size, Wanted wanted, Visit visit) {
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr sh;
-    if (!gelf_getshdr(scn, &sh) || !wanted(sh) || sh.sh_entsize == 0) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
+void ForEachEntry(const ElfFile& elf, size_t entry_size, Wanted wanted, Visit visit) {
+  for (const ElfSection& s : elf.sections()) {
+    if (s.index == 0 || !wanted(s.shdr) || s.shdr.sh_entsize == 0) continue;
+    if (s.shdr.sh_size / s.shdr.sh_entsize > guard::kMaxSymbols) {
+      guard::Refuse(guard::Reason::kSymbols, elf.path(),
+                    fmt::format("{} has {} entries, over the cap of {}", s.name, s.shdr.sh_size / s.shdr.sh_entsize,
+                                guard::kMaxSymbols));
+      continue;
+    }
+    auto bytes = elf.SectionBytes(s);
+    Elf_Data* data = bytes ? elf.data(s) : nullptr;
     if (!data) continue;
-    const size_t count = std::min<size_t>(sh.sh_size / sh.sh_entsize, data->d_size / entry_size);
+    const size_t count = std::min<size_t>(s.shdr.sh_size / s.shdr.sh_entsize, data->d_size / entry_size);
     for (size_t i = 0; i < count; ++i) {
-      if (!visit(sh, data, i)) break;
+      if (!visit(s, data, i)) break;
     }
   }
 }
 
-// visit(section header, symbol) for each symbol of .symtab and .dynsym.
+// visit(section, symbol) for each symbol of .symtab and .dynsym.
 template <typename Visit>
-void ForEachSymbol(Elf* elf, Visit visit) {
+void ForEachSymbol(const ElfFile& elf, Visit visit) {
   auto symbols = [](const GElf_Shdr& sh) { return sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM; };
-  ForEachEntry(elf, sizeof(Elf64_Sym), symbols, [&](const GElf_Shdr& sh, Elf_Data* data, size_t i) {
+  ForEachEntry(elf, sizeof(Elf64_Sym), symbols, [&](const ElfSection& s, Elf_Data* data, size_t i) {
     GElf_Sym sym;
     if (!gelf_getsym(data, static_cast<int>(i), &sym)) return false;
-    visit(sh, sym);
+    visit(s, sym);
     return true;
   });
 }
 
-// visit(section header, relocation) for each relocation of each SHT_RELA
-// section.
+// visit(section, relocation) for each relocation of each SHT_RELA section.
 template <typename Visit>
-void ForEachRela(Elf* elf, Visit visit) {
+void ForEachRela(const ElfFile& elf, Visit visit) {
   auto relas = [](const GElf_Shdr& sh) { return sh.sh_type == SHT_RELA; };
-  ForEachEntry(elf, sizeof(Elf64_Rela), relas, [&](const GElf_Shdr& sh, Elf_Data* data, size_t i) {
+  ForEachEntry(elf, sizeof(Elf64_Rela), relas, [&](const ElfSection& s, Elf_Data* data, size_t i) {
     GElf_Rela rela;
     if (!gelf_getrela(data, static_cast<int>(i), &rela)) return false;
-    visit(sh, rela);
+    visit(s, rela);
     return true;
   });
 }
 
 }  // namespace
 
-Result<std::map<std::string, FunctionCode, std::less<>>> FindFunctions(int fd,
+Result<std::map<std::string, FunctionCode, std::less<>>> FindFunctions(const ElfFile& elf,
                                                                        std::span<const std::string_view> names) {
-  auto opened = OpenElf(fd);
-  if (!opened) return opened.error();
-  ElfPtr elf = std::move(*opened);
-  GElf_Ehdr ehdr;
-  if (!gelf_getehdr(elf.get(), &ehdr)) return MakeError("bad ELF header: {}", elf_errmsg(-1));
-  if (ehdr.e_machine != EM_X86_64) return MakeError("not an x86-64 ELF file (e_machine {})", ehdr.e_machine);
-
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) != 0) return MakeError("bad program headers: {}", elf_errmsg(-1));
-  std::vector<GElf_Phdr> loads;
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
-      loads.push_back(ph);
-    }
+  if (elf.ehdr().e_machine != EM_X86_64) {
+    return MakeError("not an x86-64 ELF file (e_machine {})", elf.ehdr().e_machine);
   }
-  size_t file_size = 0;
-  const char* raw = elf_rawfile(elf.get(), &file_size);
-  if (!raw) return MakeError("cannot read the file: {}", elf_errmsg(-1));
-
+  std::vector<GElf_Phdr> loads;
+  for (const GElf_Phdr& ph : elf.program_headers()) {
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) loads.push_back(ph);
+  }
   std::map<std::string, FunctionCode, std::less<>> found;
-  ForEachSymbol(elf.get(), [&](const GElf_Shdr& sh, const GElf_Sym& sym) {
+  ForEachSymbol(elf, [&](const ElfSection& s, const GElf_Sym& sym) {
     if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || sym.st_value == 0) return;
-    const char* cname = elf_strptr(elf.get(), sh.sh_link, sym.st_name);
-    if (!cname) return;
-    std::string_view name(cname);
+    auto full = elf.StringAt(s.shdr.sh_link, sym.st_name);
+    if (!full) return;
+    std::string_view name = *full;
     if (auto at = name.find('@'); at != std::string_view::npos) name = name.substr(0, at);
     if (std::find(names.begin(), names.end(), name) == names.end() || found.count(name)) return;
     for (const GElf_Phdr& ph : loads) {
       if (sym.st_value < ph.p_vaddr || sym.st_value >= ph.p_vaddr + ph.p_filesz) continue;
-      if (auto code = CodeIn(ph, sym.st_value, raw, file_size)) found.emplace(std::string(name), std::move(*code));
+      if (auto code = CodeIn(elf, ph, sym.st_value)) found.emplace(std::string(name), std::move(*code));
       break;
     }
   });
   return found;
 }
 
-Result<FunctionCode> CodeAt(int fd, uint64_t vaddr) {
-  auto opened = OpenElf(fd);
-  if (!opened) return opened.error();
-  ElfPtr elf = std::move(*opened);
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) != 0) return MakeError("bad program headers: {}", elf_errmsg(-1));
-  size_t file_size = 0;
-  const char* raw = elf_rawfile(elf.get(), &file_size);
-  if (!raw) return MakeError("cannot read the file: {}", elf_errmsg(-1));
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr ph;
-    if (!gelf_getphdr(elf.get(), static_cast<int>(i), &ph) || ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+Result<FunctionCode> CodeAt(const ElfFile& elf, uint64_t vaddr) {
+  for (const GElf_Phdr& ph : elf.program_headers()) {
+    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
     if (vaddr < ph.p_vaddr || vaddr >= ph.p_vaddr + ph.p_filesz) continue;
-    if (auto code = CodeIn(ph, vaddr, raw, file_size)) return std::move(*code);
+    if (auto code = CodeIn(elf, ph, vaddr)) return std::move(*code);
     break;
   }
   return MakeError("no executable segment holds {:#x}", vaddr);
 }
 
-Result<std::map<uint64_t, uint64_t>> PointerWords(int fd, uint64_t begin, uint64_t end) {
-  auto opened = OpenElf(fd);
-  if (!opened) return opened.error();
-  ElfPtr elf = std::move(*opened);
+Result<std::map<uint64_t, uint64_t>> PointerWords(const ElfFile& elf, uint64_t begin, uint64_t end) {
   std::map<uint64_t, uint64_t> out;
-  GElf_Ehdr ehdr;
-  if (!gelf_getehdr(elf.get(), &ehdr)) return MakeError("bad ELF header: {}", elf_errmsg(-1));
-  if (ehdr.e_type == ET_EXEC) {
-    size_t phnum = 0, file_size = 0;
-    if (elf_getphdrnum(elf.get(), &phnum) != 0) return MakeError("bad program headers: {}", elf_errmsg(-1));
-    const char* raw = elf_rawfile(elf.get(), &file_size);
-    if (!raw) return MakeError("cannot read the file: {}", elf_errmsg(-1));
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (!gelf_getphdr(elf.get(), static_cast<int>(i), &ph) || ph.p_type != PT_LOAD) continue;
-      if (begin < ph.p_vaddr || end > ph.p_vaddr + ph.p_filesz || ph.p_offset + ph.p_filesz > file_size) continue;
-      for (uint64_t at = begin; at + 8 <= end; at += 8) {
+  if (end < begin) return out;
+  if (elf.ehdr().e_type == ET_EXEC) {
+    for (const GElf_Phdr& ph : elf.program_headers()) {
+      if (ph.p_type != PT_LOAD) continue;
+      if (begin < ph.p_vaddr || end > ph.p_vaddr + ph.p_filesz || ph.p_offset + ph.p_filesz > elf.size()) continue;
+      auto bytes = elf.Read(begin - ph.p_vaddr + ph.p_offset, end - begin, guard::kMaxSectionBytes, "pointer words");
+      if (!bytes) return bytes.error();
+      for (uint64_t at = 0; at + 8 <= bytes->size(); at += 8) {
         uint64_t word = 0;
-        std::memcpy(&word, raw + (at - ph.p_vaddr + ph.p_offset), sizeof(word));
-        if (word != 0) out[at] = word;
+        std::memcpy(&word, bytes->data() + at, sizeof(word));
+        if (word != 0) out[begin + at] = word;
       }
       return out;
     }
     return out;
   }
-  ForEachRela(elf.get(), [&](const GElf_Shdr&, const GElf_Rela& rela) {
+  ForEachRela(elf, [&](const ElfSection&, const GElf_Rela& rela) {
     if (GELF_R_TYPE(rela.r_info) != R_X86_64_RELATIVE) return;
     if (rela.r_offset < begin || rela.r_offset >= end) return;
     out[rela.r_offset] = static_cast<uint64_t>(rela.r_addend);
@@ -174,21 +141,18 @@ Result<std::map<uint64_t, uint64_t>> PointerWords(int fd, uint64_t begin, uint64
   return out;
 }
 
-Result<std::map<uint64_t, std::string>> JumpSlots(int fd) {
-  auto opened = OpenElf(fd);
-  if (!opened) return opened.error();
-  ElfPtr elf = std::move(*opened);
+Result<std::map<uint64_t, std::string>> JumpSlots(const ElfFile& elf) {
   std::map<uint64_t, std::string> out;
-  ForEachRela(elf.get(), [&](const GElf_Shdr& sh, const GElf_Rela& rela) {
+  ForEachRela(elf, [&](const ElfSection& s, const GElf_Rela& rela) {
     if (GELF_R_TYPE(rela.r_info) != R_X86_64_JUMP_SLOT) return;
-    Elf_Scn* symtab = elf_getscn(elf.get(), sh.sh_link);
-    GElf_Shdr sym_sh;
-    if (!symtab || !gelf_getshdr(symtab, &sym_sh) || sym_sh.sh_type != SHT_DYNSYM) return;
-    Elf_Data* syms = elf_getdata(symtab, nullptr);
+    if (s.shdr.sh_link >= elf.sections().size()) return;
+    const ElfSection& symtab = elf.sections()[s.shdr.sh_link];
+    if (symtab.shdr.sh_type != SHT_DYNSYM || !elf.SectionBytes(symtab)) return;
+    Elf_Data* syms = elf.data(symtab);
     GElf_Sym sym;
     if (!syms || !gelf_getsym(syms, static_cast<int>(GELF_R_SYM(rela.r_info)), &sym)) return;
-    const char* name = elf_strptr(elf.get(), sym_sh.sh_link, sym.st_name);
-    if (name && *name) out[rela.r_offset] = name;
+    auto name = elf.StringAt(symtab.shdr.sh_link, sym.st_name);
+    if (name && !name->empty()) out[rela.r_offset] = std::string(*name);
   });
   return out;
 }

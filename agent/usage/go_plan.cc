@@ -5,7 +5,6 @@
 #include <elfutils/libdw.h>
 #include <gelf.h>
 #include <libelf.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -93,34 +92,15 @@ constexpr std::array kGoConnTable = {
     GoConnRow{"go1.24", 0x48, 0x64, 0x61},  // test_usage_trixie: Go 1.24.4 of the trixie root
 };
 
-using symbols::ElfPtr;
 using DwarfPtr = std::unique_ptr<Dwarf, decltype([](Dwarf* dw) { dwarf_end(dw); })>;
 
-std::optional<std::vector<uint8_t>> ReadAt(int fd, uint64_t offset, uint64_t size) {
-  std::vector<uint8_t> out(size);
-  if (size == 0) return out;
-  const ssize_t n = pread(fd, out.data(), size, static_cast<off_t>(offset));
-  if (n < 0 || static_cast<uint64_t>(n) != size) return std::nullopt;
-  return out;
-}
-
-// The contents of the section called `name`; empty if none.
-std::vector<uint8_t> SectionBytes(int fd, std::string_view name) {
-  elf_version(EV_CURRENT);
-  ElfPtr elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return {};
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) return {};
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
-    GElf_Shdr sh;
-    if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS) continue;
-    const char* n = elf_strptr(elf.get(), shstrndx, sh.sh_name);
-    if (!n || name != n) continue;
-    // A bound on what is read: buildinfo is 32 bytes plus a short string.
-    return ReadAt(fd, sh.sh_offset, std::min<uint64_t>(sh.sh_size, 4096)).value_or(std::vector<uint8_t>{});
-  }
-  return {};
+// The contents of the section called `name`, up to `cap` bytes; empty if
+// none or unreadable.
+std::vector<uint8_t> SectionPrefix(const guard::ElfFile& elf, std::string_view name, uint64_t cap) {
+  const guard::ElfSection* s = elf.Find(name);
+  if (s == nullptr || s->shdr.sh_type == SHT_NOBITS) return {};
+  auto bytes = elf.Read(s->shdr.sh_offset, std::min<uint64_t>(s->shdr.sh_size, cap), cap, name);
+  return bytes ? std::move(*bytes) : std::vector<uint8_t>{};
 }
 
 std::string Describe(int32_t offset, uint8_t width, std::string_view source) {
@@ -203,8 +183,21 @@ std::optional<std::string> GoBuildInfoVersion(std::span<const uint8_t> s) {
   return std::nullopt;
 }
 
-std::optional<GoConnLayout> GoConnLayoutFromDwarf(int fd) {
-  DwarfPtr dw(dwarf_begin(fd, DWARF_C_READ));
+std::optional<GoConnLayout> GoConnLayoutFromDwarf(const guard::ElfFile& elf) {
+  // libdw reads (and inflates) every debug section of the file when it
+  // starts: each is read here first, through the guard's caps, so libdw finds
+  // them read. GNU-style .zdebug sections would be inflated by libdw
+  // unchecked: not read at all.
+  uint64_t total = 0;
+  for (const guard::ElfSection& s : elf.sections()) {
+    if (s.name.starts_with(".zdebug")) return std::nullopt;
+    if (!s.name.starts_with(".debug_")) continue;
+    auto bytes = elf.SectionBytes(s);
+    if (!bytes) return std::nullopt;
+    total += bytes->size();
+    if (total > guard::kMaxSectionBytes) return std::nullopt;
+  }
+  DwarfPtr dw(dwarf_begin_elf(elf.elf(), DWARF_C_READ, nullptr));
   if (!dw) return std::nullopt;
   Dwarf_Off off = 0, next = 0;
   size_t header = 0;
@@ -266,19 +259,22 @@ std::optional<GoConnLayout> GoConnLayoutFromTable(std::string_view go_version) {
   return std::nullopt;
 }
 
-Result<GoFilePlan> PlanGoFile(int fd, std::string_view display_path) {
+Result<GoFilePlan> PlanGoFile(const guard::GuardedFile& file, std::string_view display_path) {
   symbols::LoadOptions options;
   options.keep = [](std::string_view name) {
     return std::any_of(kGoProbed.begin(), kGoProbed.end(), [&](const GoProbed& p) { return p.name == name; });
   };
   options.debug.debug_roots.clear();
   options.debug.use_debuginfod = false;
-  auto image = symbols::LoadBinaryImage(fd, display_path, options);
+  auto image = symbols::LoadBinaryImage(file, symbols::ImageOrigin{std::string(display_path), nullptr}, options);
   if (!image.ok()) return image.error();
   if (!(*image)->is_go) return MakeError("{}: not a Go binary", display_path);
+  auto elf = guard::ElfFile::Open(file);
+  if (!elf.ok()) return elf.error();
 
   GoFilePlan plan;
-  plan.go_version = GoBuildInfoVersion(SectionBytes(fd, ".go.buildinfo")).value_or("");
+  // A bound on what is read: buildinfo is 32 bytes plus a short string.
+  plan.go_version = GoBuildInfoVersion(SectionPrefix(*elf, ".go.buildinfo", 4096)).value_or("");
   for (const symbols::Symbol& sym : (*image)->symbols.all()) {
     auto probed =
         std::find_if(kGoProbed.begin(), kGoProbed.end(), [&](const GoProbed& p) { return p.name == sym.name; });
@@ -290,7 +286,7 @@ Result<GoFilePlan> PlanGoFile(int fd, std::string_view display_path) {
     }
     if (!seg) continue;
     const uint64_t file_offset = sym.addr - seg->vaddr + seg->offset;
-    auto code = ReadAt(fd, file_offset, sym.size);
+    auto code = elf->Read(file_offset, sym.size, 1u << 20, "a probed function");
     if (!code) continue;
     const std::vector<uint64_t> rets = ReturnInstructions(*code, sym.addr);
     if (rets.empty()) continue;  // never returns: nothing to time or count
@@ -309,7 +305,7 @@ Result<GoFilePlan> PlanGoFile(int fd, std::string_view display_path) {
   }
   if (plan.functions.empty()) return MakeError("{}: no crypto/tls function to probe", display_path);
 
-  if (auto from_dwarf = GoConnLayoutFromDwarf(fd)) {
+  if (auto from_dwarf = GoConnLayoutFromDwarf(*elf)) {
     plan.conn = *from_dwarf;
   } else if (auto from_table = GoConnLayoutFromTable(plan.go_version)) {
     plan.conn = *from_table;

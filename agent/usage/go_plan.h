@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/guard/elf_file.h"
 #include "bpf/usage.h"
 #include "common/result.h"
 
@@ -74,15 +75,16 @@ uint64_t GoEntryProbeAddress(std::span<const uint8_t> code, uint64_t vaddr);
 // inline varint-prefixed string). nullopt for other layouts or bad bytes.
 std::optional<std::string> GoBuildInfoVersion(std::span<const uint8_t> section);
 
-// tls.Conn's field offsets from DWARF of the file at `fd`; nullopt without
-// DWARF or without the type.
-std::optional<GoConnLayout> GoConnLayoutFromDwarf(int fd);
+// tls.Conn's field offsets from the DWARF of `elf`; nullopt without DWARF,
+// without the type, or with debug sections over the guard's caps (they are
+// read through guard::ElfFile before libdw sees them).
+std::optional<GoConnLayout> GoConnLayoutFromDwarf(const guard::ElfFile& elf);
 // The table's row for `go_version` ("go1.19.8" matches "go1.19"); nullopt
 // when the table has none.
 std::optional<GoConnLayout> GoConnLayoutFromTable(std::string_view go_version);
 
 // The whole plan for one Go binary. An Error for a file that is not an
 // x86-64 Go ELF or has none of the probed functions.
-Result<GoFilePlan> PlanGoFile(int fd, std::string_view display_path);
+Result<GoFilePlan> PlanGoFile(const guard::GuardedFile& file, std::string_view display_path);
 
 }  // namespace tlsprof::usage

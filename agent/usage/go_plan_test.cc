@@ -24,9 +24,9 @@ const std::string kGoTls = std::string(TLSPROF_BINARY_DIR) + "/bin/tlsprof-go-tl
 const std::string kGoTlsStripped = std::string(TLSPROF_BINARY_DIR) + "/bin/tlsprof-go-tls-stripped";
 
 Result<GoFilePlan> Plan(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return MakeError("{}: cannot open", path);
-  return PlanGoFile(fd.get(), path);
+  auto file = guard::OpenHostFile(path);
+  if (!file.ok()) return file.error();
+  return PlanGoFile(*file, path);
 }
 
 std::vector<uint8_t> FileBytes(const std::string& path) {

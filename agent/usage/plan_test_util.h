@@ -10,6 +10,7 @@
 
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,20 +27,36 @@ struct PlannedLibrary {
   std::vector<FoundFunction> state_machine;                    // FindHandshakeStateMachine
 };
 
+// A file opened as the agent opens it (guard::OpenHostFile, guard::ElfFile);
+// `elf` is null (after a test failure) when it does not open.
+struct OpenedElf {
+  std::unique_ptr<guard::GuardedFile> file;
+  std::unique_ptr<guard::ElfFile> elf;
+};
+inline OpenedElf OpenElf(const std::string& path) {
+  OpenedElf out;
+  auto file = guard::OpenHostFile(path);
+  EXPECT_TRUE(file.ok()) << (file.ok() ? "" : file.error().message);
+  if (!file.ok()) return out;
+  out.file = std::make_unique<guard::GuardedFile>(std::move(*file));
+  auto elf = guard::ElfFile::Open(*out.file);
+  EXPECT_TRUE(elf.ok()) << (elf.ok() ? "" : elf.error().message);
+  if (elf.ok()) out.elf = std::make_unique<guard::ElfFile>(std::move(*elf));
+  return out;
+}
+
 // `path`'s functions and state machine; empty (with a test failure) when
 // the file does not read.
 inline PlannedLibrary PlanLibrary(const std::string& path) {
   PlannedLibrary out;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0) << path;
-  if (fd < 0) return out;
-  auto functions = FindFunctions(fd, WantedFunctions());
+  const OpenedElf opened = OpenElf(path);
+  if (!opened.elf) return out;
+  auto functions = FindFunctions(*opened.elf, WantedFunctions());
   EXPECT_TRUE(functions.ok()) << (functions.ok() ? "" : functions.error().message);
   if (functions.ok()) {
     out.functions = std::move(*functions);
-    out.state_machine = FindHandshakeStateMachine(fd, out.functions);
+    out.state_machine = FindHandshakeStateMachine(*opened.elf, out.functions);
   }
-  close(fd);
   return out;
 }
 

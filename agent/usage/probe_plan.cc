@@ -154,7 +154,7 @@ std::optional<std::pair<uint64_t, uint64_t>> OnlyDifference(const std::map<uint6
 }  // namespace
 
 std::vector<FoundFunction> FindHandshakeStateMachine(
-    int fd, const std::map<std::string, FunctionCode, std::less<>>& functions) {
+    const guard::ElfFile& elf, const std::map<std::string, FunctionCode, std::less<>>& functions) {
   std::array<uint64_t, 3> tables{};
   for (size_t i = 0; i < kMethods.size(); ++i) {
     auto it = functions.find(kMethods[i]);
@@ -165,7 +165,7 @@ std::vector<FoundFunction> FindHandshakeStateMachine(
   }
   std::array<std::map<uint64_t, uint64_t>, 3> slots;
   for (size_t i = 0; i < tables.size(); ++i) {
-    auto relocs = PointerWords(fd, tables[i], tables[i] + kMethodTableBytes);
+    auto relocs = PointerWords(elf, tables[i], tables[i] + kMethodTableBytes);
     if (!relocs.ok()) return {};
     slots[i] = std::move(*relocs);
   }
@@ -173,12 +173,12 @@ std::vector<FoundFunction> FindHandshakeStateMachine(
   auto accept = OnlyDifference(slots[0], tables[0], slots[2], tables[2]);
   auto connect = OnlyDifference(slots[0], tables[0], slots[1], tables[1]);
   if (!accept || !connect || accept->first == connect->first) return {};
-  auto accept_code = CodeAt(fd, accept->second);
-  auto connect_code = CodeAt(fd, connect->second);
+  auto accept_code = CodeAt(elf, accept->second);
+  auto connect_code = CodeAt(elf, connect->second);
   if (!accept_code.ok() || !connect_code.ok()) return {};
   auto accept_target = TailCallTarget(*accept_code), connect_target = TailCallTarget(*connect_code);
   if (accept_target && connect_target && *accept_target == *connect_target) {
-    auto shared = CodeAt(fd, *accept_target);
+    auto shared = CodeAt(elf, *accept_target);
     if (shared.ok()) return {FoundFunction{"state_machine", std::move(*shared)}};
   }
   return {FoundFunction{"ssl_accept", std::move(*accept_code)}, FoundFunction{"ssl_connect", std::move(*connect_code)}};

@@ -66,7 +66,7 @@ struct FoundFunction {
 // 3.2+ on a TLS connection's path, after a NULL test and the type dispatch), X
 // is probed once; else both are. Empty when the tables are not as expected
 // (another library or version): the plan then probes SSL_do_handshake.
-std::vector<FoundFunction> FindHandshakeStateMachine(int fd,
+std::vector<FoundFunction> FindHandshakeStateMachine(const guard::ElfFile& elf,
                                                      const std::map<std::string, FunctionCode, std::less<>>& functions);
 
 struct ProcessPlan {

@@ -34,9 +34,11 @@ constexpr const char* kLibssl = "/usr/lib/x86_64-linux-gnu/libssl.so.3";
 constexpr const char* kLibcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
 
 FileRef Ref(const char* path) {
-  struct stat st {};
-  EXPECT_EQ(stat(path, &st), 0) << path;
-  return FileRef{path, path, st.st_dev, st.st_ino, "openssl-3"};
+  auto file = guard::OpenHostFile(path);
+  EXPECT_TRUE(file.ok()) << path;
+  if (!file) return FileRef{};
+  const guard::FileId id = file->id();
+  return FileRef{std::make_shared<const guard::GuardedFile>(std::move(*file)), path, id.dev, id.ino, "openssl-3"};
 }
 
 // A self-signed certificate for `key`.

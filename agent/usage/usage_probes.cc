@@ -726,6 +726,7 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   struct Loaded {
     const FileRef* ref;
     std::shared_ptr<UniqueFd> fd;
+    std::unique_ptr<guard::ElfFile> elf;
     std::map<std::string, FunctionCode, std::less<>> functions;
     std::vector<FoundFunction> state_machine;
     bool boringssl = false;  // planned by boringssl_plan.h
@@ -744,21 +745,26 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
       if (auto st = AttachGoFile(ref); !st.ok()) errors += st.error().message + "; ";
       continue;
     }
-    auto fd = std::make_shared<UniqueFd>(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd->valid()) {
-      errors += fmt::format("{}: {}; ", ref.display_path, ErrnoText(errno));
+    if (!ref.file) {
+      errors += fmt::format("{}: not open; ", ref.display_path);
+      continue;
+    }
+    auto elf = guard::ElfFile::Open(*ref.file);
+    if (!elf) {
+      errors += fmt::format("{}: {}; ", ref.display_path, elf.error().message);
       continue;
     }
     const bool boringssl = ref.library == kBoringSslLibrary;
-    auto functions = FindFunctions(fd->get(), boringssl ? boringssl_wanted : wanted);
+    auto functions = FindFunctions(*elf, boringssl ? boringssl_wanted : wanted);
     if (!functions) {
       errors += fmt::format("{}: {}; ", ref.display_path, functions.error().message);
       continue;
     }
     if (!impl_->attached.count({ref.dev, ref.inode})) any_new = true;
     std::vector<FoundFunction> state_machine;
-    if (!boringssl) state_machine = FindHandshakeStateMachine(fd->get(), *functions);
-    loaded.push_back({&ref, std::move(fd), std::move(*functions), std::move(state_machine), boringssl});
+    if (!boringssl) state_machine = FindHandshakeStateMachine(*elf, *functions);
+    loaded.push_back({&ref, ref.file->shared_fd(), std::make_unique<guard::ElfFile>(std::move(*elf)),
+                      std::move(*functions), std::move(state_machine), boringssl});
   }
   if (!any_new) {
     if (!errors.empty()) return MakeError("usage probes: {}", errors);
@@ -768,7 +774,7 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
   std::vector<BoringSslFile> boringssl_files;
   for (const Loaded& l : loaded) {
     if (l.boringssl) {
-      boringssl_files.push_back({l.fd->get(), &l.functions});
+      boringssl_files.push_back({l.elf.get(), &l.functions});
     } else {
       all.push_back(&l.functions);
     }
@@ -809,9 +815,9 @@ Status UsageProbes::AttachProcess(const std::vector<FileRef>& files) {
 
 Status UsageProbes::AttachGoFile(const FileRef& ref) {
   if (!impl_->attached.insert({ref.dev, ref.inode}).second) return OkStatus();  // tried once, whatever the outcome
-  auto fd = std::make_shared<UniqueFd>(open(ref.host_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd->valid()) return MakeError("{}: {}", ref.display_path, ErrnoText(errno));
-  auto plan = PlanGoFile(fd->get(), ref.display_path);
+  if (!ref.file) return MakeError("{}: not open", ref.display_path);
+  std::shared_ptr<UniqueFd> fd = ref.file->shared_fd();
+  auto plan = PlanGoFile(*ref.file, ref.display_path);
   if (!plan.ok()) return plan.error();
   if (impl_->next_lib >= USAGE_MAX_LIBS) {
     return MakeError("{}: more than {} library files probed, not probed", ref.display_path, USAGE_MAX_LIBS);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/guard/guarded_file.h"
 #include "bpf/usage.h"
 #include "common/result.h"
 
@@ -28,7 +29,10 @@ namespace tlsprof::usage {
 
 // A TLS library file of a process.
 struct FileRef {
-  std::string host_path;     // as the agent opens it, e.g. /proc/PID/root/usr/lib/...
+  // The file itself, opened by the guarded opener (discovery's ImageInfo):
+  // planned from and probed through this open file (/proc/self/fd), never
+  // through a path that may name another file by then.
+  std::shared_ptr<const guard::GuardedFile> file;
   std::string display_path;  // as the process sees it
   uint64_t dev = 0;          // makedev(major, minor) of /proc/PID/maps
   uint64_t inode = 0;

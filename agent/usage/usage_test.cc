@@ -220,10 +220,9 @@ TEST(FindHandshakeStateMachine, DebianOpenSsl3) {
 
 TEST(FindHandshakeStateMachine, NothingWithoutMethodTables) {
   std::map<std::string, FunctionCode, std::less<>> none;
-  int fd = open(kLibcrypto, O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  EXPECT_TRUE(FindHandshakeStateMachine(fd, none).empty());
-  close(fd);
+  const OpenedElf opened = OpenElf(kLibcrypto);
+  ASSERT_TRUE(opened.elf);
+  EXPECT_TRUE(FindHandshakeStateMachine(*opened.elf, none).empty());
 }
 
 TEST(FindFunctions, RejectsWhatIsNotElf) {
@@ -231,9 +230,10 @@ TEST(FindFunctions, RejectsWhatIsNotElf) {
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(write(fd, "not an elf file", 15), 15);
-  auto functions = FindFunctions(fd, WantedFunctions());
-  EXPECT_FALSE(functions.ok());
   close(fd);
+  auto file = guard::OpenHostFile(path);
+  ASSERT_TRUE(file.ok());
+  EXPECT_FALSE(guard::ElfFile::Open(*file).ok());
   unlink(path);
 }
 

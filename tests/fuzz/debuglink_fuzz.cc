@@ -83,7 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (bool big_endian : {false, true}) {
     if (auto link = ParseDebugLink(std::span<const uint8_t>(data, size), big_endian)) {
       if (link->name.empty() || link->name.find('/') != std::string::npos) __builtin_trap();
-      (void)DebugLinkCandidates("/proc/1/root/usr/lib", "/usr/lib", link->name, {"/usr/lib/debug"});
+      (void)BesideCandidates("/usr/lib", link->name);
+      (void)DebugRootCandidates("/usr/lib", link->name, {"/usr/lib/debug"});
     }
   }
 
@@ -94,8 +95,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::span<const uint8_t> binary(p, n), debug(p + n, left - n);
 
   const Dirs& dirs = Tmp();
-  tlsprof::UniqueFd fd = tlsprof::fuzz::MemFile(binary.data(), binary.size());
-  auto build_id = ReadBuildId(fd.get());
+  const tlsprof::guard::GuardedFile file = tlsprof::fuzz::GuardedMemFile(binary.data(), binary.size());
+  auto build_id = ReadBuildId(file);
   std::vector<std::string> written;
   written.push_back(dirs.bin + "/fuzz.debug");
   if (build_id) {
@@ -110,9 +111,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.debug.debug_roots = {dirs.debug};
   options.debug.use_debuginfod = false;
   options.debug.static_archive_sonames.clear();
-  // The binary "is" /usr/lib/fuzz.elf in its namespace; the agent reaches its
-  // directory as dirs.bin.
-  auto image = LoadBinaryImage(fd.get(), "/usr/lib/fuzz.elf", options, dirs.bin);
+  // The binary "is" /fuzz.elf in a process whose root is dirs.bin.
+  static const auto root = std::make_shared<const tlsprof::guard::ProcessRoot>(
+      std::move(tlsprof::guard::ProcessRoot::OpenDirectory(dirs.bin).value()));
+  auto image = LoadBinaryImage(file, ImageOrigin{"/fuzz.elf", root}, options);
   if (image) {
     for (const Symbol& s : (*image)->symbols.all()) (void)(*image)->symbols.Find(s.addr);
   }

@@ -30,10 +30,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tlsprof::symbols;
   static const LoadOptions options = Options();
-  tlsprof::UniqueFd fd = tlsprof::fuzz::MemFile(data, size);
-  (void)ReadBuildId(fd.get());
+  const tlsprof::guard::GuardedFile file = tlsprof::fuzz::GuardedMemFile(data, size);
+  (void)ReadBuildId(file);
   // A relative display path: no directory to look for debug files in.
-  auto image = LoadBinaryImage(fd.get(), "fuzz.elf", options);
+  auto image = LoadBinaryImage(file, ImageOrigin{"fuzz.elf", nullptr}, options);
   if (!image) return 0;
   const BinaryImage& img = **image;
   // What the agent does with a sample's address: segment mapping, then the

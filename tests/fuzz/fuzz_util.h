@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "agent/guard/guarded_file.h"
 #include "common/fd.h"
 
 namespace tlsprof::fuzz {
@@ -32,6 +33,16 @@ inline UniqueFd MemFile(const uint8_t* data, size_t size) {
     done += static_cast<size_t>(n);
   }
   return fd;
+}
+
+// The same bytes as the agent reads another process's file: opened through
+// the guarded opener (guard::OpenHostFile of the memfd). Aborts if that
+// fails (a broken harness).
+inline guard::GuardedFile GuardedMemFile(const uint8_t* data, size_t size) {
+  UniqueFd fd = MemFile(data, size);
+  auto file = guard::OpenHostFile("/proc/self/fd/" + std::to_string(fd.get()));
+  if (!file) std::abort();
+  return std::move(*file);
 }
 
 // Logs at every level into a sink that drops the lines: the messages about
