@@ -103,7 +103,9 @@ class SystemdUnitsTest(unittest.TestCase):
                          shown)
         self.assertEqual((shown["ActiveState"], shown["SubState"]), ("active", "running"),
                          f"{shown}\n{container.journal(AGENT_UNIT)[-4000:]}")
-        self.assertIn("systemd watchdog: WatchdogSec=60 s", container.journal(AGENT_UNIT))
+        self.wait_for("the agent's watchdog log line",
+                      lambda: "systemd watchdog: WatchdogSec=60 s" in container.journal(AGENT_UNIT), 10, container,
+                      AGENT_UNIT)
         self.wait_for("/healthz 200", lambda: get(port, "/healthz")[0] == 200, 30, container, AGENT_UNIT)
 
         # WatchdogSec=5s: the pings must keep it up for several of those.
@@ -136,9 +138,10 @@ class SystemdUnitsTest(unittest.TestCase):
             after = self.wait_for("a restart by the watchdog", restarted, 120, container, AGENT_UNIT)
             seconds = time.monotonic() - stopped.stopped_at
             self.assertEqual(stopped.resume(), "exited", "the stopped agent was not the one systemd ended")
-        journal = container.journal(AGENT_UNIT)
-        self.assertRegex(journal, rf"Watchdog timeout \(limit {TEST_WATCHDOG}s\)")
-        self.assertIn("window loop stalled: the last window closed", journal)
+        self.wait_for("systemd's and the agent's log of the stall",
+                      lambda: re.search(rf"Watchdog timeout \(limit {TEST_WATCHDOG}s\)", container.journal(AGENT_UNIT))
+                      and "window loop stalled: the last window closed" in container.journal(AGENT_UNIT), 10,
+                      container, AGENT_UNIT)
         self.wait_for("the new agent's /healthz 200", lambda: re.match(r"ok: window", get(port, "/healthz")[1]), 60,
                       container, AGENT_UNIT)
         print(f"\nagent: /healthz 503 {stalled:.1f} s after the stop, restarted by the watchdog {seconds:.1f} s after "
