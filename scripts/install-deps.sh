@@ -41,6 +41,9 @@ packages=(
   dpkg-dev util-linux adduser
   # least privilege: the agent and the collector drop capabilities with libcap (cap_set_proc, cap_drop_bound)
   libcap-dev
+  # systemd's notify protocol (sd_notify: READY=1, the watchdog's pings), and a real systemd to test it under
+  # (systemd-nspawn --boot; tests/integration/systemd_container.py)
+  libsystemd-dev systemd-container
   # fault tests: an agent whose clock is skewed (LD_PRELOAD libfaketime)
   faketime
   # the Debian 13 root of today's TLS stacks (scripts/make-trixie-root.sh)

@@ -7,7 +7,9 @@
 #include <memory>
 
 #include "agent/commands/commands.h"
+#include "agent/expose/health.h"
 #include "agent/expose/metrics_sink.h"
+#include "agent/expose/systemd_notify.h"
 #include "agent/ship/ship_sink.h"
 
 namespace tlsprof::commands {
@@ -26,10 +28,13 @@ void MirrorShipper(const ship::Shipper* shipper, expose::AgentMetrics& metrics) 
   metrics.SetShip(shipper->stats());
 }
 
-// The threads the daemon serves from (/metrics, the shipper), started after
-// the capability drop: a thread keeps the capabilities of its creator.
-Status StartServices(const RunOptions& run, expose::AgentMetrics& metrics, std::unique_ptr<ship::Shipper>& shipper) {
-  if (auto st = metrics.Serve(run.metrics_listen); !st.ok()) return st;
+// The threads the daemon serves from (/metrics and /healthz, systemd's
+// watchdog, the shipper), started after the capability drop: a thread keeps
+// the capabilities of its creator.
+Status StartServices(const RunOptions& run, const expose::LoopHealth& health, expose::AgentMetrics& metrics,
+                     expose::SystemdNotifier& notifier, std::unique_ptr<ship::Shipper>& shipper) {
+  if (auto st = metrics.Serve(run.metrics_listen, &health); !st.ok()) return st;
+  notifier.StartWatchdog();
   if (run.ship.collectors.empty()) return OkStatus();
   auto started = ship::Shipper::Start(run.ship);
   if (!started.ok()) return started.error();
@@ -54,10 +59,15 @@ Status Run(const Options& options, const StopSignal& stop) {
   // Order: the sampler (the only step needing CAP_BPF + CAP_PERFMON), the
   // capability drop, the threads, then the first snapshot of every process,
   // the slow part; so a port in use still fails before that.
+  // The loop's health (GET /healthz, the watchdog's pings) is declared first:
+  // the server and the watchdog thread that read it stop before it goes.
+  const auto interval = Seconds(options.run.interval_seconds);
+  expose::LoopHealth health(interval, Clock::now());
   expose::AgentMetrics metrics;
+  expose::SystemdNotifier notifier(health);
   std::unique_ptr<ship::Shipper> shipper;
   profiler::Options po = ProfilerOptions(options, Command::kRun);
-  po.after_setup = [&] { return StartServices(options.run, metrics, shipper); };
+  po.after_setup = [&] { return StartServices(options.run, health, metrics, notifier, shipper); };
   auto started = profiler::Profiler::Start(po);
   if (!started.ok()) return started.error();
   profiler::Profiler& profiler = **started;
@@ -66,14 +76,15 @@ Status Run(const Options& options, const StopSignal& stop) {
   wire::ReportFanout sinks({.container_labels = options.run.container_labels}, [&] { return ship_sink.spool(); },
                            {&metrics_sink, &ship_sink});
   const auto& s = options.sampling;
-  spdlog::info("profiling {} at {} Hz in {} s windows; /metrics on {}{}",
+  spdlog::info("profiling {} at {} Hz in {} s windows; /metrics and /healthz on {}{}",
                s.pids.empty() ? "the host" : fmt::format("{} processes", s.pids.size()), s.frequency_hz,
                options.run.interval_seconds, options.run.metrics_listen,
                options.run.ship.collectors.empty()
                    ? ""
                    : fmt::format(", shipping to {}", fmt::join(options.run.ship.collectors, " or ")));
-  const auto interval = Seconds(options.run.interval_seconds);
   auto next_close = Clock::now() + interval;
+  health.LoopStarted(Clock::now());
+  notifier.Ready();
   for (bool stopping = false; !stopping;) {
     stopping = stop.SleepUntil(std::min(next_close, Clock::now() + Seconds(options.poll_seconds)));
     if (!stopping && Clock::now() < next_close) {
@@ -89,11 +100,13 @@ Status Run(const Options& options, const StopSignal& stop) {
     }
     LogRegistry(window);
     MirrorShipper(shipper.get(), metrics);
+    health.WindowClosed(Clock::now());
     // A window that took longer than the interval to close (a stalled host):
     // the next one starts now rather than closing at once.
     next_close += interval;
     if (next_close < Clock::now()) next_close = Clock::now() + interval;
   }
+  notifier.Stopping();
   profiler.Stop();
   if (!shipper) return OkStatus();
   const bool empty = shipper->Flush(std::chrono::milliseconds(static_cast<int64_t>(options.run.flush_seconds * 1000)));

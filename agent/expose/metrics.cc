@@ -132,15 +132,37 @@ AgentMetrics::AgentMetrics()
     batches_.Add(metrics::Labels(metrics::kAgentBatches, {result}));
 }
 
-Status AgentMetrics::Serve(const std::string& address) {
+Status AgentMetrics::Serve(const std::string& address, const LoopHealth* health) {
   if (auto st = CheckListenAddress(address); !st.ok()) return st;
-  try {
-    // civetweb takes "[::1]:9464" and "127.0.0.1:9464" alike.
-    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
-  } catch (const std::exception& e) {
-    return MakeError("--metrics-listen {}: cannot listen there ({}); is the port in use?", address, e.what());
+  http::Options options;
+  options.listen = address;
+  // Prometheus, the kubelet's probes and a person with curl at once; a slow
+  // scrape does not hold up /healthz.
+  options.threads = kHttpThreads;
+  options.routes.emplace_back("/metrics", [this](const http::Request&) {
+    http::Response r{200, "OK", "text/plain; version=0.0.4; charset=utf-8", Text(), ""};
+    r.compressible = true;
+    return r;
+  });
+  std::string paths = "/metrics";
+  if (health != nullptr) {
+    // Reads two atomics: never waits for the window loop, whatever it is stuck in.
+    options.routes.emplace_back("/healthz", [health](const http::Request&) {
+      const HealthVerdict v = health->Check(LoopHealth::Clock::now());
+      return http::Response{v.healthy ? 200 : 503, v.healthy ? "OK" : "Service Unavailable",
+                            "text/plain; charset=utf-8", v.text + "\n", "Cache-Control: no-store\r\n"};
+    });
+    paths += " or /healthz";
   }
-  exposer_->RegisterCollectable(registry_);
+  options.routes.emplace_back("/", [paths](const http::Request&) {
+    return http::Response{404, "Not Found", "text/plain; charset=utf-8", "no such page; try " + paths + "\n", ""};
+  });
+  auto server = http::Server::Start(std::move(options));
+  if (!server.ok()) {
+    return MakeError("--metrics-listen {}: cannot listen there ({}); is the port in use?", address,
+                     server.error().message);
+  }
+  server_ = std::move(server).value();
   return OkStatus();
 }
 

@@ -1,7 +1,9 @@
-// The agent's own /metrics (prometheus-cpp pull exposer): the same data
-// metrics as the collector's, for this host (docs/fleet.md, "Metrics"), and
-// the agent's health as tlsprof_agent_*.
-// Thread-safe: prometheus-cpp's metrics are; the exposer serves from its own
+// The agent's own /metrics (prometheus-cpp's registry and text format over
+// common/http's server): the same data metrics as the collector's, for this
+// host (docs/fleet.md, "Metrics"), and the agent's health as tlsprof_agent_*;
+// beside it, GET /healthz answers from the window loop's LoopHealth
+// (health.h).
+// Thread-safe: prometheus-cpp's metrics are; the server serves from its own
 // threads.
 #pragma once
 
@@ -17,14 +19,15 @@
 #include <vector>
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "agent/expose/health.h"
 #include "agent/profiler/phase_clock.h"
 #include "agent/ship/shipper.h"
+#include "common/http/server.h"
 #include "common/metrics/metric_table.h"
 #include "common/result.h"
 #include "tlsprof/v1/report.pb.h"
@@ -73,11 +76,16 @@ Status CheckListenAddress(const std::string& address);
 class AgentMetrics {
  public:
   static constexpr size_t kMaxSeries = 4000;
+  // The HTTP server's worker threads (common/http).
+  static constexpr int kHttpThreads = 2;
 
   AgentMetrics();
-  // Serves the registry at http://ADDRESS/metrics. Fails when the address
-  // does not parse or cannot be bound (port in use).
-  Status Serve(const std::string& address);
+  // Serves the registry at http://ADDRESS/metrics (gzip when the scrape
+  // takes it) and, given a `health` that outlives this object, GET /healthz:
+  // 200 with its text while healthy, 503 once stalled. Other paths are 404,
+  // other methods 405. Fails when the address does not parse or cannot be
+  // bound (port in use).
+  Status Serve(const std::string& address, const LoopHealth* health = nullptr);
 
   void AddReport(const v1::AgentReport& report);
   void AddWindow(const WindowHealth& health);
@@ -100,7 +108,6 @@ class AgentMetrics {
   void SetConnectionsLocked(const v1::AgentReport& report);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Counter>& cpu_seconds_;
   prometheus::Family<prometheus::Counter>& busy_seconds_;
   prometheus::Counter& reports_;
@@ -154,6 +161,8 @@ class AgentMetrics {
   // service go to service "(overflow)", so /metrics stays bounded over months
   // of services coming and going.
   std::set<std::vector<std::string>> series_;
+  // Last: destroyed first, so no request in flight outlives what it reads.
+  std::unique_ptr<http::Server> server_;
 };
 
 }  // namespace tlsprof::expose

@@ -1,9 +1,9 @@
 // The collector's HTTP endpoints on --metrics-listen: GET /metrics (Prometheus
 // text format), the JSON API (/api/v1/summary?minutes=N, /api/v1/trend?minutes=N,
 // /api/v1/agents?limit=N) and the status page at / (embedded files, see
-// web_assets.h). One CivetServer serves them all. Thread-safe: the callbacks
-// are called from civetweb's worker threads concurrently, so they must be
-// thread-safe themselves.
+// web_assets.h). The shared server of common/http serves them all.
+// Thread-safe: the callbacks are called from its worker threads concurrently,
+// so they must be thread-safe themselves.
 #pragma once
 
 #include <functional>
@@ -14,9 +14,8 @@
 #include <prometheus/metric_family.h>
 #include <nlohmann/json.hpp>
 
+#include "common/http/server.h"
 #include "common/result.h"
-
-class CivetServer;
 
 namespace tlsprof::collector {
 
@@ -56,11 +55,13 @@ class HttpServer {
   ~HttpServer();
 
  private:
-  class Handler;
+  class Routes;
   HttpServer() = default;
+  // Destroyed in reverse: the server (which waits for requests in flight)
+  // before the routes and callbacks its handlers use.
   HttpCallbacks callbacks_;
-  std::unique_ptr<Handler> handler_;
-  std::unique_ptr<CivetServer> server_;
+  std::unique_ptr<Routes> routes_;
+  std::unique_ptr<http::Server> server_;
 };
 
 }  // namespace tlsprof::collector

@@ -6,7 +6,14 @@ scrape jobs, checked against each other and against the real binaries.
 - The agent DaemonSet: hostPID, not privileged, capabilities = drop ALL + the
   systemd unit's bounding set, the BTF/tracefs/debugfs mounts read-only, the
   state and TLS mounts where its config points, a port named metrics where
-  its config listens, resources, tolerations for every taint.
+  its config listens, resources, tolerations for every taint; its liveness
+  probe is GET /healthz on that port, and restarts no sooner than an interval.
+- The agent's systemd unit: Type=notify with a watchdog (NotifyAccess=main,
+  WatchdogSec= longer than an interval, TimeoutStartSec= the agent's set-up
+  limit), and a sandbox that lets the notify datagram through (AF_UNIX, and
+  the system calls sd_notify makes allowed by the filter). Both units' filters
+  allow what their binaries call beyond @system-service (capset for the
+  capability drop; bpf and perf_event_open for the agent).
 - The collector StatefulSet: at least 2 replicas, non-root, no capabilities,
   read-only root, state on a volume per replica (volumeClaimTemplates), ports
   grpc/metrics where its config listens; its serviceName is a headless Service
@@ -92,6 +99,37 @@ def unit_settings(path):
                 key, value = line.strip().split("=", 1)
                 settings.setdefault(key, []).append(value)
     return settings
+
+
+def seconds(value):
+    """A systemd time span in seconds ("60s", "5min", "300")."""
+    total = 0.0
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)\s*(ms|s|sec|min|m|h)?", value):
+        total += float(number) * {"ms": 0.001, "min": 60, "m": 60, "h": 3600}.get(unit, 1)
+    return total
+
+
+def syscall_group(name):
+    """The system calls of a SystemCallFilter= group, as this machine's systemd-analyze expands it."""
+    out = subprocess.run(["systemd-analyze", "syscall-filter", name], capture_output=True, text=True,
+                         check=True).stdout
+    calls = {line.strip() for line in out.splitlines()[1:] if line.startswith("    ") and not line.strip().startswith("#")}
+    nested = {c for c in calls if c.startswith("@")}
+    for group in nested:
+        calls |= syscall_group(group)
+    return calls - nested
+
+
+def allowed_system_calls(unit):
+    """What a unit's SystemCallFilter= lines allow, in systemd's order: the first (an allow list) sets it, a `~`
+    line removes, a later plain line adds back."""
+    allowed = set()
+    for line in unit["SystemCallFilter"]:
+        calls = set()
+        for item in line.lstrip("~").split():
+            calls |= syscall_group(item) if item.startswith("@") else {item}
+        allowed = allowed - calls if line.startswith("~") else allowed | calls
+    return allowed
 
 
 def port_of(address):
@@ -216,6 +254,58 @@ class ManifestsTest(unittest.TestCase):
         annotations = ds["spec"]["template"]["metadata"]["annotations"]
         self.assertEqual(annotations["prometheus.io/port"], str(metrics_port))
         self.assertTrue(self.config_value(self.agent_conf, "metrics-listen", "run").startswith("0.0.0.0:"))
+        # Liveness is the window loop's (GET /healthz, docs/fleet.md "Health"): /metrics answers while it is stalled.
+        live = c["livenessProbe"]
+        self.assertEqual(live["httpGet"], {"path": "/healthz", "port": "metrics"})
+        self.assertEqual(c["readinessProbe"]["httpGet"]["port"], "metrics")
+        # Kubernetes' defaults: period 10 s, 3 failures, a 1 s timeout. /healthz turns 503 only after
+        # STALL_INTERVALS intervals without a window; the probes then restart after period x failures, which
+        # must not be shorter than one interval (a 503 is not undone sooner than the next window), and its
+        # timeout leaves a starved node a few seconds to answer.
+        interval = self.agent_interval()
+        self.assertGreaterEqual(live.get("periodSeconds", 10) * live.get("failureThreshold", 3), interval)
+        self.assertGreaterEqual(live.get("timeoutSeconds", 1), 2)
+        self.assertNotIn("initialDelaySeconds", live, "the set-up is /healthz's own (kSetupLimit): no delay needed")
+
+    def agent_interval(self):
+        """The agent's window interval in the DaemonSet's config, else the binary's default."""
+        for section, key, value in parse_config(self.agent_conf):
+            if section == "run" and key == "interval":
+                return float(value)
+        return float(self.agent_run["--interval"])
+
+    def test_agent_unit_notify_and_watchdog(self):
+        unit = unit_settings(os.path.join(PKG, "systemd", "tlsprof-agent.service"))
+        self.assertEqual(unit["Type"], ["notify"])
+        self.assertEqual(unit["NotifyAccess"], ["main"])
+        self.assertIn(unit["Restart"][-1], ("on-failure", "on-abnormal", "on-watchdog", "always"))
+        # Pings go every WatchdogSec/4 while healthy; the watchdog must outlast a late window or two.
+        self.assertGreaterEqual(seconds(unit["WatchdogSec"][-1]), 2 * float(self.agent_run["--interval"]))
+        # The set-up (the first snapshot of every process) is healthy for kSetupLimit; systemd waits as long
+        # for READY=1.
+        with open(os.path.join(SRC, "agent", "expose", "health.h")) as f:
+            setup_limit = re.search(r"kSetupLimit\{(\d+)\}", f.read())
+        self.assertIsNotNone(setup_limit, "agent/expose/health.h: no kSetupLimit{SECONDS}")
+        self.assertEqual(seconds(unit["TimeoutStartSec"][-1]), int(setup_limit.group(1)))
+        # The notify datagram: an AF_UNIX socket, and the calls libsystemd's sd_notify makes, none of them
+        # denied by the filter (its groups expanded by systemd-analyze itself).
+        self.assertIn("AF_UNIX", unit["RestrictAddressFamilies"][-1].split())
+        allowed = allowed_system_calls(unit)
+        for call in ("socket", "sendmsg", "getpid", "close"):
+            self.assertTrue(call in allowed, f"SystemCallFilter= denies {call}, which sd_notify needs")
+
+    def test_units_allow_the_calls_the_binaries_make(self):
+        # Beyond @system-service: the agent's sampler (bpf, perf_event_open), and the capability drop both binaries
+        # make at start (capset, in @privileged); a denied one is EPERM (SystemCallErrorNumber=), and the agent and
+        # the collector refuse to run when they cannot drop their capabilities.
+        for name, calls in (("tlsprof-agent", ("bpf", "perf_event_open", "capset", "prctl")),
+                            ("tlsprof-collector", ("capset", "prctl"))):
+            unit = unit_settings(os.path.join(PKG, "systemd", f"{name}.service"))
+            self.assertEqual(unit["SystemCallErrorNumber"], ["EPERM"], name)
+            allowed = allowed_system_calls(unit)
+            for call in calls:
+                self.assertTrue(call in allowed, f"{name}.service: SystemCallFilter= denies {call}")
+            self.assertFalse("mount" in allowed, f"{name}.service: the filter allows everything?")
 
     def test_agents_dial_every_collector_replica(self):
         # One stable name per replica, in order, and no other: the agents' rendezvous hashing places each agent
