@@ -642,6 +642,7 @@ std::optional<CfiSection> ReadCfiSection(Elf* elf, const char* name, bool eh_fra
     }
   }
   Elf_Data* data = elf_getdata(scn, nullptr);
+  if (!data) ++*errors;  // unreadable: the file shrank since its size was checked
   if (!data || !data->d_buf || data->d_size == 0) return std::nullopt;
   return CfiSection{data, shdr.sh_addr, eh_frame};
 }
