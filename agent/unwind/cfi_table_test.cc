@@ -451,6 +451,24 @@ TEST(CfiCapsTest, FileOverTheRowCapIsCut) {
   EXPECT_EQ(FindRow(t, cut_pc - 1)->cfa_kind, CFA_RSP);
 }
 
+// More FDEs than kMaxRowsPerImage (each one row): the list stops there.
+TEST(CfiCapsTest, TooManyFdesAreCut) {
+  const uint64_t fdes = guard::kMaxRowsPerImage + 10;
+  Cfi cfi(true);
+  for (uint64_t i = 0; i < fdes; ++i) cfi.Fde(kText + 2 * i, 1, "");
+  TempDir dir;
+  const uint64_t refused = Refusals(guard::Reason::kCfiRows);
+  auto built = Build(dir.File("fdes", EhFrameElf(cfi, 2 * fdes)));
+  ASSERT_TRUE(built.ok()) << built.error().message;
+  const UnwindTable& t = **built;
+  EXPECT_EQ(Refusals(guard::Reason::kCfiRows), refused + 1);  // once per file
+  EXPECT_TRUE(t.cut_at_image_cap);
+  EXPECT_EQ(t.fdes, guard::kMaxRowsPerImage);
+  EXPECT_EQ(t.cfi_rows, guard::kMaxRowsPerImage);
+  EXPECT_EQ(FindRow(t, kText + 2 * (guard::kMaxRowsPerImage - 1))->cfa_kind, CFA_RSP);
+  EXPECT_EQ(FindRow(t, kText + 2 * guard::kMaxRowsPerImage)->cfa_kind, CFA_NONE);
+}
+
 // remember_state nested past the cap: the FDE is unsupported from there; a
 // long run of balanced remember/restore pairs is fine and linear.
 TEST(CfiCapsTest, RememberStateBomb) {

@@ -468,9 +468,11 @@ class Interpreter {
           case DW_CFA_val_expression: {
             std::span<const uint8_t> block;
             if (!Uleb(p, end, &reg) || !Block(p, end, &block)) return Stop::kError;
-            if (!SetRule(cie, reg, ExpressionRule(block, opcode == DW_CFA_val_expression), state)) {
-              return Stop::kError;
-            }
+            // Only the rules of RBP and the return address reach a row.
+            const RegRule rule = reg == kRegRbp || reg == cie.ra_reg
+                                     ? ExpressionRule(block, opcode == DW_CFA_val_expression)
+                                     : RegRule{RegRule::kOther};
+            if (!SetRule(cie, reg, rule, state)) return Stop::kError;
             continue;
           }
           case DW_CFA_restore_extended:
@@ -788,6 +790,13 @@ class CfiRows {
   }
   void AddNone(uint64_t pc) { rows_.AddNone(pc); }
 
+  // Counts the file's cut rows, once per file.
+  void RefuseRows(const std::string& detail) {
+    if (refused_) return;  // once per file
+    refused_ = true;
+    guard::Refuse(guard::Reason::kCfiRows, display_path_, detail);
+  }
+
  private:
   // The CIE at `off` of a section, its initial instructions run once.
   const Cie& CieAt(const CfiSection& section, Interpreter& interp, int source, Dwarf_Off off) {
@@ -814,12 +823,6 @@ class CfiRows {
     cie.ok = interp.Run(cie, nullptr, e.cie.initial_instructions, e.cie.initial_instructions_end, 0, cie.initial,
                         no_advance) == Interpreter::Stop::kEnd;
     return cie;
-  }
-
-  void RefuseRows(const std::string& detail) {
-    if (refused_) return;  // once per file
-    refused_ = true;
-    guard::Refuse(guard::Reason::kCfiRows, display_path_, detail);
   }
 
   const unsigned char* ident_;
@@ -864,14 +867,22 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
   const std::optional<CfiSection> sections[2] = {
       ReadCfiSection(elf.get(), ".eh_frame", true, file_size, display_path, &table->cfi_errors),
       ReadCfiSection(elf.get(), ".debug_frame", false, file_size, display_path, &table->cfi_errors)};
+  // Every FDE gives at least one row: past kMaxRowsPerImage FDEs the rest
+  // are left out (the list itself would otherwise grow with the section).
   std::vector<Interval> fdes;
+  bool too_many_fdes = false;
   for (int source : {0, 1}) {
     const std::optional<CfiSection>& s = sections[source];
     if (!s) continue;
     eh::ForEachFdeEntry(elf.get(), s->data, s->eh_frame, s->vaddr, &table->cfi_errors, [&](const eh::FdeEntry& f) {
+      if (fdes.size() == guard::kMaxRowsPerImage) {
+        too_many_fdes = true;
+        return;
+      }
       fdes.push_back({f.start, f.start + f.length, source, f});
     });
   }
+
   KeepUsableFdes(fdes, *exec);
 
   std::optional<Interpreter> interps[2];
@@ -882,6 +893,10 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
   // The parts of an FDE that overlap an earlier (or .eh_frame) one are
   // dropped.
   CfiRows rows(elf.get(), display_path, *table);
+  if (too_many_fdes) {
+    table->cut_at_image_cap = true;
+    rows.RefuseRows(fmt::format("the CFI has more than {} FDEs; the rest are left out", guard::kMaxRowsPerImage));
+  }
   uint64_t covered_end = 0;
   bool capped = false;
   for (Interval iv : fdes) {

@@ -33,7 +33,7 @@ struct UnwindTable {
   uint64_t gap_cfi_rows = 0;                     // Go tables: CFI rows taken for code outside Go functions (cgo)
   uint64_t cfi_instructions = 0;                 // CFA instructions interpreted (CIEs once, FDEs once)
   uint64_t cut_fdes = 0;                         // FDEs cut at guard::kMaxRowsPerFde (their rest is CFA_NONE)
-  bool cut_at_image_cap = false;                 // rows stopped at guard::kMaxRowsPerImage (CFA_NONE after)
+  bool cut_at_image_cap = false;                 // rows (or FDEs) past guard::kMaxRowsPerImage left out (CFA_NONE)
 };
 
 // Reads the CFI of the ELF file behind `fd` (executable segments only).
