@@ -313,9 +313,16 @@ Result<std::shared_ptr<const UnwindTable>> BuildReferenceUnwindTable(int fd, std
   Dwarf_CFI* debug_cfi = nullptr;
   std::vector<Interval> fdes;
   if (eh_cfi) CollectFdes(elf.get(), ".eh_frame", true, 0, &fdes, &table->cfi_errors);
+  GElf_Shdr eh_shdr;
+  if (!eh_cfi && FindSection(elf.get(), ".eh_frame", &eh_shdr)) ++table->cfi_errors;  // (reference only, as below)
   CollectFdes(elf.get(), ".debug_frame", false, 1, &fdes, &table->cfi_errors);
   if (std::any_of(fdes.begin(), fdes.end(), [](const Interval& iv) { return iv.source == 1; })) {
     debug_cfi = dwarf ? dwarf_getcfi(dwarf.get()) : nullptr;  // owned by `dwarf`
+    // (Reference only.) libdw could not open the DWARF around a
+    // .debug_frame that has FDEs (dwarf_begin_elf reads every .debug_*
+    // section): its FDEs are dropped. Counted, so that comparisons with the
+    // agent's builder, which reads .debug_frame alone, can tell.
+    if (debug_cfi == nullptr) ++table->cfi_errors;
   }
   Dwarf_CFI* const cfis[2] = {eh_cfi.get(), debug_cfi};
   KeepUsableFdes(fdes, *exec, cfis);

@@ -680,6 +680,24 @@ Result<ExecRanges> ExecSegments(Elf* elf, std::string_view display_path) {
   return exec;
 }
 
+// FDEs whose range overlaps an earlier one of the same section (only the
+// part no earlier FDE covers gets rows). Sorts `fdes` by section and start.
+uint64_t CountOverlaps(std::vector<Interval>& fdes) {
+  std::sort(fdes.begin(), fdes.end(), [](const Interval& a, const Interval& b) {
+    return a.source != b.source ? a.source < b.source : a.start < b.start;
+  });
+  uint64_t overlaps = 0, end = 0;
+  for (size_t i = 0; i < fdes.size(); ++i) {
+    if (i > 0 && fdes[i].source == fdes[i - 1].source && fdes[i].start < end) {
+      ++overlaps;
+    } else if (i > 0 && fdes[i].source != fdes[i - 1].source) {
+      end = 0;
+    }
+    end = std::max(end, fdes[i].end);
+  }
+  return overlaps;
+}
+
 // Keeps the FDEs inside executable segments, sorted by start, .eh_frame's
 // first at one start.
 void KeepUsableFdes(std::vector<Interval>& fdes, const ExecRanges& exec) {
@@ -883,6 +901,7 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
     });
   }
 
+  table->overlapping_fdes = CountOverlaps(fdes);
   KeepUsableFdes(fdes, *exec);
 
   std::optional<Interpreter> interps[2];

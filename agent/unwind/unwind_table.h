@@ -29,6 +29,7 @@ struct UnwindTable {
   uint64_t covered_bytes = 0;                    // code bytes inside some FDE
   uint64_t unsupported_bytes = 0;                // of those, bytes whose rule became CFA_NONE
   uint64_t cfi_errors = 0;                       // FDEs/CIEs/expressions we could not decode (skipped)
+  uint64_t overlapping_fdes = 0;                 // FDEs overlapping an earlier one of their section
   uint64_t kind_rows[UNWIND_CFA_NR_KINDS] = {};  // final rows per enum unwind_cfa_kind
   uint64_t gap_cfi_rows = 0;                     // Go tables: CFI rows taken for code outside Go functions (cgo)
   uint64_t cfi_instructions = 0;                 // CFA instructions interpreted (CIEs once, FDEs once)

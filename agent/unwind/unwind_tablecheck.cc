@@ -26,11 +26,11 @@ const char* const kKinds[] = {"rsp", "rbp", "rsp_deref", "plt", "end", "none", "
 void Print(const char* path, const char* what, double ms, const UnwindTable& t) {
   std::printf(
       "%s%s: %.1f ms, %zu rows (%zu KiB), %lu FDEs/functions, %lu source rows, %lu unsupported (%.2f%% of rows, "
-      "%.3f%% of %lu code bytes), %lu CFI errors, %lu CFA instructions\n ",
+      "%.3f%% of %lu code bytes), %lu CFI errors, %lu CFA instructions, %lu overlapping FDEs\n ",
       path, what, ms, t.rows.size(), t.rows.size() * sizeof(unwind_row) / 1024, t.fdes, t.cfi_rows, t.unsupported_rows,
       t.cfi_rows ? 100.0 * t.unsupported_rows / t.cfi_rows : 0.0,
       t.covered_bytes ? 100.0 * t.unsupported_bytes / t.covered_bytes : 0.0, t.covered_bytes, t.cfi_errors,
-      t.cfi_instructions);
+      t.cfi_instructions, t.overlapping_fdes);
   for (int k = 0; k < UNWIND_CFA_NR_KINDS; ++k) std::printf(" %s=%lu", kKinds[k], t.kind_rows[k]);
   std::printf("\n");
 }
