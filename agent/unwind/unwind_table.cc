@@ -21,8 +21,9 @@
 // (only the part past the highest location so far opens a row), the 61 bits
 // an offset rule keeps, an empty expression reading as "undefined". Where
 // the CFI is malformed (an operand running past its program, a
-// remember_state stack deeper than kMaxRememberDepth, an unknown opcode) we
-// stop the FDE there and count it in cfi_errors; libdw may read on.
+// remember_state stack deeper than kMaxRememberDepth, a register x86-64 does
+// not have, an unknown opcode) we stop the FDE there and count it in
+// cfi_errors; libdw may read on.
 //
 // Sections are read through libelf from an ELF handle opened with ELF_C_READ
 // (pread into libelf's own buffers: a file truncated under us gives a read
@@ -59,10 +60,11 @@ static_assert(sizeof(unwind_row) == 16, "the BPF side reads 16-byte rows");
 constexpr int kRegRbp = 6;
 constexpr int kRegRsp = 7;
 constexpr int kRegRip = 16;
-// Register numbers from here on make libdw fail the program (its table of
-// rules, one 8-byte entry per register up to the highest named, would pass
-// 2 GiB); we fail it at the same point.
-constexpr uint64_t kMaxRegister = std::numeric_limits<int32_t>::max() / 8;
+// x86-64's DWARF register numbers end below 130. A program that gives a rule
+// to a register from here on is malformed: unsupported from there. (libdw
+// takes numbers up to 2^28 and allocates a rule for every register below the
+// highest named, 2 GiB at most, per row.)
+constexpr uint64_t kMaxRegister = 1024;
 // DW_CFA_remember_state nesting; compilers nest one or two deep (a state
 // around each epilogue). A deeper program is unsupported from there on.
 constexpr size_t kMaxRememberDepth = 64;
@@ -373,135 +375,15 @@ class Interpreter {
     stack_.clear();
     while (p < end) {
       ++*instructions_;
-      const uint8_t opcode = *p++;
-      uint64_t reg = 0, off = 0, delta = 0;
-      int64_t soff = 0;
-      bool moved = false;
-      switch (opcode & 0xc0) {
-        case DW_CFA_advance_loc:
-          delta = opcode & 0x3f;
-          moved = true;
-          break;
-        case DW_CFA_offset:
-          if (!Uleb(p, end, &off)) return Stop::kError;
-          if (!SetRule(cie, opcode & 0x3f, OffsetRule(off * cie.data_align), state)) return Stop::kError;
+      switch (Execute(*p++, cie, initial, p, end, loc, state)) {
+        case Step::kNext:
           continue;
-        case DW_CFA_restore:
-          if (initial == nullptr || !Restore(cie, *initial, opcode & 0x3f, state)) return Stop::kError;
-          continue;
-        default:
-          break;
+        case Step::kError:
+          return Stop::kError;
+        case Step::kMoved:  // a new row starts (never in a CIE's instructions)
+          if (initial == nullptr) return Stop::kError;
+          if (!advance(loc, static_cast<const State&>(state))) return Stop::kCaller;
       }
-      if (!moved) {
-        switch (opcode) {
-          case DW_CFA_nop:
-            continue;
-          case DW_CFA_set_loc:
-            if (!SetLoc(cie, p, end, &loc)) return Stop::kError;
-            break;
-          case DW_CFA_advance_loc1:
-          case DW_CFA_advance_loc2:
-          case DW_CFA_advance_loc4: {
-            const size_t size = opcode == DW_CFA_advance_loc1 ? 1 : opcode == DW_CFA_advance_loc2 ? 2 : 4;
-            if (size_t(end - p) < size) return Stop::kError;
-            for (size_t i = 0; i < size; ++i) delta |= uint64_t(p[i]) << (8 * i);
-            p += size;
-            break;
-          }
-          case DW_CFA_def_cfa:
-          case DW_CFA_def_cfa_sf:
-            if (!Uleb(p, end, &reg)) return Stop::kError;
-            if (opcode == DW_CFA_def_cfa ? !Uleb(p, end, &off) : !Sleb(p, end, &soff)) return Stop::kError;
-            if (opcode == DW_CFA_def_cfa_sf) off = uint64_t(soff) * cie.data_align;
-            state.cfa = CfaRule{CfaRule::kOffset, reg, off};
-            continue;
-          case DW_CFA_def_cfa_register:
-            if (!Uleb(p, end, &reg)) return Stop::kError;
-            if (state.cfa.kind != CfaRule::kOffset) state.cfa.kind = CfaRule::kInvalid;
-            state.cfa.reg = reg;
-            continue;
-          case DW_CFA_def_cfa_offset:
-          case DW_CFA_def_cfa_offset_sf:
-            if (opcode == DW_CFA_def_cfa_offset ? !Uleb(p, end, &off) : !Sleb(p, end, &soff)) return Stop::kError;
-            if (opcode == DW_CFA_def_cfa_offset_sf) off = uint64_t(soff) * cie.data_align;
-            if (state.cfa.kind != CfaRule::kOffset) state.cfa.kind = CfaRule::kInvalid;
-            state.cfa.off = off;
-            continue;
-          case DW_CFA_def_cfa_expression: {
-            std::span<const uint8_t> block;
-            if (!Block(p, end, &block)) return Stop::kError;
-            state.cfa = CfaRule{CfaRule::kExpr};
-            Expr expr;
-            const Decoded d = block.empty() ? Decoded::kOther : DecodeExpr(block, false, false, &expr);
-            if (d == Decoded::kMalformed) ++malformed_;
-            state.cfa.mapped = d == Decoded::kOk && MapCfa(expr.ops.data(), expr.n, &state.cfa.row);
-            continue;
-          }
-          case DW_CFA_undefined:
-          case DW_CFA_same_value:
-            if (!Uleb(p, end, &reg)) return Stop::kError;
-            if (!SetRule(cie, reg, RegRule{opcode == DW_CFA_undefined ? RegRule::kUndefined : RegRule::kSame}, state)) {
-              return Stop::kError;
-            }
-            continue;
-          case DW_CFA_offset_extended:
-          case DW_CFA_offset_extended_sf:
-          case DW_CFA_GNU_negative_offset_extended:
-            if (!Uleb(p, end, &reg)) return Stop::kError;
-            if (opcode == DW_CFA_offset_extended_sf) {
-              if (!Sleb(p, end, &soff)) return Stop::kError;
-              off = uint64_t(soff);
-            } else {
-              if (!Uleb(p, end, &off)) return Stop::kError;
-              if (opcode == DW_CFA_GNU_negative_offset_extended) off = 0 - off;
-            }
-            if (!SetRule(cie, reg, OffsetRule(off * cie.data_align), state)) return Stop::kError;
-            continue;
-          case DW_CFA_val_offset:
-          case DW_CFA_val_offset_sf:
-          case DW_CFA_register:
-            if (!Uleb(p, end, &reg)) return Stop::kError;
-            if (opcode == DW_CFA_val_offset_sf ? !Sleb(p, end, &soff) : !Uleb(p, end, &off)) return Stop::kError;
-            if (!SetRule(cie, reg, RegRule{RegRule::kOther}, state)) return Stop::kError;
-            continue;
-          case DW_CFA_expression:
-          case DW_CFA_val_expression: {
-            std::span<const uint8_t> block;
-            if (!Uleb(p, end, &reg) || !Block(p, end, &block)) return Stop::kError;
-            // Only the rules of RBP and the return address reach a row.
-            const RegRule rule = reg == kRegRbp || reg == cie.ra_reg
-                                     ? ExpressionRule(block, opcode == DW_CFA_val_expression)
-                                     : RegRule{RegRule::kOther};
-            if (!SetRule(cie, reg, rule, state)) return Stop::kError;
-            continue;
-          }
-          case DW_CFA_restore_extended:
-            if (!Uleb(p, end, &reg)) return Stop::kError;
-            if (initial == nullptr || !Restore(cie, *initial, reg, state)) return Stop::kError;
-            continue;
-          case DW_CFA_remember_state:
-            if (stack_.size() == kMaxRememberDepth) {
-              ++too_deep_;
-              return Stop::kError;
-            }
-            stack_.push_back(state);
-            continue;
-          case DW_CFA_restore_state:
-            if (stack_.empty()) return Stop::kError;
-            state = stack_.back();
-            stack_.pop_back();
-            continue;
-          case DW_CFA_GNU_args_size:
-            if (!Uleb(p, end, &off)) return Stop::kError;
-            continue;
-          default:  // DW_CFA_MIPS_advance_loc8, DW_CFA_GNU_window_save and unknown opcodes: not x86-64 CFI
-            return Stop::kError;
-        }
-      }
-      // The location moved: a new row starts (never in a CIE's instructions).
-      if (initial == nullptr) return Stop::kError;
-      if (opcode != DW_CFA_set_loc) loc += delta * cie.code_align;
-      if (!advance(loc, static_cast<const State&>(state))) return Stop::kCaller;
     }
     return Stop::kEnd;
   }
@@ -512,6 +394,151 @@ class Interpreter {
   uint64_t too_deep() const { return too_deep_; }
 
  private:
+  enum class Step { kNext, kMoved, kError };
+
+  // One instruction whose opcode was just read; its operands from [p, end).
+  Step Execute(uint8_t opcode, const Cie& cie, const State* initial, const uint8_t*& p, const uint8_t* end,
+               uint64_t& loc, State& state) {
+    uint64_t off = 0, delta = 0;
+    switch (opcode & 0xc0) {
+      case DW_CFA_advance_loc:
+        loc += uint64_t(opcode & 0x3f) * cie.code_align;
+        return Step::kMoved;
+      case DW_CFA_offset:
+        if (!Uleb(p, end, &off)) return Step::kError;
+        return SetRule(cie, opcode & 0x3f, OffsetRule(off * cie.data_align), state) ? Step::kNext : Step::kError;
+      case DW_CFA_restore:
+        return initial != nullptr && Restore(cie, *initial, opcode & 0x3f, state) ? Step::kNext : Step::kError;
+      default:
+        break;
+    }
+    switch (opcode) {
+      case DW_CFA_nop:
+        return Step::kNext;
+      case DW_CFA_set_loc:
+        return SetLoc(cie, p, end, &loc) ? Step::kMoved : Step::kError;
+      case DW_CFA_advance_loc1:
+      case DW_CFA_advance_loc2:
+      case DW_CFA_advance_loc4: {
+        const size_t size = opcode == DW_CFA_advance_loc1 ? 1 : opcode == DW_CFA_advance_loc2 ? 2 : 4;
+        if (size_t(end - p) < size) return Step::kError;
+        for (size_t i = 0; i < size; ++i) delta |= uint64_t(p[i]) << (8 * i);
+        p += size;
+        loc += delta * cie.code_align;
+        return Step::kMoved;
+      }
+      case DW_CFA_def_cfa:
+      case DW_CFA_def_cfa_sf:
+      case DW_CFA_def_cfa_register:
+      case DW_CFA_def_cfa_offset:
+      case DW_CFA_def_cfa_offset_sf:
+      case DW_CFA_def_cfa_expression:
+        return CfaInstruction(opcode, cie, p, end, state);
+      default:
+        return RegisterInstruction(opcode, cie, initial, p, end, state);
+    }
+  }
+
+  // The instructions that change the CFA rule.
+  Step CfaInstruction(uint8_t opcode, const Cie& cie, const uint8_t*& p, const uint8_t* end, State& state) {
+    uint64_t reg = 0, off = 0;
+    int64_t soff = 0;
+    switch (opcode) {
+      case DW_CFA_def_cfa:
+      case DW_CFA_def_cfa_sf:
+        if (!Uleb(p, end, &reg)) return Step::kError;
+        if (opcode == DW_CFA_def_cfa ? !Uleb(p, end, &off) : !Sleb(p, end, &soff)) return Step::kError;
+        if (opcode == DW_CFA_def_cfa_sf) off = uint64_t(soff) * cie.data_align;
+        state.cfa = CfaRule{CfaRule::kOffset, reg, off};
+        return Step::kNext;
+      case DW_CFA_def_cfa_register:
+        if (!Uleb(p, end, &reg)) return Step::kError;
+        if (state.cfa.kind != CfaRule::kOffset) state.cfa.kind = CfaRule::kInvalid;
+        state.cfa.reg = reg;
+        return Step::kNext;
+      case DW_CFA_def_cfa_offset:
+      case DW_CFA_def_cfa_offset_sf:
+        if (opcode == DW_CFA_def_cfa_offset ? !Uleb(p, end, &off) : !Sleb(p, end, &soff)) return Step::kError;
+        if (opcode == DW_CFA_def_cfa_offset_sf) off = uint64_t(soff) * cie.data_align;
+        if (state.cfa.kind != CfaRule::kOffset) state.cfa.kind = CfaRule::kInvalid;
+        state.cfa.off = off;
+        return Step::kNext;
+      default: {  // DW_CFA_def_cfa_expression
+        std::span<const uint8_t> block;
+        if (!Block(p, end, &block)) return Step::kError;
+        state.cfa = CfaRule{CfaRule::kExpr};
+        Expr expr;
+        const Decoded d = block.empty() ? Decoded::kOther : DecodeExpr(block, false, false, &expr);
+        if (d == Decoded::kMalformed) ++malformed_;
+        state.cfa.mapped = d == Decoded::kOk && MapCfa(expr.ops.data(), expr.n, &state.cfa.row);
+        return Step::kNext;
+      }
+    }
+  }
+
+  // The instructions that change a register's rule or the state stack;
+  // anything else is an error.
+  Step RegisterInstruction(uint8_t opcode, const Cie& cie, const State* initial, const uint8_t*& p, const uint8_t* end,
+                           State& state) {
+    uint64_t reg = 0, off = 0;
+    int64_t soff = 0;
+    switch (opcode) {
+      case DW_CFA_undefined:
+      case DW_CFA_same_value:
+        if (!Uleb(p, end, &reg)) return Step::kError;
+        return SetRule(cie, reg, RegRule{opcode == DW_CFA_undefined ? RegRule::kUndefined : RegRule::kSame}, state)
+                   ? Step::kNext
+                   : Step::kError;
+      case DW_CFA_offset_extended:
+      case DW_CFA_offset_extended_sf:
+      case DW_CFA_GNU_negative_offset_extended:
+        if (!Uleb(p, end, &reg)) return Step::kError;
+        if (opcode == DW_CFA_offset_extended_sf) {
+          if (!Sleb(p, end, &soff)) return Step::kError;
+          off = uint64_t(soff);
+        } else {
+          if (!Uleb(p, end, &off)) return Step::kError;
+          if (opcode == DW_CFA_GNU_negative_offset_extended) off = 0 - off;
+        }
+        return SetRule(cie, reg, OffsetRule(off * cie.data_align), state) ? Step::kNext : Step::kError;
+      case DW_CFA_val_offset:
+      case DW_CFA_val_offset_sf:
+      case DW_CFA_register:
+        if (!Uleb(p, end, &reg)) return Step::kError;
+        if (opcode == DW_CFA_val_offset_sf ? !Sleb(p, end, &soff) : !Uleb(p, end, &off)) return Step::kError;
+        return SetRule(cie, reg, RegRule{RegRule::kOther}, state) ? Step::kNext : Step::kError;
+      case DW_CFA_expression:
+      case DW_CFA_val_expression: {
+        std::span<const uint8_t> block;
+        if (!Uleb(p, end, &reg) || !Block(p, end, &block)) return Step::kError;
+        // Only the rules of RBP and the return address reach a row.
+        const RegRule rule = reg == kRegRbp || reg == cie.ra_reg
+                                 ? ExpressionRule(block, opcode == DW_CFA_val_expression)
+                                 : RegRule{RegRule::kOther};
+        return SetRule(cie, reg, rule, state) ? Step::kNext : Step::kError;
+      }
+      case DW_CFA_restore_extended:
+        if (!Uleb(p, end, &reg)) return Step::kError;
+        return initial != nullptr && Restore(cie, *initial, reg, state) ? Step::kNext : Step::kError;
+      case DW_CFA_remember_state:
+        if (stack_.size() == kMaxRememberDepth) {
+          ++too_deep_;
+          return Step::kError;
+        }
+        stack_.push_back(state);
+        return Step::kNext;
+      case DW_CFA_restore_state:
+        if (stack_.empty()) return Step::kError;
+        state = stack_.back();
+        stack_.pop_back();
+        return Step::kNext;
+      case DW_CFA_GNU_args_size:
+        return Uleb(p, end, &off) ? Step::kNext : Step::kError;
+      default:  // DW_CFA_MIPS_advance_loc8, DW_CFA_GNU_window_save and unknown opcodes: not x86-64 CFI
+        return Step::kError;
+    }
+  }
+
   static bool Uleb(const uint8_t*& p, const uint8_t* end, uint64_t* v) { return eh::ReadUleb(p, end, v); }
   static bool Sleb(const uint8_t*& p, const uint8_t* end, int64_t* v) { return eh::ReadSleb(p, end, v); }
   static bool Block(const uint8_t*& p, const uint8_t* end, std::span<const uint8_t>* out) {
