@@ -121,28 +121,45 @@ inline std::optional<uint8_t> CieFdeEncoding(const Dwarf_CIE& cie, bool eh_frame
   return fde_enc;
 }
 
-// Calls fde(start, length) for every FDE of a .eh_frame (eh_frame = true) or
-// .debug_frame section whose data is `data` and whose address is
+// One FDE as ForEachFdeEntry finds it.
+struct FdeEntry {
+  uint64_t start = 0;   // first code address it covers
+  uint64_t length = 0;  // bytes of code it covers
+  Dwarf_Off cie_offset = 0;
+  // Its CFA program, [instructions, end), inside the section's data; null
+  // when the FDE's augmentation data does not fit in it (the program cannot
+  // be found).
+  const uint8_t* instructions = nullptr;
+  const uint8_t* end = nullptr;
+};
+
+// Calls fde(const FdeEntry&) for every FDE of a .eh_frame (eh_frame = true)
+// or .debug_frame section whose data is `data` and whose address is
 // `section_vaddr`. Entries that cannot be decoded (unknown CIE augmentation,
 // indirect or data-relative pointers, bad bytes) are counted in *errors and
 // skipped; the walk never reads outside `data`.
 template <typename Fn>
-void ForEachFde(Elf* elf, Elf_Data* data, bool eh_frame, uint64_t section_vaddr, uint64_t* errors, Fn&& fde) {
+void ForEachFdeEntry(Elf* elf, Elf_Data* data, bool eh_frame, uint64_t section_vaddr, uint64_t* errors, Fn&& fde) {
   const auto* ident = reinterpret_cast<const unsigned char*>(elf_getident(elf, nullptr));
   if (ident == nullptr || data == nullptr || data->d_buf == nullptr) return;
   const auto* base = static_cast<const uint8_t*>(data->d_buf);
-  std::map<Dwarf_Off, std::optional<uint8_t>> cie_encoding;
-  auto encoding_of = [&](Dwarf_Off cie_off) -> std::optional<uint8_t> {
-    auto it = cie_encoding.find(cie_off);
-    if (it != cie_encoding.end()) return it->second;
+  struct CieFacts {
+    std::optional<uint8_t> encoding;  // nullopt: FDEs of this CIE cannot be read
+    bool sized = false;               // 'z': FDEs carry a sized augmentation block
+  };
+  auto facts_of = [&](const Dwarf_CIE& cie) {
+    return CieFacts{CieFdeEncoding(cie, eh_frame), cie.augmentation != nullptr && cie.augmentation[0] == 'z'};
+  };
+  std::map<Dwarf_Off, CieFacts> cies;
+  auto cie_at = [&](Dwarf_Off cie_off) -> CieFacts {
+    auto it = cies.find(cie_off);
+    if (it != cies.end()) return it->second;
     Dwarf_CFI_Entry e;
     Dwarf_Off next = Dwarf_Off(-1);
-    std::optional<uint8_t> enc;
-    if (dwarf_next_cfi(ident, data, eh_frame, cie_off, &next, &e) == 0 && dwarf_cfi_cie_p(&e)) {
-      enc = CieFdeEncoding(e.cie, eh_frame);
-    }
-    cie_encoding.emplace(cie_off, enc);
-    return enc;
+    CieFacts facts;
+    if (dwarf_next_cfi(ident, data, eh_frame, cie_off, &next, &e) == 0 && dwarf_cfi_cie_p(&e)) facts = facts_of(e.cie);
+    cies.emplace(cie_off, facts);
+    return facts;
   };
   Dwarf_Off off = 0;
   while (off < data->d_size) {
@@ -157,9 +174,10 @@ void ForEachFde(Elf* elf, Elf_Data* data, bool eh_frame, uint64_t section_vaddr,
       continue;
     }
     if (dwarf_cfi_cie_p(&e)) {
-      cie_encoding.emplace(off, CieFdeEncoding(e.cie, eh_frame));
+      cies.emplace(off, facts_of(e.cie));
     } else {
-      std::optional<uint8_t> enc = encoding_of(e.fde.CIE_pointer);
+      const CieFacts cie = cie_at(e.fde.CIE_pointer);
+      const std::optional<uint8_t> enc = cie.encoding;
       const uint8_t* p = e.fde.start;
       uint64_t loc = 0, len = 0;
       if (!enc || *enc == DW_EH_PE_omit || (*enc & DW_EH_PE_indirect) || !ReadEncoded(p, e.fde.end, *enc, &loc) ||
@@ -176,12 +194,27 @@ void ForEachFde(Elf* elf, Elf_Data* data, bool eh_frame, uint64_t section_vaddr,
             ++*errors;
             len = 0;
         }
-        if (len > 0 && loc + len > loc) fde(loc, len);
+        FdeEntry entry{loc, len, e.fde.CIE_pointer, p, e.fde.end};
+        uint64_t aug_len = 0;
+        if (cie.sized && (!ReadUleb(entry.instructions, entry.end, &aug_len) ||
+                          aug_len > uint64_t(entry.end - entry.instructions))) {
+          entry.instructions = entry.end = nullptr;
+        } else if (cie.sized) {
+          entry.instructions += aug_len;
+        }
+        if (len > 0 && loc + len > loc) fde(static_cast<const FdeEntry&>(entry));
       }
     }
     if (next <= off) break;
     off = next;
   }
+}
+
+// Calls fde(start, length) for every FDE, as ForEachFdeEntry finds them.
+template <typename Fn>
+void ForEachFde(Elf* elf, Elf_Data* data, bool eh_frame, uint64_t section_vaddr, uint64_t* errors, Fn&& fde) {
+  ForEachFdeEntry(elf, data, eh_frame, section_vaddr, errors,
+                  [&](const FdeEntry& entry) { fde(entry.start, entry.length); });
 }
 
 }  // namespace tlsprof::eh

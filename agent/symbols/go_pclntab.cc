@@ -56,8 +56,9 @@ unsigned FieldSize(const GoPclntabHeader& h) { return h.version >= GoPclntabVers
 // cheap validation of candidates found by magic. With `check_func_entry`, each
 // _func's own entry field must agree with the functab (a strong sign that a
 // magic match is really a pclntab).
-// Called per function with the offset of its _func in the table.
-using FuncVisitor = std::function<void(uint64_t entry, uint64_t end, std::string_view name, uint64_t func)>;
+// Called per function with the offset of its _func in the table; returns
+// false to stop the walk there.
+using FuncVisitor = std::function<bool(uint64_t entry, uint64_t end, std::string_view name, uint64_t func)>;
 
 Result<uint64_t> Walk(std::span<const uint8_t> data, const GoPclntabHeader& h, uint64_t text_start, uint64_t limit,
                       bool check_func_entry, const FuncVisitor* visit) {
@@ -107,7 +108,9 @@ Result<uint64_t> Walk(std::span<const uint8_t> data, const GoPclntabHeader& h, u
       return MakeError("Go pclntab is corrupt: name of function {} at offset {:#x} is out of range", i,
                        names + *nameoff);
     }
-    if (visit != nullptr) (*visit)(entry, i + 1 == h.nfunc ? std::max(*end_pc, entry) : *next, *name, func);
+    if (visit != nullptr && !(*visit)(entry, i + 1 == h.nfunc ? std::max(*end_pc, entry) : *next, *name, func)) {
+      return i;
+    }
   }
   return n;
 }
@@ -188,7 +191,10 @@ Result<uint64_t> ForEachGoFunction(std::span<const uint8_t> data, uint64_t text_
   auto h = ParseGoPclntabHeader(data);
   if (!h) return h.error();
   uint64_t base = h->text_start != 0 ? h->text_start : text_start;
-  FuncVisitor v = [&](uint64_t entry, uint64_t end, std::string_view name, uint64_t) { visit(entry, end, name); };
+  FuncVisitor v = [&](uint64_t entry, uint64_t end, std::string_view name, uint64_t) {
+    visit(entry, end, name);
+    return true;
+  };
   return Walk(data, *h, base, UINT64_MAX, /*check_func_entry=*/false, &v);
 }
 
@@ -209,13 +215,16 @@ std::optional<uint32_t> ReadVarint(std::span<const uint8_t> data, uint64_t* off)
 // Decodes one pc-value table starting at `off` for a function at [entry,
 // end) into `out` (runtime/symtab.go step(): value starts at -1, each step
 // adds a zig-zag value delta, then advances the pc by delta * quantum; a
-// zero value delta after the first step ends the table).
-void DecodePcValue(std::span<const uint8_t> data, uint64_t off, uint64_t entry, uint64_t end, uint8_t quantum,
-                   std::vector<GoSpRange>* out) {
+// zero value delta after the first step ends the table). Each step moves
+// the pc forward, so the work is bounded by the function's size; it stops
+// after `max_ranges` ranges (false then).
+bool DecodePcValue(std::span<const uint8_t> data, uint64_t off, uint64_t entry, uint64_t end, uint8_t quantum,
+                   uint64_t max_ranges, std::vector<GoSpRange>* out) {
   out->clear();
   int64_t value = -1;
   uint64_t pc = entry;
   for (bool first = true; pc < end; first = false) {
+    if (out->size() == max_ranges) return false;
     if (off >= data.size()) break;
     if (data[off] == 0 && !first) break;
     auto uv = ReadVarint(data, &off);
@@ -227,11 +236,18 @@ void DecodePcValue(std::span<const uint8_t> data, uint64_t off, uint64_t entry, 
     out->push_back(GoSpRange{pc, next, value});
     pc = next;
   }
+  return true;
 }
 
 }  // namespace
 
 Result<uint64_t> ForEachGoFrame(std::span<const uint8_t> data, uint64_t text_start, const GoFrameVisitor& visit) {
+  return ForEachGoFrame(data, text_start, visit, UINT64_MAX, nullptr);
+}
+
+Result<uint64_t> ForEachGoFrame(std::span<const uint8_t> data, uint64_t text_start, const GoFrameVisitor& visit,
+                                uint64_t max_ranges, bool* over_cap) {
+  if (over_cap != nullptr) *over_cap = false;
   auto h = ParseGoPclntabHeader(data);
   if (!h) return h.error();
   uint64_t base = h->text_start != 0 ? h->text_start : text_start;
@@ -239,11 +255,17 @@ Result<uint64_t> ForEachGoFrame(std::span<const uint8_t> data, uint64_t text_sta
   // _func.pcsp follows entry, nameoff, args and deferreturn (or frame).
   const uint64_t pcsp_field = (h->version >= GoPclntabVersion::kGo118 ? 4 : h->ptr_size) + 12;
   std::vector<GoSpRange> ranges;
+  uint64_t left = max_ranges;  // ranges the rest of the walk may decode
   FuncVisitor v = [&](uint64_t entry, uint64_t end, std::string_view name, uint64_t func) {
     ranges.clear();
     auto pcsp = r.U32(func + pcsp_field);
-    if (pcsp && *pcsp != 0) DecodePcValue(data, h->pctab_offset + *pcsp, entry, end, h->quantum, &ranges);
+    if (pcsp && *pcsp != 0 && !DecodePcValue(data, h->pctab_offset + *pcsp, entry, end, h->quantum, left, &ranges)) {
+      if (over_cap != nullptr) *over_cap = true;
+      return false;
+    }
+    left -= ranges.size();
     visit(entry, end, name, ranges);
+    return true;
   };
   return Walk(data, *h, base, UINT64_MAX, /*check_func_entry=*/false, &v);
 }

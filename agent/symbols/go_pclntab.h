@@ -94,5 +94,12 @@ using GoFrameVisitor =
 // the data, or does not end before the function's end, is cut where it
 // stops making sense; it never makes the whole walk fail.
 Result<uint64_t> ForEachGoFrame(std::span<const uint8_t> data, uint64_t text_start, const GoFrameVisitor& visit);
+// As above, decoding at most `max_ranges` pcsp ranges over all functions (a
+// table whose functions all share one long pcsp table describes as many rows
+// as the text has bytes). Where the next function's ranges would pass it,
+// the walk stops before visiting it and sets *over_cap; the Result then
+// counts the functions visited.
+Result<uint64_t> ForEachGoFrame(std::span<const uint8_t> data, uint64_t text_start, const GoFrameVisitor& visit,
+                                uint64_t max_ranges, bool* over_cap);
 
 }  // namespace tlsprof::symbols

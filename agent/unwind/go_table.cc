@@ -12,12 +12,17 @@
 // the frames that say which operation is running.
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string_view>
 
+#include "agent/guard/limits.h"
 #include "agent/symbols/go_pclntab.h"
 #include "agent/symbols/x86_elf.h"
 #include "agent/unwind/row_builder.h"
@@ -28,10 +33,12 @@ namespace {
 
 using symbols::ElfPtr;
 
+// A section's header; its bytes are read only for the pclntab (ReadSection)
+// and a few code bytes per function (CodeAt).
 struct Section {
   std::string_view name;
   GElf_Shdr shdr{};
-  std::span<const uint8_t> bytes;  // empty for SHT_NOBITS or unreadable
+  Elf_Scn* scn = nullptr;
 };
 
 std::vector<Section> Sections(Elf* elf) {
@@ -40,17 +47,34 @@ std::vector<Section> Sections(Elf* elf) {
   if (elf_getshdrstrndx(elf, &shstrndx) != 0) return out;
   for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
     Section s;
+    s.scn = scn;
     if (!gelf_getshdr(scn, &s.shdr)) continue;
     const char* n = elf_strptr(elf, shstrndx, s.shdr.sh_name);
     s.name = n ? n : "";
-    if (s.shdr.sh_type != SHT_NOBITS && !(s.shdr.sh_flags & SHF_COMPRESSED)) {
-      if (Elf_Data* d = elf_getdata(scn, nullptr); d != nullptr && d->d_buf != nullptr) {
-        s.bytes = {static_cast<const uint8_t*>(d->d_buf), d->d_size};
-      }
-    }
     out.push_back(s);
   }
   return out;
+}
+
+// The bytes of one section, read through libelf once its size is known to
+// be sane (guard::kMaxSectionBytes, inside the file). Empty for SHT_NOBITS,
+// compressed or unreadable sections; an Error (counted) over the cap.
+Result<std::span<const uint8_t>> ReadSection(const Section& s, uint64_t file_size, std::string_view display_path) {
+  if (s.shdr.sh_type == SHT_NOBITS || (s.shdr.sh_flags & SHF_COMPRESSED) || s.shdr.sh_size == 0) {
+    return std::span<const uint8_t>{};
+  }
+  if (s.shdr.sh_size > guard::kMaxSectionBytes) {
+    guard::Refuse(guard::Reason::kSectionSize, display_path,
+                  fmt::format("{} has {} bytes, over the cap of {}", s.name, s.shdr.sh_size, guard::kMaxSectionBytes));
+    return MakeError("{}: {} has {} bytes, more than the {} a pclntab may have; stacks fall back to frame pointers",
+                     display_path, s.name, s.shdr.sh_size, guard::kMaxSectionBytes);
+  }
+  if (s.shdr.sh_offset > file_size || file_size - s.shdr.sh_offset < s.shdr.sh_size) {
+    return std::span<const uint8_t>{};  // reaches past the end of the file
+  }
+  Elf_Data* d = elf_getdata(s.scn, nullptr);
+  if (d == nullptr || d->d_buf == nullptr) return std::span<const uint8_t>{};
+  return std::span<const uint8_t>{static_cast<const uint8_t*>(d->d_buf), d->d_size};
 }
 
 // Functions whose frame is not where pcsp says, because they switch stacks.
@@ -102,15 +126,21 @@ unsigned SavesFramePointer(std::span<const uint8_t> code, int64_t delta) {
 
 // The pclntab: its own section, else (externally linked and stripped)
 // merged into .data.rel.ro. Empty: none.
-std::span<const uint8_t> FindPclntab(const std::vector<Section>& sections) {
+Result<std::span<const uint8_t>> FindPclntab(const std::vector<Section>& sections, uint64_t file_size,
+                                             std::string_view display_path) {
   std::span<const uint8_t> pclntab;
   for (const Section& s : sections) {
-    if (s.name == ".gopclntab" || s.name == ".data.rel.ro.gopclntab") pclntab = s.bytes;
+    if (s.name != ".gopclntab" && s.name != ".data.rel.ro.gopclntab") continue;
+    auto bytes = ReadSection(s, file_size, display_path);
+    if (!bytes) return bytes.error();
+    pclntab = *bytes;
   }
   if (!pclntab.empty()) return pclntab;
   for (const Section& s : sections) {
     if (s.name != ".data.rel.ro") continue;
-    if (auto off = symbols::FindGoPclntab(s.bytes)) pclntab = s.bytes.subspan(*off);
+    auto bytes = ReadSection(s, file_size, display_path);
+    if (!bytes) return bytes.error();
+    if (auto off = symbols::FindGoPclntab(*bytes)) pclntab = bytes->subspan(*off);
   }
   return pclntab;
 }
@@ -127,6 +157,10 @@ class GoRows {
   // One Go function [entry, end) and its pcsp ranges; the gap before it
   // first.
   void AddFunction(uint64_t entry, uint64_t end, std::string_view name, std::span<const symbols::GoSpRange> sp) {
+    if (over_cap_ || table_.cfi_rows >= guard::kMaxRowsPerImage) {
+      over_cap_ = true;  // the table will be refused: nothing more is worth adding
+      return;
+    }
     if (last_end_ == 0 && text_ != nullptr && entry > text_->shdr.sh_addr) FillGap(text_->shdr.sh_addr, entry);
     if (last_end_ != 0 && entry > last_end_) FillGap(last_end_, entry);
     last_end_ = std::max(last_end_, end);
@@ -162,6 +196,9 @@ class GoRows {
     rows_.Finish();
   }
 
+  // More rows than guard::kMaxRowsPerImage were described.
+  bool over_cap() const { return over_cap_; }
+
  private:
   static unwind_row EndRow() {
     unwind_row r{};
@@ -169,15 +206,28 @@ class GoRows {
     return r;
   }
 
-  // The code at `vaddr` to the end of its executable section; empty if none.
-  std::span<const uint8_t> CodeAt(uint64_t vaddr) const {
+  // Up to 8 bytes of code at `vaddr` (fewer at the end of its executable
+  // section, none outside one), read from the file: enough for the prologue
+  // instruction SavesFramePointer looks for.
+  struct Code {
+    std::array<uint8_t, 8> bytes{};
+    size_t size = 0;
+    std::span<const uint8_t> span() const { return {bytes.data(), size}; }
+  };
+  Code CodeAt(uint64_t vaddr) const {
+    Code code;
     for (const Section& s : sections_) {
-      if (!(s.shdr.sh_flags & SHF_EXECINSTR) || vaddr < s.shdr.sh_addr || vaddr - s.shdr.sh_addr >= s.bytes.size()) {
+      const GElf_Shdr& h = s.shdr;
+      if (!(h.sh_flags & SHF_EXECINSTR) || h.sh_type == SHT_NOBITS || vaddr < h.sh_addr ||
+          vaddr - h.sh_addr >= h.sh_size) {
         continue;
       }
-      return s.bytes.subspan(vaddr - s.shdr.sh_addr);
+      const size_t want = std::min<uint64_t>(code.bytes.size(), h.sh_size - (vaddr - h.sh_addr));
+      const ssize_t got = pread(fd_, code.bytes.data(), want, off_t(h.sh_offset + (vaddr - h.sh_addr)));
+      code.size = got > 0 ? size_t(got) : 0;
+      break;
     }
-    return {};
+    return code;
   }
 
   // CFA = RSP + delta + 8 over each pcsp range; the caller's RBP from the
@@ -187,7 +237,7 @@ class GoRows {
     uint64_t bp_saved_from = UINT64_MAX;  // RBP is in the frame's slot from this PC on
     for (const auto& range : sp) {
       if (bp_saved_from == UINT64_MAX && range.sp_delta > 0) {
-        if (unsigned len = SavesFramePointer(CodeAt(range.start), range.sp_delta)) {
+        if (unsigned len = SavesFramePointer(CodeAt(range.start).span(), range.sp_delta)) {
           bp_saved_from = range.start + len;
         }
       }
@@ -241,14 +291,22 @@ class GoRows {
   uint64_t last_end_ = 0;
   std::shared_ptr<const UnwindTable> cfi_;
   bool cfi_tried_ = false;
+  bool over_cap_ = false;
 };
+
+// The ELF handle of the file behind `fd`. ELF_C_READ: libelf reads what it
+// needs with pread into its own buffers, so a file truncated while we read
+// it gives read errors, never SIGBUS (no mapping of it, no elf_rawfile).
+ElfPtr OpenElf(int fd) { return ElfPtr(elf_begin(fd, ELF_C_READ, nullptr)); }
 
 }  // namespace
 
 Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::string_view display_path) {
   static const bool elf_ok = elf_version(EV_CURRENT) != EV_NONE;
   if (!elf_ok) return MakeError("{}: libelf is unusable (elf_version failed)", display_path);
-  ElfPtr elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+  struct stat st;
+  if (fstat(fd, &st) != 0) return MakeError("{}: cannot stat the file ({})", display_path, std::strerror(errno));
+  ElfPtr elf = OpenElf(fd);
   GElf_Ehdr ehdr;
   if (!elf || elf_kind(elf.get()) != ELF_K_ELF || !gelf_getehdr(elf.get(), &ehdr)) {
     return MakeError("{}: not an ELF file ({})", display_path, elf_errmsg(-1));
@@ -257,7 +315,9 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
     return MakeError("{}: not an x86-64 ELF file; only x86-64 stacks can be unwound", display_path);
   }
   const std::vector<Section> sections = Sections(elf.get());
-  const std::span<const uint8_t> pclntab = FindPclntab(sections);
+  auto found = FindPclntab(sections, uint64_t(st.st_size), display_path);
+  if (!found) return found.error();
+  const std::span<const uint8_t> pclntab = *found;
   if (pclntab.empty()) return MakeError("{}: no Go pclntab", display_path);
   auto header = symbols::ParseGoPclntabHeader(pclntab);
   if (!header) return MakeError("{}: {}", display_path, header.error().message);
@@ -279,6 +339,11 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
   auto table = std::make_shared<UnwindTable>();
   GoRows rows(fd, display_path, sections, text, *table);
   bool too_high = false;
+  // The pcsp decoding is bounded by each function's size (every step moves
+  // the pc forward) and, over the whole walk, by the row cap: a table whose
+  // functions all share one long pcsp table would otherwise describe as many
+  // rows as the text has bytes.
+  bool over_cap = false;
   auto visited = symbols::ForEachGoFrame(
       pclntab, text_start,
       [&](uint64_t entry, uint64_t end, std::string_view name, std::span<const symbols::GoSpRange> sp) {
@@ -287,7 +352,17 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
           return;
         }
         rows.AddFunction(entry, end, name, sp);
-      });
+      },
+      guard::kMaxRowsPerImage, &over_cap);
+  if (over_cap || rows.over_cap()) {
+    guard::Refuse(guard::Reason::kPclntabRows, display_path,
+                  fmt::format("the pclntab's pcsp tables describe more than {} rows; its stacks are walked by frame "
+                              "pointers",
+                              guard::kMaxRowsPerImage));
+    return MakeError(
+        "{}: the Go pclntab describes more than {} unwind rows (refused); stacks fall back to frame pointers",
+        display_path, guard::kMaxRowsPerImage);
+  }
   if (!visited) return MakeError("{}: {}", display_path, visited.error().message);
   if (too_high) {
     return MakeError("{}: Go code beyond 4 GiB, which the 32-bit unwind rows cannot describe", display_path);

@@ -1,9 +1,11 @@
 // Unwind tables: DWARF CFI (.eh_frame, .debug_frame) of one ELF file turned
 // into the compact rows of bpf/unwind.h, which the BPF unwinder walks.
 //
-// Built once per file (per build-id) with elfutils libdw (dwarf_getcfi_elf,
-// dwarf_cfi_addrframe, dwarf_frame_info), so the CFI interpretation is
-// elfutils', not ours. Immutable after Build(); thread-safe to read.
+// Built once per file (per build-id): libdw walks the CIE and FDE entries
+// (dwarf_next_cfi), our own interpreter runs each CFA program once
+// (unwind_table.cc says why), so the cost is linear in the size of the CFI,
+// and the rows are capped per FDE and per file (guard::kMaxRowsPerFde,
+// guard::kMaxRowsPerImage). Immutable after Build(); thread-safe to read.
 #pragma once
 
 #include <cstdint>
@@ -23,12 +25,16 @@ struct UnwindTable {
   // Statistics for the report and the tests.
   uint64_t fdes = 0;
   uint64_t unsupported_rows = 0;                 // CFA rules we do not model (became CFA_NONE)
-  uint64_t cfi_rows = 0;                         // rows libdw reported, before merging identical neighbours
+  uint64_t cfi_rows = 0;                         // rows the CFI describes, before merging identical neighbours
   uint64_t covered_bytes = 0;                    // code bytes inside some FDE
   uint64_t unsupported_bytes = 0;                // of those, bytes whose rule became CFA_NONE
-  uint64_t cfi_errors = 0;                       // FDEs/CIEs we could not decode (skipped)
+  uint64_t cfi_errors = 0;                       // FDEs/CIEs/expressions we could not decode (skipped)
+  uint64_t overlapping_fdes = 0;                 // FDEs overlapping an earlier one of their section
   uint64_t kind_rows[UNWIND_CFA_NR_KINDS] = {};  // final rows per enum unwind_cfa_kind
   uint64_t gap_cfi_rows = 0;                     // Go tables: CFI rows taken for code outside Go functions (cgo)
+  uint64_t cfi_instructions = 0;                 // CFA instructions interpreted (CIEs once, FDEs once)
+  uint64_t cut_fdes = 0;                         // FDEs cut at guard::kMaxRowsPerFde (their rest is CFA_NONE)
+  bool cut_at_image_cap = false;                 // rows (or FDEs) past guard::kMaxRowsPerImage left out (CFA_NONE)
 };
 
 // Reads the CFI of the ELF file behind `fd` (executable segments only).
@@ -37,10 +43,15 @@ struct UnwindTable {
 // (other CFA expressions, return address not at CFA-8, e.g. signal
 // trampolines) become CFA_NONE rows and
 // are counted in unsupported_rows. Code above 4 GiB (ELF vaddr) gives an
-// Error. Thread-safe (each call has its own libelf/libdw handles).
+// Error. Thread-safe (each call has its own libelf handle).
 // A file without CFI gives an empty table, not an error; a file that is not
 // x86-64 ELF gives an Error; CFI entries that do not decode are skipped and
-// counted in cfi_errors. Never crashes on bad input.
+// counted in cfi_errors. Never crashes on bad input, also when the file is
+// truncated while it is read (it is read with pread, never mapped). Caps,
+// each refusal counted (guard::Refuse): an FDE's rows past kMaxRowsPerFde and
+// the file's past kMaxRowsPerImage become CFA_NONE (reason cfi_rows); a CFI
+// section over kMaxSectionBytes, or a compressed one that claims to inflate
+// past it, is left out (section_size) without being read or inflated.
 Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_view display_path);
 
 // Rows for a Go binary from its pclntab (agent/unwind/go_table.cc): CFA =
@@ -51,7 +62,9 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
 // (CFA_END). Code outside every Go function (C linked in by cgo) gets the
 // file's CFI rows, else the frame-pointer rule (CFA_RBP + 16). Works on
 // stripped binaries (no .symtab, no .debug_frame); an Error when the file
-// has no pclntab. Thread-safe.
+// has no pclntab, or when its pcsp tables describe more than
+// guard::kMaxRowsPerImage rows (refused, reason pclntab_rows: the caller
+// falls back to frame pointers, which Go keeps). Thread-safe.
 Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::string_view display_path);
 
 // Finds the row that applies at `vaddr`; nullptr if before the first row.

@@ -216,7 +216,7 @@ TEST(UnwindTableTest, LibcryptoTable) {
   ASSERT_TRUE(built.ok()) << built.error().message;
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const UnwindTable& t = **built;
-  std::printf("%s: %.1f ms, %zu rows, %lu FDEs, %lu/%lu libdw rows unsupported (%.2f%%), rsp_deref rows %lu\n",
+  std::printf("%s: %.1f ms, %zu rows, %lu FDEs, %lu/%lu CFI rows unsupported (%.2f%%), rsp_deref rows %lu\n",
               path.c_str(), ms, t.rows.size(), t.fdes, t.unsupported_rows, t.cfi_rows,
               100.0 * t.unsupported_rows / std::max<uint64_t>(t.cfi_rows, 1), t.kind_rows[CFA_RSP_DEREF]);
 
@@ -781,7 +781,7 @@ TEST(UnwindTableTest, MalformedInput) {
     BuildChecked(dir.File("truncated", image.substr(0, len)));  // must just not crash
   }
 
-  // Corrupt .eh_frame (and around it) at random: libdw must reject, not crash.
+  // Corrupt .eh_frame (and around it) at random: the builder must reject, not crash.
   std::string eh_frame_bounds = dir.path() + "/bounds";
   std::string cmd = "readelf -SW '" + lib_path + "' | awk '$2==\".eh_frame\"{print $5, $6}' > " + eh_frame_bounds;
   ASSERT_EQ(std::system(cmd.c_str()), 0);
