@@ -99,7 +99,14 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(const ProcessSnapshot::ExecMappi
       if (budget != nullptr) budget->AfterLoad(file_bytes);
     }
   } trim{budget_, file_bytes};  // at return, once the table and its copies (declared below) are gone
-  auto table = go ? unwind::BuildGoUnwindTable(file.fd(), info->path) : unwind::BuildUnwindTable(file.fd(), info->path);
+  auto elf = guard::ElfFile::Open(file);
+  if (!elf.ok()) {
+    ++stats_.table_failures;
+    spdlog::debug("unwind: no table for {}: {}", info->path, elf.error().message);
+    slots_.emplace(key, std::make_pair(info->image, slot));
+    return slot;
+  }
+  auto table = go ? unwind::BuildGoUnwindTable(*elf, info->path) : unwind::BuildUnwindTable(*elf, info->path);
   if (!table.ok()) {
     ++stats_.table_failures;
     spdlog::debug("unwind: no table for {}: {}", info->path, table.error().message);

@@ -12,8 +12,6 @@
 // the frames that say which operation is running.
 #include <gelf.h>
 #include <libelf.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -31,35 +29,34 @@
 namespace tlsprof::unwind {
 namespace {
 
-using symbols::ElfPtr;
-
 // A section's header; its bytes are read only for the pclntab (ReadSection)
 // and a few code bytes per function (CodeAt).
 struct Section {
   std::string_view name;
   GElf_Shdr shdr{};
   Elf_Scn* scn = nullptr;
+  size_t index = 0;  // in guard::ElfFile::sections()
 };
 
-std::vector<Section> Sections(Elf* elf) {
+std::vector<Section> Sections(const guard::ElfFile& elf) {
   std::vector<Section> out;
-  size_t shstrndx;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return out;
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
+  for (const guard::ElfSection& es : elf.sections()) {
+    if (es.index == 0) continue;
     Section s;
-    s.scn = scn;
-    if (!gelf_getshdr(scn, &s.shdr)) continue;
-    const char* n = elf_strptr(elf, shstrndx, s.shdr.sh_name);
-    s.name = n ? n : "";
+    s.scn = es.scn;
+    s.shdr = es.shdr;
+    s.name = es.name;
+    s.index = es.index;
     out.push_back(s);
   }
   return out;
 }
 
-// The bytes of one section, read through libelf once its size is known to
-// be sane (guard::kMaxSectionBytes, inside the file). Empty for SHT_NOBITS,
-// compressed or unreadable sections; an Error (counted) over the cap.
-Result<std::span<const uint8_t>> ReadSection(const Section& s, uint64_t file_size, std::string_view display_path) {
+// The bytes of one section, read through the guarded ELF opener (which
+// refuses, counted, a section over guard::kMaxSectionBytes). Empty for
+// SHT_NOBITS, compressed or unreadable sections; an Error over the cap.
+Result<std::span<const uint8_t>> ReadSection(const guard::ElfFile& elf, const Section& s,
+                                             std::string_view display_path) {
   if (s.shdr.sh_type == SHT_NOBITS || (s.shdr.sh_flags & SHF_COMPRESSED) || s.shdr.sh_size == 0) {
     return std::span<const uint8_t>{};
   }
@@ -69,12 +66,9 @@ Result<std::span<const uint8_t>> ReadSection(const Section& s, uint64_t file_siz
     return MakeError("{}: {} has {} bytes, more than the {} a pclntab may have; stacks fall back to frame pointers",
                      display_path, s.name, s.shdr.sh_size, guard::kMaxSectionBytes);
   }
-  if (s.shdr.sh_offset > file_size || file_size - s.shdr.sh_offset < s.shdr.sh_size) {
-    return std::span<const uint8_t>{};  // reaches past the end of the file
-  }
-  Elf_Data* d = elf_getdata(s.scn, nullptr);
-  if (d == nullptr || d->d_buf == nullptr) return std::span<const uint8_t>{};
-  return std::span<const uint8_t>{static_cast<const uint8_t*>(d->d_buf), d->d_size};
+  auto bytes = elf.SectionBytes(elf.sections()[s.index]);
+  if (!bytes) return std::span<const uint8_t>{};  // reaches past the end of the file, or unreadable
+  return *bytes;
 }
 
 // Functions whose frame is not where pcsp says, because they switch stacks.
@@ -126,19 +120,19 @@ unsigned SavesFramePointer(std::span<const uint8_t> code, int64_t delta) {
 
 // The pclntab: its own section, else (externally linked and stripped)
 // merged into .data.rel.ro. Empty: none.
-Result<std::span<const uint8_t>> FindPclntab(const std::vector<Section>& sections, uint64_t file_size,
+Result<std::span<const uint8_t>> FindPclntab(const guard::ElfFile& elf, const std::vector<Section>& sections,
                                              std::string_view display_path) {
   std::span<const uint8_t> pclntab;
   for (const Section& s : sections) {
     if (s.name != ".gopclntab" && s.name != ".data.rel.ro.gopclntab") continue;
-    auto bytes = ReadSection(s, file_size, display_path);
+    auto bytes = ReadSection(elf, s, display_path);
     if (!bytes) return bytes.error();
     pclntab = *bytes;
   }
   if (!pclntab.empty()) return pclntab;
   for (const Section& s : sections) {
     if (s.name != ".data.rel.ro") continue;
-    auto bytes = ReadSection(s, file_size, display_path);
+    auto bytes = ReadSection(elf, s, display_path);
     if (!bytes) return bytes.error();
     if (auto off = symbols::FindGoPclntab(*bytes)) pclntab = bytes->subspan(*off);
   }
@@ -150,9 +144,9 @@ Result<std::span<const uint8_t>> FindPclntab(const std::vector<Section>& section
 // them filled.
 class GoRows {
  public:
-  GoRows(int fd, std::string_view display_path, const std::vector<Section>& sections, const Section* text,
-         UnwindTable& table)
-      : fd_(fd), display_path_(display_path), sections_(sections), text_(text), table_(table), rows_(&table) {}
+  GoRows(const guard::ElfFile& elf, std::string_view display_path, const std::vector<Section>& sections,
+         const Section* text, UnwindTable& table)
+      : elf_(elf), display_path_(display_path), sections_(sections), text_(text), table_(table), rows_(&table) {}
 
   // One Go function [entry, end) and its pcsp ranges; the gap before it
   // first.
@@ -223,8 +217,9 @@ class GoRows {
         continue;
       }
       const size_t want = std::min<uint64_t>(code.bytes.size(), h.sh_size - (vaddr - h.sh_addr));
-      const ssize_t got = pread(fd_, code.bytes.data(), want, off_t(h.sh_offset + (vaddr - h.sh_addr)));
-      code.size = got > 0 ? size_t(got) : 0;
+      auto got = elf_.Read(h.sh_offset + (vaddr - h.sh_addr), want, code.bytes.size(), "a prologue");
+      code.size = got ? got->size() : 0;
+      if (got) std::copy(got->begin(), got->end(), code.bytes.begin());
       break;
     }
     return code;
@@ -270,7 +265,7 @@ class GoRows {
     constexpr uint64_t kPadding = 64;  // Go pads functions to 32 bytes
     if (end - start >= kPadding && !cfi_tried_) {
       cfi_tried_ = true;
-      if (auto built = BuildUnwindTable(fd_, display_path_); built.ok()) cfi_ = *built;
+      if (auto built = BuildUnwindTable(elf_, display_path_); built.ok()) cfi_ = *built;
     }
     const unwind_row fp = FramePointerRow();
     const unwind_row* r = cfi_ && end - start >= kPadding ? FindRow(*cfi_, start) : nullptr;
@@ -282,7 +277,7 @@ class GoRows {
     }
   }
 
-  int fd_;
+  const guard::ElfFile& elf_;
   std::string_view display_path_;
   const std::vector<Section>& sections_;
   const Section* text_;
@@ -294,28 +289,23 @@ class GoRows {
   bool over_cap_ = false;
 };
 
-// The ELF handle of the file behind `fd`. ELF_C_READ: libelf reads what it
-// needs with pread into its own buffers, so a file truncated while we read
-// it gives read errors, never SIGBUS (no mapping of it, no elf_rawfile).
-ElfPtr OpenElf(int fd) { return ElfPtr(elf_begin(fd, ELF_C_READ, nullptr)); }
-
 }  // namespace
 
 Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::string_view display_path) {
-  static const bool elf_ok = elf_version(EV_CURRENT) != EV_NONE;
-  if (!elf_ok) return MakeError("{}: libelf is unusable (elf_version failed)", display_path);
-  struct stat st;
-  if (fstat(fd, &st) != 0) return MakeError("{}: cannot stat the file ({})", display_path, std::strerror(errno));
-  ElfPtr elf = OpenElf(fd);
-  GElf_Ehdr ehdr;
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF || !gelf_getehdr(elf.get(), &ehdr)) {
-    return MakeError("{}: not an ELF file ({})", display_path, elf_errmsg(-1));
-  }
-  if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_machine != EM_X86_64) {
+  auto file = guard::OpenHostFile(fmt::format("/proc/self/fd/{}", fd));
+  if (!file) return MakeError("{}: {}", display_path, file.error().message);
+  auto elf = guard::ElfFile::Open(*file);
+  if (!elf) return MakeError("{}: {}", display_path, elf.error().message);
+  return BuildGoUnwindTable(*elf, display_path);
+}
+
+Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(const guard::ElfFile& elf,
+                                                              std::string_view display_path) {
+  if (!elf.is64() || elf.ehdr().e_machine != EM_X86_64) {
     return MakeError("{}: not an x86-64 ELF file; only x86-64 stacks can be unwound", display_path);
   }
-  const std::vector<Section> sections = Sections(elf.get());
-  auto found = FindPclntab(sections, uint64_t(st.st_size), display_path);
+  const std::vector<Section> sections = Sections(elf);
+  auto found = FindPclntab(elf, sections, display_path);
   if (!found) return found.error();
   const std::span<const uint8_t> pclntab = *found;
   if (pclntab.empty()) return MakeError("{}: no Go pclntab", display_path);
@@ -337,7 +327,7 @@ Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::strin
   }
 
   auto table = std::make_shared<UnwindTable>();
-  GoRows rows(fd, display_path, sections, text, *table);
+  GoRows rows(elf, display_path, sections, text, *table);
   bool too_high = false;
   // The pcsp decoding is bounded by each function's size (every step moves
   // the pc forward) and, over the whole walk, by the row cap: a table whose

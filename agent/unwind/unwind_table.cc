@@ -36,7 +36,6 @@
 #include <elfutils/libdw.h>
 #include <gelf.h>
 #include <libelf.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
@@ -71,8 +70,6 @@ constexpr size_t kMaxRememberDepth = 64;
 // Operations decoded per DWARF expression. The longest form a row can hold
 // (GNU ld's PLT CFA) has 9; a longer expression maps to no row either way.
 constexpr size_t kMaxExprOps = 16;
-
-using symbols::ElfPtr;
 
 // ---- DWARF expressions, decoded as far as the row forms need.
 
@@ -618,62 +615,24 @@ struct CfiSection {
   std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(data->d_buf), data->d_size}; }
 };
 
-Elf_Scn* FindSection(Elf* elf, const char* name, GElf_Shdr* shdr_out) {
-  size_t shstrndx;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return nullptr;
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (!gelf_getshdr(scn, &shdr)) continue;
-    const char* n = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (n && std::strcmp(n, name) == 0 && shdr.sh_type != SHT_NOBITS) {
-      *shdr_out = shdr;
-      return scn;
-    }
-  }
-  return nullptr;
-}
-
-// Reads one CFI section into memory, once its size is sane: not over
-// guard::kMaxSectionBytes (inflated, for a compressed one: the header's
-// claim is checked before anything is inflated, and libelf inflates into a
-// buffer of exactly that size) and inside the file.
-std::optional<CfiSection> ReadCfiSection(Elf* elf, const char* name, bool eh_frame, uint64_t file_size,
-                                         std::string_view display_path, uint64_t* errors) {
-  GElf_Shdr shdr;
-  Elf_Scn* scn = FindSection(elf, name, &shdr);
-  if (!scn || shdr.sh_size == 0) return std::nullopt;
-  if (shdr.sh_size > guard::kMaxSectionBytes) {
-    guard::Refuse(guard::Reason::kSectionSize, display_path,
-                  fmt::format("{} has {} bytes, over the cap of {}; its CFI is left out", name, shdr.sh_size,
-                              guard::kMaxSectionBytes));
+// Reads one CFI section into memory through the guarded ELF opener, once
+// its size is sane: not over guard::kMaxSectionBytes (inflated, for a
+// compressed one: the header's claim is checked before anything is
+// inflated) and inside the file. A section that does not read counts as a
+// CFI error; one over the cap is refused (guard::ElfFile counts it).
+std::optional<CfiSection> ReadCfiSection(const guard::ElfFile& elf, const char* name, bool eh_frame, uint64_t* errors) {
+  const guard::ElfSection* s = elf.Find(name);
+  if (s == nullptr || s->shdr.sh_type == SHT_NOBITS || s->shdr.sh_size == 0) return std::nullopt;
+  const auto refused = [] { return guard::RefusalCounts()[static_cast<size_t>(guard::Reason::kSectionSize)]; };
+  const uint64_t refused_before = refused();
+  auto bytes = elf.SectionBytes(*s);
+  if (!bytes) {
+    if (refused() == refused_before) ++*errors;  // malformed, not over a cap
     return std::nullopt;
   }
-  if (shdr.sh_offset > file_size || file_size - shdr.sh_offset < shdr.sh_size) {
-    ++*errors;  // the section reaches past the end of the file
-    return std::nullopt;
-  }
-  // Go and some toolchains compress .debug_frame (SHF_COMPRESSED).
-  if (shdr.sh_flags & SHF_COMPRESSED) {
-    GElf_Chdr chdr;
-    if (!gelf_getchdr(scn, &chdr)) {
-      ++*errors;
-      return std::nullopt;
-    }
-    if (chdr.ch_size > guard::kMaxSectionBytes) {
-      guard::Refuse(guard::Reason::kSectionSize, display_path,
-                    fmt::format("compressed {} claims {} bytes inflated, over the cap of {}; it is not inflated", name,
-                                chdr.ch_size, guard::kMaxSectionBytes));
-      return std::nullopt;
-    }
-    if (elf_compress(scn, 0, 0) < 0) {
-      ++*errors;
-      return std::nullopt;
-    }
-  }
-  Elf_Data* data = elf_getdata(scn, nullptr);
-  if (!data) ++*errors;  // unreadable: the file shrank since its size was checked
+  Elf_Data* data = elf.data(*s);
   if (!data || !data->d_buf || data->d_size == 0) return std::nullopt;
-  return CfiSection{data, shdr.sh_addr, eh_frame};
+  return CfiSection{data, s->shdr.sh_addr, eh_frame};
 }
 
 struct Interval {
@@ -878,40 +837,30 @@ class CfiRows {
   bool refused_ = false;
 };
 
-// The ELF handle of the file behind `fd`. ELF_C_READ: libelf reads what it
-// needs with pread into its own buffers, so a file truncated while we read
-// it gives read errors, never SIGBUS (no mapping of it, no elf_rawfile).
-ElfPtr OpenElf(int fd) { return ElfPtr(elf_begin(fd, ELF_C_READ, nullptr)); }
-
 }  // namespace
 
 Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_view display_path) {
-  static const bool elf_ok = elf_version(EV_CURRENT) != EV_NONE;
-  if (!elf_ok) return MakeError("{}: libelf is unusable (elf_version failed)", display_path);
-  struct stat st;
-  if (fstat(fd, &st) != 0) return MakeError("{}: cannot stat the file ({})", display_path, std::strerror(errno));
-  ElfPtr elf = OpenElf(fd);
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
-    return MakeError("{}: not an ELF file ({})", display_path, elf_errmsg(-1));
-  }
-  GElf_Ehdr ehdr;
-  if (!gelf_getehdr(elf.get(), &ehdr)) {
-    return MakeError("{}: unreadable ELF header ({})", display_path, elf_errmsg(-1));
-  }
-  if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_ident[EI_DATA] != ELFDATA2LSB || ehdr.e_machine != EM_X86_64) {
+  auto file = guard::OpenHostFile(fmt::format("/proc/self/fd/{}", fd));
+  if (!file) return MakeError("{}: {}", display_path, file.error().message);
+  auto elf = guard::ElfFile::Open(*file);
+  if (!elf) return MakeError("{}: {}", display_path, elf.error().message);
+  return BuildUnwindTable(*elf, display_path);
+}
+
+Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(const guard::ElfFile& file, std::string_view display_path) {
+  if (!file.x86_64()) {
     return MakeError("{}: not a little-endian x86-64 ELF file; only x86-64 stacks can be unwound", display_path);
   }
-  auto exec = ExecSegments(elf.get(), display_path);
+  Elf* const elf = file.elf();
+  auto exec = ExecSegments(elf, display_path);
   if (!exec) return exec.error();
   auto table = std::make_shared<UnwindTable>();
   if (exec->empty()) return std::shared_ptr<const UnwindTable>(table);
 
   // .eh_frame first: it is what the runtime itself trusts. .debug_frame
   // (Go, or unstripped objects) fills what .eh_frame does not cover.
-  const uint64_t file_size = uint64_t(st.st_size);
-  const std::optional<CfiSection> sections[2] = {
-      ReadCfiSection(elf.get(), ".eh_frame", true, file_size, display_path, &table->cfi_errors),
-      ReadCfiSection(elf.get(), ".debug_frame", false, file_size, display_path, &table->cfi_errors)};
+  const std::optional<CfiSection> sections[2] = {ReadCfiSection(file, ".eh_frame", true, &table->cfi_errors),
+                                                 ReadCfiSection(file, ".debug_frame", false, &table->cfi_errors)};
   // Every FDE gives at least one row: past kMaxRowsPerImage FDEs the rest
   // are left out (the list itself would otherwise grow with the section).
   std::vector<Interval> fdes;
@@ -919,7 +868,7 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
   for (int source : {0, 1}) {
     const std::optional<CfiSection>& s = sections[source];
     if (!s) continue;
-    eh::ForEachFdeEntry(elf.get(), s->data, s->eh_frame, s->vaddr, &table->cfi_errors, [&](const eh::FdeEntry& f) {
+    eh::ForEachFdeEntry(elf, s->data, s->eh_frame, s->vaddr, &table->cfi_errors, [&](const eh::FdeEntry& f) {
       if (fdes.size() == guard::kMaxRowsPerImage) {
         too_many_fdes = true;
         return;
@@ -938,7 +887,7 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
   }
   // The parts of an FDE that overlap an earlier (or .eh_frame) one are
   // dropped.
-  CfiRows rows(elf.get(), display_path, *table);
+  CfiRows rows(elf, display_path, *table);
   if (too_many_fdes) {
     table->cut_at_image_cap = true;
     rows.RefuseRows(fmt::format("the CFI has more than {} FDEs; the rest are left out", guard::kMaxRowsPerImage));

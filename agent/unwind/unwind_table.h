@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/guard/elf_file.h"
 #include "bpf/unwind.h"
 #include "common/result.h"
 
@@ -37,7 +38,8 @@ struct UnwindTable {
   bool cut_at_image_cap = false;                 // rows (or FDEs) past guard::kMaxRowsPerImage left out (CFA_NONE)
 };
 
-// Reads the CFI of the ELF file behind `fd` (executable segments only).
+// Reads the CFI of the ELF file `elf` (opened by guard::ElfFile;
+// executable segments only).
 // Rows come from .eh_frame, and from .debug_frame where .eh_frame has no FDE.
 // CFA = other GPR + off becomes a CFA_REG row. Rules we cannot express
 // (other CFA expressions, return address not at CFA-8, e.g. signal
@@ -52,6 +54,9 @@ struct UnwindTable {
 // the file's past kMaxRowsPerImage become CFA_NONE (reason cfi_rows); a CFI
 // section over kMaxSectionBytes, or a compressed one that claims to inflate
 // past it, is left out (section_size) without being read or inflated.
+Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(const guard::ElfFile& elf, std::string_view display_path);
+// The same for a file open at `fd` (tests and tools), opened again through
+// the guard (guard::OpenHostFile of /proc/self/fd/N).
 Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_view display_path);
 
 // Rows for a Go binary from its pclntab (agent/unwind/go_table.cc): CFA =
@@ -65,6 +70,7 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(int fd, std::string_
 // has no pclntab, or when its pcsp tables describe more than
 // guard::kMaxRowsPerImage rows (refused, reason pclntab_rows: the caller
 // falls back to frame pointers, which Go keeps). Thread-safe.
+Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(const guard::ElfFile& elf, std::string_view display_path);
 Result<std::shared_ptr<const UnwindTable>> BuildGoUnwindTable(int fd, std::string_view display_path);
 
 // Finds the row that applies at `vaddr`; nullptr if before the first row.

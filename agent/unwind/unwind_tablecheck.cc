@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     };
     if (compare) {
       auto [ref, ref_ms] = timed(tlsprof::unwind::BuildReferenceUnwindTable);
-      auto [t, ms] = timed(tlsprof::unwind::BuildUnwindTable);
+      auto [t, ms] = timed([](int f, const char* p) { return tlsprof::unwind::BuildUnwindTable(f, p); });
       if (!ref.ok() || !t.ok()) {
         std::printf("%s: reference %s, agent %s\n", argv[i], ref.ok() ? "ok" : ref.error().message.c_str(),
                     t.ok() ? "ok" : t.error().message.c_str());
