@@ -122,6 +122,12 @@ AgentMetrics::AgentMetrics()
       probe_budget_ratio_(Register<metrics::kAgentUsageProbeBudgetRatio>(*registry_)) {
   for (const auto& [what, field] : kMemoryLimited)
     memory_limited_.Add(metrics::Labels(metrics::kAgentMemoryLimited, {what}));
+  // Every reason is present from the first scrape, at 0.
+  auto& refused = Register<metrics::kAgentImagesRefused>(*registry_);
+  for (size_t i = 0; i < refused_.size(); ++i) {
+    refused_[i] =
+        &refused.Add(metrics::Labels(metrics::kAgentImagesRefused, {guard::ReasonName(static_cast<guard::Reason>(i))}));
+  }
   auto& phases = Register<metrics::kAgentPhaseCpuSeconds>(*registry_);
   for (size_t i = 0; i < phase_cpu_.size(); ++i) {
     phase_cpu_[i] = &phases.Add(metrics::Labels(metrics::kAgentPhaseCpuSeconds,
@@ -312,6 +318,7 @@ void AgentMetrics::SetBounds(const BoundsHealth& b) {
     Advance(memory_limited_.Add(metrics::Labels(metrics::kAgentMemoryLimited, {what})), b.*field, last_bounds_.*field);
   }
   Advance(unwind_unregistered_, b.unwind_process_failures, last_bounds_.unwind_process_failures);
+  for (size_t i = 0; i < refused_.size(); ++i) Advance(*refused_[i], b.refused[i], last_bounds_.refused[i]);
   last_bounds_ = b;
 }
 

@@ -25,6 +25,7 @@
 #include <prometheus/registry.h>
 
 #include "agent/expose/health.h"
+#include "agent/guard/limits.h"
 #include "agent/profiler/phase_clock.h"
 #include "agent/ship/shipper.h"
 #include "common/http/server.h"
@@ -67,6 +68,8 @@ struct BoundsHealth {
   uint64_t images_skipped = 0;           // symbol loads refused by the memory budget
   uint64_t tables_skipped = 0;           // unwind tables not built, likewise
   uint64_t unwind_process_failures = 0;  // processes the unwind_procs map had no room for
+  // What the guard's caps refused or cut, by guard::Reason (guard/limits.h).
+  std::array<uint64_t, guard::kReasonCount> refused{};
 };
 
 // "HOST:PORT" with a numeric port in 1..65535 and a non-empty host (an IPv6
@@ -131,6 +134,7 @@ class AgentMetrics {
   prometheus::Gauge& last_success_;
   prometheus::Gauge& memory_limit_;
   prometheus::Family<prometheus::Counter>& memory_limited_;
+  std::array<prometheus::Counter*, guard::kReasonCount> refused_{};
   prometheus::Counter& unwind_unregistered_;
   // Usage telemetry (docs/fleet.md, "Usage telemetry").
   prometheus::Family<prometheus::Counter>& handshakes_;

@@ -32,6 +32,10 @@ BoundsHealth BoundsOf(const profiler::Window& window) {
   bounds.memory_limit_bytes = window.health.memory_limit_bytes;
   bounds.images_skipped = window.health.images_skipped;
   bounds.tables_skipped = window.health.tables_skipped;
+  for (size_t i = 0; i < bounds.refused.size(); ++i) {
+    auto it = window.health.refused.find(std::string(guard::ReasonName(static_cast<guard::Reason>(i))));
+    if (it != window.health.refused.end()) bounds.refused[i] = it->second;
+  }
   if (window.health.unwind) bounds.unwind_process_failures = window.health.unwind->process_failures;
   return bounds;
 }

@@ -43,7 +43,8 @@ std::vector<MappedFile> MappedFiles(const discovery::ProcessSnapshot& snap) {
 // Resident memory now (/proc/WHO/statm: "self" or a pid), not the peak; 0
 // for a process that is gone.
 uint64_t ProcessResidentBytes(const std::string& who) {
-  std::ifstream statm("/proc/" + who + "/statm");
+  auto text = guard::ReadProcText("/proc/" + who + "/statm", guard::kMaxProcFileBytes);
+  std::istringstream statm(text ? text->text : std::string());
   uint64_t size = 0, resident = 0;
   if (!(statm >> size >> resident)) return 0;
   return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -56,7 +57,7 @@ uint64_t MaxResidentBytes() {
 }
 
 std::string MachineId() {
-  std::ifstream in("/etc/machine-id");
+  std::ifstream in("/etc/machine-id");  // guarded-io: the host's own file
   std::string id;
   std::getline(in, id);
   return id;
@@ -67,7 +68,7 @@ std::string MachineId() {
 // How long ago a process started, from its start time (clock ticks after
 // boot, /proc/PID/stat) and /proc/uptime; a large value when unknown.
 static double ProcessAgeSeconds(uint64_t start_ticks) {
-  std::ifstream uptime("/proc/uptime");
+  std::ifstream uptime("/proc/uptime");  // guarded-io: the kernel's, not a process's
   double now = 0;
   if (start_ticks == 0 || !(uptime >> now)) return 1e9;
   static const long ticks = sysconf(_SC_CLK_TCK);
@@ -437,8 +438,7 @@ ProcessInfo Profiler::DescribeProcess(uint32_t tgid, bool read_proc) const {
     info.container = snap->container;
     info.snapshotted = true;
   } else if (read_proc) {
-    std::ifstream in(fmt::format("/proc/{}/comm", tgid));
-    std::getline(in, info.comm);
+    info.comm = discovery::ReadComm(static_cast<pid_t>(tgid));
     if (!info.comm.empty()) {
       const std::string cgroup = discovery::ReadCgroupFile(static_cast<pid_t>(tgid));
       info.cgroup = discovery::CgroupV2Path(cgroup);
@@ -490,6 +490,10 @@ void Profiler::Describe(Window& window) const {
   health.memory_limit_bytes = budget_->limit_bytes();
   health.images_skipped = budget_->skipped(guard::MemoryBudget::kImage);
   health.tables_skipped = budget_->skipped(guard::MemoryBudget::kUnwindTable);
+  const auto refused = guard::RefusalCounts();
+  for (size_t i = 0; i < refused.size(); ++i) {
+    if (refused[i] != 0) health.refused[std::string(guard::ReasonName(static_cast<guard::Reason>(i)))] = refused[i];
+  }
   if (registrar_) health.unwind = registrar_->stats();
 
   AgentCost& cost = window.cost;

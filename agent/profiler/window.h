@@ -95,6 +95,10 @@ struct AgentHealth {
   uint64_t memory_limit_bytes = 0;  // 0: none
   uint64_t images_skipped = 0;
   uint64_t tables_skipped = 0;
+  // Inputs of other processes refused or cut at a guard cap, by reason
+  // (guard::ReasonName; guard/limits.h): cumulative, process-wide, the
+  // reasons never counted left out.
+  std::map<std::string, uint64_t> refused;
   // The unwinder's registrations (with stacks on).
   std::optional<stacks::RegistrarStats> unwind;
 };

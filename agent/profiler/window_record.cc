@@ -123,9 +123,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AgentCost, window_cpu_seconds, c
                                                 bpf_stats_enabled, max_rss_bytes, resident_bytes,
                                                 report_latency_seconds, phases, stack_cache_hits, stack_cache_misses,
                                                 stack_cache_entries)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(AgentHealth, tracked_processes, pending_processes, forgotten_processes, images,
-                                   cached_images, images_changed, processes_replaced, memory_limit_bytes,
-                                   images_skipped, tables_skipped, unwind)
+// With defaults: recordings made before `refused` existed replay with zeros.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AgentHealth, tracked_processes, pending_processes, forgotten_processes,
+                                                images, cached_images, images_changed, processes_replaced,
+                                                memory_limit_bytes, images_skipped, tables_skipped, refused, unwind)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Window, attribution, totals, start_monotonic_ns, end_monotonic_ns, start_unix_ns,
                                    end_unix_ns, host, processes, usage, cost, health)
 
@@ -155,7 +156,7 @@ Status WriteWindowRecord(const std::string& path, const Window& window) {
 }
 
 Result<Window> ReadWindowRecord(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path);  // guarded-io: a recording the operator names
   if (!in) return MakeError("cannot open the window recording {}", path);
   nlohmann::json record = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (record.is_discarded()) return MakeError("{}: not JSON", path);

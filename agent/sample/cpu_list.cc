@@ -43,7 +43,7 @@ Result<std::vector<int>> ParseCpuList(std::string_view text) {
 }
 
 Result<std::vector<int>> ReadCpuList(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path);  // guarded-io: sysfs (the kernel's CPU lists)
   if (!in) return MakeError("cannot read the CPU list {}", path);
   std::stringstream text;
   text << in.rdbuf();

@@ -19,11 +19,14 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "agent/guard/guarded_file.h"
+#include "agent/guard/limits.h"
 #include "agent/sample/cpu_list.h"
 #include "agent/sample/map_window.h"
 #include "common/fd.h"
@@ -125,9 +128,10 @@ Status ValidateTargetPid(pid_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) {
     return MakeError("target pid {} does not exist (no such process); check it with `ps -p {}`", pid, pid);
   }
-  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  auto status = guard::ReadProcText(fmt::format("/proc/{}/status", pid), guard::kMaxProcFileBytes);
+  std::istringstream lines(status ? status->text : std::string());
   std::string line;
-  while (std::getline(status, line)) {
+  while (std::getline(lines, line)) {
     if (line.rfind("Tgid:", 0) != 0) continue;
     pid_t tgid = static_cast<pid_t>(std::strtol(line.c_str() + 5, nullptr, 10));
     if (tgid > 0 && tgid != pid) {

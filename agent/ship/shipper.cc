@@ -48,7 +48,7 @@ using PkeyPtr = std::unique_ptr<EVP_PKEY, decltype([](EVP_PKEY* k) { EVP_PKEY_fr
 
 Result<std::string> ReadPemFile(const std::string& path, std::string_view what) {
   if (path.empty()) return MakeError("no TLS {} file given (or ship with --insecure)", what);
-  FILE* f = std::fopen(path.c_str(), "rb");
+  FILE* f = std::fopen(path.c_str(), "rb");  // guarded-io: the operator's TLS files
   if (f == nullptr) return MakeError("cannot read the TLS {} file {}: {}", what, path, std::strerror(errno));
   std::string data;
   char buf[4096];

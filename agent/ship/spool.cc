@@ -56,7 +56,7 @@ uint64_t GetLe(std::string_view in, int bytes) {
 // `*err` gets the errno of a failed open (ENOENT: absent), 0 otherwise.
 Result<std::string> ReadWholeFile(const std::string& path, int* err = nullptr) {
   if (err != nullptr) *err = 0;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));  // guarded-io: the agent's state dir
   if (!fd.valid()) {
     int e = errno;
     if (err != nullptr) *err = e;
@@ -82,7 +82,7 @@ Result<std::string> ReadWholeFile(const std::string& path, int* err = nullptr) {
 }
 
 Status FsyncDir(const std::string& dir) {
-  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));  // guarded-io: the agent's state dir
   if (!fd.valid()) return MakeError("cannot open directory {}: {}", dir, std::strerror(errno));
   if (::fsync(fd.get()) != 0) return MakeError("cannot fsync directory {}: {}", dir, std::strerror(errno));
   return OkStatus();
@@ -198,7 +198,7 @@ Status WriteFileDurably(const std::string& dir, const std::string& name, std::st
   std::string tmp = dir + "/." + name + ".tmp";
   std::string path = dir + "/" + name;
   {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));  // guarded-io: state dir
     if (!fd.valid()) {
       err = errno;
       return MakeError("cannot create {}: {}", tmp, std::strerror(err));
@@ -266,7 +266,7 @@ Result<StateDir> StateDir::Open(const std::string& dir) {
 
   // Two agents sharing a state directory would hand out the same sequences.
   std::string lock_path = s.dir_ + "/lock";
-  s.lock_ = UniqueFd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  s.lock_ = UniqueFd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));  // guarded-io: state dir
   if (!s.lock_.valid()) return MakeError("cannot open {}: {}", lock_path, std::strerror(errno));
   if (::flock(s.lock_.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {

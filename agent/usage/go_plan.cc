@@ -197,7 +197,7 @@ std::optional<GoConnLayout> GoConnLayoutFromDwarf(const guard::ElfFile& elf) {
     total += bytes->size();
     if (total > guard::kMaxSectionBytes) return std::nullopt;
   }
-  DwarfPtr dw(dwarf_begin_elf(elf.elf(), DWARF_C_READ, nullptr));
+  DwarfPtr dw(dwarf_begin_elf(elf.elf(), DWARF_C_READ, nullptr));  // guarded-io: sections read above
   if (!dw) return std::nullopt;
   Dwarf_Off off = 0, next = 0;
   size_t header = 0;

@@ -53,7 +53,7 @@ constexpr int kCalibrationCalls = 2000;
 // Where `addr` (code of this process) is in its file: /proc/self/maps's
 // mapping that holds it, as (path, file offset).
 std::optional<std::pair<std::string, uint64_t>> FileOffsetOf(uintptr_t addr) {
-  std::ifstream maps("/proc/self/maps");
+  std::ifstream maps("/proc/self/maps");  // guarded-io: the agent's own
   std::string line;
   while (std::getline(maps, line)) {
     uint64_t start = 0, end = 0, offset = 0;

@@ -65,6 +65,7 @@ inline constexpr std::array<std::string_view, 1> kHostLabels = {"host"};
 inline constexpr std::array<std::string_view, 1> kResultLabel = {"result"};
 inline constexpr std::array<std::string_view, 1> kActionLabel = {"action"};
 inline constexpr std::array<std::string_view, 1> kWhatLabel = {"what"};
+inline constexpr std::array<std::string_view, 1> kReasonLabel = {"reason"};
 // A phase of the agent's window cycle (agent/profiler/phase_clock.h), not a TLS phase.
 inline constexpr std::array<std::string_view, 1> kAgentPhaseLabel = {"phase"};
 // A remote-write receiver (its URL), and what became of a request sent to it.
@@ -153,6 +154,12 @@ inline constexpr Metric kAgentMemoryLimit{"tlsprof_agent_memory_limit_bytes", Ty
 inline constexpr Metric kAgentMemoryLimited{
     "tlsprof_agent_memory_limited_total", Type::kCounter, kWhatLabel,
     "Loads the memory cap refused: what (symbols, unwind_table) of a file left out", kAgent};
+inline constexpr Metric kAgentImagesRefused{
+    "tlsprof_agent_images_refused_total", Type::kCounter, kReasonLabel,
+    "Files, tables and /proc reads of other processes refused or cut at one of the agent's caps, by reason "
+    "(not_regular, replaced, file_size, elf_headers, section_size, symbols, cfi_rows, pclntab_rows, maps, memory, "
+    "deadline, short_read)",
+    kAgent};
 inline constexpr Metric kAgentUnwindUnregistered{
     "tlsprof_agent_unwind_unregistered_processes_total", Type::kCounter, kNoLabels,
     "TLS processes the unwind_procs map had no room for (leaf-only attribution)", kAgent};
@@ -289,6 +296,7 @@ inline constexpr std::array kAll = {
     &kAgentPendingProcesses,
     &kAgentMemoryLimit,
     &kAgentMemoryLimited,
+    &kAgentImagesRefused,
     &kAgentUnwindUnregistered,
     &kAgentSpoolBatches,
     &kAgentSpoolBytes,
