@@ -305,8 +305,8 @@ uint64_t UnnamedFunctionOf(const Frame& f, uint64_t ip) {
   return img->FunctionStartAt(f.vaddr).value_or(ip);
 }
 
-// What AddStack counts for the resolved stack `s` of a snapshot of `tgid`.
-StackVerdict Judge(const discovery::ProcessRegistry& registry, StackCache& cache, uint32_t tgid,
+// What AddStack counts for the resolved stack `s` of a snapshot.
+StackVerdict Judge(const discovery::ProcessRegistry& registry, StackCache& cache,
                    const discovery::ProcessSnapshot& snap, const StackFrames& s) {
   StackVerdict v;
   std::array<classify::FrameInfo, 2 * StackFrames::kMaxFrames> infos;
@@ -397,7 +397,7 @@ void Attributor::AddStack(uint32_t tgid, std::span<const uint64_t> ips, uint64_t
   const StackVerdict* v = stack_cache_->Find(key);
   if (v == nullptr) {
     for (size_t i = 0; i < s.size; ++i) ClassifyFrame(s.frames[i]);
-    v = &stack_cache_->Insert(key, Judge(registry_, *stack_cache_, tgid, *snap, s));
+    v = &stack_cache_->Insert(key, Judge(registry_, *stack_cache_, *snap, s));
   }
   explicit_bzero(s.ips.data(), s.size * sizeof(s.ips[0]));
   if (v->kind == StackVerdict::Kind::kNotTls) return;

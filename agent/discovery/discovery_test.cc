@@ -1,6 +1,9 @@
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,9 +13,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "agent/discovery/proc_maps.h"
 #include "agent/discovery/process_registry.h"
+#include "agent/guard/deadline.h"
 #include "agent/guard/limits.h"
 
 namespace tlsprof::discovery {
@@ -427,6 +432,88 @@ TEST(Registry, LoadsAFileRewrittenInPlaceAgain) {
   EXPECT_EQ(registry.stats().images_changed, 1u);
   munmap(addr, length);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tlsprof::discovery
+
+namespace tlsprof::discovery {
+namespace {
+
+// A debuginfod server that takes the connection and never answers: a load
+// that asks it (a stripped library without a local debug file) blocks until
+// the query's own timeout, as a tenant's FUSE file would block a read.
+class SilentServer {
+ public:
+  SilentServer() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(listen(fd_, 16), 0);
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentServer() { close(fd_); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// A load that blocks does not hold the caller: Refresh returns within the
+// wait, the mapping has no image for now, and once the load ends the
+// process is named for a second Refresh, which finds it loaded.
+TEST(Registry, ALoadThatBlocksIsLeftToTheWorker) {
+  const char* lib = "/usr/lib/x86_64-linux-gnu/libz.so.1";
+  ASSERT_EQ(access(lib, R_OK), 0) << lib << " (zlib1g) is needed";
+  SilentServer server;
+  ASSERT_EQ(setenv("DEBUGINFOD_URLS", server.url().c_str(), 1), 0);
+  ASSERT_EQ(setenv("DEBUGINFOD_CACHE_PATH", "/tmp/tlsprof-discovery-test-debuginfod", 1), 0);
+  symbols::DebugSearch debug;
+  debug.debug_roots.clear();
+  debug.use_debuginfod = true;
+  debug.debuginfod_timeout = std::chrono::milliseconds(1000);
+  ProcessRegistry registry("/proc", debug);
+  guard::DeadlineWorker worker("test-loader");
+  registry.SetDeadlineWorker(&worker, std::chrono::milliseconds(300));
+  const int fd = open(lib, O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  void* map = mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  close(fd);
+  auto image_at = [&]() -> const ImageInfo* {
+    const auto* snap = registry.Get(getpid());
+    const auto* m = snap ? snap->Find(reinterpret_cast<uint64_t>(map)) : nullptr;
+    return m ? m->image.get() : nullptr;
+  };
+  // Every stripped library of this test asks the server; the caller's
+  // deadline bounds how long it waits for them all.
+  const auto t0 = std::chrono::steady_clock::now();
+  registry.SetDeadline(t0 + std::chrono::seconds(1));
+  ASSERT_TRUE(registry.Refresh(getpid()).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3)) << "Refresh waited for the loads";
+  EXPECT_EQ(image_at(), nullptr);
+  // As loads end, the process is named again, until libz's is done.
+  const ImageInfo* image = nullptr;
+  for (int i = 0; i < 600 && (image == nullptr || image->image == nullptr); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::vector<pid_t> loaded = registry.TakeLoaded();
+    if (loaded.empty()) continue;
+    ASSERT_EQ(loaded, std::vector<pid_t>{getpid()});
+    registry.SetDeadline(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+    ASSERT_TRUE(registry.Refresh(getpid()).ok());
+    image = image_at();
+  }
+  ASSERT_NE(image, nullptr);
+  ASSERT_NE(image->image, nullptr);
+  EXPECT_EQ(image->image->symbol_source, symbols::SymbolSource::kDynsym);
+  EXPECT_GE(worker.stats().late, 1u);
+  munmap(map, 4096);
+  unsetenv("DEBUGINFOD_URLS");
 }
 
 }  // namespace

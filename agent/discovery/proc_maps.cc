@@ -169,11 +169,13 @@ Result<ProcessIdentity> ReadProcessIdentity(pid_t pid, const std::string& proc_r
   ProcessIdentity id;
   id.start_time = *start_time;
   // Kernel threads have no executable; a process that exits in between is
-  // caught by the next read of its maps.
-  struct stat st {};
-  if (::stat(fmt::format("{}/{}/exe", proc_root, pid).c_str(), &st) == 0) {
-    id.exe_dev = st.st_dev;
-    id.exe_inode = st.st_ino;
+  // caught by the next read of its maps. AT_STATX_DONT_SYNC: the inode's
+  // cached attributes, so a tenant's FUSE daemon is never asked (and can
+  // never make this wait).
+  struct statx stx {};
+  if (::statx(AT_FDCWD, fmt::format("{}/{}/exe", proc_root, pid).c_str(), AT_STATX_DONT_SYNC, STATX_INO, &stx) == 0) {
+    id.exe_dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    id.exe_inode = stx.stx_ino;
   }
   return id;
 }

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <unordered_set>
 
 namespace tlsprof::discovery {
@@ -72,7 +74,8 @@ std::optional<TlsLibrary> DetectTlsLibrary(const symbols::BinaryImage& image, st
 }
 
 ProcessRegistry::ProcessRegistry(std::string proc_root, symbols::DebugSearch debug)
-    : proc_root_(std::move(proc_root)), cache_(MakeLoadOptions(std::move(debug))) {}
+    : proc_root_(std::move(proc_root)),
+      cache_(std::make_shared<symbols::ImageCache>(MakeLoadOptions(std::move(debug)))) {}
 
 bool ProcessRegistry::IsSyscallReturn(const ProcessSnapshot::ExecMapping& m, uint64_t ip) const {
   if (!m.image || !m.image->file || !m.mapping.contains(ip)) return false;
@@ -80,8 +83,17 @@ bool ProcessRegistry::IsSyscallReturn(const ProcessSnapshot::ExecMapping& m, uin
   if (offset < 2 || offset > m.image->file->size()) return false;
   const auto key = std::make_pair(m.image.get(), offset);
   if (auto it = syscall_returns_.find(key); it != syscall_returns_.end()) return it->second;
-  uint8_t bytes[2] = {};
-  const bool answer = m.image->file->ReadExact(offset - 2, bytes).ok() && bytes[0] == 0x0f && bytes[1] == 0x05;
+  // Two bytes, but of a file a tenant can make block (FUSE): read on the
+  // worker, waited for briefly; a late answer is no answer (not cached).
+  auto bytes = std::make_shared<std::array<uint8_t, 2>>();
+  auto read = std::make_shared<std::atomic<bool>>(false);
+  auto job = [file = m.image->file, offset, bytes, read] { *read = file->ReadExact(offset - 2, *bytes).ok(); };
+  if (worker_ == nullptr) {
+    job();
+  } else if (!worker_->Run(job, kSyscallCheckWait, fmt::format("reading the code of {}", m.mapping.path))) {
+    return false;
+  }
+  const bool answer = *read && (*bytes)[0] == 0x0f && (*bytes)[1] == 0x05;
   syscall_returns_.emplace(key, answer);
   return answer;
 }
@@ -96,20 +108,87 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(
     std::unordered_map<std::string, std::shared_ptr<const ImageInfo>>& opened) {
   std::string key = fmt::format("{}:{}:{}", mapping.dev_major, mapping.dev_minor, mapping.inode);
   if (auto it = opened.find(key); it != opened.end()) return it->second;
+  if (auto pending = pending_loads_.find(key); pending != pending_loads_.end()) {
+    if (!pending->second.result->done) {
+      pending->second.pids.insert(pid);
+      return opened[key] = nullptr;  // still loading: no image for now
+    }
+    std::shared_ptr<LoadResult> result = std::move(pending->second.result);
+    pending_loads_.erase(pending);
+    return opened[key] = ApplyLoad(pid, mapping, key, *result);
+  }
+  // The load: open the mapped file through the guard, then its image (the
+  // cache answers at once for a file it holds). It only touches what it
+  // owns, the cache and the budget, so it may outlive this call.
+  auto result = std::make_shared<LoadResult>();
+  symbols::ImageOrigin origin{mapping.path, root};
+  if (root) {
+    if (auto inside = root->InsidePath(mapping.path)) origin.path = *inside;
+  }
+  auto load = [result, ref = MappedFileOf(pid, mapping), proc_root = proc_root_, origin = std::move(origin),
+               cache = cache_, budget = budget_] {
+    auto file = guard::OpenMapping(ref, proc_root);
+    if (!file.ok()) {
+      result->error = file.error().message;
+    } else {
+      result->file = std::make_shared<const guard::GuardedFile>(std::move(file).value());
+      // Over the memory cap nothing is loaded; what a load needs comes from
+      // the file's headers.
+      symbols::AdmitFn admit;
+      if (budget) {
+        admit = [&result, &budget](uint64_t bytes, std::string_view what) {
+          if (budget->Admit(bytes)) return true;
+          budget->Skipped(guard::MemoryBudget::kImage, what, bytes);
+          result->refused = true;
+          return false;
+        };
+      }
+      auto image = cache->Get(*result->file, origin, admit);
+      if (budget) budget->AfterLoad(result->file->size());
+      if (image.ok()) {
+        result->image = std::move(image).value();
+      } else {
+        result->error = image.error().message;
+      }
+    }
+    result->done = true;
+  };
+  if (worker_ == nullptr) {
+    load();
+  } else if (!worker_->Run(load, guard::WaitUntil(deadline_, wait_),
+                           fmt::format("loading {} of process {}", mapping.path, pid))) {
+    pending_loads_[key].result = result;
+    pending_loads_[key].pids.insert(pid);
+    return opened[key] = nullptr;
+  }
+  return opened[key] = ApplyLoad(pid, mapping, key, *result);
+}
+
+std::vector<pid_t> ProcessRegistry::TakeLoaded() {
+  std::vector<pid_t> out;
+  for (auto& [key, pending] : pending_loads_) {
+    if (!pending.result->done || pending.pids.empty()) continue;
+    out.insert(out.end(), pending.pids.begin(), pending.pids.end());
+    pending.pids.clear();  // the entry stays until a Refresh applies it
+  }
+  return out;
+}
+
+std::shared_ptr<const ImageInfo> ProcessRegistry::ApplyLoad(pid_t pid, const Mapping& mapping, const std::string& key,
+                                                            const LoadResult& result) {
   auto known = by_inode_.find(key);
-  auto file = guard::OpenMapping(MappedFileOf(pid, mapping), proc_root_);
-  if (!file.ok()) {
+  if (!result.file) {
     // The process is gone (or the file unreadable, or refused): what is known
     // of this inode is the best guess. Not cached: the next process mapping
     // this inode may still be readable.
-    if (known != by_inode_.end()) return opened[key] = known->second;
+    if (known != by_inode_.end()) return known->second;
     ++stats_.image_failures;
-    spdlog::debug("process {}: {}", pid, file.error().message);
+    spdlog::debug("process {}: {}", pid, result.error);
     return nullptr;
   }
-  const FileVersion version{file->size(), file->mtime_ns(), file->ctime_ns()};
+  const FileVersion version{result.file->size(), result.file->mtime_ns(), result.file->ctime_ns()};
   if (known != by_inode_.end()) {
-    if (known->second->version == version) return opened[key] = known->second;
+    if (known->second->version == version) return known->second;
     // Rewritten in place since it was loaded (an upgrade by cp, or an inode
     // number the filesystem gave to a new file): its symbols and unwind
     // table are another file's. Processes that mapped the old content keep
@@ -119,33 +198,12 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(
     retired_.push_back(std::move(known->second));
     by_inode_.erase(known);
   }
-
   auto info = std::make_shared<ImageInfo>();
   info->path = mapping.path;
   info->version = version;
-  info->file = std::make_shared<const guard::GuardedFile>(std::move(file).value());
-  // Debug files and archives beside the file are looked up where the process
-  // sees them: its path inside its root, resolved in that root.
-  symbols::ImageOrigin origin{mapping.path, root};
-  if (root) {
-    if (auto inside = root->InsidePath(mapping.path)) origin.path = *inside;
-  }
-  // Over the memory cap nothing is loaded; what a load needs comes from the
-  // file's headers. Not cached: tried again when another process maps it.
-  bool refused = false;
-  symbols::AdmitFn admit;
-  if (budget_ != nullptr) {
-    admit = [this, &refused](uint64_t bytes, std::string_view what) {
-      if (budget_->Admit(bytes)) return true;
-      budget_->Skipped(guard::MemoryBudget::kImage, what, bytes);
-      refused = true;
-      return false;
-    };
-  }
-  auto image = cache_.Get(*info->file, origin, admit);
-  if (budget_ != nullptr) budget_->AfterLoad(info->file->size());
-  if (image.ok()) {
-    info->image = std::move(image).value();
+  info->file = result.file;
+  if (result.image) {
+    info->image = result.image;
     info->tls = DetectTlsLibrary(*info->image, mapping.path);
     ++stats_.images_loaded;
     if (info->tls) {
@@ -155,11 +213,13 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(
     }
   } else {
     ++stats_.image_failures;
-    spdlog::debug("process {}: cannot read {}: {}", pid, mapping.path, image.error().message);
-    if (refused) return opened[key] = nullptr;
+    spdlog::debug("process {}: cannot read {}: {}", pid, mapping.path, result.error);
+    // Refused by the memory budget: not remembered, tried again when
+    // another process maps the file.
+    if (result.refused) return nullptr;
   }
   by_inode_.emplace(key, info);
-  return opened[key] = info;
+  return info;
 }
 
 bool ProcessRegistry::Replaced(pid_t pid) {
@@ -201,7 +261,7 @@ size_t ProcessRegistry::PruneImages() {
   } else if (!gone.empty()) {
     std::erase_if(syscall_returns_, [&gone](const auto& entry) { return gone.contains(entry.first.first); });
   }
-  if (!gone.empty()) cache_.Prune();
+  if (!gone.empty()) cache_->Prune();
   return gone.size();
 }
 

@@ -18,9 +18,12 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,6 +31,7 @@
 #include "agent/classify/classify.h"
 #include "agent/discovery/cgroup_identity.h"
 #include "agent/discovery/proc_maps.h"
+#include "agent/guard/deadline.h"
 #include "agent/guard/guarded_file.h"
 #include "agent/guard/memory_budget.h"
 #include "agent/symbols/binary_image.h"
@@ -111,7 +115,7 @@ class ProcessRegistry {
   const RegistryStats& stats() const { return stats_; }
   // Files known by dev:inode, and images held by the cache (by build-id).
   size_t image_count() const { return by_inode_.size() + retired_.size(); }
-  size_t cached_image_count() const { return cache_.size(); }
+  size_t cached_image_count() const { return cache_->size(); }
 
   // Whether `pid` names another process, or another program, than its
   // snapshot: its identity (start time, executable) changed. False when
@@ -135,12 +139,28 @@ class ProcessRegistry {
   // the image's open file on first use and caches the answer per image and
   // address; false when they cannot be read.
   bool IsSyscallReturn(const ProcessSnapshot::ExecMapping& mapping, uint64_t ip) const;
+  static constexpr std::chrono::milliseconds kSyscallCheckWait{100};
 
   // The agent's memory cap (guard/memory_budget.h): past it, files are not
   // loaded (their mappings get no image, as for an unreadable file) until
   // memory is free again. What a load needs is computed from the file's own
   // headers (symbols::AdmitFn), for every file. Null: no cap.
-  void SetMemoryBudget(guard::MemoryBudget* budget) { budget_ = budget; }
+  void SetMemoryBudget(std::shared_ptr<guard::MemoryBudget> budget) { budget_ = std::move(budget); }
+
+  // Opening and loading a file (which a tenant can make block: a FUSE file,
+  // a debuginfod server) runs on `worker`, waited for up to `wait`
+  // (guard/deadline.h). A load still running then leaves that mapping
+  // without an image for now; when it ends, TakeLoaded() names the
+  // processes to Refresh() again. Null (the default): loads run inline.
+  void SetDeadlineWorker(guard::DeadlineWorker* worker, std::chrono::milliseconds wait) {
+    worker_ = worker;
+    wait_ = wait;
+  }
+  // The processes whose late loads have ended since the last call.
+  std::vector<pid_t> TakeLoaded();
+  // Waits end by `deadline` too (the caller's: the window's close), but last
+  // at least guard::kMinWait, which a load the cache answers needs.
+  void SetDeadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
 
  private:
   // `root`: the process's root, opened once per Refresh (debug files and
@@ -151,8 +171,19 @@ class ProcessRegistry {
                                              const std::shared_ptr<const guard::ProcessRoot>& root,
                                              std::unordered_map<std::string, std::shared_ptr<const ImageInfo>>& opened);
 
+  // What a load on the worker produces; the loop thread applies it.
+  struct LoadResult {
+    std::shared_ptr<const guard::GuardedFile> file;
+    std::shared_ptr<const symbols::BinaryImage> image;
+    std::string error;
+    bool refused = false;  // by the memory budget: not remembered, tried again
+    std::atomic<bool> done{false};
+  };
+  std::shared_ptr<const ImageInfo> ApplyLoad(pid_t pid, const Mapping& mapping, const std::string& key,
+                                             const LoadResult& result);
+
   std::string proc_root_;
-  symbols::ImageCache cache_;
+  std::shared_ptr<symbols::ImageCache> cache_;  // shared with loads still running on the worker
   // dev:inode → image, so a library mapped by 500 nginx workers is opened once.
   std::unordered_map<std::string, std::shared_ptr<const ImageInfo>> by_inode_;
   // Images of files changed in place since (by_inode_ holds the new content):
@@ -162,7 +193,16 @@ class ProcessRegistry {
   std::map<pid_t, ProcessSnapshot> processes_;
   RegistryStats stats_;
   mutable std::map<std::pair<const ImageInfo*, uint64_t>, bool> syscall_returns_;  // (image, file offset)
-  guard::MemoryBudget* budget_ = nullptr;
+  std::shared_ptr<guard::MemoryBudget> budget_;
+  guard::DeadlineWorker* worker_ = nullptr;
+  std::chrono::milliseconds wait_{0};
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  // Loads that were late, by dev:inode, with the processes that wait for them.
+  struct PendingLoad {
+    std::shared_ptr<LoadResult> result;
+    std::set<pid_t> pids;
+  };
+  std::map<std::string, PendingLoad> pending_loads_;
 };
 
 // The contents of /proc/PID/cgroup, "" when it cannot be read (the process is

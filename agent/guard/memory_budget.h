@@ -16,7 +16,7 @@
 // no unwind table: less precise attribution, never a crash), counted per
 // kind and as a refusal (guard::Reason::kMemory), and the first refusal of
 // each kind is logged as a warning.
-// Not thread-safe: the profiler's thread owns it.
+// Thread-safe: loads may run on a guard::DeadlineWorker's thread.
 #pragma once
 
 #include <malloc.h>
@@ -25,9 +25,11 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <mutex>
 #include <string_view>
 
 #include "agent/guard/limits.h"
@@ -56,6 +58,7 @@ class MemoryBudget {
     if (!limited()) return true;
     if (Fits(ResidentBytes(), cost)) return true;
     const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
     if (trimmed_ != std::chrono::steady_clock::time_point{} && now - trimmed_ < kTrimInterval) return false;
     trimmed_ = now;
     malloc_trim(0);
@@ -67,7 +70,7 @@ class MemoryBudget {
     Refuse(Reason::kMemory, what,
            fmt::format("{} needs ~{} MiB, over the memory limit of {} MiB", kind == kImage ? "symbols" : "unwind table",
                        cost >> 20, limit_ >> 20));
-    if (skipped_[kind]++ == 0) {
+    if (skipped_[kind].fetch_add(1) == 0) {
       spdlog::warn(
           "memory limit: {} MiB resident, limit {} MiB ({} MiB kept for the window): not loading the {} of {} "
           "(~{} MiB); {} are counted in tlsprof_agent_memory_limited_total and logged once",
@@ -75,7 +78,7 @@ class MemoryBudget {
           cost >> 20, kind == kImage ? "files left unnamed" : "unwind tables left out");
     }
   }
-  uint64_t skipped(Kind kind) const { return skipped_[kind]; }
+  uint64_t skipped(Kind kind) const { return skipped_[kind].load(); }
 
   // After a load of a file of `file_bytes`, when limited: a large load (at
   // least kTrimAfterBytes) hands freed heap back to the kernel, so that the
@@ -88,7 +91,7 @@ class MemoryBudget {
 
   // This process's resident memory now (/proc/self/statm), in bytes.
   static uint64_t ResidentBytes() {
-    std::ifstream statm("/proc/self/statm");
+    std::ifstream statm("/proc/self/statm");  // guarded-io: the agent's own
     uint64_t size = 0, resident = 0;
     statm >> size >> resident;
     return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -99,8 +102,9 @@ class MemoryBudget {
 
   uint64_t limit_;
   uint64_t reserve_;
+  std::mutex mu_;                                    // guards trimmed_
   std::chrono::steady_clock::time_point trimmed_{};  // the last trim Admit() made
-  std::array<uint64_t, kNrKinds> skipped_{};
+  std::array<std::atomic<uint64_t>, kNrKinds> skipped_{};
 };
 
 }  // namespace tlsprof::guard

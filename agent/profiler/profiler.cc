@@ -102,7 +102,7 @@ int64_t Profiler::UnixNowNs() {
 Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler)
     : options_(options),
       sampler_(std::move(sampler)),
-      budget_(std::make_unique<guard::MemoryBudget>(
+      budget_(std::make_shared<guard::MemoryBudget>(
           options.sampling.memory_limit_bytes,
           options.sampling.memory_limit_bytes == 0
               ? 0
@@ -115,7 +115,7 @@ Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> samp
         return debug;
       }()) {
   if (budget_->limited()) {
-    registry_.SetMemoryBudget(budget_.get());
+    registry_.SetMemoryBudget(budget_);
     const uint64_t resident = guard::MemoryBudget::ResidentBytes();
     spdlog::info("memory limit {} MiB: {} MiB resident at start, {} MiB kept for the window's map reads",
                  budget_->limit_bytes() >> 20, resident >> 20, budget_->reserve_bytes() >> 20);
@@ -126,7 +126,10 @@ Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> samp
           budget_->limit_bytes() >> 20, resident >> 20, budget_->reserve_bytes() >> 20);
     }
   }
-  if (options_.sampling.stacks) registrar_.emplace(*sampler_, budget_->limited() ? budget_.get() : nullptr);
+  if (options_.sampling.stacks) registrar_.emplace(*sampler_, budget_->limited() ? budget_ : nullptr);
+  // Reading files runs on the loader thread, waited for up to kLoadWait.
+  registry_.SetDeadlineWorker(&loader_, kLoadWait);
+  if (registrar_) registrar_->SetDeadlineWorker(&loader_, kLoadWait);
 }
 
 Result<std::unique_ptr<Profiler>> Profiler::Start(const Options& options) {
@@ -208,7 +211,19 @@ void Profiler::Register(pid_t pid, const discovery::ProcessSnapshot& snap) {
 
 void Profiler::Poll(Clock::time_point deadline) {
   const auto scope = phases_.Enter(AgentPhase::kDiscovery);
+  SetDeadline(deadline);
   if (usage_) usage_->CheckFiles();
+  // Processes whose files were late to load, or whose unwind tables were
+  // late to build, are read (and registered) again now that they are done.
+  for (pid_t pid : registry_.TakeLoaded()) {
+    const auto tgid = static_cast<uint32_t>(pid);
+    if (pending_set_.insert(tgid).second) pending_.push_back(tgid);
+  }
+  if (registrar_) {
+    for (pid_t pid : registrar_->TakeBuilt()) {
+      if (const auto* snap = registry_.Get(pid); snap != nullptr && !snap->exited) Register(pid, *snap);
+    }
+  }
   for (uint32_t tgid : std::exchange(read_again_, {})) {
     if (pending_set_.insert(tgid).second) pending_.push_back(tgid);
   }
@@ -223,6 +238,11 @@ void Profiler::Poll(Clock::time_point deadline) {
     pending_.pop_front();
     if (pending_set_.erase(tgid) != 0) Discover(static_cast<pid_t>(tgid));
   }
+}
+
+void Profiler::SetDeadline(Clock::time_point deadline) {
+  registry_.SetDeadline(deadline);
+  if (registrar_) registrar_->SetDeadline(deadline);
 }
 
 void Profiler::RestartWindow() {
@@ -258,6 +278,8 @@ Window Profiler::CloseWindow() {
   }
   {
     const auto scope = phases_.Enter(AgentPhase::kDiscovery);
+    // Files a tenant makes slow hold the close up for kCloseLoadWait at most.
+    SetDeadline(Clock::now() + kCloseLoadWait);
     window.health.forgotten_processes = ForgetExited(sampled);
     ReadAgain(sampled, counts);
   }

@@ -34,6 +34,7 @@
 #include "agent/stacks/unwind_registrar.h"
 #include "agent/usage/usage_probes.h"
 #include "common/result.h"
+#include "common/sanitizer.h"
 
 namespace tlsprof::profiler {
 
@@ -134,6 +135,14 @@ class Profiler {
   // once, for every process).
   void AttachUsage(const discovery::ProcessSnapshot& snap);
   static int64_t UnixNowNs();
+  // Waits for files to load (or unwind tables to build) end by `deadline`.
+  void SetDeadline(std::chrono::steady_clock::time_point deadline);
+  // The longest a load or table build is waited for (guard/deadline.h);
+  // slower ones finish on the loader thread and are used from the next
+  // Poll. The close of a window waits for them kCloseLoadWait at most. Both
+  // are the release build's times the sanitizer factor (common/sanitizer.h).
+  static constexpr std::chrono::milliseconds kLoadWait{static_cast<int64_t>(2000 * kSanitizerTimeFactor)};
+  static constexpr std::chrono::milliseconds kCloseLoadWait{static_cast<int64_t>(1000 * kSanitizerTimeFactor)};
   // The steps of CloseWindow, in order.
   void MarkWindowEnd(Window& window);
   size_t ForgetExited(const std::set<uint32_t>& sampled);
@@ -146,7 +155,10 @@ class Profiler {
   Options options_;
   std::unique_ptr<sample::Sampler> sampler_;
   std::unique_ptr<usage::UsageProbes> usage_;
-  std::unique_ptr<guard::MemoryBudget> budget_;  // before its users
+  std::shared_ptr<guard::MemoryBudget> budget_;  // before its users (and shared with loads on the worker)
+  // Work on files a tenant can make block runs here (guard/deadline.h):
+  // before its users, so it outlives them.
+  guard::DeadlineWorker loader_{"tlsprof-load"};
   discovery::ProcessRegistry registry_;
   std::optional<stacks::UnwindRegistrar> registrar_;
   std::set<uint32_t> seen_;  // processes snapshotted (or tried), or pending

@@ -64,54 +64,54 @@ std::vector<unwind_row> FlagTlsRows(const unwind::UnwindTable& table, const symb
   return out;
 }
 
-UnwindRegistrar::Slot UnwindRegistrar::TableFor(const ProcessSnapshot::ExecMapping& m) {
-  const discovery::ImageInfo* info = m.image.get();
-  // One table per image: copies of one file in several containers share
-  // their image (symbols::ImageCache) and so their rows.
-  const symbols::BinaryImage* key = info->image.get();
-  if (auto it = slots_.find(key); it != slots_.end()) return it->second.second;
-  Slot slot;
-  if (!info->file) {
-    ++stats_.table_failures;
-    return slot;
-  }
-  const guard::GuardedFile& file = *info->file;
-  // Building a table needs about the file's CFI and its rows at its peak
-  // (bench/README.md); over the cap no table is built, and the file is tried
-  // again at the next registration that maps it.
-  const uint64_t file_bytes = file.size();
-  if (budget_ != nullptr) {
-    const uint64_t cost = file_bytes;
-    if (!budget_->Admit(cost)) {
-      budget_->Skipped(guard::MemoryBudget::kUnwindTable, info->path, cost);
-      ++stats_.tables_over_budget;
-      return slot;
+namespace {
+
+// The bytes a table build reads and holds at its peak, from the file's
+// headers: its CFI sections (inflated), its pclntab, and rows for them.
+uint64_t TablePlanBytes(const guard::ElfFile& elf) {
+  uint64_t bytes = 0;
+  for (const guard::ElfSection& s : elf.sections()) {
+    if (s.name == ".eh_frame" || s.name == ".debug_frame" || s.name == ".gopclntab" ||
+        s.name == ".data.rel.ro.gopclntab") {
+      bytes += s.shdr.sh_size;
     }
   }
-  // Go: rows from the pclntab's pcsp tables, not frame pointers (see
-  // agent/unwind/go_table.cc); without a usable pclntab, Register falls back
-  // to frame pointers.
-  const bool go = info->image->is_go;
+  return 3 * bytes;  // the sections, and rows of at most about twice their bytes
+}
+
+}  // namespace
+
+// The table build, run on the deadline worker: everything it touches it owns.
+void UnwindRegistrar::BuildRows(TableJob& job) {
+  const discovery::ImageInfo& info = *job.info;
+  auto elf = guard::ElfFile::Open(*info.file);
+  if (!elf.ok()) {
+    job.error = elf.error().message;
+    return;
+  }
+  if (job.budget) {
+    const uint64_t cost = TablePlanBytes(*elf);
+    if (!job.budget->Admit(cost)) {
+      job.budget->Skipped(guard::MemoryBudget::kUnwindTable, info.path, cost);
+      job.refused = true;
+      return;
+    }
+  }
   struct TrimAfterLoad {
     guard::MemoryBudget* budget;
     uint64_t file_bytes;
     ~TrimAfterLoad() {
       if (budget != nullptr) budget->AfterLoad(file_bytes);
     }
-  } trim{budget_, file_bytes};  // at return, once the table and its copies (declared below) are gone
-  auto elf = guard::ElfFile::Open(file);
-  if (!elf.ok()) {
-    ++stats_.table_failures;
-    spdlog::debug("unwind: no table for {}: {}", info->path, elf.error().message);
-    slots_.emplace(key, std::make_pair(info->image, slot));
-    return slot;
-  }
-  auto table = go ? unwind::BuildGoUnwindTable(*elf, info->path) : unwind::BuildUnwindTable(*elf, info->path);
+  } trim{job.budget.get(), info.file->size()};  // at return, once the table and its copies are gone
+  // Go: rows from the pclntab's pcsp tables, not frame pointers (see
+  // agent/unwind/go_table.cc); without a usable pclntab, Register falls back
+  // to frame pointers.
+  const bool go = info.image->is_go;
+  auto table = go ? unwind::BuildGoUnwindTable(*elf, info.path) : unwind::BuildUnwindTable(*elf, info.path);
   if (!table.ok()) {
-    ++stats_.table_failures;
-    spdlog::debug("unwind: no table for {}: {}", info->path, table.error().message);
-    slots_.emplace(key, std::make_pair(info->image, slot));
-    return slot;
+    job.error = table.error().message;
+    return;
   }
   // The whole table, also for a binary that links its TLS library
   // statically: the walk from a TLS leaf up to the operation entry passes
@@ -119,32 +119,94 @@ UnwindRegistrar::Slot UnwindRegistrar::TableFor(const ProcessSnapshot::ExecMappi
   // (do_*, get_*), and node's 372k rows are 6 MiB of the 32 MiB row array.
   // There, rows inside TLS symbols are flagged, so that the BPF unwinder
   // gives node's own code only the cheap first walk.
-  const bool static_tls = info->tls && !info->tls->whole_file_is_tls;
-  std::vector<unwind_row> rows = static_tls && !go ? FlagTlsRows(**table, info->image->symbols) : (*table)->rows;
+  const bool static_tls = info.tls && !info.tls->whole_file_is_tls;
+  job.rows = static_tls && !go ? FlagTlsRows(**table, info.image->symbols) : (*table)->rows;
   // A Go binary's rows are all flagged, as its frame-pointer walk was: the
   // runtime code that crypto calls (mallocgc, memmove, GC assists) is not in
   // a TLS symbol, and the walk from there must reach the crypto frames.
-  if (go && info->tls) {
-    for (unwind_row& r : rows) r.flags |= UNWIND_ROW_TLS;
+  if (go && info.tls) {
+    for (unwind_row& r : job.rows) r.flags |= UNWIND_ROW_TLS;
   }
-  if (rows.empty() || rows.size() > UINT32_MAX) {
+}
+
+UnwindRegistrar::Slot UnwindRegistrar::TableFor(pid_t pid, const ProcessSnapshot::ExecMapping& m) {
+  const discovery::ImageInfo* info = m.image.get();
+  // One table per image: copies of one file in several containers share
+  // their image (symbols::ImageCache) and so their rows.
+  const symbols::BinaryImage* key = info->image.get();
+  if (auto it = slots_.find(key); it != slots_.end()) return it->second.second;
+  if (!info->file) {
     ++stats_.table_failures;
-    slots_.emplace(key, std::make_pair(info->image, slot));
+    return Slot{};
+  }
+  std::shared_ptr<TableJob> job;
+  if (auto pending = pending_.find(key); pending != pending_.end()) {
+    if (!pending->second.job->done) {
+      pending->second.pids.insert(pid);
+      return Slot{};  // still building: walked without a table for now
+    }
+    job = std::move(pending->second.job);
+    pending_.erase(pending);
+  } else {
+    job = std::make_shared<TableJob>();
+    job->info = m.image;
+    job->budget = budget_;
+    auto build = [job] {
+      BuildRows(*job);
+      job->done = true;
+    };
+    if (worker_ == nullptr) {
+      build();
+    } else if (!worker_->Run(build, guard::WaitUntil(deadline_, wait_),
+                             fmt::format("the unwind table of {}", info->path))) {
+      pending_[key].job = job;
+      pending_[key].pids.insert(pid);
+      return Slot{};
+    }
+  }
+  return Upload(key, *job);
+}
+
+std::vector<pid_t> UnwindRegistrar::TakeBuilt() {
+  std::vector<pid_t> out;
+  for (auto& [key, pending] : pending_) {
+    if (!pending.job->done || pending.pids.empty()) continue;
+    out.insert(out.end(), pending.pids.begin(), pending.pids.end());
+    pending.pids.clear();  // the entry stays until a Register uploads it
+  }
+  return out;
+}
+
+// Uploads a built table's rows (the sampler is the loop thread's) and keeps
+// its slot; a table that failed keeps an empty one, so it is not built again.
+UnwindRegistrar::Slot UnwindRegistrar::Upload(const symbols::BinaryImage* key, TableJob& job) {
+  const discovery::ImageInfo& info = *job.info;
+  Slot slot;
+  if (job.refused) {
+    ++stats_.tables_over_budget;
+    return slot;  // not kept: tried again at the next registration that maps it
+  }
+  if (!job.error.empty() || job.rows.empty() || job.rows.size() > UINT32_MAX) {
+    ++stats_.table_failures;
+    if (!job.error.empty()) spdlog::debug("unwind: no table for {}: {}", info.path, job.error);
+    slots_.emplace(key, std::make_pair(info.image, slot));
     return slot;
   }
-  auto first = sampler_.AllocateRows(static_cast<uint32_t>(rows.size()));
-  auto uploaded = first.ok() ? sampler_.UploadRows(*first, rows) : Status(first.error());
+  auto first = sampler_.AllocateRows(static_cast<uint32_t>(job.rows.size()));
+  auto uploaded = first.ok() ? sampler_.UploadRows(*first, job.rows) : Status(first.error());
+  const size_t rows = job.rows.size();
+  std::vector<unwind_row>().swap(job.rows);
   if (!uploaded.ok()) {
     ++stats_.table_failures;
-    spdlog::warn("unwind: no table for {} ({} rows): {}", info->path, rows.size(), uploaded.error().message);
-    slots_.emplace(key, std::make_pair(info->image, slot));
+    spdlog::warn("unwind: no table for {} ({} rows): {}", info.path, rows, uploaded.error().message);
+    slots_.emplace(key, std::make_pair(info.image, slot));
     return slot;
   }
   slot.first_row = *first;
-  slot.rows = static_cast<uint32_t>(rows.size());
+  slot.rows = static_cast<uint32_t>(rows);
   ++stats_.tables;
   stats_.rows += slot.rows;
-  slots_.emplace(key, std::make_pair(info->image, slot));
+  slots_.emplace(key, std::make_pair(info.image, slot));
   return slot;
 }
 
@@ -178,7 +240,7 @@ Status UnwindRegistrar::Register(pid_t pid, const ProcessSnapshot& process) {
     um.end = m.mapping.end;
     um.bias = m.mapping.start - *vaddr;
     if (info.tls) um.flags |= info.tls->whole_file_is_tls ? UNWIND_MAPPING_TLS : UNWIND_MAPPING_TLS_SYMBOLS;
-    Slot slot = TableFor(m);
+    Slot slot = TableFor(pid, m);
     um.table_start = slot.first_row;
     um.table_len = slot.rows;
     // A Go binary without a usable pclntab table: its frame pointers.

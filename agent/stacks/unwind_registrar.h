@@ -16,10 +16,16 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "agent/discovery/process_registry.h"
+#include "agent/guard/deadline.h"
 #include "agent/guard/memory_budget.h"
 #include "agent/sample/sampler.h"
 #include "agent/unwind/unwind_table.h"
@@ -44,8 +50,21 @@ class UnwindRegistrar {
   // `budget` (may be null: no cap): tables are built only while it admits
   // them (a mapping without one is walked without a table: the walk stops
   // there).
-  explicit UnwindRegistrar(sample::Sampler& sampler, guard::MemoryBudget* budget = nullptr)
-      : sampler_(sampler), budget_(budget) {}
+  explicit UnwindRegistrar(sample::Sampler& sampler, std::shared_ptr<guard::MemoryBudget> budget = nullptr)
+      : sampler_(sampler), budget_(std::move(budget)) {}
+
+  // Building a table reads the file (which a tenant can make block): it runs
+  // on `worker`, waited for up to `wait` (guard/deadline.h). A table still
+  // building leaves its mapping without one for now; TakeBuilt() then names
+  // the processes to Register() again. Null (the default): built inline.
+  void SetDeadlineWorker(guard::DeadlineWorker* worker, std::chrono::milliseconds wait) {
+    worker_ = worker;
+    wait_ = wait;
+  }
+  // The processes whose late tables are built since the last call.
+  std::vector<pid_t> TakeBuilt();
+  // Waits end by `deadline` too (guard::WaitUntil).
+  void SetDeadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
 
   // Registers a process that maps a TLS library (no-op otherwise). A failure
   // for one file or process is logged and skipped; the process then gets
@@ -65,10 +84,29 @@ class UnwindRegistrar {
     uint32_t first_row = 0;
     uint32_t rows = 0;  // 0: no table
   };
-  Slot TableFor(const discovery::ProcessSnapshot::ExecMapping& m);
+  // A table build, shared with the deadline worker.
+  struct TableJob {
+    std::shared_ptr<const discovery::ImageInfo> info;
+    std::shared_ptr<guard::MemoryBudget> budget;
+    std::vector<unwind_row> rows;
+    std::string error;
+    bool refused = false;  // by the memory budget
+    std::atomic<bool> done{false};
+  };
+  static void BuildRows(TableJob& job);
+  Slot TableFor(pid_t pid, const discovery::ProcessSnapshot::ExecMapping& m);
+  Slot Upload(const symbols::BinaryImage* key, TableJob& job);
 
   sample::Sampler& sampler_;
-  guard::MemoryBudget* budget_;
+  std::shared_ptr<guard::MemoryBudget> budget_;
+  guard::DeadlineWorker* worker_ = nullptr;
+  std::chrono::milliseconds wait_{0};
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  struct PendingTable {
+    std::shared_ptr<TableJob> job;
+    std::set<pid_t> pids;
+  };
+  std::map<const symbols::BinaryImage*, PendingTable> pending_;
   // Keyed by the image's address; the entry holds the image, so that no other
   // image can be allocated at that address while the entry exists.
   std::map<const symbols::BinaryImage*, std::pair<std::shared_ptr<const symbols::BinaryImage>, Slot>> slots_;
