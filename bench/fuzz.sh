@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets of tests/fuzz/ for a given time each and prints,
 # per target: seconds run, executions, exec/s, coverage (cov: edges, ft: features), corpus
-# size, peak RSS and crashes. Exits non-zero if any target crashed (or leaked,
-# timed out or ran out of memory); the inputs are kept and their paths printed.
+# size, peak RSS and crashes; with --coverage, then, per target, how much of
+# the project's code its final corpus covers, by source file. Exits non-zero if any target crashed (or leaked, timed out or ran out of
+# memory); the inputs are kept and their paths printed.
 #
-# Usage: bench/fuzz.sh [--jobs N] [--merge] [--build DIR] [--pick N] [SECONDS_PER_TARGET=600] [TARGET...]
+# Usage: bench/fuzz.sh [--jobs N] [--merge] [--build DIR] [--pick N] [--keep-going] [--coverage]
+#                      [SECONDS_PER_TARGET=600] [TARGET...]
 #   TARGET      elf_symbols go_pclntab eh_frame debuglink proc_maps collector_ingest
 #               elf_functions probe_plan boringssl_plan go_plan accessors archive_match
 #               collector_state spool_batch, and the large-input variants
@@ -16,6 +18,13 @@
 #               checked-in corpus is never written to
 #   --build DIR use this build tree, configured with -DTLSPROF_FUZZ=ON (CI passes
 #               build-asan, which scripts/test-sanitizers.sh configures so)
+#   --keep-going  run each target in libFuzzer's fork mode, which goes on after a
+#               crash, leak, timeout or out-of-memory (-fork=1 -ignore_*=1), so one
+#               run collects every finding it reaches (each input in crashes/)
+#   --coverage  afterwards, replay each target's final corpus with
+#               -print_coverage=1 and print, by project source file, the edges it
+#               covers of the edges compiled into the target (all files:
+#               <run>/<target>/coverage.txt)
 #   --pick N    fuzz only N of the targets: the next N in the list each hour
 #               (hours since the epoch), so that successive runs cover them all
 #               while the pass takes the time of N (every run still replays every
@@ -38,6 +47,8 @@ all_targets=(elf_symbols go_pclntab eh_frame debuglink proc_maps collector_inges
 jobs=1
 merge=0
 pick=0
+keep_going=0
+coverage=0
 build=
 seconds=600
 seen_seconds=0
@@ -48,6 +59,8 @@ while (($#)); do
     --jobs=*) jobs=${1#--jobs=}; shift ;;
     --merge) merge=1; shift ;;
     --pick) pick=$2; shift 2 ;;
+    --keep-going) keep_going=1; shift ;;
+    --coverage) coverage=1; shift ;;
     --build) build=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *)
@@ -121,10 +134,13 @@ run_one() {
   local t=$1 dir=$runs/$1 c
   mkdir -p "$dir/corpus" "$dir/crashes"
   for c in $(corpora "$t"); do cp -r "$c/." "$dir/corpus/"; done
-  local start=$SECONDS
+  local start=$SECONDS mode=()
+  ((keep_going)) && mode=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1)
+  # GNU time's peak RSS counts the fork mode's jobs too (the largest process).
   # shellcheck disable=SC2046 # limits() prints separate flags
-  "$build/bin/${t}_fuzz" -max_total_time="$seconds" $(limits "$t") -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="$dir/crashes/" "$dir/corpus" >"$dir/log" 2>&1 || true
+  /usr/bin/time -f %M -o "$dir/maxrss_kb" "$build/bin/${t}_fuzz" "${mode[@]}" -max_total_time="$seconds" \
+    $(limits "$t") -timeout=10 -print_final_stats=1 -artifact_prefix="$dir/crashes/" "$dir/corpus" >"$dir/log" 2>&1 ||
+    true
   echo $((SECONDS - start)) >"$dir/seconds"
 }
 
@@ -151,8 +167,14 @@ for t in "${targets[@]}"; do
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")
   crashes=$(find "$dir/crashes" -type f | wc -l)
-  printf '%-18s %6s %12s %9s %8s %8s %7s %8s %7s\n' "$t" "$(cat "$dir/seconds")" "$(stat number_of_executed_units)" \
-    "$(stat average_exec_per_sec)" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$(stat peak_rss_mb)" "$crashes"
+  # The fork mode (--keep-going) prints no final stats: "#123: cov: 1 ft: 2 corp: 3 exec/s 4 ...".
+  runs_n=$(stat number_of_executed_units)
+  exec_s=$(stat average_exec_per_sec)
+  [[ -n $runs_n ]] || runs_n=$(sed -n 's/^#\([0-9]*\).*/\1/p' <<<"$last")
+  [[ -n $exec_s ]] || exec_s=$(sed -n 's/.* exec\/s \([0-9]*\).*/\1/p' <<<"$last")
+  rss=$(($(tail -1 "$dir/maxrss_kb" 2>/dev/null || echo 0) / 1024))  # after "Command exited with ..."
+  printf '%-18s %6s %12s %9s %8s %8s %7s %8s %7s\n' "$t" "$(cat "$dir/seconds")" "${runs_n:-?}" "${exec_s:-?}" \
+    "${cov:-?}" "${ft:-?}" "${corp:-?}" "$rss" "$crashes"
   if ((crashes)) || grep -qE '^==[0-9]+==ERROR|runtime error:|^SUMMARY: ' "$dir/log"; then
     status=1
     echo "  FINDING in $t (log: $dir/log):" >&2
@@ -160,6 +182,26 @@ for t in "${targets[@]}"; do
     find "$dir/crashes" -type f | sed 's/^/    input: /' >&2
   fi
 done
+
+# Edge coverage of the final corpus by project source file (not tests/, not generated code), largest files first.
+if ((coverage)); then
+  for t in "${targets[@]}"; do
+    dir=$runs/$t
+    # shellcheck disable=SC2046
+    "$build/bin/${t}_fuzz" -runs=0 -print_coverage=1 $(limits "$t") -timeout=10 "$dir/corpus" 2>&1 |
+      awk -v root="$root/" '/^(UN)?COVERED_FUNC: / {
+          file = $NF; sub(/:[0-9]+$/, "", file)
+          if (index(file, root) != 1) next
+          file = substr(file, length(root) + 1)
+          if (file ~ /^(tests|build[^\/]*)\//) next
+          split($5, e, "/"); covered[file] += e[1]; total[file] += e[2]
+        }
+        END { for (f in total) printf "%6d %6d %5.1f%% %s\n", covered[f], total[f], total[f] ? 100 * covered[f] / total[f] : 0, f }' |
+      sort -k2,2nr >"$dir/coverage.txt" || true
+    echo "$t: edges covered of the edges compiled in, by file (largest 6; all in $dir/coverage.txt):"
+    head -6 "$dir/coverage.txt" | awk '{ printf "    %-50s %6d / %-6d %s\n", $4, $1, $2, $3 }'
+  done
+fi
 
 if ((merge)); then
   for t in "${targets[@]}"; do

@@ -5,9 +5,10 @@
 // to them as an anonymous memfd, which behaves like a regular file and needs
 // no disk. Not thread-safe (libFuzzer calls a target from one thread).
 //
-// The large-input mode: a target compiled with TLSPROF_FUZZ_SPARSE (the
-// `<name>_large` targets of CMakeLists.txt) gets each input file SPARSE and
-// huge, kSparseBytes long: the fuzz bytes at the start, a hole after them.
+// The large-input mode: a target linked with sparse_on.cc (the
+// `<name>_large` targets of CMakeLists.txt; the others link sparse_off.cc)
+// gets each input file SPARSE and huge, kSparseBytes long: the fuzz bytes at
+// the start, a hole after them.
 // Headers may then point gigabytes into the file and find it there (zeros),
 // so a read or an allocation sized by what a header claims, rather than by a
 // cap, shows as a malloc or RSS over libFuzzer's -malloc_limit_mb and
@@ -32,18 +33,16 @@
 
 namespace tlsprof::fuzz {
 
-#ifdef TLSPROF_FUZZ_SPARSE
-inline constexpr bool kSparse = true;
-#else
-inline constexpr bool kSparse = false;
-#endif
+// Whether input files are made sparse and huge: sparse_on.cc or sparse_off.cc
+// defines it, so that a harness is compiled once for both of its targets.
+extern const bool kSparseInputs;
 // Far above every cap of agent/guard/limits.h (kMaxFileBytes is 8 GiB).
 inline constexpr uint64_t kSparseBytes = 64ull << 30;
 
 // A memfd holding `size` bytes of `data`, offset 0; with `sparse`, then
 // extended by a hole to kSparseBytes. Aborts if the kernel refuses (that is
 // a broken harness, not a finding).
-inline UniqueFd MemFile(const uint8_t* data, size_t size, bool sparse = kSparse) {
+inline UniqueFd MemFile(const uint8_t* data, size_t size, bool sparse = kSparseInputs) {
   UniqueFd fd(memfd_create("tlsprof-fuzz", MFD_CLOEXEC));
   if (!fd.valid()) std::abort();
   size_t done = 0;
@@ -56,7 +55,7 @@ inline UniqueFd MemFile(const uint8_t* data, size_t size, bool sparse = kSparse)
   return fd;
 }
 
-inline UniqueFd MemFile(std::span<const uint8_t> bytes, bool sparse = kSparse) {
+inline UniqueFd MemFile(std::span<const uint8_t> bytes, bool sparse = kSparseInputs) {
   return MemFile(bytes.data(), bytes.size(), sparse);
 }
 

@@ -7,12 +7,15 @@
 // It takes libFuzzer's two resource flags and enforces them as libFuzzer
 // does, so that an input kept for an unbounded allocation fails here too:
 //   -malloc_limit_mb=N  a single malloc/calloc/realloc (operator new included)
-//                       of more than N MiB aborts, naming its size. (Not in a
+//                       of N MiB or more aborts, naming its size. (Not in a
 //                       sanitizer build, whose runtime owns malloc; there the
 //                       libFuzzer binary replays the corpus instead.)
 //   -rss_limit_mb=N     a peak RSS over N MiB after an input fails the run.
+//   -timeout=N          an input that runs longer than N seconds fails the run.
 // Other flags starting with '-' are ignored.
+#include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -31,7 +34,15 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
 
 namespace {
 
-size_t malloc_limit = 0;  // bytes; 0: none
+size_t malloc_limit_mb = 0;  // 0: none
+long long timeout_seconds = 0;
+
+void OnTimeout(int) {
+  // Async-signal-safe: write(2) only. The input's name was printed before it ran.
+  static const char kMessage[] = "==ERROR: timeout: the input above ran longer than -timeout\n";
+  (void)!write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  _exit(70);
+}
 
 }  // namespace
 
@@ -54,26 +65,29 @@ extern "C" void* __libc_realloc(void* p, size_t size);
 
 namespace {
 
-[[noreturn]] void OverLimit(const char* fn, size_t size) {
+[[noreturn]] void ReportOverLimit(const char* fn, size_t size) {
   // No allocation on this path: fprintf to stderr is unbuffered.
-  std::fprintf(stderr, "==ERROR: out-of-memory (%s(%zu)): over -malloc_limit_mb=%zu\n", fn, size, malloc_limit >> 20);
+  std::fprintf(stderr, "==ERROR: out-of-memory (%s(%zu)): -malloc_limit_mb=%zu\n", fn, size, malloc_limit_mb);
   std::abort();
 }
+
+// As libFuzzer's HandleMalloc: whole MiB, at the limit or over.
+bool OverLimit(size_t size) { return malloc_limit_mb != 0 && (size >> 20) >= malloc_limit_mb; }
 
 }  // namespace
 
 extern "C" void* malloc(size_t size) noexcept {
-  if (malloc_limit != 0 && size > malloc_limit) OverLimit("malloc", size);
+  if (OverLimit(size)) ReportOverLimit("malloc", size);
   return __libc_malloc(size);
 }
 
 extern "C" void* calloc(size_t n, size_t size) noexcept {
-  if (malloc_limit != 0 && size != 0 && n > malloc_limit / size) OverLimit("calloc", n * size);
+  if (size != 0 && (n > SIZE_MAX / size || OverLimit(n * size))) ReportOverLimit("calloc", n * size);
   return __libc_calloc(n, size);
 }
 
 extern "C" void* realloc(void* p, size_t size) noexcept {
-  if (malloc_limit != 0 && size > malloc_limit) OverLimit("realloc", size);
+  if (OverLimit(size)) ReportOverLimit("realloc", size);
   return __libc_realloc(p, size);
 }
 #endif
@@ -99,9 +113,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (long long v = Flag(arg, "malloc_limit_mb"); v >= 0) {
-      malloc_limit = static_cast<size_t>(v) << 20;
+      malloc_limit_mb = static_cast<size_t>(v);
     } else if (long long v = Flag(arg, "rss_limit_mb"); v >= 0) {
       rss_limit_mb = v;
+    } else if (long long v = Flag(arg, "timeout"); v >= 0) {
+      timeout_seconds = v;
     } else if (!arg.starts_with("-")) {
       inputs.emplace_back(arg);
     }
@@ -125,6 +141,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::sort(files.begin(), files.end());
+  if (timeout_seconds > 0) signal(SIGALRM, OnTimeout);
   for (const fs::path& path : files) {
     std::ifstream in(path, std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -134,7 +151,9 @@ int main(int argc, char** argv) {
     }
     // Printed first, so that a crash names its input.
     std::fprintf(stderr, "%s (%zu bytes)\n", path.c_str(), bytes.size());
+    if (timeout_seconds > 0) alarm(static_cast<unsigned>(timeout_seconds));
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    alarm(0);
     struct rusage ru {};
     if (rss_limit_mb > 0 && getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss / 1024 > rss_limit_mb) {
       std::fprintf(stderr, "==ERROR: out-of-memory (used: %ld Mb; exceeds: %lld Mb) after %s\n", ru.ru_maxrss / 1024,
