@@ -156,8 +156,12 @@ Result<std::map<uint64_t, uint64_t>> PointerWords(int fd, uint64_t begin, uint64
     for (size_t i = 0; i < phnum; ++i) {
       GElf_Phdr ph;
       if (!gelf_getphdr(elf.get(), static_cast<int>(i), &ph) || ph.p_type != PT_LOAD) continue;
-      if (begin < ph.p_vaddr || end > ph.p_vaddr + ph.p_filesz || ph.p_offset + ph.p_filesz > file_size) continue;
-      for (uint64_t at = begin; at + 8 <= end; at += 8) {
+      // [begin, end) inside the segment, and the segment inside the file, with no sum that can wrap.
+      if (begin < ph.p_vaddr || end < begin || end - ph.p_vaddr > ph.p_filesz || ph.p_offset > file_size ||
+          ph.p_filesz > file_size - ph.p_offset) {
+        continue;
+      }
+      for (uint64_t at = begin; end - at >= 8; at += 8) {
         uint64_t word = 0;
         std::memcpy(&word, raw + (at - ph.p_vaddr + ph.p_offset), sizeof(word));
         if (word != 0) out[at] = word;
