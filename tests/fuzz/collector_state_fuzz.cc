@@ -10,11 +10,15 @@
 // metrics (the torn tail is gone, nothing else changed); a compaction then
 // succeeds, and opening the compacted directory gives the same metrics again.
 //
-// Input: u32 LE length N and N bytes of the `snapshot` file (N = 0xffffffff:
-// no snapshot; N past the end: the rest is the snapshot), then journal
-// segments, each u8 generation G, u32 LE length L and L bytes of
-// `journal-<G>` (L past the end: the rest). Written to a private directory
-// (on /dev/shm) that is emptied for each input.
+// Input: u8 flags; u32 LE length N and N bytes of the `snapshot` file
+// (N = 0xffffffff: no snapshot; N past the end: the rest is the snapshot);
+// then journal segments, each u8 generation G, u32 LE length L and L bytes
+// of `journal-<G>` (L past the end: the rest). With flags bit 0 the harness
+// frames the files' contents anew before writing them (each intact
+// journal frame gets its payload's CRC, the snapshot its length and CRC),
+// so that mutations reach the parsers behind the CRC check; without it the
+// bytes are written as they are. Written to a private directory (on
+// /dev/shm) that is emptied for each input.
 #include <prometheus/text_serializer.h>
 
 #include <cstddef>
@@ -23,10 +27,12 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "collector/expose/fleet_metrics.h"
 #include "collector/ingest/ingestor.h"
 #include "collector/ingest/test_report.h"
+#include "collector/store/journal.h"
 #include "collector/store/state_store.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -60,18 +66,52 @@ uint32_t TakeU32(std::span<const uint8_t>& in) {
   return v;
 }
 
+std::span<const uint8_t> Bytes(std::string_view s) {
+  return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+std::string_view View(std::span<const uint8_t> b) {
+  return std::string_view(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+uint32_t GetU32(std::string_view p) {
+  return uint32_t(uint8_t(p[0])) | uint32_t(uint8_t(p[1])) << 8 | uint32_t(uint8_t(p[2])) << 16 |
+         uint32_t(uint8_t(p[3])) << 24;
+}
+
+// The journal's frames with their CRCs recomputed, up to the first that
+// runs past the end (kept as it is: a torn tail stays torn).
+std::string Reframe(std::string_view in) {
+  std::string out;
+  while (in.size() >= 8 && GetU32(in) <= in.size() - 8) {
+    const uint32_t length = GetU32(in);
+    out += tlsprof::collector::FrameRecord(in.substr(8, length));
+    in.remove_prefix(8 + length);
+  }
+  out.append(in);
+  return out;
+}
+
 void WriteFiles(const tlsprof::fuzz::ScratchDir& dir, std::span<const uint8_t> in) {
+  if (in.empty()) return;
+  const bool reframe = in[0] & 1;
+  in = in.subspan(1);
   const uint32_t n = TakeU32(in);
   if (n != 0xffffffff) {
     const size_t len = std::min<size_t>(n, in.size());
-    dir.Write("snapshot", in.first(len));
+    const std::string_view snapshot = View(in.first(len));
+    // The snapshot is one frame over the whole file.
+    const std::string framed =
+        reframe && snapshot.size() >= 8 ? tlsprof::collector::FrameRecord(snapshot.substr(8)) : std::string(snapshot);
+    dir.Write("snapshot", Bytes(framed));
     in = in.subspan(len);
   }
   while (!in.empty()) {
     const uint8_t generation = in[0];
     in = in.subspan(1);
     const size_t len = std::min<size_t>(TakeU32(in), in.size());
-    dir.Write("journal-" + std::to_string(generation), in.first(len));
+    const std::string_view journal = View(in.first(len));
+    dir.Write("journal-" + std::to_string(generation), Bytes(reframe ? Reframe(journal) : std::string(journal)));
     in = in.subspan(len);
   }
 }

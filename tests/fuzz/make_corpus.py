@@ -781,10 +781,12 @@ def journal_record(key, received_ns, submit_request=None, report=None):
     return out
 
 
-def state_dir_input(snapshot, segments):
-    """collector_state_fuzz's input: u32 length and the snapshot file (None:
-    none), then each journal segment as u8 generation, u32 length, bytes."""
-    out = struct.pack("<I", 0xffffffff) if snapshot is None else struct.pack("<I", len(snapshot)) + snapshot
+def state_dir_input(snapshot, segments, reframe=True):
+    """collector_state_fuzz's input: u8 flags (bit 0: the harness recomputes
+    the frames' CRCs), u32 length and the snapshot file (None: none), then
+    each journal segment as u8 generation, u32 length, bytes."""
+    out = bytes([1 if reframe else 0])
+    out += struct.pack("<I", 0xffffffff) if snapshot is None else struct.pack("<I", len(snapshot)) + snapshot
     for generation, data in segments:
         out += struct.pack("<BI", generation, len(data)) + data
     return out
@@ -1006,15 +1008,21 @@ def main():
               state_dir_input(None, [(0, frame(journal_record(key, now, report=report(plain, 7))))]))
         write(args.out, "collector_state", "snapshot-and-journal",
               state_dir_input(snapshot, [(0, records[0]), (1, records[1] + records[2])]))
+        write(args.out, "collector_state", "snapshot-and-journal-as-written",
+              state_dir_input(snapshot, [(1, records[1])], reframe=False))
 
         # The agent's spool: batch files, and a batch with its pin file.
         def pair(a, b):
             return struct.pack("<I", len(a)) + a + b
 
-        write(args.out, "spool_batch", "batch-7", spool_batch(report(plain, 7)))
-        write(args.out, "spool_batch", "batch-7-usage", spool_batch(report(with_usage, 7)))
-        write(args.out, "spool_batch", "batch-7-pin", pair(spool_batch(report(plain, 7)), b"collector-a:4317\n"))
-        write(args.out, "spool_batch", "batch-9-pin", pair(spool_batch(report(with_pod, 9)), b"collector-b:4317\n"))
+        # spool_batch_fuzz's input: u8 flags (bit 0: the harness seals the header), then the files.
+        seal, raw = b"\x01", b"\x00"
+        write(args.out, "spool_batch", "batch-7", seal + spool_batch(report(plain, 7)))
+        write(args.out, "spool_batch", "batch-7-usage", seal + spool_batch(report(with_usage, 7)))
+        write(args.out, "spool_batch", "batch-7-pin",
+              seal + pair(spool_batch(report(plain, 7)), b"collector-a:4317\n"))
+        write(args.out, "spool_batch", "batch-9-pin-unsealed",
+              raw + pair(spool_batch(report(with_pod, 9)), b"collector-b:4317\n"))
 
         # The usage planners: slices of the real TLS libraries, libssl then
         # libcrypto (u32 length of the first, as the targets split them).

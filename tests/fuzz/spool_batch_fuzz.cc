@@ -9,15 +9,22 @@
 // of its name, and quarantines it otherwise; Load returns that report; a pin
 // is kept only for an indexed batch, and is one non-empty line.
 //
-// Input: u32 LE length N, N bytes of the batch file, then the pin file's
-// bytes (N past the end: the whole input is the batch, no pin). Written to a
-// private directory (on /dev/shm) that is emptied for each input.
+// Input: u8 flags, then u32 LE length N, N bytes of the batch file, then the
+// pin file's bytes (N past the end: the whole rest is the batch, no pin).
+// With flags bit 0 the harness writes the batch's payload length and CRC-32
+// into its header (when it has one), so that mutations of the payload reach
+// the report's parser behind the checksum; without it the bytes are used as
+// they are. Written to a private directory (on /dev/shm) that is emptied for
+// each input.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include <zlib.h>
 
 #include "agent/ship/spool.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -70,12 +77,28 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   return 0;
 }
 
+// spool.cc's header: magic (8 bytes), payload length (u64 LE), CRC-32 of
+// the payload (u32 LE), as a batch the agent wrote itself carries them.
+void SealHeader(std::vector<uint8_t>& batch) {
+  constexpr size_t kHeader = 20;
+  if (batch.size() < kHeader) return;
+  const uint64_t length = batch.size() - kHeader;
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), batch.data() + kHeader, static_cast<uInt>(length)));
+  for (int i = 0; i < 8; ++i) batch[8 + i] = static_cast<uint8_t>(length >> (8 * i));
+  for (int i = 0; i < 4; ++i) batch[16 + i] = static_cast<uint8_t>(crc >> (8 * i));
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
   const tlsprof::fuzz::ScratchDir& dir = tlsprof::fuzz::ScratchDir::Get();
   dir.Clear();
-  std::span<const uint8_t> input(data, size), batch = input, pin;
-  const bool with_pin = tlsprof::fuzz::SplitTwo(input, batch, pin);
-  if (!with_pin) batch = input;
+  const bool seal = data[0] & 1;
+  std::span<const uint8_t> input(data + 1, size - 1), split, pin;
+  const bool with_pin = tlsprof::fuzz::SplitTwo(input, split, pin);
+  std::vector<uint8_t> sealed(with_pin ? split.begin() : input.begin(), with_pin ? split.end() : input.end());
+  if (seal) SealHeader(sealed);
+  const std::span<const uint8_t> batch(sealed);
   dir.Write("spool/" + Spool::FileName(kNamed), batch);
   // The same bytes under the name of the sequence they hold, when they
   // decode: the file Open keeps.
