@@ -171,7 +171,8 @@ for t in "${targets[@]}"; do
   runs_n=$(stat number_of_executed_units)
   exec_s=$(stat average_exec_per_sec)
   [[ -n $runs_n ]] || runs_n=$(sed -n 's/^#\([0-9]*\).*/\1/p' <<<"$last")
-  [[ -n $exec_s ]] || exec_s=$(sed -n 's/.* exec\/s \([0-9]*\).*/\1/p' <<<"$last")
+  # (its exec/s is the last job's rate: the average is runs over seconds)
+  [[ -n $exec_s || -z $runs_n ]] || exec_s=$((runs_n / $(cat "$dir/seconds")))
   rss=$(($(tail -1 "$dir/maxrss_kb" 2>/dev/null || echo 0) / 1024))  # after "Command exited with ..."
   printf '%-18s %6s %12s %9s %8s %8s %7s %8s %7s\n' "$t" "$(cat "$dir/seconds")" "${runs_n:-?}" "${exec_s:-?}" \
     "${cov:-?}" "${ft:-?}" "${corp:-?}" "$rss" "$crashes"
