@@ -1,18 +1,38 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets of tests/fuzz/ for a given time each and prints,
 # per target: seconds run, executions, exec/s, coverage (cov: edges, ft: features), corpus
-# size, peak RSS and crashes. Exits non-zero if any target crashed (or leaked,
-# timed out or ran out of memory); the inputs are kept and their paths printed.
+# size, peak RSS and crashes; with --coverage, then, per target, how much of
+# the project's code its final corpus covers, by source file. Exits non-zero if any target crashed (or leaked, timed out or ran out of
+# memory); the inputs are kept and their paths printed.
 #
-# Usage: bench/fuzz.sh [--jobs N] [--merge] [--build DIR] [SECONDS_PER_TARGET=600] [TARGET...]
+# Usage: bench/fuzz.sh [--jobs N] [--merge] [--build DIR] [--pick N] [--keep-going] [--coverage]
+#                      [SECONDS_PER_TARGET=600] [TARGET...]
 #   TARGET      elf_symbols go_pclntab eh_frame debuglink proc_maps collector_ingest
-#               (default: all; the _fuzz suffix may be given)
+#               elf_functions probe_plan boringssl_plan go_plan accessors archive_match
+#               collector_state spool_batch, and the large-input variants
+#               elf_symbols_large eh_frame_large elf_functions_large go_plan_large
+#               archive_match_large (default: all; the _fuzz suffix may be given)
 #   --jobs N    run N targets at once (default 1; each uses one CPU)
 #   --merge     afterwards, merge the inputs that add coverage into
 #               tests/fuzz/corpus/<target>/ (libFuzzer -merge=1); without it the
 #               checked-in corpus is never written to
 #   --build DIR use this build tree, configured with -DTLSPROF_FUZZ=ON (CI passes
 #               build-asan, which scripts/test-sanitizers.sh configures so)
+#   --keep-going  run each target in libFuzzer's fork mode, which goes on after a
+#               crash, leak, timeout or out-of-memory (-fork=1 -ignore_*=1), so one
+#               run collects every finding it reaches (each input in crashes/)
+#   --coverage  afterwards, replay each target's final corpus with
+#               -print_coverage=1 and print, by project source file, the edges it
+#               covers of the edges compiled into the target (all files:
+#               <run>/<target>/coverage.txt)
+#   --pick N    fuzz only N of the targets: the next N in the list each hour
+#               (hours since the epoch), so that successive runs cover them all
+#               while the pass takes the time of N (every run still replays every
+#               corpus: the fuzz_replay_* tests)
+#
+# A <name>_large target is <name>'s harness on sparse 6 GiB input files
+# (tests/fuzz/README.md): it starts from <name>'s corpus plus its own, and runs
+# under -malloc_limit_mb=256, so an allocation sized by a header is a finding.
 #
 # Without --build: configures build-fuzz/ (CC=clang CXX=clang++ -DTLSPROF_FUZZ=ON)
 # if it does not exist. Builds the targets. Each run works on a copy of the corpus
@@ -20,10 +40,15 @@
 # Reproduce a crash: <build>/bin/<target>_fuzz <crash file>.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-all_targets=(elf_symbols go_pclntab eh_frame debuglink proc_maps collector_ingest)
+all_targets=(elf_symbols go_pclntab eh_frame debuglink proc_maps collector_ingest elf_functions probe_plan
+  boringssl_plan go_plan accessors archive_match collector_state spool_batch elf_symbols_large eh_frame_large
+  elf_functions_large go_plan_large archive_match_large)
 
 jobs=1
 merge=0
+pick=0
+keep_going=0
+coverage=0
 build=
 seconds=600
 seen_seconds=0
@@ -33,8 +58,11 @@ while (($#)); do
     --jobs) jobs=$2; shift 2 ;;
     --jobs=*) jobs=${1#--jobs=}; shift ;;
     --merge) merge=1; shift ;;
+    --pick) pick=$2; shift 2 ;;
+    --keep-going) keep_going=1; shift ;;
+    --coverage) coverage=1; shift ;;
     --build) build=$(cd "$2" && pwd) || exit 2; shift 2 ;;
-    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *)
       if [[ $1 =~ ^[0-9]+$ && ${#targets[@]} -eq 0 && $seen_seconds -eq 0 ]]; then
         seconds=$1
@@ -51,6 +79,14 @@ while (($#)); do
   esac
 done
 ((${#targets[@]})) || targets=("${all_targets[@]}")
+if ((pick > 0 && pick < ${#targets[@]})); then
+  hour=$(($(date +%s) / 3600))
+  from=$((hour * pick % ${#targets[@]}))
+  picked=()
+  for ((i = 0; i < pick; i++)); do picked+=("${targets[(from + i) % ${#targets[@]}]}"); done
+  echo "picked ${picked[*]} (--pick $pick of ${#targets[@]}, this hour's turn)"
+  targets=("${picked[@]}")
+fi
 
 if [[ -n $build ]]; then
   if ! grep -q '^TLSPROF_FUZZ:BOOL=ON$' "$build/CMakeCache.txt" 2>/dev/null; then
@@ -80,13 +116,31 @@ mkdir -p "$runs"
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0}
 
+# The corpus directories a target starts from (and its replay test reads): its own, and for a _large target
+# its base target's first.
+corpora() {
+  local t=$1
+  if [[ $t == *_large ]]; then echo "$root/tests/fuzz/corpus/${t%_large}"; fi
+  [[ -d $root/tests/fuzz/corpus/$t ]] && echo "$root/tests/fuzz/corpus/$t"
+  return 0
+}
+
+# libFuzzer's resource limits for a target (tests/fuzz/CMakeLists.txt passes the same to its replay test).
+limits() {
+  if [[ $1 == *_large ]]; then echo -rss_limit_mb=2048 -malloc_limit_mb=256; else echo -rss_limit_mb=2048; fi
+}
+
 run_one() {
-  local t=$1 dir=$runs/$1
+  local t=$1 dir=$runs/$1 c
   mkdir -p "$dir/corpus" "$dir/crashes"
-  cp -r "$root/tests/fuzz/corpus/$t/." "$dir/corpus/"
-  local start=$SECONDS
-  "$build/bin/${t}_fuzz" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="$dir/crashes/" "$dir/corpus" >"$dir/log" 2>&1 || true
+  for c in $(corpora "$t"); do cp -r "$c/." "$dir/corpus/"; done
+  local start=$SECONDS mode=()
+  ((keep_going)) && mode=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1)
+  # GNU time's peak RSS counts the fork mode's jobs too (the largest process).
+  # shellcheck disable=SC2046 # limits() prints separate flags
+  /usr/bin/time -f %M -o "$dir/maxrss_kb" "$build/bin/${t}_fuzz" "${mode[@]}" -max_total_time="$seconds" \
+    $(limits "$t") -timeout=10 -print_final_stats=1 -artifact_prefix="$dir/crashes/" "$dir/corpus" >"$dir/log" 2>&1 ||
+    true
   echo $((SECONDS - start)) >"$dir/seconds"
 }
 
@@ -113,8 +167,15 @@ for t in "${targets[@]}"; do
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")
   crashes=$(find "$dir/crashes" -type f | wc -l)
-  printf '%-18s %6s %12s %9s %8s %8s %7s %8s %7s\n' "$t" "$(cat "$dir/seconds")" "$(stat number_of_executed_units)" \
-    "$(stat average_exec_per_sec)" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$(stat peak_rss_mb)" "$crashes"
+  # The fork mode (--keep-going) prints no final stats: "#123: cov: 1 ft: 2 corp: 3 exec/s 4 ...".
+  runs_n=$(stat number_of_executed_units)
+  exec_s=$(stat average_exec_per_sec)
+  [[ -n $runs_n ]] || runs_n=$(sed -n 's/^#\([0-9]*\).*/\1/p' <<<"$last")
+  # (its exec/s is the last job's rate: the average is runs over seconds)
+  [[ -n $exec_s || -z $runs_n ]] || exec_s=$((runs_n / $(cat "$dir/seconds")))
+  rss=$(($(tail -1 "$dir/maxrss_kb" 2>/dev/null || echo 0) / 1024))  # after "Command exited with ..."
+  printf '%-18s %6s %12s %9s %8s %8s %7s %8s %7s\n' "$t" "$(cat "$dir/seconds")" "${runs_n:-?}" "${exec_s:-?}" \
+    "${cov:-?}" "${ft:-?}" "${corp:-?}" "$rss" "$crashes"
   if ((crashes)) || grep -qE '^==[0-9]+==ERROR|runtime error:|^SUMMARY: ' "$dir/log"; then
     status=1
     echo "  FINDING in $t (log: $dir/log):" >&2
@@ -123,12 +184,49 @@ for t in "${targets[@]}"; do
   fi
 done
 
+# Edge coverage of the final corpus by project source file (not tests/, not generated code), largest files first.
+if ((coverage)); then
+  for t in "${targets[@]}"; do
+    dir=$runs/$t
+    # shellcheck disable=SC2046
+    "$build/bin/${t}_fuzz" -runs=0 -print_coverage=1 $(limits "$t") -timeout=10 "$dir/corpus" 2>&1 |
+      awk -v root="$root/" '/^(UN)?COVERED_FUNC: / {
+          file = $NF; sub(/:[0-9]+$/, "", file)
+          if (index(file, root) != 1) next
+          file = substr(file, length(root) + 1)
+          if (file ~ /^(tests|build[^\/]*)\//) next
+          split($5, e, "/"); covered[file] += e[1]; total[file] += e[2]
+        }
+        END { for (f in total) printf "%6d %6d %5.1f%% %s\n", covered[f], total[f], total[f] ? 100 * covered[f] / total[f] : 0, f }' |
+      sort -k2,2nr >"$dir/coverage.txt" || true
+    echo "$t: edges covered of the edges compiled in, by file (largest 6; all in $dir/coverage.txt):"
+    head -6 "$dir/coverage.txt" | awk '{ printf "    %-50s %6d / %-6d %s\n", $4, $1, $2, $3 }'
+  done
+fi
+
 if ((merge)); then
   for t in "${targets[@]}"; do
-    before=$(find "$root/tests/fuzz/corpus/$t" -type f | wc -l)
-    "$build/bin/${t}_fuzz" -merge=1 -rss_limit_mb=2048 -timeout=10 "$root/tests/fuzz/corpus/$t" "$runs/$t/corpus" \
-      >"$runs/$t/merge.log" 2>&1
-    after=$(find "$root/tests/fuzz/corpus/$t" -type f | wc -l)
+    dest=$root/tests/fuzz/corpus/$t
+    mkdir -p "$dest"
+    before=$(find "$dest" -type f | wc -l)
+    if [[ $t == *_large ]]; then
+      # Merged into an empty directory against both corpora; only what neither holds is added to the target's own
+      # (libFuzzer names merged files by the SHA-1 of their bytes).
+      merged=$runs/$t/merged
+      mkdir -p "$merged"
+      # shellcheck disable=SC2046
+      "$build/bin/${t}_fuzz" -merge=1 $(limits "$t") -timeout=10 "$merged" $(corpora "$t") "$runs/$t/corpus" \
+        >"$runs/$t/merge.log" 2>&1
+      known=$(for c in $(corpora "$t"); do find "$c" -type f -exec sha1sum {} +; done | cut -d' ' -f1)
+      for f in "$merged"/*; do
+        [[ -f $f ]] || continue
+        grep -qx "$(sha1sum "$f" | cut -d' ' -f1)" <<<"$known" || cp "$f" "$dest/"
+      done
+    else
+      # shellcheck disable=SC2046
+      "$build/bin/${t}_fuzz" -merge=1 $(limits "$t") -timeout=10 "$dest" "$runs/$t/corpus" >"$runs/$t/merge.log" 2>&1
+    fi
+    after=$(find "$dest" -type f | wc -l)
     echo "merged into tests/fuzz/corpus/$t: $before -> $after files"
   done
 fi

@@ -151,7 +151,8 @@ std::optional<LoadChain> DecodeLoadChain(std::span<const uint8_t> code) {
       if (i + 3 >= code.size() || code[i + 2] != 0x74) return std::nullopt;  // je rel8
       const size_t target = i + 4 + static_cast<int8_t>(code[i + 3]);
       bool zeroes_rax = false;
-      if (target <= i) return std::nullopt;
+      // Backward, before the code's start (wrapped), or past its end: not a NULL return it can see.
+      if (target <= i || target >= code.size()) return std::nullopt;
       // The NULL path must return NULL (rax is the tested register, or is
       // cleared), or trap: the walk gives up on a NULL pointer either way.
       if (!OnlyTraps(code, target)) {

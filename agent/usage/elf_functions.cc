@@ -121,7 +121,11 @@ Result<std::map<uint64_t, uint64_t>> PointerWords(const ElfFile& elf, uint64_t b
   if (elf.ehdr().e_type == ET_EXEC) {
     for (const GElf_Phdr& ph : elf.program_headers()) {
       if (ph.p_type != PT_LOAD) continue;
-      if (begin < ph.p_vaddr || end > ph.p_vaddr + ph.p_filesz || ph.p_offset + ph.p_filesz > elf.size()) continue;
+      // [begin, end) inside the segment, and the segment inside the file, with no sum that can wrap.
+      if (begin < ph.p_vaddr || end - ph.p_vaddr > ph.p_filesz || ph.p_offset > elf.size() ||
+          ph.p_filesz > elf.size() - ph.p_offset) {
+        continue;
+      }
       auto bytes = elf.Read(begin - ph.p_vaddr + ph.p_offset, end - begin, guard::kMaxSectionBytes, "pointer words");
       if (!bytes) return bytes.error();
       for (uint64_t at = 0; at + 8 <= bytes->size(); at += 8) {

@@ -103,7 +103,9 @@ size_t FailFastGuard(std::span<const uint8_t> c, size_t i) {
   if (c.size() < i + 6 || c[i] != 0x83 || c[i + 1] != 0x7f || c[i + 4] != 0x74) return 0;
   const size_t target = i + 6 + static_cast<int8_t>(c[i + 5]);
   constexpr std::array<uint8_t, 6> kReturnMinusOne = {0xb8, 0xff, 0xff, 0xff, 0xff, 0xc3};
-  if (target <= i + 6 || c.size() < target + kReturnMinusOne.size()) return 0;
+  // Forward only; a jump before the code's start wraps to a huge target, which the size check must see
+  // without adding to it.
+  if (target <= i + 6 || target >= c.size() || c.size() - target < kReturnMinusOne.size()) return 0;
   if (!std::equal(kReturnMinusOne.begin(), kReturnMinusOne.end(), c.begin() + static_cast<ptrdiff_t>(target))) {
     return 0;
   }
