@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <span>
 
-#include "agent/symbols/archive_match.h"
 #include "agent/guard/elf_file.h"
+#include "agent/symbols/archive_match.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "agent/guard/elf_file.h"
 #include "agent/usage/boringssl_plan.h"
 #include "bpf/usage.h"
-#include "agent/guard/elf_file.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "agent/guard/elf_file.h"
 #include "agent/usage/probe_plan.h"
 #include "bpf/usage.h"
-#include "agent/guard/elf_file.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
