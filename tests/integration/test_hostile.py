@@ -562,7 +562,11 @@ class HostileTest(unittest.TestCase):
         phase.figures["rounds/swapped"] = f"{status.get('rounds', 0)}/{status.get('swapped', 0)}"
         with self.subTest(check="the agent opened a copy and the tenant swapped it"):
             self.assertGreater(status.get("swapped", 0), 0, f"tenant status {status}")
-        self.check_invariants(phase, truth, refusals=[("not_regular", "replaced")])
+        # Nothing to refuse is expected: the agent reads the mapping itself (map_files) and keeps that fd for every
+        # later read, so the FIFO the tenant puts at the path once it sees that open is never opened. Were it opened
+        # (the fallback when map_files fails), it is refused as not_regular without waiting for a writer
+        # (guard_test: GuardedOpen.AFifoIsRefusedWithoutWaitingForAWriter), which the windows on time show here.
+        self.check_invariants(phase, truth)
 
     def test_a2_library_truncated_and_restored_while_read(self):
         c = Container(self.procs, "a2")
@@ -620,7 +624,9 @@ class HostileTest(unittest.TestCase):
         generated = time.monotonic() - started
         phase, truth = self.run_attack("6 symbols", lambda p: [c.start("tenant", "--map", lib)])
         phase.figures["generated_s"] = round(generated, 1)
-        self.check_invariants(phase, truth, refusals=[("symbols",)])
+        # Refused by whichever bound comes first: the symbol cap, or the memory budget, which charges the table
+        # from the section headers before it is read (which one depends on --memory-limit).
+        self.check_invariants(phase, truth, refusals=[("symbols", "memory")])
 
     def test_a7_one_fde_of_200k_rows(self):
         c = Container(self.procs, "a7")
