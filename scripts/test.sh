@@ -7,8 +7,9 @@
 #   format   clang-format's check of every C/C++ source
 #   asan     the ASan + UBSan build (build-asan/, clang, warnings as errors): the unit tier, every corpus replay and
 #            the integration tests labelled `asan` (scripts/test-sanitizers.sh; the README says which and why)
-#   fuzz     the libFuzzer targets of that same tree (it is configured with TLSPROF_FUZZ), each run for FUZZ_SECONDS
-#            (30) from its corpus, as many at once as there are CPUs
+#   fuzz     FUZZ_PICK (8) of the libFuzzer targets of that same tree (it is configured with TLSPROF_FUZZ), the next
+#            8 each hour, each run for FUZZ_SECONDS (30) from its corpus, as many at once as there are CPUs (every
+#            corpus of every target is replayed in the release and asan passes)
 # At the end it prints the slowest tests and the time of each pass (scripts/test-summary.py), and exits non-zero if
 # any pass failed. Nothing is skipped: a test that cannot run fails. Logs: build/test-logs/.
 #
@@ -49,6 +50,17 @@ stage deps "$root/scripts/install-deps.sh" || exit 1
   exit "$rc"
 ) &
 trixie_pid=$!
+# Likewise the Debian 12 root that tests/integration/test_systemd.py boots with systemd-nspawn (debootstrap, about
+# 5 minutes the first time): its time is the summary's `systemd-root` line.
+(
+  start=$SECONDS
+  python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import systemd_container; systemd_container.ensure_root()' \
+    "$root/tests/integration" >"$logs/systemd-root.log" 2>&1
+  rc=$?
+  echo "$((SECONDS - start))" >"$logs/systemd-root.seconds"
+  exit "$rc"
+) &
+systemd_root_pid=$!
 build_ok=0
 stage build env TLSPROF_WERROR=ON "$root/scripts/build.sh" && build_ok=1
 wait "$trixie_pid"
@@ -56,12 +68,18 @@ trixie_rc=$?
 cat "$logs/trixie.log"
 printf '%s\t%s\t%s\n' trixie "$(cat "$logs/trixie.seconds" 2>/dev/null || echo 0)" "$trixie_rc" >>"$logs/passes.tsv"
 ((trixie_rc == 0)) || status=1
+wait "$systemd_root_pid"
+systemd_root_rc=$?
+((systemd_root_rc == 0)) || cat "$logs/systemd-root.log"
+printf '%s\t%s\t%s\n' systemd-root "$(cat "$logs/systemd-root.seconds" 2>/dev/null || echo 0)" "$systemd_root_rc" \
+  >>"$logs/passes.tsv"
+((systemd_root_rc == 0)) || status=1
 if ((build_ok)); then
   stage release ctest --test-dir "$root/build" --output-on-failure --timeout 900 -j"$jobs" "$@"
 fi
 stage format "$root/scripts/check-format.sh"
 stage asan env TLSPROF_WERROR=ON "$root/scripts/test-sanitizers.sh" "$@"
-stage fuzz "$root/bench/fuzz.sh" --build "$root/build-asan" --jobs "$jobs" "${FUZZ_SECONDS:-30}"
+stage fuzz "$root/bench/fuzz.sh" --build "$root/build-asan" --jobs "$jobs" --pick "${FUZZ_PICK:-8}" "${FUZZ_SECONDS:-30}"
 
 python3 "$root/scripts/test-summary.py" "$logs" || status=1
 exit $status
