@@ -4,7 +4,8 @@
 //    interpreter, reference_table.h) on the real binaries of this machine;
 //  - files written here (a minimal x86-64 ELF with .eh_frame, .debug_frame
 //    or .gopclntab) with one FDE of 200,000 rows, a remember_state bomb, a
-//    compressed .debug_frame that claims 64 GiB, a Go table over the row cap;
+//    compressed .debug_frame that claims 64 GiB, a section name table over
+//    the section cap, a Go table over the row cap;
 //  - a file truncated and restored while it is read.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -554,6 +555,7 @@ TEST(CfiCapsTest, CompressedDebugFrameClaimingTooMuchIsNotInflated) {
     const UnwindTable& t = **built;
     EXPECT_EQ(Refusals(guard::Reason::kSectionSize), refused + (sane ? 0 : 1));
     EXPECT_EQ(t.cfi_errors, 0u);  // refused, not inflated and failed
+    EXPECT_EQ(t.cut_at_image_cap, !sane);
     EXPECT_EQ(t.fdes, sane ? 2u : 1u);
     EXPECT_EQ(FindRow(t, kText + 1)->cfa_off, 16);
     const unwind_row* debug_row = FindRow(t, kText + 0x101);
@@ -563,6 +565,35 @@ TEST(CfiCapsTest, CompressedDebugFrameClaimingTooMuchIsNotInflated) {
       EXPECT_EQ(debug_row->cfa_off, 24);
     }
   }
+}
+
+// A section name table over kMaxSectionBytes (the rest of the file a hole)
+// is refused, so .eh_frame cannot be found by name: the table says its CFI
+// was left out at a cap (libdw, which reads the names, has the FDE) rather
+// than reading as a file without CFI.
+TEST(CfiCapsTest, SectionNamesOverTheCapMarkTheTableCut) {
+  Cfi cfi(true);
+  cfi.Fde(kText, 0x10, "\x41\x0e\x10");
+  std::string elf = EhFrameElf(cfi, 0x1000);
+  uint64_t shoff = 0, shstrndx = 0;
+  for (unsigned i = 0; i < 8; ++i) shoff |= uint64_t(uint8_t(elf[40 + i])) << (8 * i);
+  for (unsigned i = 0; i < 2; ++i) shstrndx |= uint64_t(uint8_t(elf[62 + i])) << (8 * i);
+  const size_t names = shoff + shstrndx * 64;
+  uint64_t names_offset = 0;
+  for (unsigned i = 0; i < 8; ++i) names_offset |= uint64_t(uint8_t(elf[names + 24 + i])) << (8 * i);
+  PutAt(elf, names + 32, guard::kMaxSectionBytes + 1, 8);  // sh_size
+  TempDir dir;
+  const std::string path = dir.File("names", elf);
+  std::filesystem::resize_file(path, names_offset + guard::kMaxSectionBytes + 1);  // sparse
+  const uint64_t refused = Refusals(guard::Reason::kSectionSize);
+  auto built = Build(path);
+  ASSERT_TRUE(built.ok()) << built.error().message;
+  const UnwindTable& t = **built;
+  EXPECT_GT(Refusals(guard::Reason::kSectionSize), refused);
+  EXPECT_TRUE(t.cut_at_image_cap);
+  EXPECT_EQ(t.cfi_errors, 0u);
+  EXPECT_EQ(t.fdes, 0u);
+  EXPECT_TRUE(t.rows.empty());
 }
 
 // ---- Go: a pclntab whose functions all share one long pcsp table.

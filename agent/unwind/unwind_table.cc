@@ -619,20 +619,51 @@ struct CfiSection {
 // its size is sane: not over guard::kMaxSectionBytes (inflated, for a
 // compressed one: the header's claim is checked before anything is
 // inflated) and inside the file. A section that does not read counts as a
-// CFI error; one over the cap is refused (guard::ElfFile counts it).
-std::optional<CfiSection> ReadCfiSection(const guard::ElfFile& elf, const char* name, bool eh_frame, uint64_t* errors) {
+// CFI error; one over the cap is refused (guard::ElfFile counts it) and the
+// table marked cut (cut_at_image_cap): CFI left out at a cap, not a file
+// without it.
+std::optional<CfiSection> ReadCfiSection(const guard::ElfFile& elf, const char* name, bool eh_frame,
+                                         UnwindTable& table) {
   const guard::ElfSection* s = elf.Find(name);
   if (s == nullptr || s->shdr.sh_type == SHT_NOBITS || s->shdr.sh_size == 0) return std::nullopt;
   const auto refused = [] { return guard::RefusalCounts()[static_cast<size_t>(guard::Reason::kSectionSize)]; };
   const uint64_t refused_before = refused();
   auto bytes = elf.SectionBytes(*s);
   if (!bytes) {
-    if (refused() == refused_before) ++*errors;  // malformed, not over a cap
+    if (refused() == refused_before) {
+      ++table.cfi_errors;  // malformed, not over a cap
+    } else {
+      table.cut_at_image_cap = true;
+    }
     return std::nullopt;
   }
   Elf_Data* data = elf.data(*s);
   if (!data || !data->d_buf || data->d_size == 0) return std::nullopt;
   return CfiSection{data, s->shdr.sh_addr, eh_frame};
+}
+
+// True when the section name table is one guard::ElfFile refused at
+// guard::kMaxSectionBytes (its size, or for a compressed one the size its
+// header claims): then every section is unnamed, and .eh_frame and
+// .debug_frame cannot be found although they may be there. (Open read the
+// names through SectionBytes, which counted the refusal; a table it read is
+// loaded, and one it could not read for another reason is malformed, which
+// libdw cannot read either.)
+bool SectionNamesRefused(const guard::ElfFile& elf) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf.elf(), &shstrndx) != 0 || shstrndx == 0 || shstrndx >= elf.sections().size()) {
+    return false;
+  }
+  const guard::ElfSection& names = elf.sections()[shstrndx];
+  if (names.shdr.sh_type != SHT_STRTAB || names.shdr.sh_size == 0 || elf.data(names) != nullptr) return false;
+  if (names.shdr.sh_size > guard::kMaxSectionBytes) return true;
+  if (!(names.shdr.sh_flags & SHF_COMPRESSED)) return false;
+  // x86-64 only (BuildUnwindTable checks): an Elf64_Chdr, little-endian.
+  auto chdr = elf.Read(names.shdr.sh_offset, sizeof(Elf64_Chdr), sizeof(Elf64_Chdr), "section name table header");
+  if (!chdr || chdr->size() != sizeof(Elf64_Chdr)) return false;
+  Elf64_Chdr c;
+  std::memcpy(&c, chdr->data(), sizeof c);
+  return c.ch_type == ELFCOMPRESS_ZLIB && c.ch_size > guard::kMaxSectionBytes;
 }
 
 struct Interval {
@@ -859,8 +890,12 @@ Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(const guard::ElfFile
 
   // .eh_frame first: it is what the runtime itself trusts. .debug_frame
   // (Go, or unstripped objects) fills what .eh_frame does not cover.
-  const std::optional<CfiSection> sections[2] = {ReadCfiSection(file, ".eh_frame", true, &table->cfi_errors),
-                                                 ReadCfiSection(file, ".debug_frame", false, &table->cfi_errors)};
+  const std::optional<CfiSection> sections[2] = {ReadCfiSection(file, ".eh_frame", true, *table),
+                                                 ReadCfiSection(file, ".debug_frame", false, *table)};
+  // Unnamed sections behind a refused name table: CFI that may be there is
+  // left out at a cap (counted when Open refused the table), which the table
+  // must say rather than read as a file without CFI.
+  if (!sections[0] && !sections[1] && SectionNamesRefused(file)) table->cut_at_image_cap = true;
   // Every FDE gives at least one row: past kMaxRowsPerImage FDEs the rest
   // are left out (the list itself would otherwise grow with the section).
   std::vector<Interval> fdes;

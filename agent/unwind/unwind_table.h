@@ -35,7 +35,10 @@ struct UnwindTable {
   uint64_t gap_cfi_rows = 0;                     // Go tables: CFI rows taken for code outside Go functions (cgo)
   uint64_t cfi_instructions = 0;                 // CFA instructions interpreted (CIEs once, FDEs once)
   uint64_t cut_fdes = 0;                         // FDEs cut at guard::kMaxRowsPerFde (their rest is CFA_NONE)
-  bool cut_at_image_cap = false;                 // rows (or FDEs) past guard::kMaxRowsPerImage left out (CFA_NONE)
+  // CFI left out at a per-file cap: rows (or FDEs) past guard::kMaxRowsPerImage
+  // (CFA_NONE), or a CFI section, or the section name table that finds them,
+  // over guard::kMaxSectionBytes (not read; refused, reason section_size).
+  bool cut_at_image_cap = false;
 };
 
 // Reads the CFI of the ELF file `elf` (opened by guard::ElfFile;
@@ -53,7 +56,9 @@ struct UnwindTable {
 // each refusal counted (guard::Refuse): an FDE's rows past kMaxRowsPerFde and
 // the file's past kMaxRowsPerImage become CFA_NONE (reason cfi_rows); a CFI
 // section over kMaxSectionBytes, or a compressed one that claims to inflate
-// past it, is left out (section_size) without being read or inflated.
+// past it, is left out (section_size) without being read or inflated, as are
+// the CFI sections of a file whose section name table is over it (they
+// cannot be found); either sets cut_at_image_cap.
 Result<std::shared_ptr<const UnwindTable>> BuildUnwindTable(const guard::ElfFile& elf, std::string_view display_path);
 // The same for a file open at `fd` (tests and tools), opened again through
 // the guard (guard::OpenHostFile of /proc/self/fd/N).

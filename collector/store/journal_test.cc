@@ -236,6 +236,30 @@ TEST(StateStore, CorruptSnapshotIsAnError) {
   EXPECT_NE(store.error().message.find("corrupt snapshot"), std::string::npos) << store.error().message;
 }
 
+// A record whose CRC holds but whose report Submit would have refused (a
+// TlsCpu.bucket past the enum: the ingestor indexes its per-minute bucket
+// seconds by it) is an error at start, never applied.
+TEST(StateStore, JournalRecordWithAnInvalidReportIsAnError) {
+  TempDir dir;
+  {
+    Ingestor ingestor(IngestOptions{});
+    auto store = StateStore::Open(dir.path(), 0, ingestor);
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    v1::SubmitRequest request;
+    *request.mutable_report() = MakeReport(1);
+    request.mutable_report()->mutable_services(0)->mutable_tls(0)->set_bucket(static_cast<v1::Bucket>(10));
+    state::JournalRecord record;
+    record.set_agent_key("a");
+    record.set_received_unix_ns(kTestNowNs);
+    record.set_submit_request(request.SerializeAsString());
+    ASSERT_TRUE((*store)->WaitDurable((*store)->Enqueue(record.SerializeAsString())).ok());
+  }
+  Ingestor ingestor(IngestOptions{});
+  auto store = StateStore::Open(dir.path(), 0, ingestor);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.error().message.find("bucket"), std::string::npos) << store.error().message;
+}
+
 }  // namespace
 }  // namespace tlsprof::collector
 

@@ -4,6 +4,8 @@
 #include <string_view>
 #include <utility>
 
+#include "collector/ingest/validate.h"
+
 namespace tlsprof::collector {
 namespace {
 
@@ -262,14 +264,20 @@ Status RestoreSnapshot(const state::State& snapshot, Ingestor& ingestor) {
 
 Result<ApplyResult> ReplayRecord(const state::JournalRecord& record, Ingestor& ingestor) {
   // Newer records carry the SubmitRequest as received; older ones the report.
-  if (!record.submit_request().empty()) {
-    v1::SubmitRequest request;
-    if (!request.ParseFromString(record.submit_request())) {
-      return MakeError("journal record: submit_request is not a SubmitRequest");
-    }
-    return ingestor.Apply(record.agent_key(), request.report(), record.received_unix_ns(), {}, request.sent_unix_ns());
+  v1::SubmitRequest request;
+  if (!record.submit_request().empty() && !request.ParseFromString(record.submit_request())) {
+    return MakeError("journal record: submit_request is not a SubmitRequest");
   }
-  return ingestor.Apply(record.agent_key(), record.report(), record.received_unix_ns());
+  const v1::AgentReport& report = record.submit_request().empty() ? record.report() : request.report();
+  // Ingestor::Apply takes only a validated report (it indexes by its enums,
+  // e.g. the per-minute bucket seconds by TlsCpu.bucket). Submit journals
+  // only reports that passed ValidateReport, so one that does not is a
+  // damaged or foreign record (its CRC may still hold): refused, never
+  // applied, and the collector does not start on it.
+  if (auto error = ValidateReport(report, record.received_unix_ns())) {
+    return MakeError("journal record: invalid report: {}", *error);
+  }
+  return ingestor.Apply(record.agent_key(), report, record.received_unix_ns(), {}, request.sent_unix_ns());
 }
 
 }  // namespace tlsprof::collector

@@ -24,8 +24,9 @@ Result<FleetState> StateFromProto(const state::State& in);
 void TakeSnapshot(const Ingestor& ingestor, state::State& out);
 // Replaces the Ingestor's state by `snapshot` (at start, before serving).
 Status RestoreSnapshot(const state::State& snapshot, Ingestor& ingestor);
-// Applies a journal record as Submit applied it (an error when it does not
-// parse).
+// Applies a journal record as Submit applied it: an error when it does not
+// parse or its report fails ValidateReport (the state directory is input
+// too; Apply indexes by what validation checked).
 Result<ApplyResult> ReplayRecord(const state::JournalRecord& record, Ingestor& ingestor);
 
 }  // namespace tlsprof::collector

@@ -109,7 +109,8 @@ void WriteFiles(const tlsprof::fuzz::ScratchDir& dir, std::span<const uint8_t> i
   while (!in.empty()) {
     const uint8_t generation = in[0];
     in = in.subspan(1);
-    const size_t len = std::min<size_t>(TakeU32(in), in.size());
+    const uint32_t want = TakeU32(in);  // before in.size(): the order of a call's arguments is unspecified
+    const size_t len = std::min<size_t>(want, in.size());
     const std::string_view journal = View(in.first(len));
     dir.Write("journal-" + std::to_string(generation), Bytes(reframe ? Reframe(journal) : std::string(journal)));
     in = in.subspan(len);
