@@ -65,7 +65,10 @@ void AddRunFlags(CLI::App& app, RunOptions& r) {
       ->take_all()
       ->allow_extra_args(false);
   app.add_option("--interval", r.interval_seconds, "Seconds per window")->capture_default_str();
-  app.add_option("--metrics-listen", r.metrics_listen, "Serve Prometheus /metrics on HOST:PORT")->capture_default_str();
+  app.add_option(
+         "--metrics-listen", r.metrics_listen,
+         "Serve Prometheus /metrics, and /healthz (503 once no window has closed for 3 intervals), on HOST:PORT")
+      ->capture_default_str();
   app.add_option("--state-dir", r.ship.state_dir, "Instance id, sequence and spool of sealed windows")
       ->capture_default_str();
   app.add_option("--spool-max-bytes", r.ship.spool_max_bytes,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <thread>
 #include <unordered_set>
 
 namespace tlsprof::discovery {
@@ -171,7 +172,28 @@ std::vector<pid_t> ProcessRegistry::TakeLoaded() {
     out.insert(out.end(), pending.pids.begin(), pending.pids.end());
     pending.pids.clear();  // the entry stays until a Refresh applies it
   }
+  // Several late loads of one process end together: it is named once.
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+void ProcessRegistry::WaitForLoads(std::chrono::steady_clock::time_point deadline) {
+  std::vector<std::shared_ptr<LoadResult>> waited;
+  for (auto& [key, pending] : pending_loads_) {
+    if (pending.pids.empty() || pending.close_waited || pending.result->done) continue;
+    pending.close_waited = true;
+    waited.push_back(pending.result);
+  }
+  // A poll, not a condition variable: the loads signal nothing, and a close
+  // waits for them at most once per window.
+  constexpr auto kStep = std::chrono::milliseconds(5);
+  for (;;) {
+    const bool running = std::any_of(waited.begin(), waited.end(), [](const auto& r) { return !r->done; });
+    const auto now = std::chrono::steady_clock::now();
+    if (!running || now >= deadline) return;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kStep, deadline - now));
+  }
 }
 
 std::shared_ptr<const ImageInfo> ProcessRegistry::ApplyLoad(pid_t pid, const Mapping& mapping, const std::string& key,

@@ -156,8 +156,14 @@ class ProcessRegistry {
     worker_ = worker;
     wait_ = wait;
   }
-  // The processes whose late loads have ended since the last call.
+  // The processes whose late loads have ended since the last call, each once.
   std::vector<pid_t> TakeLoaded();
+  // Waits until every late load a process waits for has ended, or until
+  // `deadline` (the window's close: what ends by then is named by the
+  // TakeLoaded that follows, the rest at a later one). Each load is waited
+  // for by one call only: a load that never ends (a tenant's FUSE file)
+  // holds up one close, not every one.
+  void WaitForLoads(std::chrono::steady_clock::time_point deadline);
   // Waits end by `deadline` too (the caller's: the window's close), but last
   // at least guard::kMinWait, which a load the cache answers needs.
   void SetDeadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
@@ -201,6 +207,7 @@ class ProcessRegistry {
   struct PendingLoad {
     std::shared_ptr<LoadResult> result;
     std::set<pid_t> pids;
+    bool close_waited = false;  // a WaitForLoads waited for it already
   };
   std::map<std::string, PendingLoad> pending_loads_;
 };

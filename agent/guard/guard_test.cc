@@ -209,14 +209,18 @@ TEST(ProcLines, AreCutAtTheirByteCap) {
   ASSERT_TRUE(cut.ok());
   EXPECT_FALSE(*cut);
   ASSERT_GT(lines.size(), 5u);
-  size_t n = 0;
-  auto small = ForEachProcLine("/proc/self/maps", 100, [&](std::string_view) {
+  // Only whole lines within the first 100 bytes come (under ASan the first
+  // lines of maps are short: its shadow ranges have no path).
+  size_t n = 0, bytes = 0;
+  auto small = ForEachProcLine("/proc/self/maps", 100, [&](std::string_view l) {
     ++n;
+    bytes += l.size() + 1;
     return true;
   });
   ASSERT_TRUE(small.ok());
   EXPECT_TRUE(*small);
-  EXPECT_LT(n, 2u);
+  EXPECT_LE(bytes, 100u);
+  EXPECT_LT(n, lines.size());
   auto text = ReadProcText("/proc/self/maps", 64);
   ASSERT_TRUE(text.ok());
   EXPECT_TRUE(text->truncated);

@@ -215,10 +215,7 @@ void Profiler::Poll(Clock::time_point deadline) {
   if (usage_) usage_->CheckFiles();
   // Processes whose files were late to load, or whose unwind tables were
   // late to build, are read (and registered) again now that they are done.
-  for (pid_t pid : registry_.TakeLoaded()) {
-    const auto tgid = static_cast<uint32_t>(pid);
-    if (pending_set_.insert(tgid).second) pending_.push_back(tgid);
-  }
+  QueueLoaded();
   if (registrar_) {
     for (pid_t pid : registrar_->TakeBuilt()) {
       if (const auto* snap = registry_.Get(pid); snap != nullptr && !snap->exited) Register(pid, *snap);
@@ -237,6 +234,13 @@ void Profiler::Poll(Clock::time_point deadline) {
     const uint32_t tgid = pending_.front();
     pending_.pop_front();
     if (pending_set_.erase(tgid) != 0) Discover(static_cast<pid_t>(tgid));
+  }
+}
+
+void Profiler::QueueLoaded() {
+  for (pid_t pid : registry_.TakeLoaded()) {
+    const auto tgid = static_cast<uint32_t>(pid);
+    if (pending_set_.insert(tgid).second) pending_.push_back(tgid);
   }
 }
 
@@ -279,7 +283,13 @@ Window Profiler::CloseWindow() {
   {
     const auto scope = phases_.Enter(AgentPhase::kDiscovery);
     // Files a tenant makes slow hold the close up for kCloseLoadWait at most.
-    SetDeadline(Clock::now() + kCloseLoadWait);
+    const auto close_deadline = Clock::now() + kCloseLoadWait;
+    SetDeadline(close_deadline);
+    // Loads still running for processes found in the window (a slow
+    // library, a debuginfod answer) are waited for up to the same deadline;
+    // those that end are applied below (ReadAgain reads pending processes).
+    registry_.WaitForLoads(close_deadline);
+    QueueLoaded();
     window.health.forgotten_processes = ForgetExited(sampled);
     ReadAgain(sampled, counts);
   }

@@ -137,6 +137,8 @@ class Profiler {
   static int64_t UnixNowNs();
   // Waits for files to load (or unwind tables to build) end by `deadline`.
   void SetDeadline(std::chrono::steady_clock::time_point deadline);
+  // Queues the processes whose late loads have ended to be read again.
+  void QueueLoaded();
   // The longest a load or table build is waited for (guard/deadline.h);
   // slower ones finish on the loader thread and are used from the next
   // Poll. The close of a window waits for them kCloseLoadWait at most. Both

@@ -109,13 +109,12 @@ class BoundsTest(unittest.TestCase):
         print(f"\n--memory-limit {cap_mib}MiB: agent VmHWM {hwm_mib:.1f} MiB, refused {refused}")
         assert_resource_budget(self, f"agent VmHWM (MiB) under --memory-limit {cap_mib}MiB", hwm_mib,
                                cap_mib + LOW_CAP_SLACK_MIB, agent.log())
-        if not SANITIZED:
-            # tlsprof-many-symbols' unwind table (its 17 MiB file) does not fit.
-            self.assertGreater(refused["unwind_table"], 0, agent.log())
-        else:
-            # Over the cap from the start: its symbols are refused first, so
-            # its unwind table is never tried.
-            self.assertGreater(refused["symbols"] + refused["unwind_table"], 0, agent.log())
+        # tlsprof-many-symbols does not fit: its symbols (charged from the
+        # section headers before they are read, ~11 MiB) or, if they fit,
+        # its unwind table (its 17 MiB file). Which one depends on how much
+        # the agent holds when it comes to them (ASan's own memory is over
+        # the cap from the start); symbols refused, its table is never tried.
+        self.assertGreater(refused["symbols"] + refused["unwind_table"], 0, agent.log())
         # Logged once per kind, not once per refusal.
         warnings = [line for line in agent.log().splitlines() if "memory limit:" in line]
         self.assertGreaterEqual(len(warnings), 1, agent.log())
