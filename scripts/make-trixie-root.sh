@@ -79,7 +79,7 @@ rm -rf "$new"/var/lib/apt/lists/*
   chroot "$new" openssl version
   chroot "$new" env GOROOT=/usr/lib/go-1.24 /usr/lib/go-1.24/bin/go version # no /proc here to find GOROOT by
   chroot "$new" nginx -v 2>&1
-  chroot "$new" haproxy -v | head -n1
+  chroot "$new" haproxy -v | sed -n 1p # sed reads it all: head would end haproxy by SIGPIPE, failing the pipeline
   chroot "$new" dpkg-query -W -f '${Package} ${Version}\n' android-libboringssl
 } >"$new/.tlsprof-stamp"
 rm -rf "$root"
