@@ -676,6 +676,10 @@ TEST(CfiTruncationTest, FileTruncatedWhileBuilding) {
   const std::string path = dir.File("libcrypto-copy.so", image);
   tlsprof::UniqueFd writer(open(path.c_str(), O_RDWR | O_CLOEXEC));
   ASSERT_TRUE(writer.valid());
+  // The whole table, before the tenant starts cutting (an ASSERT with the
+  // tenant's thread running would end the test binary).
+  auto whole = Build(path);
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> cuts{0};
   // The tenant keeps the file cut about half of the time.
@@ -693,8 +697,6 @@ TEST(CfiTruncationTest, FileTruncatedWhileBuilding) {
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
   });
-  auto whole = Build(path);
-  ASSERT_TRUE(whole.ok()) << whole.error().message;
   int complete = 0, partial = 0, errors = 0;
   for (int i = 0; i < 200; ++i) {
     auto built = Build(path);
