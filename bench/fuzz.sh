@@ -166,7 +166,10 @@ for t in "${targets[@]}"; do
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")
-  crashes=$(find "$dir/crashes" -type f | wc -l)
+  # libFuzzer keeps inputs slower than -report_slow_units (10 s) as slow-unit-*: noted, not a finding (a unit past
+  # -timeout is one, timeout-*).
+  crashes=$(find "$dir/crashes" -type f ! -name 'slow-unit-*' | wc -l)
+  slow=$(find "$dir/crashes" -type f -name 'slow-unit-*' | wc -l)
   # The fork mode (--keep-going) prints no final stats: "#123: cov: 1 ft: 2 corp: 3 exec/s 4 ...".
   runs_n=$(stat number_of_executed_units)
   exec_s=$(stat average_exec_per_sec)
@@ -176,11 +179,12 @@ for t in "${targets[@]}"; do
   rss=$(($(tail -1 "$dir/maxrss_kb" 2>/dev/null || echo 0) / 1024))  # after "Command exited with ..."
   printf '%-18s %6s %12s %9s %8s %8s %7s %8s %7s\n' "$t" "$(cat "$dir/seconds")" "${runs_n:-?}" "${exec_s:-?}" \
     "${cov:-?}" "${ft:-?}" "${corp:-?}" "$rss" "$crashes"
+  ((slow == 0)) || echo "  $t: $slow slow unit(s) kept in $dir/crashes (over 10 s, under the timeout)"
   if ((crashes)) || grep -qE '^==[0-9]+==ERROR|runtime error:|^SUMMARY: ' "$dir/log"; then
     status=1
     echo "  FINDING in $t (log: $dir/log):" >&2
     grep -E '^==[0-9]+==ERROR|runtime error:|^SUMMARY: ' "$dir/log" | head -3 | sed 's/^/    /' >&2
-    find "$dir/crashes" -type f | sed 's/^/    input: /' >&2
+    find "$dir/crashes" -type f ! -name 'slow-unit-*' | sed 's/^/    input: /' >&2
   fi
 done
 
