@@ -160,6 +160,15 @@ Result<ElfFile> ElfFile::Finish(ElfFile f) {
   return f;
 }
 
+bool ElfFile::names_read() const {
+  size_t shstrndx = 0;
+  if (elf_ == nullptr || elf_getshdrstrndx(elf_.get(), &shstrndx) != 0) return false;
+  if (shstrndx == 0) return true;
+  if (shstrndx >= sections_.size()) return false;
+  const ElfSection& names = sections_[shstrndx];
+  return names.shdr.sh_type != SHT_STRTAB || names.shdr.sh_size == 0 || data(names) != nullptr;
+}
+
 const ElfSection* ElfFile::Find(std::string_view name) const {
   for (const ElfSection& s : sections_) {
     if (s.index != 0 && s.name == name) return &s;
@@ -190,6 +199,7 @@ Result<std::span<const uint8_t>> ElfFile::SectionBytes(const ElfSection& s, uint
           "truncated or corrupt",
           name_, s.name, s.shdr.sh_size, s.shdr.sh_offset, size_);
     }
+    uint64_t in_memory = s.shdr.sh_type == SHT_NOBITS ? 0 : s.shdr.sh_size;
     if (s.shdr.sh_flags & SHF_COMPRESSED) {
       // The Chdr says what the section inflates to; libelf would allocate
       // that much without asking.
@@ -208,16 +218,29 @@ Result<std::span<const uint8_t>> ElfFile::SectionBytes(const ElfSection& s, uint
         return MakeError("{}: compressed section {} inflates to {} bytes, over the {} bytes the agent reads", name_,
                          s.name, ch_size, cap);
       }
+      in_memory = ch_size;
+      if (loaded_bytes_ + in_memory > kMaxImageSectionBytes) return ImageSectionsOverCap(s, in_memory);
       if (elf_compress(s.scn, 0, 0) < 0) {
         return MakeError("{}: cannot inflate section {}: {}", name_, s.name, ElfErr());
       }
     }
+    if (loaded_bytes_ + in_memory > kMaxImageSectionBytes) return ImageSectionsOverCap(s, in_memory);
+    loaded_bytes_ += in_memory;
     (*loaded_)[s.index] = true;
   }
   Elf_Data* d = elf_getdata(s.scn, nullptr);
   if (d == nullptr) return MakeError("{}: cannot read section {}: {}", name_, s.name, ElfErr());
   if (d->d_buf == nullptr) return std::span<const uint8_t>{};
   return std::span<const uint8_t>(static_cast<const uint8_t*>(d->d_buf), d->d_size);
+}
+
+Error ElfFile::ImageSectionsOverCap(const ElfSection& s, uint64_t bytes) const {
+  Refuse(Reason::kSectionSize, name_,
+         fmt::format("section {} ({} bytes) would take the sections read of this image to {} bytes, over the cap "
+                     "of {}",
+                     s.name, bytes, loaded_bytes_ + bytes, kMaxImageSectionBytes));
+  return Error{fmt::format("{}: section {} ({} bytes) is past the {} bytes the agent reads of one image", name_, s.name,
+                           bytes, kMaxImageSectionBytes)};
 }
 
 Elf_Data* ElfFile::data(const ElfSection& s) const {

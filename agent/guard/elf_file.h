@@ -58,8 +58,10 @@ class ElfFile {
  public:
   // Opens `file` as an ELF file of any class and byte order. An Error when it
   // is not ELF, or its headers are corrupt, truncated or over the caps (the
-  // latter counted as kElfHeaders).
+  // latter counted as kElfHeaders). `file` must outlive the ElfFile, which
+  // reads through it: a temporary is refused at compile time.
   static Result<ElfFile> Open(const GuardedFile& file);
+  static Result<ElfFile> Open(GuardedFile&&) = delete;
   // An ELF image held in memory: an archive member read whole (it is small),
   // so nothing of it is read from the file again. libelf then checks every
   // offset against the buffer itself.
@@ -97,6 +99,11 @@ class ElfFile {
   Result<std::span<const uint8_t>> SectionBytes(const ElfSection& section, uint64_t cap = kMaxSectionBytes) const;
   // libelf's Elf_Data of a section read by SectionBytes (null before).
   Elf_Data* data(const ElfSection& section) const;
+  // True when the section name table was read at Open() within the caps, or
+  // there is none. libdw (dwarf_begin_elf) looks names up with elf_strptr,
+  // which would read a table left unread (over kMaxSectionBytes) whole,
+  // unchecked: hand elf() to libdw only when this holds.
+  bool names_read() const;
   // The NUL-terminated string at `offset` of string-table section `strtab`
   // (read through SectionBytes first); nullopt when out of range or
   // unterminated.
@@ -113,6 +120,9 @@ class ElfFile {
   ElfFile() = default;
   static Result<ElfFile> Finish(ElfFile f);
   Status ReadRaw(uint64_t offset, std::span<uint8_t> out) const;
+  // Refuses `s` (counted as kSectionSize): the image's sections read so far
+  // and its `bytes` are over kMaxImageSectionBytes.
+  Error ImageSectionsOverCap(const ElfSection& s, uint64_t bytes) const;
 
   const GuardedFile* file_ = nullptr;
   std::shared_ptr<std::vector<uint8_t>> memory_;  // OpenMemory's image
@@ -123,6 +133,7 @@ class ElfFile {
   std::vector<ElfSection> sections_;
   std::vector<GElf_Phdr> phdrs_;
   std::unique_ptr<std::vector<bool>> loaded_;  // sections SectionBytes checked and read
+  mutable uint64_t loaded_bytes_ = 0;          // their sizes (inflated), against kMaxImageSectionBytes
 };
 
 // libelf's version handshake, once per process; false if libelf is unusable.

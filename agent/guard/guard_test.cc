@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "agent/guard/elf_file.h"
 #include "agent/guard/limits.h"
@@ -295,6 +296,73 @@ TEST(ElfFile, ACompressedSectionIsNotInflatedPastItsCap) {
   ASSERT_FALSE(bytes.ok());
   EXPECT_NE(bytes.error().message.find("inflates"), std::string::npos) << bytes.error().message;
   EXPECT_EQ(Refused(Reason::kSectionSize), before + 1);
+}
+
+// A sparse file of `count` PROGBITS sections of `each` bytes named ".s",
+// and a section name table of `names_size` bytes (its first bytes "\0.s\0",
+// zeros past them; sparse too): sections at 1 MiB, names after them, the
+// headers at the end.
+std::string SparseSections(const TempDir& dir, int count, uint64_t each, uint64_t names_size) {
+  const std::string path = dir / "sections.so";
+  const uint64_t data_off = 1ull << 20;
+  const uint64_t names_off = data_off + count * each;
+  const uint64_t shoff = names_off + names_size;
+  std::vector<Elf64_Shdr> sh(count + 2);
+  for (int i = 1; i <= count; ++i) {
+    sh[i].sh_name = 1;
+    sh[i].sh_type = SHT_PROGBITS;
+    sh[i].sh_offset = data_off + (i - 1) * each;
+    sh[i].sh_size = each;
+  }
+  sh[count + 1].sh_type = SHT_STRTAB;
+  sh[count + 1].sh_offset = names_off;
+  sh[count + 1].sh_size = names_size;
+  std::string head = ElfHeader(static_cast<uint16_t>(count + 2), shoff);
+  reinterpret_cast<Elf64_Ehdr*>(head.data())->e_shstrndx = static_cast<uint16_t>(count + 1);
+  WriteFile(path, head);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(names_off));
+  f.write("\0.s\0", 4);
+  f.seekp(static_cast<std::streamoff>(shoff));
+  f.write(reinterpret_cast<const char*>(sh.data()), static_cast<std::streamsize>(sh.size() * sizeof(Elf64_Shdr)));
+  return path;
+}
+
+// Every section under kMaxSectionBytes, but together over what one image may
+// keep read (eh_frame_large_fuzz's finding: each of many .gopclntab sections
+// was read, 128 MiB at a time): the one past kMaxImageSectionBytes is refused.
+TEST(ElfFile, SectionsReadOfOneImageStopAtItsCap) {
+  TempDir dir;
+  const uint64_t each = 120ull << 20;
+  const int fit = static_cast<int>(kMaxImageSectionBytes / each);
+  auto file = OpenHostFile(SparseSections(dir, fit + 1, each, 4));
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto elf = ElfFile::Open(*file);
+  ASSERT_TRUE(elf.ok()) << elf.error().message;
+  EXPECT_TRUE(elf->names_read());
+  const uint64_t before = Refused(Reason::kSectionSize);
+  for (int i = 1; i <= fit; ++i) {
+    auto bytes = elf->SectionBytes(elf->sections()[i]);
+    ASSERT_TRUE(bytes.ok()) << i << ": " << bytes.error().message;
+    EXPECT_EQ(elf->sections()[i].name, ".s");
+  }
+  auto past = elf->SectionBytes(elf->sections()[fit + 1]);
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.error().message.find("of one image"), std::string::npos) << past.error().message;
+  EXPECT_EQ(Refused(Reason::kSectionSize), before + 1);
+}
+
+// A section name table over kMaxSectionBytes is left unread at Open(), and
+// names_read() says so: libdw would read it whole (go_plan_large_fuzz's
+// finding, a 2.4 GB malloc in dwarf_begin_elf).
+TEST(ElfFile, ANameTableOverTheCapIsLeftUnreadAndSaidSo) {
+  TempDir dir;
+  auto file = OpenHostFile(SparseSections(dir, 1, 16, kMaxSectionBytes + 1));
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto elf = ElfFile::Open(*file);
+  ASSERT_TRUE(elf.ok()) << elf.error().message;
+  EXPECT_EQ(elf->sections()[1].name, "");
+  EXPECT_FALSE(elf->names_read());
 }
 
 TEST(ElfFile, ReadsARealLibraryLikeReadelf) {

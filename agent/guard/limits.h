@@ -29,6 +29,11 @@ inline constexpr uint64_t kMaxFileBytes = 8ull << 30;
 // One section (or a program header's range) read into memory; node's
 // .strtab, the largest of a binary the tests use, is 7.5 MiB.
 inline constexpr uint64_t kMaxSectionBytes = 128ull << 20;
+// What SectionBytes reads of one image in all (its sections stay in memory
+// while the image is open): a file of many sections each under
+// kMaxSectionBytes, or of many sections of the name a reader wants, is
+// refused past it instead of costing sections × kMaxSectionBytes.
+inline constexpr uint64_t kMaxImageSectionBytes = 512ull << 20;
 // Entries of one .symtab or .dynsym (node: 110k; a debug build of Chromium
 // about 1.5M).
 inline constexpr uint64_t kMaxSymbols = 2'000'000;

@@ -139,7 +139,8 @@ Result<std::map<uint64_t, uint64_t>> PointerWords(const ElfFile& elf, uint64_t b
   }
   ForEachRela(elf, [&](const ElfSection&, const GElf_Rela& rela) {
     if (GELF_R_TYPE(rela.r_info) != R_X86_64_RELATIVE) return;
-    if (rela.r_offset < begin || rela.r_offset >= end) return;
+    // A word that is zero points at nothing, in either kind of file.
+    if (rela.r_offset < begin || rela.r_offset >= end || rela.r_addend == 0) return;
     out[rela.r_offset] = static_cast<uint64_t>(rela.r_addend);
   });
   return out;

@@ -197,6 +197,8 @@ std::optional<GoConnLayout> GoConnLayoutFromDwarf(const guard::ElfFile& elf) {
     total += bytes->size();
     if (total > guard::kMaxSectionBytes) return std::nullopt;
   }
+  // A name table left unread at the cap would be read whole by libdw.
+  if (!elf.names_read()) return std::nullopt;
   DwarfPtr dw(dwarf_begin_elf(elf.elf(), DWARF_C_READ, nullptr));  // guarded-io: sections read above
   if (!dw) return std::nullopt;
   Dwarf_Off off = 0, next = 0;

@@ -14,6 +14,7 @@
 
 #include "collector/expose/fleet_metrics.h"
 #include "collector/ingest/test_report.h"
+#include "collector/store/snapshot.h"
 #include "collector/store/state_store.h"
 
 namespace tlsprof::collector {
@@ -402,6 +403,41 @@ state::State SnapshotFile(const std::string& dir) {
   EXPECT_GT(data.str().size(), 8u);
   EXPECT_TRUE(data.str().size() > 8 && s.ParseFromString(data.str().substr(8)));  // after the length and CRC
   return s;
+}
+
+// A snapshot that names one agent twice (collector_state_fuzz's finding: its
+// connection series were counted once per record, so the series gauge read
+// one more before a compaction than after) is an error, not merged.
+TEST(StateStore, SnapshotWithAnAgentTwiceIsAnError) {
+  Ingestor ingestor(IngestOptions{});
+  v1::AgentReport report = MakeReport(1);
+  ingestor.Apply("a", WithUsage(report), kTestNowNs);
+  state::State snapshot = StateOf(ingestor);
+  ASSERT_EQ(snapshot.agents_size(), 1);
+  ASSERT_GT(snapshot.agents(0).connections_size(), 0);
+  ASSERT_TRUE(StateFromProto(snapshot).ok());
+  *snapshot.add_agents() = snapshot.agents(0);
+  auto restored = StateFromProto(snapshot);
+  ASSERT_FALSE(restored.ok());
+  EXPECT_NE(restored.error().message.find("agent a appears twice"), std::string::npos) << restored.error().message;
+}
+
+// An agent's connection series in a snapshot without its duty cycle
+// (collector_state_fuzz's finding: they were restored and counted, but not
+// written back, so a compaction lost them) survive a compaction.
+TEST(StateStore, ConnectionsWithoutADutyCycleSurviveACompaction) {
+  Ingestor ingestor(IngestOptions{});
+  v1::AgentReport report = MakeReport(1);
+  ingestor.Apply("a", WithUsage(report), kTestNowNs);
+  state::State snapshot = StateOf(ingestor);
+  ASSERT_GT(snapshot.agents(0).connections_size(), 0);
+  snapshot.mutable_agents(0)->clear_duty_cycle();
+  auto restored = StateFromProto(snapshot);
+  ASSERT_TRUE(restored.ok()) << restored.error().message;
+  state::State again;
+  StateToProto(*restored, again);
+  EXPECT_EQ(again.agents(0).connections_size(), snapshot.agents(0).connections_size());
+  EXPECT_EQ(restored->Series(), StateFromProto(again)->Series());
 }
 
 // What makes Copy cheap under the ingest lock: the copy shares each agent

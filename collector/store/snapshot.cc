@@ -176,7 +176,10 @@ Status AgentFromProto(const state::Agent& a, FleetState::Agent& agent) {
   agent.hostname = a.hostname();
   agent.skew_known = a.has_clock_skew_ns();
   agent.skew_ns = a.clock_skew_ns();
-  agent.usage_known = a.has_duty_cycle();
+  // Connection series are usage too: an agent that has them is written back
+  // with them (AgentToProto writes usage only when it is known), so a
+  // compaction keeps what the snapshot held and the series count with it.
+  agent.usage_known = a.has_duty_cycle() || a.connections_size() > 0;
   agent.usage_instance = a.usage_instance();
   agent.usage_sequence = a.usage_sequence();
   agent.usage_received_ns = a.usage_received_unix_ns();
@@ -243,6 +246,9 @@ Result<FleetState> StateFromProto(const state::State& in) {
   if (auto st = UsageFromProto(in, s); !st.ok()) return st.error();
   SeriesFromProto(in, s);
   for (const state::Agent& a : in.agents()) {
+    // A snapshot holds each agent once: a second record would be merged into
+    // the first and its series counted twice.
+    if (s.agents.contains(a.key())) return MakeError("snapshot: agent {} appears twice", a.key());
     FleetState::Agent& agent = s.agents[a.key()].Mutable();
     if (auto st = AgentFromProto(a, agent); !st.ok()) return st.error();
     s.connection_series += agent.connections.size();

@@ -15,6 +15,7 @@
 // (libcrypto); an input whose N does not fit (an ELF file) is one file.
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <span>
 #include <string>
@@ -84,9 +85,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     parts = {input};
   }
   // Opened as the agent opens a container's libraries: guard::ElfFile.
+  // An ElfFile reads through its GuardedFile, which must outlive it.
+  std::deque<tlsprof::guard::GuardedFile> files;
   std::vector<tlsprof::guard::ElfFile> elfs;
   for (std::span<const uint8_t> part : parts) {
-    auto elf = tlsprof::guard::ElfFile::Open(tlsprof::fuzz::GuardedMemFile(part.data(), part.size()));
+    files.push_back(tlsprof::fuzz::GuardedMemFile(part.data(), part.size()));
+    auto elf = tlsprof::guard::ElfFile::Open(files.back());
     if (elf.ok()) elfs.push_back(std::move(*elf));
   }
   Exercise(elfs);
