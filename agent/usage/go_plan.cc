@@ -10,6 +10,8 @@
 #include <array>
 #include <cstring>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/x86_elf.h"
@@ -189,6 +191,7 @@ std::optional<GoConnLayout> GoConnLayoutFromDwarf(const guard::ElfFile& elf) {
   // them read. GNU-style .zdebug sections would be inflated by libdw
   // unchecked: not read at all.
   uint64_t total = 0;
+  std::vector<std::span<const uint8_t>> debug;  // libdw's strings point into these
   for (const guard::ElfSection& s : elf.sections()) {
     if (s.name.starts_with(".zdebug")) return std::nullopt;
     if (!s.name.starts_with(".debug_")) continue;
@@ -196,7 +199,26 @@ std::optional<GoConnLayout> GoConnLayoutFromDwarf(const guard::ElfFile& elf) {
     if (!bytes) return std::nullopt;
     total += bytes->size();
     if (total > guard::kMaxSectionBytes) return std::nullopt;
+    debug.push_back(*bytes);
   }
+  // A DIE's name as libdw gives it, but only when it ends inside the section
+  // it points into: libdw checks neither an inline DW_FORM_string nor a
+  // .debug_str entry for its NUL (go_plan_fuzz's finding: strlen ran past
+  // the section).
+  auto name_of = [&debug](Dwarf_Die* d) -> std::optional<std::string_view> {
+    const char* p = dwarf_diename(d);
+    if (p == nullptr) return std::nullopt;
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    for (std::span<const uint8_t> b : debug) {
+      const auto begin = reinterpret_cast<uintptr_t>(b.data());
+      if (at < begin || at >= begin + b.size()) continue;
+      const size_t left = begin + b.size() - at;
+      const void* nul = std::memchr(p, 0, left);
+      if (nul == nullptr) return std::nullopt;
+      return std::string_view(p, static_cast<size_t>(static_cast<const char*>(nul) - p));
+    }
+    return std::nullopt;
+  };
   // A name table left unread at the cap would be read whole by libdw.
   if (!elf.names_read()) return std::nullopt;
   DwarfPtr dw(dwarf_begin_elf(elf.elf(), DWARF_C_READ, nullptr));  // guarded-io: sections read above
@@ -210,15 +232,14 @@ std::optional<GoConnLayout> GoConnLayoutFromDwarf(const guard::ElfFile& elf) {
     if (!dwarf_offdie(dw.get(), cu_die, &cu) || dwarf_child(&cu, &die) != 0) continue;
     do {
       if (dwarf_tag(&die) != DW_TAG_structure_type) continue;
-      const char* name = dwarf_diename(&die);
-      if (!name || std::string_view(name) != "crypto/tls.Conn") continue;
+      if (name_of(&die) != "crypto/tls.Conn") continue;
       GoConnLayout layout;
       layout.source = "dwarf";
       Dwarf_Die member;
       if (dwarf_child(&die, &member) != 0) return layout;
       do {
         if (dwarf_tag(&member) != DW_TAG_member) continue;
-        const char* m = dwarf_diename(&member);
+        const std::optional<std::string_view> m = name_of(&member);
         Dwarf_Attribute attr, type_attr;
         Dwarf_Word at = 0;
         if (!m || !dwarf_attr(&member, DW_AT_data_member_location, &attr) || dwarf_formudata(&attr, &at) != 0) {
@@ -230,7 +251,7 @@ std::optional<GoConnLayout> GoConnLayoutFromDwarf(const guard::ElfFile& elf) {
           width = dwarf_bytesize(&type);
         }
         if (at > INT32_MAX) continue;
-        const std::string_view field(m);
+        const std::string_view field = *m;
         if (field == "vers" && width == 2) {
           layout.vers = static_cast<int32_t>(at);
         } else if (field == "cipherSuite" && width == 2) {
