@@ -219,12 +219,12 @@ Result<std::span<const uint8_t>> ElfFile::SectionBytes(const ElfSection& s, uint
                          s.name, ch_size, cap);
       }
       in_memory = ch_size;
-      if (loaded_bytes_ + in_memory > kMaxImageSectionBytes) return ImageSectionsOverCap(s, in_memory);
-      if (elf_compress(s.scn, 0, 0) < 0) {
-        return MakeError("{}: cannot inflate section {}: {}", name_, s.name, ElfErr());
-      }
     }
+    // Checked before libelf inflates or reads it.
     if (loaded_bytes_ + in_memory > kMaxImageSectionBytes) return ImageSectionsOverCap(s, in_memory);
+    if ((s.shdr.sh_flags & SHF_COMPRESSED) && elf_compress(s.scn, 0, 0) < 0) {
+      return MakeError("{}: cannot inflate section {}: {}", name_, s.name, ElfErr());
+    }
     loaded_bytes_ += in_memory;
     (*loaded_)[s.index] = true;
   }
