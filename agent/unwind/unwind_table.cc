@@ -650,12 +650,10 @@ std::optional<CfiSection> ReadCfiSection(const guard::ElfFile& elf, const char* 
 // loaded, and one it could not read for another reason is malformed, which
 // libdw cannot read either.)
 bool SectionNamesRefused(const guard::ElfFile& elf) {
+  if (elf.names_read()) return false;
   size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf.elf(), &shstrndx) != 0 || shstrndx == 0 || shstrndx >= elf.sections().size()) {
-    return false;
-  }
-  const guard::ElfSection& names = elf.sections()[shstrndx];
-  if (names.shdr.sh_type != SHT_STRTAB || names.shdr.sh_size == 0 || elf.data(names) != nullptr) return false;
+  if (elf_getshdrstrndx(elf.elf(), &shstrndx) != 0 || shstrndx >= elf.sections().size()) return false;
+  const guard::ElfSection& names = elf.sections()[shstrndx];  // a STRTAB, not empty, left unread
   if (names.shdr.sh_size > guard::kMaxSectionBytes) return true;
   if (!(names.shdr.sh_flags & SHF_COMPRESSED)) return false;
   // x86-64 only (BuildUnwindTable checks): an Elf64_Chdr, little-endian.
