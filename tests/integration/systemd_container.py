@@ -118,9 +118,13 @@ class Container:
                                      f"{self.procs.log(self.nspawn)}")
             children = _run(["pgrep", "-P", str(self.nspawn.pid)]).stdout.split()
             for child in children:
-                with open(f"/proc/{child}/comm") as f:
-                    if f.read().strip() == "systemd":
-                        return int(child)
+                try:
+                    with open(f"/proc/{child}/comm") as f:
+                        comm = f.read().strip()
+                except FileNotFoundError:
+                    continue  # a short-lived child of nspawn, gone since pgrep listed it
+                if comm == "systemd":
+                    return int(child)
             time.sleep(0.2)
         raise AssertionError(f"no systemd in the container after {timeout} s:\n{self.procs.log(self.nspawn)}")
 
