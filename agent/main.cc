@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,6 +21,7 @@
 
 #include "agent/classify/classify.h"
 #include "agent/commands/commands.h"
+#include "agent/guard/deadline.h"
 
 namespace {
 
@@ -143,5 +145,17 @@ int main(int argc, char** argv) {
   const tlsprof::Status status = c.command == Command::kRun    ? tlsprof::commands::Run(c.options, g_stop)
                                  : c.command == Command::kDemo ? tlsprof::commands::Demo(c.options, g_stop)
                                                                : tlsprof::commands::Profile(c.options, g_stop);
-  return status.ok() ? 0 : Fail(status.error().message);
+  const int code = status.ok() ? 0 : Fail(status.error().message);
+  // A load a tenant blocks (guard/deadline.h) may still run on a detached
+  // thread, and it logs: static destructors (spdlog's registry) must not
+  // run under it. Everything the agent keeps is written by now.
+  if (tlsprof::guard::DeadlineWorker::DetachedJobs() > 0) {
+    spdlog::warn("{} file loads a tenant holds up are still running; exiting without waiting for them",
+                 tlsprof::guard::DeadlineWorker::DetachedJobs());
+    spdlog::default_logger()->flush();
+    std::cout.flush();
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
+  return code;
 }

@@ -466,13 +466,19 @@ class SilentServer {
 
 // A load that blocks does not hold the caller: Refresh returns within the
 // wait, the mapping has no image for now, and once the load ends the
-// process is named for a second Refresh, which finds it loaded.
+// process is named for a second Refresh, which finds it loaded. The process
+// is `sleep` with libz preloaded: four stripped files (sleep, libz, libc,
+// ld.so), each of whose loads asks the silent server.
 TEST(Registry, ALoadThatBlocksIsLeftToTheWorker) {
   const char* lib = "/usr/lib/x86_64-linux-gnu/libz.so.1";
   ASSERT_EQ(access(lib, R_OK), 0) << lib << " (zlib1g) is needed";
   SilentServer server;
   ASSERT_EQ(setenv("DEBUGINFOD_URLS", server.url().c_str(), 1), 0);
-  ASSERT_EQ(setenv("DEBUGINFOD_CACHE_PATH", "/tmp/tlsprof-discovery-test-debuginfod", 1), 0);
+  // A cache of its own: debuginfod remembers a miss (cache_miss_s), and a
+  // load that finds one ends at once instead of waiting for the server.
+  char cache_dir[] = "/tmp/tlsprof-discovery-test-debuginfod.XXXXXX";
+  ASSERT_NE(mkdtemp(cache_dir), nullptr);
+  ASSERT_EQ(setenv("DEBUGINFOD_CACHE_PATH", cache_dir, 1), 0);
   symbols::DebugSearch debug;
   debug.debug_roots.clear();
   debug.use_debuginfod = true;
@@ -480,21 +486,40 @@ TEST(Registry, ALoadThatBlocksIsLeftToTheWorker) {
   ProcessRegistry registry("/proc", debug);
   guard::DeadlineWorker worker("test-loader");
   registry.SetDeadlineWorker(&worker, std::chrono::milliseconds(300));
-  const int fd = open(lib, O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  void* map = mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
-  ASSERT_NE(map, MAP_FAILED);
-  close(fd);
-  auto image_at = [&]() -> const ImageInfo* {
-    const auto* snap = registry.Get(getpid());
-    const auto* m = snap ? snap->Find(reinterpret_cast<uint64_t>(map)) : nullptr;
-    return m ? m->image.get() : nullptr;
+
+  // Wait for sleep to have mapped libz.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv("LD_PRELOAD", lib, 1);
+    execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto maps_libz = [child] {
+    // Before its exec the child is a copy of this test, which maps libz too.
+    std::error_code ec;
+    if (std::filesystem::read_symlink("/proc/" + std::to_string(child) + "/exe", ec).filename() != "sleep") return false;
+    std::ifstream maps("/proc/" + std::to_string(child) + "/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      if (line.find("libz.so") != std::string::npos && line.find("r-xp") != std::string::npos) return true;
+    }
+    return false;
   };
-  // Every stripped library of this test asks the server; the caller's
-  // deadline bounds how long it waits for them all.
+  for (int i = 0; i < 500 && !maps_libz(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(maps_libz());
+  auto image_at = [&]() -> const ImageInfo* {
+    const auto* snap = registry.Get(child);
+    if (snap == nullptr) return nullptr;
+    for (const auto& m : snap->mappings) {
+      if (m.mapping.path.find("libz.so") != std::string::npos) return m.image.get();
+    }
+    return nullptr;
+  };
+  // The caller's deadline bounds how long Refresh waits for the loads.
   const auto t0 = std::chrono::steady_clock::now();
   registry.SetDeadline(t0 + std::chrono::seconds(1));
-  ASSERT_TRUE(registry.Refresh(getpid()).ok());
+  ASSERT_TRUE(registry.Refresh(child).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3)) << "Refresh waited for the loads";
   EXPECT_EQ(image_at(), nullptr);
   // As loads end, the process is named again, until libz's is done.
@@ -503,17 +528,21 @@ TEST(Registry, ALoadThatBlocksIsLeftToTheWorker) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     const std::vector<pid_t> loaded = registry.TakeLoaded();
     if (loaded.empty()) continue;
-    ASSERT_EQ(loaded, std::vector<pid_t>{getpid()});
+    ASSERT_EQ(loaded, std::vector<pid_t>{child});
     registry.SetDeadline(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
-    ASSERT_TRUE(registry.Refresh(getpid()).ok());
+    ASSERT_TRUE(registry.Refresh(child).ok());
     image = image_at();
   }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
   ASSERT_NE(image, nullptr);
   ASSERT_NE(image->image, nullptr);
   EXPECT_EQ(image->image->symbol_source, symbols::SymbolSource::kDynsym);
   EXPECT_GE(worker.stats().late, 1u);
-  munmap(map, 4096);
+  // Nothing is left running when the test ends.
+  EXPECT_TRUE(worker.WaitIdle(std::chrono::seconds(30)));
   unsetenv("DEBUGINFOD_URLS");
+  std::filesystem::remove_all(cache_dir);
 }
 
 }  // namespace

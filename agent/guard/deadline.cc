@@ -4,10 +4,14 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "agent/guard/limits.h"
 
 namespace tlsprof::guard {
+namespace {
+std::atomic<int> g_detached_jobs{0};
+}  // namespace
 
 std::chrono::milliseconds WaitUntil(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds wait) {
   const auto now = std::chrono::steady_clock::now();
@@ -27,7 +31,14 @@ DeadlineWorker::~DeadlineWorker() {
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->stop = true;
-    for (const auto& w : shared_->workers) busy.push_back(w->stuck || w->current != nullptr);
+    for (const auto& w : shared_->workers) {
+      const bool in_job = w->current != nullptr;
+      busy.push_back(w->stuck || in_job);
+      if (in_job) {
+        w->detached = true;
+        g_detached_jobs.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
   }
   shared_->work.notify_all();
   // Threads were started in the order of shared_->workers. One still in a
@@ -67,6 +78,10 @@ void DeadlineWorker::Loop(std::shared_ptr<Shared> shared, std::shared_ptr<Worker
     job->done = true;
     self->current.reset();
     shared->done.notify_all();
+    if (self->detached) {
+      g_detached_jobs.fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
     if (self->stuck) return;  // it was given up on: it takes no more work
   }
 }
@@ -114,6 +129,17 @@ bool DeadlineWorker::Run(std::function<void()> fn, std::chrono::milliseconds wai
          fmt::format("not done within {} ms; it goes on, and its result is kept for later", wait.count()));
   return false;
 }
+
+bool DeadlineWorker::WaitIdle(std::chrono::milliseconds wait) {
+  Shared& s = *shared_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  return s.done.wait_for(lock, wait, [&] {
+    if (!s.queue.empty()) return false;
+    return std::none_of(s.workers.begin(), s.workers.end(), [](const auto& w) { return w->current != nullptr; });
+  });
+}
+
+int DeadlineWorker::DetachedJobs() { return g_detached_jobs.load(std::memory_order_relaxed); }
 
 DeadlineWorker::Stats DeadlineWorker::stats() const {
   std::lock_guard<std::mutex> lock(shared_->mu);

@@ -62,7 +62,8 @@ class DeadlineWorker {
   // `stuck_after`: kStuckAfter but in tests.
   explicit DeadlineWorker(std::string name, std::chrono::milliseconds stuck_after = kStuckAfter);
   // Stops the idle workers; one still in a job (stuck or not) is detached
-  // and ends with its job, or the process exits around it.
+  // and ends with its job, or the process exits around it: see
+  // DetachedJobs().
   ~DeadlineWorker();
   DeadlineWorker(const DeadlineWorker&) = delete;
   DeadlineWorker& operator=(const DeadlineWorker&) = delete;
@@ -72,7 +73,18 @@ class DeadlineWorker {
   // was refused. `what` names the work in the refusal log line.
   bool Run(std::function<void()> job, std::chrono::milliseconds wait, const std::string& what);
 
+  // Waits until no job is queued or running, up to `wait`. True when idle.
+  // For an orderly end (and tests): the common case is a job that ends
+  // soon, and a process that then exits with nothing left running.
+  bool WaitIdle(std::chrono::milliseconds wait);
+
   Stats stats() const;
+
+  // Jobs still running on threads of DeadlineWorkers already destroyed, in
+  // the whole process. A process must not run its static destructors under
+  // them (a job logs, and the logger is one): main() ends with _Exit when
+  // this is not 0.
+  static int DetachedJobs();
 
  private:
   struct Job {
@@ -83,6 +95,7 @@ class DeadlineWorker {
     std::shared_ptr<Job> current;  // null when idle
     std::chrono::steady_clock::time_point started{};
     bool stuck = false;
+    bool detached = false;  // its DeadlineWorker is gone; counted in DetachedJobs()
   };
   // Everything the threads touch: they hold it too, so a stuck thread that
   // ends after the DeadlineWorker is gone still finds it.

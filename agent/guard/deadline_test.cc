@@ -145,5 +145,42 @@ TEST(DeadlineWorker, BlockedWorkTakesABoundedNumberOfThreads) {
   for (auto& f : fifos) f->Release();
 }
 
+// An orderly end waits for work that ends soon (WaitIdle); work still held
+// up when the worker is destroyed is counted as detached until it ends, so
+// that main() knows not to run static destructors under it.
+TEST(DeadlineWorker, WorkLeftRunningAtTheEndIsCountedUntilItEnds) {
+  // The tests above release their blocked jobs as they end: those end now.
+  auto settle = [] {
+    const auto until = Clock::now() + 5s;
+    while (DeadlineWorker::DetachedJobs() != 0 && Clock::now() < until) std::this_thread::sleep_for(5ms);
+  };
+  settle();
+  ASSERT_EQ(DeadlineWorker::DetachedJobs(), 0);
+  BlockingFifo fifo;
+  {
+    DeadlineWorker worker("test-detached");
+    EXPECT_TRUE(worker.WaitIdle(10ms));  // nothing ever ran
+    EXPECT_FALSE(worker.Run([&fifo] { fifo.Read(); }, 20ms, "a job held up"));
+    const auto t0 = Clock::now();
+    EXPECT_FALSE(worker.WaitIdle(200ms));
+    EXPECT_GE(Clock::now() - t0, 200ms);
+    EXPECT_EQ(DeadlineWorker::DetachedJobs(), 0);  // its worker is still there
+  }
+  EXPECT_EQ(DeadlineWorker::DetachedJobs(), 1);
+  fifo.Release();
+  settle();
+  EXPECT_EQ(DeadlineWorker::DetachedJobs(), 0);
+
+  DeadlineWorker worker("test-detached");
+  BlockingFifo second;
+  EXPECT_FALSE(worker.Run([&second] { second.Read(); }, 20ms, "a job held up briefly"));
+  std::thread release([&second] {
+    std::this_thread::sleep_for(100ms);
+    second.Release();
+  });
+  EXPECT_TRUE(worker.WaitIdle(5000ms));
+  release.join();
+}
+
 }  // namespace
 }  // namespace tlsprof::guard

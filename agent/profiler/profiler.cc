@@ -99,6 +99,8 @@ int64_t Profiler::UnixNowNs() {
       .count();
 }
 
+Profiler::~Profiler() { loader_.WaitIdle(kLoaderDrain); }
+
 Profiler::Profiler(const Options& options, std::unique_ptr<sample::Sampler> sampler)
     : options_(options),
       sampler_(std::move(sampler)),

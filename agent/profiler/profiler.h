@@ -95,6 +95,11 @@ class Profiler {
   // Options::after_setup, snapshots the processes that exist now (and registers
   // those with a TLS library with the unwinder), then starts the first window.
   static Result<std::unique_ptr<Profiler>> Start(const Options& options);
+  // Gives loads still running on the loader up to kLoaderDrain to end, so
+  // that an orderly stop leaves no thread behind; one a tenant holds longer
+  // is left to run (guard::DeadlineWorker::DetachedJobs).
+  ~Profiler();
+  static constexpr std::chrono::milliseconds kLoaderDrain{2000};
 
   // Snapshots the processes that got their first samples since the last
   // call (Sampler::ForEachNewPid: nothing to walk when none is new). Call it often (every 0.5 s): a process is unwound
