@@ -622,7 +622,7 @@ def run_workload(args, name, tmp):
         print(f"#   {row_label(r)}: {100 * r['total_share']:.2f}% of a core "
               f"(user+sys {100 * r['user_share']:.2f}%, BPF {100 * r['bpf_share']:.2f}%) "
               f"over {r['span_seconds']:.1f} s", flush=True)
-    if args.mode != "none":
+    if args.mode != "none" and not args.no_perf:
         for f in args.frequencies:
             for cg in (False, True):
                 tag = f"{name}-perf{f}{'-g' if cg else ''}"
@@ -874,6 +874,8 @@ def main():
     ap.add_argument("--duration", type=float, default=20.0,
                     help="seconds per profile window, run steady-state span and perf record (default 20)")
     ap.add_argument("--interval", type=float, default=10.0, help="run --interval (default 10, the agent's)")
+    ap.add_argument("--no-perf", action="store_true",
+                    help="leave out the perf record runs (agent-against-agent comparisons)")
     ap.add_argument("--usage", action="store_true", help="add run --usage at 99 Hz against run at 99 Hz")
     ap.add_argument("--soak", type=float, default=0, help="seconds of run @99 Hz with the agent's RSS sampled")
     ap.add_argument("--soak-workload", choices=["demo", "nginx"],
@@ -923,7 +925,7 @@ def main():
     for tool in needed:
         if not os.access(os.path.join(args.bin, tool), os.X_OK):
             sys.exit(f"agent_cost.py: {tool} not found in {args.bin} (build it or pass --bin)")
-    tools = (["perf"] if todo else []) + (["wrk", "node", "curl", "openssl"] if "nginx" in used else [])
+    tools = (["perf"] if todo and not args.no_perf else []) + (["wrk", "node", "curl", "openssl"] if "nginx" in used else [])
     for tool in tools:
         if not shutil.which(tool):
             sys.exit(f"agent_cost.py: {tool} not found on PATH")

@@ -18,6 +18,7 @@
 #include "agent/discovery/proc_maps.h"
 #include "agent/discovery/process_registry.h"
 #include "agent/guard/deadline.h"
+#include "agent/guard/guarded_file.h"
 #include "agent/guard/limits.h"
 
 namespace tlsprof::discovery {
@@ -533,6 +534,18 @@ TEST(Registry, ALoadThatBlocksIsLeftToTheWorker) {
     ASSERT_TRUE(registry.Refresh(child).ok());
     image = image_at();
   }
+  // Once every file is known, a Refresh reads them on its own thread: they
+  // are on a block device (no tenant's daemon answers their reads), and
+  // the same versions, so no load is handed to the worker.
+  ASSERT_TRUE(guard::GuardedFile::OnBlockDevice(guard::OpenHostFile(lib)->id()))
+      << lib << " is not on a block device's filesystem: this test needs it to be";
+  ASSERT_TRUE(worker.WaitIdle(std::chrono::seconds(30)));
+  const auto jobs = [&worker] { return worker.stats().done + worker.stats().late + worker.stats().refused; };
+  const uint64_t jobs_before = jobs();
+  registry.SetDeadline(std::chrono::steady_clock::now() + std::chrono::seconds(1));
+  ASSERT_TRUE(registry.Refresh(child).ok());
+  EXPECT_EQ(jobs(), jobs_before);
+  EXPECT_EQ(image_at(), image);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   ASSERT_NE(image, nullptr);

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -84,12 +85,14 @@ bool ProcessRegistry::IsSyscallReturn(const ProcessSnapshot::ExecMapping& m, uin
   if (offset < 2 || offset > m.image->file->size()) return false;
   const auto key = std::make_pair(m.image.get(), offset);
   if (auto it = syscall_returns_.find(key); it != syscall_returns_.end()) return it->second;
-  // Two bytes, but of a file a tenant can make block (FUSE): read on the
+  // Two bytes, but of a file a tenant may make block (FUSE): read on the
   // worker, waited for briefly; a late answer is no answer (not cached).
+  // One on a block device is read here: a new leaf address every few
+  // samples would otherwise cost a thread hand-off each.
   auto bytes = std::make_shared<std::array<uint8_t, 2>>();
   auto read = std::make_shared<std::atomic<bool>>(false);
   auto job = [file = m.image->file, offset, bytes, read] { *read = file->ReadExact(offset - 2, *bytes).ok(); };
-  if (worker_ == nullptr) {
+  if (worker_ == nullptr || m.image->file->on_block_device()) {
     job();
   } else if (!worker_->Run(job, kSyscallCheckWait, fmt::format("reading the code of {}", m.mapping.path))) {
     return false;
@@ -117,6 +120,18 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(
     std::shared_ptr<LoadResult> result = std::move(pending->second.result);
     pending_loads_.erase(pending);
     return opened[key] = ApplyLoad(pid, mapping, key, *result);
+  }
+  // A file known, on a block device (its open cannot wait on a tenant):
+  // opened here, and when it is the version loaded, that image, with no
+  // hand-off to the worker. Any other file, or a new version, is loaded on
+  // the worker.
+  if (worker_ != nullptr && guard::GuardedFile::OnBlockDevice({makedev(mapping.dev_major, mapping.dev_minor), 0})) {
+    if (auto known = by_inode_.find(key); known != by_inode_.end()) {
+      auto file = guard::OpenMapping(MappedFileOf(pid, mapping), proc_root_);
+      if (file.ok() && known->second->version == FileVersion{file->size(), file->mtime_ns(), file->ctime_ns()}) {
+        return opened[key] = known->second;
+      }
+    }
   }
   // The load: open the mapped file through the guard, then its image (the
   // cache answers at once for a file it holds). It only touches what it

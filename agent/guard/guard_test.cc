@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,9 +31,9 @@ uint64_t Refused(Reason reason) { return RefusalCounts()[static_cast<size_t>(rea
 // A fresh directory under the test's temp dir, removed at the end.
 class TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/guard_test.XXXXXX";
-    path_ = mkdtemp(tmpl);
+  explicit TempDir(const std::string& under = "/tmp") {
+    std::string tmpl = under + "/guard_test.XXXXXX";
+    path_ = mkdtemp(tmpl.data());
   }
   ~TempDir() { fs::remove_all(path_); }
   const std::string& path() const { return path_; }
@@ -199,6 +200,26 @@ TEST(GuardedFile, ReadsAreBoundedAndAShrunkFileIsAShortRead) {
   const uint64_t short_reads = Refused(Reason::kShortRead);
   EXPECT_FALSE(f->ReadRange(0, 1000, 1 << 20, "range").ok());
   EXPECT_EQ(Refused(Reason::kShortRead), short_reads + 1);
+}
+
+// Files whose reads no tenant's daemon answers (a disk's filesystem) are
+// told from those that may wait on one: tmpfs, overlay and FUSE have an
+// anonymous device (major 0), as a tenant's own mount would.
+TEST(GuardedFile, SaysWhetherItIsOnABlockDevice) {
+  EXPECT_TRUE(GuardedFile::OnBlockDevice({makedev(254, 0), 1}));
+  EXPECT_FALSE(GuardedFile::OnBlockDevice({makedev(0, 52), 1}));
+  struct stat st{};
+  ASSERT_EQ(stat("/dev/shm", &st), 0);
+  ASSERT_EQ(major(st.st_dev), 0u) << "/dev/shm is expected on tmpfs";
+  TempDir shm("/dev/shm");
+  WriteFile(shm / "data", "x");
+  auto in_memory = OpenHostFile(shm / "data");
+  ASSERT_TRUE(in_memory.ok()) << in_memory.error().message;
+  EXPECT_FALSE(in_memory->on_block_device());
+  auto self = OpenHostFile("/proc/self/exe");
+  ASSERT_TRUE(self.ok()) << self.error().message;
+  ASSERT_EQ(stat("/proc/self/exe", &st), 0);
+  EXPECT_EQ(self->on_block_device(), major(st.st_dev) != 0);
 }
 
 TEST(ProcLines, AreCutAtTheirByteCap) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -79,6 +80,8 @@ Result<GuardedFile> FinishOpen(UniqueFd path_fd, std::string name, std::optional
   f.name_ = std::move(name);
   return f;
 }
+
+bool GuardedFile::OnBlockDevice(FileId id) { return major(static_cast<dev_t>(id.dev)) != 0; }
 
 std::string GuardedFile::ProcPath() const { return fmt::format("/proc/self/fd/{}", fd()); }
 

@@ -74,6 +74,13 @@ class GuardedFile {
   uint64_t size() const { return size_; }  // st_size at open
   int64_t mtime_ns() const { return mtime_ns_; }
   int64_t ctime_ns() const { return ctime_ns_; }
+  // Whether the file's filesystem sits on a block device (st_dev's major is
+  // not 0: ext4, xfs on a disk). Only the host's root mounts those (no user
+  // namespace can), so a read of such a file never waits on a tenant's
+  // daemon the way one on FUSE, NFS or an overlay over FUSE (all major 0)
+  // can: work on it may run on the caller's thread (guard/deadline.h).
+  bool on_block_device() const { return OnBlockDevice(id_); }
+  static bool OnBlockDevice(FileId id);
   // The path as the process sees it (or the host path), for messages.
   const std::string& name() const { return name_; }
   // /proc/self/fd/N: names this very file to the kernel (uprobes), whatever
