@@ -121,13 +121,14 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(
     pending_loads_.erase(pending);
     return opened[key] = ApplyLoad(pid, mapping, key, *result);
   }
-  // A file known, on a block device (its open cannot wait on a tenant):
-  // opened here, and when it is the version loaded, that image, with no
-  // hand-off to the worker. Any other file, or a new version, is loaded on
-  // the worker.
+  // A file known, on a block device: opened here through map_files alone
+  // (a path of the process could cross a tenant's FUSE mount), and when it
+  // is the version loaded, that image, with no hand-off to the worker. Any
+  // other file, a new version, or a range unmapped since is loaded on the
+  // worker.
   if (worker_ != nullptr && guard::GuardedFile::OnBlockDevice({makedev(mapping.dev_major, mapping.dev_minor), 0})) {
     if (auto known = by_inode_.find(key); known != by_inode_.end()) {
-      auto file = guard::OpenMapping(MappedFileOf(pid, mapping), proc_root_);
+      auto file = guard::OpenMappedInode(MappedFileOf(pid, mapping), proc_root_);
       if (file.ok() && known->second->version == FileVersion{file->size(), file->mtime_ns(), file->ctime_ns()}) {
         return opened[key] = known->second;
       }

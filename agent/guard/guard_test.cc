@@ -165,6 +165,14 @@ TEST(GuardedOpen, AMappingIsOpenedOnlyIfItIsStillTheMappedFile) {
   gone.deleted = true;
   EXPECT_FALSE(OpenMapping(gone).ok());
   EXPECT_EQ(Refused(Reason::kReplaced), before + 1);
+  // map_files alone: the mapped inode, whatever the path names now; a range
+  // no longer mapped is an error, never a look-up of the path.
+  auto inode = OpenMappedInode(ref);
+  ASSERT_TRUE(inode.ok()) << inode.error().message;
+  EXPECT_EQ(inode->id(), ref.id);
+  gone.deleted = false;
+  EXPECT_FALSE(OpenMappedInode(gone).ok());
+  EXPECT_EQ(Refused(Reason::kReplaced), before + 1);
   munmap(map, 8192);
 }
 

@@ -192,6 +192,13 @@ Result<GuardedFile> ProcessRoot::OpenFile(std::string_view path, std::optional<F
   return FinishOpen(std::move(fd), std::string(path), expected);
 }
 
+Result<GuardedFile> OpenMappedInode(const MappedFileRef& m, const std::string& proc_root) {
+  const std::string map_file = fmt::format("{}/{}/map_files/{:x}-{:x}", proc_root, m.pid, m.start, m.end);
+  UniqueFd fd(::open(map_file.c_str(), O_PATH | O_CLOEXEC));
+  if (!fd.valid()) return MakeError("{}: {}", map_file, ErrnoText(errno));
+  return FinishOpen(std::move(fd), m.path.empty() ? map_file : m.path, m.id);
+}
+
 Result<GuardedFile> OpenMapping(const MappedFileRef& m, const std::string& proc_root) {
   const std::string map_file = fmt::format("{}/{}/map_files/{:x}-{:x}", proc_root, m.pid, m.start, m.end);
   UniqueFd fd(::open(map_file.c_str(), O_PATH | O_CLOEXEC));

@@ -158,6 +158,12 @@ struct MappedFileRef {
 // is refused.
 Result<GuardedFile> OpenMapping(const MappedFileRef& mapping, const std::string& proc_root = "/proc");
 
+// The first half of OpenMapping alone: /proc/PID/map_files/START-END, and
+// no path. It resolves no path of the process, so it waits on no
+// filesystem of a tenant's but the file's own (for one on a block device,
+// on none): an Error when the range is no longer mapped.
+Result<GuardedFile> OpenMappedInode(const MappedFileRef& mapping, const std::string& proc_root = "/proc");
+
 // Opens a host path the agent's operator configured (debug roots, static
 // archives, its own libraries): O_PATH, regular file, size cap, O_NONBLOCK.
 Result<GuardedFile> OpenHostFile(const std::string& path);
