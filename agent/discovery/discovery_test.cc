@@ -499,7 +499,8 @@ TEST(Registry, ALoadThatBlocksIsLeftToTheWorker) {
   auto maps_libz = [child] {
     // Before its exec the child is a copy of this test, which maps libz too.
     std::error_code ec;
-    if (std::filesystem::read_symlink("/proc/" + std::to_string(child) + "/exe", ec).filename() != "sleep") return false;
+    if (std::filesystem::read_symlink("/proc/" + std::to_string(child) + "/exe", ec).filename() != "sleep")
+      return false;
     std::ifstream maps("/proc/" + std::to_string(child) + "/maps");
     std::string line;
     while (std::getline(maps, line)) {

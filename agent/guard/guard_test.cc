@@ -216,7 +216,7 @@ TEST(GuardedFile, ReadsAreBoundedAndAShrunkFileIsAShortRead) {
 TEST(GuardedFile, SaysWhetherItIsOnABlockDevice) {
   EXPECT_TRUE(GuardedFile::OnBlockDevice({makedev(254, 0), 1}));
   EXPECT_FALSE(GuardedFile::OnBlockDevice({makedev(0, 52), 1}));
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat("/dev/shm", &st), 0);
   ASSERT_EQ(major(st.st_dev), 0u) << "/dev/shm is expected on tmpfs";
   TempDir shm("/dev/shm");
