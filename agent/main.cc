@@ -149,9 +149,8 @@ int main(int argc, char** argv) {
   // A load a tenant blocks (guard/deadline.h) may still run on a detached
   // thread, and it logs: static destructors (spdlog's registry) must not
   // run under it. Everything the agent keeps is written by now.
-  if (tlsprof::guard::DeadlineWorker::DetachedJobs() > 0) {
-    spdlog::warn("{} file loads a tenant holds up are still running; exiting without waiting for them",
-                 tlsprof::guard::DeadlineWorker::DetachedJobs());
+  if (const int running = tlsprof::guard::DeadlineWorker::DetachedJobs(); running > 0) {
+    spdlog::warn("{} file loads a tenant holds up are still running; exiting without waiting for them", running);
     spdlog::default_logger()->flush();
     std::cout.flush();
     std::fflush(nullptr);

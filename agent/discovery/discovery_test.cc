@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -501,12 +502,9 @@ TEST(Registry, ALoadThatBlocksIsLeftToTheWorker) {
     std::error_code ec;
     if (std::filesystem::read_symlink("/proc/" + std::to_string(child) + "/exe", ec).filename() != "sleep")
       return false;
-    std::ifstream maps("/proc/" + std::to_string(child) + "/maps");
-    std::string line;
-    while (std::getline(maps, line)) {
-      if (line.find("libz.so") != std::string::npos && line.find("r-xp") != std::string::npos) return true;
-    }
-    return false;
+    auto maps = ReadExecMaps(child, "/proc");
+    return maps.ok() && std::any_of(maps->mappings.begin(), maps->mappings.end(),
+                                    [](const Mapping& m) { return m.path.find("libz.so") != std::string::npos; });
   };
   for (int i = 0; i < 500 && !maps_libz(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(maps_libz());
@@ -538,7 +536,7 @@ TEST(Registry, ALoadThatBlocksIsLeftToTheWorker) {
   // Once every file is known, a Refresh reads them on its own thread: they
   // are on a block device (no tenant's daemon answers their reads), and
   // the same versions, so no load is handed to the worker.
-  ASSERT_TRUE(guard::GuardedFile::OnBlockDevice(guard::OpenHostFile(lib)->id()))
+  ASSERT_TRUE(guard::OpenHostFile(lib)->on_block_device())
       << lib << " is not on a block device's filesystem: this test needs it to be";
   ASSERT_TRUE(worker.WaitIdle(std::chrono::seconds(30)));
   const auto jobs = [&worker] { return worker.stats().done + worker.stats().late + worker.stats().refused; };

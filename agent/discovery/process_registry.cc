@@ -15,6 +15,9 @@
 namespace tlsprof::discovery {
 namespace {
 
+// What says a file is the one loaded (FileVersion): its stat at open.
+FileVersion VersionOf(const guard::GuardedFile& f) { return {f.size(), f.mtime_ns(), f.ctime_ns()}; }
+
 std::string_view BaseName(std::string_view path) {
   size_t slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
@@ -126,10 +129,10 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::LoadImage(
   // is the version loaded, that image, with no hand-off to the worker. Any
   // other file, a new version, or a range unmapped since is loaded on the
   // worker.
-  if (worker_ != nullptr && guard::GuardedFile::OnBlockDevice({makedev(mapping.dev_major, mapping.dev_minor), 0})) {
+  if (worker_ != nullptr && guard::GuardedFile::OnBlockDevice(makedev(mapping.dev_major, mapping.dev_minor))) {
     if (auto known = by_inode_.find(key); known != by_inode_.end()) {
       auto file = guard::OpenMappedInode(MappedFileOf(pid, mapping), proc_root_);
-      if (file.ok() && known->second->version == FileVersion{file->size(), file->mtime_ns(), file->ctime_ns()}) {
+      if (file.ok() && known->second->version == VersionOf(*file)) {
         return opened[key] = known->second;
       }
     }
@@ -224,7 +227,7 @@ std::shared_ptr<const ImageInfo> ProcessRegistry::ApplyLoad(pid_t pid, const Map
     spdlog::debug("process {}: {}", pid, result.error);
     return nullptr;
   }
-  const FileVersion version{result.file->size(), result.file->mtime_ns(), result.file->ctime_ns()};
+  const FileVersion version = VersionOf(*result.file);
   if (known != by_inode_.end()) {
     if (known->second->version == version) return known->second;
     // Rewritten in place since it was loaded (an upgrade by cp, or an inode

@@ -214,8 +214,8 @@ TEST(GuardedFile, ReadsAreBoundedAndAShrunkFileIsAShortRead) {
 // told from those that may wait on one: tmpfs, overlay and FUSE have an
 // anonymous device (major 0), as a tenant's own mount would.
 TEST(GuardedFile, SaysWhetherItIsOnABlockDevice) {
-  EXPECT_TRUE(GuardedFile::OnBlockDevice({makedev(254, 0), 1}));
-  EXPECT_FALSE(GuardedFile::OnBlockDevice({makedev(0, 52), 1}));
+  EXPECT_TRUE(GuardedFile::OnBlockDevice(makedev(254, 0)));
+  EXPECT_FALSE(GuardedFile::OnBlockDevice(makedev(0, 52)));
   struct stat st {};
   ASSERT_EQ(stat("/dev/shm", &st), 0);
   ASSERT_EQ(major(st.st_dev), 0u) << "/dev/shm is expected on tmpfs";

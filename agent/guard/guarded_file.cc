@@ -81,7 +81,7 @@ Result<GuardedFile> FinishOpen(UniqueFd path_fd, std::string name, std::optional
   return f;
 }
 
-bool GuardedFile::OnBlockDevice(FileId id) { return major(static_cast<dev_t>(id.dev)) != 0; }
+bool GuardedFile::OnBlockDevice(uint64_t dev) { return major(static_cast<dev_t>(dev)) != 0; }
 
 std::string GuardedFile::ProcPath() const { return fmt::format("/proc/self/fd/{}", fd()); }
 
@@ -192,16 +192,25 @@ Result<GuardedFile> ProcessRoot::OpenFile(std::string_view path, std::optional<F
   return FinishOpen(std::move(fd), std::string(path), expected);
 }
 
+namespace {
+// /proc/PID/map_files/START-END, O_PATH: the mapped inode, no path looked
+// up. On failure the fd is invalid and errno says why.
+UniqueFd OpenMapFilesEntry(const MappedFileRef& m, const std::string& proc_root, std::string& map_file) {
+  map_file = fmt::format("{}/{}/map_files/{:x}-{:x}", proc_root, m.pid, m.start, m.end);
+  return UniqueFd(::open(map_file.c_str(), O_PATH | O_CLOEXEC));
+}
+}  // namespace
+
 Result<GuardedFile> OpenMappedInode(const MappedFileRef& m, const std::string& proc_root) {
-  const std::string map_file = fmt::format("{}/{}/map_files/{:x}-{:x}", proc_root, m.pid, m.start, m.end);
-  UniqueFd fd(::open(map_file.c_str(), O_PATH | O_CLOEXEC));
+  std::string map_file;
+  UniqueFd fd = OpenMapFilesEntry(m, proc_root, map_file);
   if (!fd.valid()) return MakeError("{}: {}", map_file, ErrnoText(errno));
   return FinishOpen(std::move(fd), m.path.empty() ? map_file : m.path, m.id);
 }
 
 Result<GuardedFile> OpenMapping(const MappedFileRef& m, const std::string& proc_root) {
-  const std::string map_file = fmt::format("{}/{}/map_files/{:x}-{:x}", proc_root, m.pid, m.start, m.end);
-  UniqueFd fd(::open(map_file.c_str(), O_PATH | O_CLOEXEC));
+  std::string map_file;
+  UniqueFd fd = OpenMapFilesEntry(m, proc_root, map_file);
   if (fd.valid()) return FinishOpen(std::move(fd), m.path.empty() ? map_file : m.path, m.id);
   const int map_files_errno = errno;
   if (m.path.empty() || m.path.front() != '/') {

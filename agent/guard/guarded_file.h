@@ -79,8 +79,8 @@ class GuardedFile {
   // namespace can), so a read of such a file never waits on a tenant's
   // daemon the way one on FUSE, NFS or an overlay over FUSE (all major 0)
   // can: work on it may run on the caller's thread (guard/deadline.h).
-  bool on_block_device() const { return OnBlockDevice(id_); }
-  static bool OnBlockDevice(FileId id);
+  bool on_block_device() const { return OnBlockDevice(id_.dev); }
+  static bool OnBlockDevice(uint64_t dev);  // dev: st_dev
   // The path as the process sees it (or the host path), for messages.
   const std::string& name() const { return name_; }
   // /proc/self/fd/N: names this very file to the kernel (uprobes), whatever
