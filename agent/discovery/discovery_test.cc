@@ -217,6 +217,50 @@ TEST(Registry, KeepsTheLastSnapshotOfAProcessThatExited) {
   EXPECT_FALSE(snap->mappings.empty());
 }
 
+// From its exit until its parent reaps it, a process reads as its old start
+// time with no executable and empty maps. A window's close that reads it
+// then must keep the snapshot its samples are attributed with: it is
+// neither another process nor another program.
+TEST(Registry, KeepsTheSnapshotOfAProcessExitingUnreaped) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  ProcessRegistry registry;
+  ASSERT_TRUE(registry.Refresh(child).ok());
+  const size_t mapped = registry.Get(child)->mappings.size();
+  ASSERT_GT(mapped, 0u);
+  kill(child, SIGKILL);
+  // A zombie: waitid with WNOWAIT sees the exit and leaves it unreaped.
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  auto identity = ReadProcessIdentity(child);
+  ASSERT_TRUE(identity.ok()) << identity.error().message;
+  EXPECT_FALSE(identity->has_exe());
+  EXPECT_FALSE(registry.Replaced(child));
+  EXPECT_EQ(registry.stats().processes_replaced, 0u);
+  EXPECT_FALSE(registry.Refresh(child).ok());
+  const ProcessSnapshot* snap = registry.Get(child);
+  ASSERT_NE(snap, nullptr);
+  EXPECT_TRUE(snap->exited);
+  EXPECT_EQ(snap->mappings.size(), mapped);
+  waitpid(child, nullptr, 0);
+}
+
+TEST(ProcessIdentity, OnlyAnotherStartTimeOrAnotherReadableExeIsAnotherProcess) {
+  const ProcessIdentity running{100, 2049, 77};
+  EXPECT_FALSE(running.ReplacedBy(running));
+  EXPECT_TRUE(running.ReplacedBy({101, 2049, 77}));  // the pid was reused
+  EXPECT_TRUE(running.ReplacedBy({100, 2049, 78}));  // exec
+  EXPECT_TRUE(running.ReplacedBy({100, 2050, 77}));
+  EXPECT_FALSE(running.ReplacedBy({100, 0, 0}));  // exiting: no exe to read
+  EXPECT_TRUE(running.ReplacedBy({101, 0, 0}));
+  const ProcessIdentity kernel_thread{5, 0, 0};
+  EXPECT_FALSE(kernel_thread.ReplacedBy(kernel_thread));
+}
+
 TEST(ParseStatStartTime, CountsFieldsAfterTheLastParenthesis) {
   // A command name with spaces and ") (" in it, as a process may choose.
   const std::string stat =

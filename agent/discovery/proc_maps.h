@@ -64,10 +64,23 @@ guard::MappedFileRef MappedFileOf(pid_t pid, const Mapping& mapping);
 // and after an exec.
 struct ProcessIdentity {
   uint64_t start_time = 0;  // clock ticks after boot (/proc/PID/stat field 22)
-  uint64_t exe_dev = 0;     // the executable's st_dev, st_ino (stat of /proc/PID/exe); 0 for kernel threads
+  // The executable's st_dev, st_ino (stat of /proc/PID/exe). 0 when there is
+  // none to read: a kernel thread, and a process that is exiting (from its
+  // exit until its parent reaps it, it has no address space, no exe and
+  // empty maps, while its stat still reads the same start time).
+  uint64_t exe_dev = 0;
   uint64_t exe_inode = 0;
 
   bool operator==(const ProcessIdentity&) const = default;
+  bool has_exe() const { return exe_dev != 0 || exe_inode != 0; }
+  // Whether `now`, read later of the same pid, names another process or
+  // program: another start time (pid reuse), or another executable (exec).
+  // An executable that cannot be read now proves nothing: the process may
+  // only be exiting, and an exec always leaves one to read.
+  bool ReplacedBy(const ProcessIdentity& now) const {
+    return now.start_time != start_time ||
+           (has_exe() && now.has_exe() && (now.exe_dev != exe_dev || now.exe_inode != exe_inode));
+  }
 };
 
 // The start time (field 22) from the text of /proc/PID/stat. The command name

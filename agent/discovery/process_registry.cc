@@ -267,7 +267,7 @@ bool ProcessRegistry::Replaced(pid_t pid) {
   const ProcessSnapshot* snap = Get(pid);
   if (snap == nullptr) return false;
   auto identity = ReadProcessIdentity(pid, proc_root_);
-  if (!identity.ok() || *identity == snap->identity) return false;
+  if (!identity.ok() || !snap->identity.ReplacedBy(*identity)) return false;
   ++stats_.processes_replaced;
   return true;
 }
@@ -313,9 +313,16 @@ Status ProcessRegistry::Refresh(pid_t pid) {
   // a new one (the other order would hide the newer process for good).
   auto identity = ReadProcessIdentity(pid, proc_root_);
   auto maps = ReadExecMaps(pid, proc_root_);
-  if (!maps.ok()) {
+  auto prev = processes_.find(pid);
+  // An exiting process (a zombie until reaped) reads as empty maps: its
+  // snapshot is what its samples of this window are attributed with.
+  const bool exiting = maps.ok() && maps->mappings.empty() && identity.ok() && !identity->has_exe() &&
+                       prev != processes_.end() && !prev->second.mappings.empty() &&
+                       !prev->second.identity.ReplacedBy(*identity);
+  if (!maps.ok() || exiting) {
     ++stats_.processes_gone;
-    if (auto it = processes_.find(pid); it != processes_.end()) it->second.exited = true;
+    if (prev != processes_.end()) prev->second.exited = true;
+    if (exiting) return MakeError("process {} is exiting; its last snapshot is kept", pid);
     return maps.error();
   }
   ProcessSnapshot snap;

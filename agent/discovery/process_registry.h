@@ -107,8 +107,9 @@ class ProcessRegistry {
   explicit ProcessRegistry(std::string proc_root = "/proc", symbols::DebugSearch debug = {});
 
   // Reads the process's maps and loads the images of its executable mappings
-  // (cached). When the process is gone the last snapshot is kept and marked
-  // exited; the Error says so. A process is never fatal to the agent.
+  // (cached). When the process is gone, or exiting (a zombie: no address
+  // space left to read), the last snapshot is kept and marked exited; the
+  // Error says so. A process is never fatal to the agent.
   Status Refresh(pid_t pid);
   const ProcessSnapshot* Get(pid_t pid) const;
   const std::map<pid_t, ProcessSnapshot>& processes() const { return processes_; }
@@ -118,8 +119,9 @@ class ProcessRegistry {
   size_t cached_image_count() const { return cache_->size(); }
 
   // Whether `pid` names another process, or another program, than its
-  // snapshot: its identity (start time, executable) changed. False when
-  // there is no snapshot or the process cannot be read (gone). The caller
+  // snapshot: its identity (start time, executable) changed
+  // (ProcessIdentity::ReplacedBy). False when there is no snapshot or the
+  // process cannot be read (gone), or is exiting. The caller
   // then Refresh()es it: a snapshot of the old process would symbolize (and
   // unwind) the new one with the old one's files.
   bool Replaced(pid_t pid);
