@@ -9,8 +9,8 @@ import json
 import os
 import unittest
 
-from tlsprof_testlib import (BIN, Processes, assert_resource_budget, by_name, process_row, profile_json, require_root,
-                             truth_rate_in_window)
+from tlsprof_testlib import (BIN, GROUND_TRUTH_BOUND_SECONDS, Processes, assert_resource_budget, by_name,
+                             end_ground_truth, process_row, profile_json, require_root, truth_rate_in_window)
 
 ALGORITHMS = ["AES-GCM", "ChaCha20-Poly1305", "AES-CBC", "SHA-256", "SHA-1", "RSA", "X25519"]
 RATE_TOLERANCE = 0.25
@@ -28,14 +28,13 @@ class AccuracyTest(unittest.TestCase):
         ready = self.procs.path("gt.ready")
         truth_file = self.procs.path("gt.json")
         gt = self.procs.start([os.path.join(BIN, "tlsprof-groundtruth"), "--warmup", "2",
-                               "--duration", str(PROFILE_SECONDS + 4), "--output", truth_file,
+                               "--duration", str(GROUND_TRUTH_BOUND_SECONDS), "--output", truth_file,
                                "--ready-file", ready], ready_file=ready)
         # Leaf-only, as the foundation specifies; the stack-aware accuracy
         # is test_stack_accuracy.py's.
         report = profile_json(self, ["--pid", str(gt.pid), "--duration", str(PROFILE_SECONDS),
                                      "--frequency", "999", "--no-stacks"])
-        gt.wait(60)
-        self.assertEqual(gt.returncode, 0, self.procs.log(gt))
+        end_ground_truth(self, self.procs, gt, gt.pid)
         with open(truth_file) as f:
             truth = json.load(f)
 

@@ -37,7 +37,8 @@ import unittest
 import urllib.request
 
 from test_stack_accuracy import PROFILE_SECONDS, UNKNOWN_LIMIT_PP, compare
-from tlsprof_testlib import BIN, Processes, free_port, process_row, profile_json, require_root
+from tlsprof_testlib import (BIN, GROUND_TRUTH_BOUND_SECONDS, Processes, end_ground_truth, free_port, process_row,
+                             profile_json, require_root)
 
 LIBCRYPTO_A = "/usr/lib/x86_64-linux-gnu/libcrypto.a"
 LIBCRYPTO_SO = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
@@ -121,7 +122,7 @@ class DebugFilesTest(unittest.TestCase):
         ready = self.procs.path("gt.ready")
         truth_file = self.procs.path("gt.json")
         env = dict(os.environ, LD_LIBRARY_PATH=self.lib_dir)
-        gt = self.procs.start([binary, "--warmup", "2", "--duration", str(PROFILE_SECONDS + 4), "--output", truth_file,
+        gt = self.procs.start([binary, "--warmup", "2", "--duration", str(GROUND_TRUTH_BOUND_SECONDS), "--output", truth_file,
                                "--ready-file", ready, "--with-p256"], ready_file=ready, env=env)
         with open(f"/proc/{gt.pid}/maps") as f:
             self.assertIn(os.path.join(self.lib_dir, "libcrypto.so.3"), f.read(),
@@ -134,8 +135,7 @@ class DebugFilesTest(unittest.TestCase):
         finally:
             os.environ.clear()
             os.environ.update(saved)
-        gt.wait(60)
-        self.assertEqual(gt.returncode, 0, self.procs.log(gt))
+        end_ground_truth(self, self.procs, gt, gt.pid)
         with open(truth_file) as f:
             truth = json.load(f)
         proc = process_row(report, gt.pid)

@@ -30,7 +30,8 @@ import time
 import unittest
 
 import trixie
-from tlsprof_testlib import BIN, Processes, process_row, profile_json, require_root, truth_rate_in_window
+from tlsprof_testlib import (BIN, GROUND_TRUTH_BOUND_SECONDS, Processes, end_ground_truth, process_row, profile_json,
+                             require_root, truth_rate_in_window)
 
 RATE_TOLERANCE = 0.05
 SHARE_TOLERANCE_PP = 3.0
@@ -232,8 +233,9 @@ class StackAccuracyCase(unittest.TestCase):
         for seed in seeds:
             ready_in, ready = files(f"{name}-{seed}.ready")
             truth_in, truth_file = files(f"{name}-{seed}.json")
-            # Started together (no wait here), so that every window covers the profile's.
-            gt = self.procs.start(wrap([path, "--warmup", "2", "--duration", str(PROFILE_SECONDS + 8),
+            # Started together (no wait here); each runs until ended below, so
+            # that every window covers the profile's.
+            gt = self.procs.start(wrap([path, "--warmup", "2", "--duration", str(GROUND_TRUTH_BOUND_SECONDS),
                                         "--seed", str(seed), "--output", truth_in, "--ready-file", ready_in]))
             runs.append((seed, gt, truth_file, ready))
         pids = [self.wait_ready(gt, ready) for _, gt, _, ready in runs]
@@ -241,9 +243,9 @@ class StackAccuracyCase(unittest.TestCase):
         report = profile_json(self, ["--duration", str(PROFILE_SECONDS)] + [a for pid in pids for a in ("--pid", str(pid))],
                               wrap=v.agent_namespace)
         all_failures, text = [], []
+        for (_, gt, _, _), pid in zip(runs, pids):
+            end_ground_truth(self, self.procs, gt, pid)
         for (seed, gt, truth_file, _), pid in zip(runs, pids):
-            gt.wait(60)
-            self.assertEqual(gt.returncode, 0, self.procs.log(gt))
             with open(truth_file) as f:
                 truth = json.load(f)
             self.assertEqual(truth["seed"], seed)

@@ -171,6 +171,25 @@ def run_agent(args, timeout=120, wrap=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+# A ground truth runs until its test ends it, after the profile returned
+# (end_ground_truth): its measured window then covers the profile's however
+# long the agent's set-up took on a loaded machine. Its --duration is only
+# a bound, for a test that dies before it ends the workload.
+GROUND_TRUTH_BOUND_SECONDS = 300
+
+
+def end_ground_truth(test, procs, proc, pid):
+    """Ends a ground truth: SIGTERM to `pid`, the workload itself (`proc` may
+    be a wrapper around it: chroot, unshare), then waits until it wrote its
+    truth and exited 0."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    proc.wait(60)
+    test.assertEqual(proc.returncode, 0, procs.log(proc))
+
+
 def profile_json(test, args, timeout=120, wrap=None):
     code, out, err = run_agent(["profile", "--format", "json", *args], timeout, wrap)
     test.assertEqual(code, 0, f"tlsprof-agent failed: {err}")
