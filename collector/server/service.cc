@@ -188,7 +188,7 @@ grpc::Status CollectorService::Ingest(const std::string& agent_key, const std::s
   if (store_ && !store_->healthy()) {
     // Counting in memory what cannot be made durable would turn the agent's
     // retry into a DUPLICATE and lose the batch at the next start.
-    return {grpc::StatusCode::UNAVAILABLE, "the collector's journal failed (see its log); retry later"};
+    return {grpc::StatusCode::UNAVAILABLE, "the collector cannot write its journal now (see its log); retry later"};
   }
   // The record carries the request bytes as received: no copy of the parsed
   // report, no second serialization.
@@ -219,13 +219,18 @@ grpc::Status CollectorService::Ingest(const std::string& agent_key, const std::s
     spdlog::warn("agent '{}': sequence {} is more than {} below the highest accepted; answered DUPLICATE", identity,
                  report.sequence(), SequenceWindow::kWidth);
   }
-  if (!applied.duplicate && store_) {
-    Status durable = store_->WaitDurable(ticket);
+  if (store_) {
+    // DUPLICATE tells the agent it may delete its batch, so it too waits
+    // until the original is durable. The original was enqueued before this
+    // request was found to repeat it (both under the ingest lock): waiting
+    // for everything enqueued so far covers it. A retry that comes while the
+    // original's flush is stalled waits for that flush.
+    Status durable = applied.duplicate ? store_->Sync() : store_->WaitDurable(ticket);
     if (!durable.ok()) {
       spdlog::error("journal: {}", durable.error().message);
       return {grpc::StatusCode::UNAVAILABLE, "the collector could not make the report durable; retry"};
     }
-    store_->MaybeCompact();
+    if (!applied.duplicate) store_->MaybeCompact();
   }
   return grpc::Status::OK;
 }

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 namespace tlsprof::collector {
 namespace {
@@ -52,6 +53,30 @@ Result<std::string> ReadAll(int fd) {
     if (n == 0) return out;
     out.append(buf, static_cast<size_t>(n));
   }
+}
+
+// The payload of the intact frame at `offset`, if there is one: a non-empty
+// payload that fits in `all` and matches its CRC. `hashed` counts the bytes
+// hashed (the resynchronisation's budget).
+std::optional<std::string_view> FrameAt(std::string_view all, size_t offset, uint64_t& hashed) {
+  if (all.size() - offset < 8) return std::nullopt;
+  const uint32_t length = GetU32(all.data() + offset);
+  if (length == 0 || length > kMaxJournalRecordBytes || length > all.size() - offset - 8) return std::nullopt;
+  std::string_view payload = all.substr(offset + 8, length);
+  hashed += length;
+  if (Crc(payload) != GetU32(all.data() + offset + 4)) return std::nullopt;
+  return payload;
+}
+
+// The offset of the first intact frame after the bad one at `bad`, or
+// nullopt when there is none (a torn tail). An Error when the search hashed
+// more than its budget (the caller's, shared by every bad frame of a file).
+Result<std::optional<size_t>> FindNextFrame(std::string_view all, size_t bad, uint64_t& hashed, uint64_t budget) {
+  for (size_t offset = bad + 1; offset + 8 <= all.size(); ++offset) {
+    if (FrameAt(all, offset, hashed)) return std::optional<size_t>(offset);
+    if (hashed > budget) return MakeError("no intact record found within {} bytes hashed", budget);
+  }
+  return std::optional<size_t>();
 }
 
 }  // namespace
@@ -99,23 +124,38 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
     return MakeError("{}: {}", path, data.error().message);
   }
   size_t offset = 0;
-  uint64_t records = 0;
+  uint64_t records = 0, skipped = 0, hashed = 0;
   std::string_view all(*data);
+  // Intact records hash the file once; resynchronising may hash it 8 times
+  // more (plus 1 MiB) before giving up.
+  const uint64_t budget = 9 * static_cast<uint64_t>(all.size()) + (1u << 20);
   while (offset < all.size()) {
-    const size_t left = all.size() - offset;
-    if (left < 8) break;
-    const uint32_t length = GetU32(all.data() + offset);
-    const uint32_t crc = GetU32(all.data() + offset + 4);
-    if (length > kMaxJournalRecordBytes || length > left - 8) break;
-    std::string_view payload = all.substr(offset + 8, length);
-    if (Crc(payload) != crc) break;
-    Status applied = on_record(payload);
+    std::optional<std::string_view> payload = FrameAt(all, offset, hashed);
+    if (!payload) {
+      Result<std::optional<size_t>> next = FindNextFrame(all, offset, hashed, budget);
+      if (!next.ok()) {
+        ::close(fd);
+        return MakeError(
+            "{}: the record at byte {} is corrupt and {}; the {} records before it are intact: restore the file, "
+            "or cut it at byte {} to keep them",
+            path, offset, next.error().message, records, offset);
+      }
+      if (!*next) break;  // a torn tail
+      spdlog::error(
+          "journal {}: {} bytes at byte {} are corrupt (damaged in place: intact records follow); skipping them, "
+          "keeping every record after byte {}",
+          path, **next - offset, offset, **next);
+      skipped += **next - offset;
+      offset = **next;
+      continue;
+    }
+    Status applied = on_record(*payload);
     if (!applied.ok()) {
       ::close(fd);
       return MakeError("{}: record {} at byte {}: {}", path, records + 1, offset, applied.error().message);
     }
     ++records;
-    offset += 8 + length;
+    offset += 8 + payload->size();
   }
   if (offset < all.size()) {
     spdlog::warn(
@@ -135,6 +175,7 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
   }
   std::unique_ptr<Journal> journal(new Journal(fd, path, offset));
   journal->records_replayed_ = records;
+  journal->corrupt_bytes_skipped_ = skipped;
   return journal;
 }
 
@@ -164,16 +205,32 @@ void Journal::FlushLocked(std::unique_lock<std::mutex>& lock) {
   buffer.swap(pending_);
   const uint64_t upto = enqueued_;
   const int fd = fd_;
+  const uint64_t end = bytes_.load(std::memory_order_relaxed);
   lock.unlock();
   Status status = WriteAll(fd, buffer);
   if (status.ok() && ::fdatasync(fd) != 0) status = MakeError("fdatasync: {}", std::strerror(errno));
+  bool restored = true;
+  if (!status.ok()) {
+    // Part of the buffer may be in the file: cut it back to its durable end,
+    // where the next write starts again with the whole buffer.
+    restored = ::ftruncate(fd, static_cast<off_t>(end)) == 0 && ::lseek(fd, static_cast<off_t>(end), SEEK_SET) >= 0;
+  }
   lock.lock();
   flushing_ = false;
   if (status.ok()) {
     durable_ = upto;
     bytes_.fetch_add(buffer.size(), std::memory_order_relaxed);
-  } else if (error_.empty()) {
-    error_ = fmt::format("{}: {}", path_, status.error().message);
+    if (!write_error_.empty()) spdlog::info("journal {}: writing again after: {}", path_, write_error_);
+    write_error_.clear();
+  } else {
+    ++failed_flushes_;
+    pending_.insert(0, buffer);  // what was queued meanwhile goes after it
+    write_error_ = fmt::format("{}: {}", path_, status.error().message);
+    retry_at_ = std::chrono::steady_clock::now() + kRetryAfter;
+    spdlog::error("journal {} (retried in {} ms)", write_error_, kRetryAfter.count());
+    if (!restored && stopped_.empty()) {
+      stopped_ = fmt::format("{}; and its end cannot be restored: {}", write_error_, std::strerror(errno));
+    }
   }
   cv_.notify_all();
 }
@@ -181,12 +238,19 @@ void Journal::FlushLocked(std::unique_lock<std::mutex>& lock) {
 Status Journal::WaitDurable(uint64_t ticket) {
   std::unique_lock lock(mu_);
   while (durable_ < ticket) {
-    if (!error_.empty()) return Error{error_};
+    if (!stopped_.empty()) return Error{stopped_};
     if (flushing_) {
-      cv_.wait(lock);
-    } else {
-      FlushLocked(lock);
+      // The flush under way may not hold this ticket; if it fails, so does
+      // this wait (its caller answers, the next one retries).
+      const uint64_t failed = failed_flushes_;
+      cv_.wait(lock, [&] { return !flushing_; });
+      if (failed_flushes_ != failed) return Error{write_error_};
+      continue;
     }
+    if (!write_error_.empty() && std::chrono::steady_clock::now() < retry_at_) return Error{write_error_};
+    const uint64_t failed = failed_flushes_;
+    FlushLocked(lock);
+    if (failed_flushes_ != failed) return Error{write_error_};
   }
   return OkStatus();
 }
@@ -202,7 +266,7 @@ Status Journal::Sync() {
 
 void Journal::Fail(const std::string& reason) {
   std::lock_guard lock(mu_);
-  if (error_.empty()) error_ = fmt::format("{}: {}", path_, reason);
+  if (stopped_.empty()) stopped_ = fmt::format("{}: {}", path_, reason);
 }
 
 Result<int> Journal::CreateSegment(const std::string& path) {
@@ -225,10 +289,11 @@ Status Journal::Rotate(const std::string& path) {
 Status Journal::Rotate(const std::string& path, int fd) {
   std::unique_lock lock(mu_);
   while (flushing_) cv_.wait(lock);
-  if (durable_ < enqueued_) FlushLocked(lock);
-  if (!error_.empty()) {
+  const uint64_t failed = failed_flushes_;
+  if (durable_ < enqueued_ && stopped_.empty()) FlushLocked(lock);
+  if (!stopped_.empty() || failed_flushes_ != failed) {
     ::close(fd);
-    return Error{error_};
+    return Error{stopped_.empty() ? write_error_ : stopped_};
   }
   ::close(fd_);
   fd_ = fd;

@@ -2,7 +2,10 @@
 
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <filesystem>
@@ -125,6 +128,110 @@ TEST(Journal, HugeLengthIsTorn) {
   std::string data = FrameRecord("ok") + std::string("\xff\xff\xff\x7f\0\0\0\0", 8);
   { std::ofstream(path, std::ios::binary) << data; }
   EXPECT_EQ(ReadBack(path), std::vector<std::string>{"ok"});
+}
+
+// Eight zero bytes would frame an empty payload with CRC 0: not a record.
+TEST(Journal, AZeroRecordIsNotARecord) {
+  TempDir dir;
+  const std::string path = dir.path() + "/j";
+  const std::string zeros(8, '\0');
+  { std::ofstream(path, std::ios::binary) << FrameRecord("a") + zeros; }
+  EXPECT_EQ(ReadBack(path), std::vector<std::string>{"a"});
+  EXPECT_EQ(std::filesystem::file_size(path), FrameRecord("a").size());  // a zeroed tail is cut
+  { std::ofstream(path, std::ios::binary | std::ios::trunc) << FrameRecord("a") + zeros + FrameRecord("b"); }
+  auto j = Journal::Open(path, [](std::string_view) { return OkStatus(); });
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ((*j)->records_replayed(), 2u);
+  EXPECT_EQ((*j)->corrupt_bytes_skipped(), 8u);
+}
+
+// Damage in place (not a crash's torn tail): a byte flipped anywhere in
+// record 2 of 10 loses record 2 only, and appending goes on after record 10.
+TEST(Journal, ADamagedRecordLosesOnlyItself) {
+  TempDir dir;
+  const std::string path = dir.path() + "/j";
+  std::vector<std::string> frames, all;
+  for (int i = 1; i <= 10; ++i) {
+    all.push_back("record-" + std::to_string(i) + std::string(static_cast<size_t>(i * 7), 'x'));
+    frames.push_back(FrameRecord(all.back()));
+  }
+  std::vector<std::string> kept = all;
+  kept.erase(kept.begin() + 1);
+  const size_t at = frames[0].size();
+  for (size_t flip = 0; flip < frames[1].size(); ++flip) {
+    std::string data;
+    for (const auto& f : frames) data += f;
+    data[at + flip] = static_cast<char>(data[at + flip] ^ 0x10);
+    { std::ofstream(path, std::ios::binary | std::ios::trunc) << data; }
+    std::vector<std::string> got;
+    {
+      auto j = Journal::Open(path, [&](std::string_view r) {
+        got.emplace_back(r);
+        return OkStatus();
+      });
+      ASSERT_TRUE(j.ok()) << j.error().message;
+      EXPECT_EQ(got, kept) << "byte " << flip << " of record 2 flipped";
+      EXPECT_EQ((*j)->corrupt_bytes_skipped(), frames[1].size());
+      ASSERT_TRUE((*j)->WaitDurable((*j)->Enqueue("after")).ok());
+    }
+    kept.push_back("after");
+    EXPECT_EQ(ReadBack(path), kept);
+    kept.pop_back();
+  }
+}
+
+// Bad bytes whose every offset looks like a long frame: the search for the
+// next record stops at its budget, and Open() names where the damage is.
+TEST(Journal, AnUnresyncableFileIsAnErrorNamingTheOffset) {
+  TempDir dir;
+  const std::string path = dir.path() + "/j";
+  std::string data = FrameRecord("intact");
+  const size_t bad = data.size();
+  // Every offset reads a length of 2 MiB or so that fits, and a wrong CRC.
+  std::string noise(4u << 20, '\0');
+  for (size_t i = 0; i < noise.size(); ++i) noise[i] = (i % 4 == 2) ? '\x20' : static_cast<char>(i % 4 == 0 ? 1 : 0);
+  data += noise;
+  { std::ofstream(path, std::ios::binary) << data; }
+  auto j = Journal::Open(path, [](std::string_view) { return OkStatus(); });
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.error().message.find("at byte " + std::to_string(bad)), std::string::npos) << j.error().message;
+  EXPECT_EQ(std::filesystem::file_size(path), data.size());  // nothing cut
+}
+
+// A write that fails (here EFBIG, from RLIMIT_FSIZE; ENOSPC takes the same
+// path) cuts the file back, keeps the records queued, fails fast until
+// kRetryAfter, and once the file can grow again writes them all, in order.
+TEST(Journal, AFailedWriteIsRetriedOnceTheDiskTakesItAgain) {
+  TempDir dir;
+  const std::string path = dir.path() + "/j";
+  auto j = Journal::Open(path, [](std::string_view) { return OkStatus(); });
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE((*j)->WaitDurable((*j)->Enqueue("first")).ok());
+  const auto durable = std::filesystem::file_size(path);
+  struct sigaction ignore {
+  }, old{};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGXFSZ, &ignore, &old), 0);
+  struct rlimit saved {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct rlimit small = saved;
+  small.rlim_cur = durable + 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const uint64_t big = (*j)->Enqueue(std::string(16384, 'b'));
+  Status failed = (*j)->WaitDurable(big);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_FALSE((*j)->healthy());
+  EXPECT_EQ(std::filesystem::file_size(path), durable);  // the partial write is cut off
+  // Within kRetryAfter: fails at once, without writing.
+  const uint64_t next = (*j)->Enqueue("next");
+  EXPECT_FALSE((*j)->WaitDurable(next).ok());
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  ASSERT_EQ(sigaction(SIGXFSZ, &old, nullptr), 0);
+  std::this_thread::sleep_for(Journal::kRetryAfter + std::chrono::milliseconds(50));
+  EXPECT_TRUE((*j)->healthy());
+  ASSERT_TRUE((*j)->WaitDurable(next).ok());
+  j->reset();
+  EXPECT_EQ(ReadBack(path), (std::vector<std::string>{"first", std::string(16384, 'b'), "next"}));
 }
 
 struct Submitted {

@@ -227,12 +227,10 @@ Result<std::unique_ptr<StateStore::Snapshot>> StateStore::BeginCompaction() {
     // Under the Ingestor's lock: nothing is applied (or enqueued) meanwhile,
     // so the copy holds exactly what the segments up to this one hold.
     status = journal_->Rotate(JournalPath(next), *fd);
-    if (!status.ok()) {
-      // Where the journal continues is unknown: accepting more reports could
-      // lose them at the next start.
-      journal_->Fail(status.error().message);
-      return;
-    }
+    // A failed Rotate changed nothing: the journal goes on in its segment
+    // (the empty next one replays as nothing), and compaction is tried again
+    // later.
+    if (!status.ok()) return;
     generation_ = next;
     snapshot->journal_generation = next;
   });

@@ -6,8 +6,9 @@ Checks docs/fleet.md's ingest rules from the outside: exact counter values in
 base units, malformed/oversized/injected/cardinality-bomb reports, replays,
 handshake failures (expired, wrong CA, no certificate), the allow list, the
 rate limit, `promtool check metrics`, /api/v1/summary, and kill -9 + restart
-with --state-dir. Needs no root (but runs with the other python integration
-tests, under CTest's "bpf" label). Submit latency is printed for information
+with --state-dir; and the journal's promises on a disk that stalls (fsfreeze
+of a loop-mounted ext4), fills up (a small tmpfs) or is damaged in place
+(CollectorJournalFaultsTest, which needs root for the mounts). Submit latency is printed for information
 only; bench/ measures performance.
 """
 import glob
@@ -23,7 +24,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from tlsprof_testlib import BIN, SRC, Processes, free_port
+from tlsprof_testlib import BIN, SRC, Processes, free_port, require_root
 
 try:
     import grpc
@@ -135,10 +136,10 @@ class Client:
         self.raw = self.channel.unary_unary(SUBMIT, request_serializer=lambda b: b,
                                             response_deserializer=lambda b: b)
 
-    def send(self, report):
+    def send(self, report, timeout=10):
         """(result name or status code name, details, response or None)."""
         try:
-            resp = self.submit(self.pb.SubmitRequest(report=report), timeout=10)
+            resp = self.submit(self.pb.SubmitRequest(report=report), timeout=timeout)
             return self.pb.SubmitResponse.Result.Name(resp.result), "", resp
         except grpc.RpcError as e:
             return e.code().name, e.details(), None
@@ -542,6 +543,122 @@ class CollectorRestartTest(unittest.TestCase):
             p = subprocess.run([COLLECTOR, *args], capture_output=True, text=True, timeout=30)
             self.assertEqual(p.returncode, 2, f"{args}: {p.stderr}")
             self.assertIn(needle, p.stderr, args)
+
+
+class CollectorJournalFaultsTest(unittest.TestCase):
+    """--state-dir on disks that misbehave: an answer that lets the agent
+    delete its batch (ACCEPTED, DUPLICATE) is sent only once the batch is
+    durable; a full disk refuses until space is back, then accepts with no
+    restart; a record damaged in place costs that record only."""
+
+    def setUp(self):
+        require_root(self)
+        self.procs = Processes()
+        self.addCleanup(self.procs.close)
+        self.pb = load_proto(self.procs.tmp.name)
+
+    def mount(self, *args):
+        mnt = self.procs.path(f"mnt-{len(os.listdir(self.procs.tmp.name))}")
+        os.makedirs(mnt)
+        subprocess.run(["mount", *args, mnt], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", mnt], check=False)
+        return mnt
+
+    def restarted_reports(self, collector):
+        """kill -9, start again on the same directory: the reports it counts."""
+        self.procs.stop(collector.proc, signal.SIGKILL)
+        collector.start()
+        return collector.metrics()[key("tlsprof_reports_total")]
+
+    def test_duplicate_only_once_the_original_is_durable(self):
+        image = self.procs.path("ext4.img")
+        with open(image, "wb") as f:
+            f.truncate(64 << 20)
+        subprocess.run(["mkfs.ext4", "-q", "-F", image], check=True)
+        mnt = self.mount("-o", "loop", image)
+        collector = Collector(self.procs, ["--insecure"], os.path.join(mnt, "state")).start()
+        c = Client(self.pb, collector.grpc_port, insecure=True)
+        self.addCleanup(c.close)
+        instance = os.urandom(16)
+        self.assertEqual(c.send(make_report(self.pb, 1, instance, "svc-d"))[0], "ACCEPTED")
+        batch = make_report(self.pb, 2, instance, "svc-d")
+        subprocess.run(["fsfreeze", "--freeze", mnt], check=True)
+        thawed = []
+
+        def thaw():
+            if not thawed:
+                subprocess.run(["fsfreeze", "--unfreeze", mnt], check=True)
+                thawed.append(True)
+        self.addCleanup(thaw)  # before the umount (cleanups run last first)
+        # The flush stalls: the agent's attempt times out, and so must its
+        # retry. A DUPLICATE now would let it delete a batch that is only in
+        # the collector's memory.
+        answers = [c.send(batch, timeout=2)[0] for _ in range(2)]
+        self.assertEqual(answers, ["DEADLINE_EXCEEDED"] * 2, "answered while the journal could not be written")
+        thaw()
+        deadline = time.monotonic() + 20
+        while (answer := c.send(batch, timeout=5)[0]) not in ("ACCEPTED", "DUPLICATE"):
+            self.assertLess(time.monotonic(), deadline, answer)
+            time.sleep(0.2)
+        self.assertEqual(answer, "DUPLICATE")
+        self.assertEqual(self.restarted_reports(collector), 2, collector.log())
+
+    def test_full_disk_refuses_then_accepts_without_a_restart(self):
+        mnt = self.mount("-t", "tmpfs", "-o", "size=1m,mode=0700", "tlsprof-journal-test")
+        collector = Collector(self.procs, ["--insecure"], os.path.join(mnt, "state")).start()
+        c = Client(self.pb, collector.grpc_port, insecure=True)
+        self.addCleanup(c.close)
+        instance = os.urandom(16)
+        self.assertEqual(c.send(make_report(self.pb, 1, instance, "svc-f"))[0], "ACCEPTED")
+        ballast = os.path.join(mnt, "ballast")
+        with open(ballast, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+                    f.flush()
+            except OSError:
+                pass
+        # The journal's last page takes a few more reports; then a write fails.
+        seq, answer = 1, "ACCEPTED"
+        while answer == "ACCEPTED" and seq < 200:
+            seq += 1
+            answer = c.send(make_report(self.pb, seq, instance, "svc-f"))[0]
+        self.assertEqual(answer, "UNAVAILABLE", f"report {seq}")
+        refused = seq
+        # Refused at once while the disk is full; then space comes back.
+        self.assertEqual(c.send(make_report(self.pb, refused, instance, "svc-f"))[0], "UNAVAILABLE")
+        os.remove(ballast)
+        deadline = time.monotonic() + 10
+        while (answer := c.send(make_report(self.pb, refused, instance, "svc-f"))[0]) == "UNAVAILABLE":
+            self.assertLess(time.monotonic(), deadline, "still refused 10 s after space came back")
+            time.sleep(0.2)
+        # Counted in memory at its first attempt, written now: DUPLICATE.
+        self.assertIn(answer, ("ACCEPTED", "DUPLICATE"))
+        self.assertEqual(c.send(make_report(self.pb, refused + 1, instance, "svc-f"))[0], "ACCEPTED")
+        self.assertIn("writing again after", collector.log())
+        self.assertEqual(self.restarted_reports(collector), refused + 1, collector.log())
+
+    def test_a_damaged_record_costs_only_itself(self):
+        state = self.procs.path("state")
+        collector = Collector(self.procs, ["--insecure"], state).start()
+        c = Client(self.pb, collector.grpc_port, insecure=True)
+        self.addCleanup(c.close)
+        instance = os.urandom(16)
+        for seq in range(1, 11):
+            self.assertEqual(c.send(make_report(self.pb, seq, instance, "svc-c"))[0], "ACCEPTED")
+        self.procs.stop(collector.proc, signal.SIGKILL)
+        (journal,) = glob.glob(os.path.join(state, "journal-*"))
+        with open(journal, "r+b") as f:
+            data = bytearray(f.read())
+            second = 8 + int.from_bytes(data[0:4], "little")  # record 2's frame
+            data[second + 8 + 20] ^= 0x01
+            f.seek(0)
+            f.write(data)
+        collector.start()
+        self.assertEqual(collector.metrics()[key("tlsprof_reports_total")], 9, collector.log())
+        self.assertIn(f"at byte {second} are corrupt", collector.log())
+        self.assertEqual(c.send(make_report(self.pb, 10, instance, "svc-c"))[0], "DUPLICATE")
+        self.assertEqual(c.send(make_report(self.pb, 11, instance, "svc-c"))[0], "ACCEPTED")
 
 
 if __name__ == "__main__":
