@@ -611,13 +611,12 @@ class CollectorJournalFaultsTest(unittest.TestCase):
         instance = os.urandom(16)
         self.assertEqual(c.send(make_report(self.pb, 1, instance, "svc-f"))[0], "ACCEPTED")
         ballast = os.path.join(mnt, "ballast")
-        with open(ballast, "wb") as f:
+        with open(ballast, "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(b"\0" * 4096)
-                    f.flush()
             except OSError:
-                pass
+                pass  # full
         # The journal's last page takes a few more reports; then a write fails.
         seq, answer = 1, "ACCEPTED"
         while answer == "ACCEPTED" and seq < 200:
