@@ -163,9 +163,21 @@ class Prometheus:
 
     def wait_scraped_after(self, unix_seconds, timeout=30):
         """Until every target has been scraped successfully after `unix_seconds`
-        (e.g. the moment a load finished): queries then see final counters."""
-        return self._wait_targets(lambda t: t["health"] == "up" and t["lastScrape"] > unix_seconds, timeout,
-                                  f"scraped after {unix_seconds:.3f}")
+        (e.g. the moment a load finished), and the scrape's samples can be
+        queried: queries then see final counters. A target's lastScrape is
+        set before its samples are committed (a first scrape would read as
+        no data), so the wait ends on `up`'s timestamps, committed with them."""
+        deadline = time.monotonic() + timeout
+        state = self._wait_targets(lambda t: t["health"] == "up" and t["lastScrape"] > unix_seconds, timeout,
+                                   f"scraped after {unix_seconds:.3f}")
+        while True:
+            stamps = [float(r["value"][1]) for r in self.query("timestamp(up)")]
+            if len(stamps) >= len(self.targets) and all(t > unix_seconds for t in stamps):
+                return state
+            if time.monotonic() > deadline:
+                raise PrometheusError(f"no scrape after {unix_seconds:.3f} is queryable after {timeout} s: "
+                                      f"timestamp(up) {stamps}")
+            time.sleep(0.1)
 
     def _wait_targets(self, ok, timeout, what):
         deadline = time.monotonic() + timeout
