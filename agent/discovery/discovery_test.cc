@@ -199,13 +199,19 @@ TEST(Registry, FindsDebiansSharedBoringSSL) {
   EXPECT_TRUE(m->image->tls->whole_file_is_tls);
 }
 
-TEST(Registry, KeepsTheLastSnapshotOfAProcessThatExited) {
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
+// A child that waits until it is killed; the caller kills and reaps it.
+pid_t PausedChild() {
+  const pid_t child = fork();
   if (child == 0) {
     pause();
     _exit(0);
   }
+  return child;
+}
+
+TEST(Registry, KeepsTheLastSnapshotOfAProcessThatExited) {
+  const pid_t child = PausedChild();
+  ASSERT_GE(child, 0);
   ProcessRegistry registry;
   ASSERT_TRUE(registry.Refresh(child).ok());
   kill(child, SIGKILL);
@@ -222,12 +228,8 @@ TEST(Registry, KeepsTheLastSnapshotOfAProcessThatExited) {
 // then must keep the snapshot its samples are attributed with: it is
 // neither another process nor another program.
 TEST(Registry, KeepsTheSnapshotOfAProcessExitingUnreaped) {
-  pid_t child = fork();
+  const pid_t child = PausedChild();
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    pause();
-    _exit(0);
-  }
   ProcessRegistry registry;
   ASSERT_TRUE(registry.Refresh(child).ok());
   const size_t mapped = registry.Get(child)->mappings.size();
