@@ -161,9 +161,13 @@ tlsprof::Result<ServiceOptions> MakeServiceOptions(const Flags& f) {
   return options;
 }
 
+// How long /healthz waits for the ingest lock before calling ingest stuck
+// (its holders copy or apply one report: microseconds to milliseconds).
+constexpr auto kIngestStuckAfter = std::chrono::milliseconds(2000);
+
 // What the HTTP endpoints serve: the fleet's counters and the collector's
-// health on /metrics, and the JSON API.
-HttpCallbacks MakeCallbacks(const Ingestor& ingestor, HealthMetrics& health, const StateStore* store) {
+// health on /metrics, /healthz, and the JSON API.
+HttpCallbacks MakeCallbacks(const Ingestor& ingestor, HealthMetrics& health, StateStore* store) {
   HttpCallbacks callbacks;
   callbacks.collect = [&ingestor, &health, store] {
     health.SetAgents(static_cast<double>(ActiveAgents(ingestor, NowUnixNs(), kAgentHorizonNs)));
@@ -176,6 +180,10 @@ HttpCallbacks MakeCallbacks(const Ingestor& ingestor, HealthMetrics& health, con
   callbacks.summary = [&ingestor](int minutes) { return SummaryJson(ingestor, minutes, NowUnixNs()); };
   callbacks.trend = [&ingestor](int minutes) { return TrendJson(ingestor, minutes, NowUnixNs()); };
   callbacks.agents = [&ingestor](int limit) { return AgentsJson(ingestor, static_cast<size_t>(limit), NowUnixNs()); };
+  // Liveness (health.h): a stuck ingest lock, a journal stopped for good.
+  callbacks.health = [&ingestor, store] {
+    return IngestHealth(ingestor, kIngestStuckAfter, store ? store->stopped() : "", store ? store->write_error() : "");
+  };
   return callbacks;
 }
 

@@ -142,9 +142,8 @@ Status AgentMetrics::Serve(const std::string& address, const LoopHealth* health)
   if (auto st = CheckListenAddress(address); !st.ok()) return st;
   http::Options options;
   options.listen = address;
-  // Prometheus, the kubelet's probes and a person with curl at once; a slow
-  // scrape does not hold up /healthz.
-  options.threads = kHttpThreads;
+  // common/http's default workers: Prometheus, the kubelet's probes and idle
+  // or slow clients at once; none of them holds up /healthz.
   options.routes.emplace_back("/metrics", [this](const http::Request&) {
     http::Response r{200, "OK", "text/plain; version=0.0.4; charset=utf-8", Text(), ""};
     r.compressible = true;

@@ -79,8 +79,6 @@ Status CheckListenAddress(const std::string& address);
 class AgentMetrics {
  public:
   static constexpr size_t kMaxSeries = 4000;
-  // The HTTP server's worker threads (common/http).
-  static constexpr int kHttpThreads = 2;
 
   AgentMetrics();
   // Serves the registry at http://ADDRESS/metrics (gzip when the scrape

@@ -2,6 +2,10 @@
 
 #include "common/metrics/prometheus.h"
 
+#include <fmt/format.h>
+
+#include "collector/ingest/ingestor.h"
+
 namespace tlsprof::collector {
 namespace {
 
@@ -24,6 +28,16 @@ HealthMetrics::HealthMetrics() : registry_(std::make_shared<prometheus::Registry
                                                                           0.01, 0.025, 0.05, 0.1, 0.25, 1});
   agents_ = &Register<metrics::kCollectorAgents>(*registry_).Add({});
   journal_bytes_ = &Register<metrics::kCollectorJournalBytes>(*registry_).Add({});
+}
+
+std::pair<bool, std::string> IngestHealth(const Ingestor& ingestor, std::chrono::milliseconds stuck_after,
+                                          const std::string& journal_stopped, const std::string& journal_failing) {
+  if (!ingestor.Responsive(stuck_after)) {
+    return {false, fmt::format("ingest is stuck: its lock was not free within {} ms", stuck_after.count())};
+  }
+  if (!journal_stopped.empty()) return {false, "journal stopped: " + journal_stopped};
+  if (!journal_failing.empty()) return {true, "ingesting; journal writes failing, retried: " + journal_failing};
+  return {true, "ingesting"};
 }
 
 }  // namespace tlsprof::collector

@@ -2,10 +2,13 @@
 // tlsprof_collector_* of Submit's handling, the journal and the agents seen;
 // those of the ingest state (bounds, clock skew) are fleet_metrics.h's. Names
 // and help come from the metric table. Thread-safe (prometheus-cpp metrics
-// are atomic).
+// are atomic). And IngestHealth, what GET /healthz says.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -13,6 +16,17 @@
 #include <prometheus/registry.h>
 
 namespace tlsprof::collector {
+
+class Ingestor;
+
+// The collector's liveness, (healthy, one line): unhealthy only for what a
+// restart mends. Ingest is stuck when its lock is not free within
+// `stuck_after` (a deadlock, a holder that never returns); `journal_stopped`
+// (StateStore::stopped(), empty when none) is a journal that cannot go on.
+// A journal whose writes fail and are retried (`journal_failing`: a full
+// disk, which a restart would not free) is healthy, and said.
+std::pair<bool, std::string> IngestHealth(const Ingestor& ingestor, std::chrono::milliseconds stuck_after,
+                                          const std::string& journal_stopped, const std::string& journal_failing);
 
 // The values of tlsprof_collector_reports_total's "result" label.
 enum class SubmitResult {

@@ -74,13 +74,18 @@ class HttpServer::Routes {
     } else if (path == "/api/v1/trend") {
       return Api(ParseIntParam(request.query(), "minutes", kDefaultTrendMinutes, 1, kMaxSummaryMinutes),
                  callbacks_->trend);
+    } else if (path == "/healthz" && callbacks_->health) {
+      const auto [healthy, text] = callbacks_->health();
+      return http::Response{healthy ? 200 : 503, healthy ? "OK" : "Service Unavailable", "text/plain; charset=utf-8",
+                            text + "\n", "Cache-Control: no-store\r\n"};
     } else if (path == "/api/v1/agents") {
       return Api(ParseIntParam(request.query(), "limit", kMaxAgentsListed, 1, kMaxAgentsListed), callbacks_->agents);
     } else if (auto it = assets_.find(path == "/status" ? "/" : path); it != assets_.end()) {
       return Static(request, it->second);
     }
     return ReplyError(404, "Not Found",
-                      "no such page; try / (status page), /metrics, /api/v1/summary, /api/v1/trend, /api/v1/agents");
+                      "no such page; try / (status page), /metrics, /healthz, /api/v1/summary, /api/v1/trend, "
+                      "/api/v1/agents");
   }
 
  private:
@@ -115,8 +120,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
   server->callbacks_ = std::move(callbacks);
   server->routes_ = std::make_unique<Routes>(&server->callbacks_);
   http::Options options;
-  options.listen = listen;
-  options.threads = 4;
+  options.listen = listen;  // common/http's default workers and request timeout
   // Everything here is read-only.
   options.not_allowed = Reply(405, "Method Not Allowed", "application/json",
                               nlohmann::json{{"error", "only GET is served here"}}.dump() + "\n",
@@ -125,7 +129,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
   // One handler routes by exact path; "/" catches the rest (a 404 unless it
   // is a page file).
   const Routes* routes = server->routes_.get();
-  for (const char* path : {"/metrics", "/api/v1/summary", "/api/v1/trend", "/api/v1/agents", "/"}) {
+  for (const char* path : {"/metrics", "/healthz", "/api/v1/summary", "/api/v1/trend", "/api/v1/agents", "/"}) {
     options.routes.emplace_back(path, [routes](const http::Request& request) { return routes->Get(request); });
   }
   auto started = http::Server::Start(std::move(options));

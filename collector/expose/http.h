@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <prometheus/metric_family.h>
@@ -24,6 +25,8 @@ struct HttpCallbacks {
   std::function<nlohmann::json(int minutes)> summary;
   std::function<nlohmann::json(int minutes)> trend;
   std::function<nlohmann::json(int limit)> agents;
+  // GET /healthz, the liveness check: (healthy, one line saying why).
+  std::function<std::pair<bool, std::string>()> health;
 };
 
 // The summary's `minutes` parameter: 1-60, default 5.

@@ -7,12 +7,16 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
+#include <future>
 #include <map>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "collector/expose/fleet_api.h"
 #include "collector/expose/fleet_metrics.h"
+#include "collector/expose/health.h"
 #include "collector/expose/web_assets.h"
 #include "collector/ingest/ingestor.h"
 #include "collector/ingest/test_report.h"
@@ -292,6 +296,41 @@ TEST(HttpServer, IdentitiesThatAreNotUtf8AreReplacedNotFatal) {
   EXPECT_EQ(nlohmann::json::parse(r.body)["agents"][0]["identity"], "cn-\xef\xbf\xbd\xef\xbf\xbd");
   // A callback the server was not given is a 404, not a crash.
   EXPECT_EQ(Get(port, "/api/v1/trend").status, 404);
+}
+
+// /healthz answers what IngestHealth says: stuck while another thread holds
+// the ingest lock, a stopped journal, a failing one (healthy).
+TEST(IngestHealth, StuckLockStoppedJournalAndFailingWrites) {
+  Ingestor ingestor{IngestOptions{}};
+  const auto wait = std::chrono::milliseconds(100);
+  EXPECT_EQ(IngestHealth(ingestor, wait, "", ""), std::make_pair(true, std::string("ingesting")));
+  auto failing = IngestHealth(ingestor, wait, "", "j: write: No space left on device");
+  EXPECT_TRUE(failing.first);
+  EXPECT_NE(failing.second.find("No space left"), std::string::npos) << failing.second;
+  EXPECT_FALSE(IngestHealth(ingestor, wait, "j: cut failed", "").first);
+  std::promise<void> held, release;
+  std::thread holder([&] {
+    ingestor.Read([&](const FleetState&) {
+      held.set_value();
+      release.get_future().wait();
+      return 0;
+    });
+  });
+  held.get_future().wait();
+  HttpCallbacks callbacks;
+  callbacks.health = [&] { return IngestHealth(ingestor, wait, "", ""); };
+  const int port = FreePort();
+  Result<std::unique_ptr<HttpServer>> server = HttpServer::Start("127.0.0.1:" + std::to_string(port), callbacks);
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  Response r = Get(port, "/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, "ingest is stuck: its lock was not free within 100 ms\n");
+  EXPECT_EQ(r.headers["cache-control"], "no-store");
+  release.set_value();
+  holder.join();
+  r = Get(port, "/healthz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ingesting\n");
 }
 
 }  // namespace

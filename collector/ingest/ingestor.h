@@ -12,6 +12,7 @@
 // fleet_state.h's Shared), so that compaction does not stall ingest.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -108,6 +109,13 @@ class Ingestor {
   FleetState Copy(const std::function<void()>& fn = {}) const;
   // Replaces the state (a restored snapshot, at start, before serving).
   void Replace(FleetState state);
+  // Whether the ingest lock can be taken within `wait`: false when ingest is
+  // stuck (a deadlock, a holder that never returns), which only a restart
+  // mends. The liveness check of /healthz.
+  bool Responsive(std::chrono::milliseconds wait) const {
+    std::unique_lock lock(mu_, std::defer_lock);
+    return lock.try_lock_for(wait);
+  }
 
  private:
   ApplyResult ApplyLocked(const std::string& agent_key, const v1::AgentReport& report, int64_t received_ns,
@@ -157,7 +165,7 @@ class Ingestor {
   void PruneMinutesLocked(int64_t now_minute);
 
   const IngestOptions options_;
-  mutable std::mutex mu_;
+  mutable std::timed_mutex mu_;  // timed: Responsive()
   FleetState state_;
   // Rate limiting (not persisted: a restart starts every key full).
   std::unordered_map<std::string, TokenBucket> buckets_;

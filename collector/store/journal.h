@@ -85,6 +85,19 @@ class Journal {
     return stopped_.empty() && (write_error_.empty() || std::chrono::steady_clock::now() >= retry_at_);
   }
 
+  // The failure that stopped the journal for good (Fail(), or an end that
+  // could not be restored); empty while it writes or will retry.
+  std::string stopped() {
+    std::lock_guard lock(mu_);
+    return stopped_;
+  }
+  // The last write's failure while it is not mended (it is retried); empty
+  // when the last write succeeded.
+  std::string write_error() {
+    std::lock_guard lock(mu_);
+    return write_error_;
+  }
+
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
   uint64_t records_replayed() const { return records_replayed_; }
   // Bytes skipped at Open() between intact records (damage in place).

@@ -79,6 +79,8 @@ class StateStore {
 
   Status Sync() { return journal_->Sync(); }
   bool healthy() { return journal_->healthy(); }
+  std::string stopped() { return journal_->stopped(); }
+  std::string write_error() { return journal_->write_error(); }
 
   uint64_t journal_bytes() const { return journal_->bytes(); }
   // The journal segment being appended to.

@@ -132,8 +132,10 @@ Result<std::unique_ptr<Server>> Server::Start(Options options) {
   std::string port = server->options_.listen;
   if (port.rfind("0.0.0.0:", 0) == 0) port = port.substr(8);
   if (!port.empty() && port[0] == ':') port = port.substr(1);
-  const std::vector<std::string> civet = {
-      "listening_ports", port, "num_threads", std::to_string(server->options_.threads), "enable_keep_alive", "no"};
+  const std::vector<std::string> civet = {"listening_ports",    port,
+                                          "num_threads",        std::to_string(server->options_.threads),
+                                          "request_timeout_ms", std::to_string(server->options_.request_timeout_ms),
+                                          "enable_keep_alive",  "no"};
   try {
     server->server_ = std::make_unique<CivetServer>(civet);
   } catch (const CivetException& e) {

@@ -63,8 +63,16 @@ using Handler = std::function<Response(const Request&)>;
 struct Options {
   // HOST:PORT: "0.0.0.0:9464" (every IPv4 address), "127.0.0.1:9464", "[::1]:9464".
   std::string listen;
-  // Worker threads: requests served at once; more wait in civetweb's queue.
-  int threads = 4;
+  // Worker threads: connections served at once; more wait in civetweb's
+  // queue. A worker holds a connection until its request is read, so a
+  // client that connects and sends nothing holds one for request_timeout_ms:
+  // kDefaultThreads lets 50 such connections (a port scan, a stuck client)
+  // leave workers free for the probes and scrapes behind them.
+  static constexpr int kDefaultThreads = 64;
+  int threads = kDefaultThreads;
+  // How long a connection may take to send its request (and to take the
+  // reply). A scraper or probe sends its request at once.
+  int request_timeout_ms = 2000;
   std::vector<std::pair<std::string, Handler>> routes;
   // The answer to a method other than GET; "Allow: GET" belongs in its headers.
   Response not_allowed{405, "Method Not Allowed", "text/plain; charset=utf-8", "only GET is served here\n",

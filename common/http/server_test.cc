@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <stdexcept>
+#include <vector>
 
 namespace tlsprof::http {
 namespace {
@@ -87,6 +89,37 @@ TEST_F(ServerTest, RoutesByExactPathAndTheRootCatchesTheRest) {
   r = Send(port_, "GET", "/elsewhere/deep");
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(r.body, "nothing at /elsewhere/deep");
+}
+
+// 50 connections that send nothing (a port scan, a stuck client) hold
+// workers, but not all of them: a request behind them is answered at once,
+// and they are closed after request_timeout_ms, not held for ever.
+TEST_F(ServerTest, IdleConnectionsDoNotHoldUpARequest) {
+  std::vector<int> idle;
+  for (int i = 0; i < 50; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Reply r = Send(port_, "GET", "/text");
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.status, 200);
+  EXPECT_LT(took, std::chrono::milliseconds(1000));
+  // Each idle connection is closed by the server (read returns 0) once its
+  // request timeout has passed.
+  for (int fd : idle) {
+    timeval wait{.tv_sec = 10, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    char c;
+    EXPECT_LE(read(fd, &c, 1), 0);
+    close(fd);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(Options{}.request_timeout_ms + 5000));
 }
 
 TEST_F(ServerTest, OnlyGetIsServed) {

@@ -3,21 +3,29 @@ windows close. The window loop's thread (the main thread) stopped with
 ptrace, the HTTP threads serving on: 503 within STALL_INTERVALS + 1
 intervals, naming the last close and the interval, while /metrics answers
 and counts no window. Let go: 200 again at the next window.
+
+Slow clients cannot fake it: 50 connections that send nothing, to the
+agent's and to the collector's HTTP server, and GET /healthz of each still
+answers within 1 s (common/http's workers and request timeout). The
+collector's /healthz says "ingesting".
 """
+import os
 import re
 import signal
+import socket
 import time
 import unittest
 import urllib.error
 import urllib.request
 
 from thread_stop import StoppedThread
-from tlsprof_testlib import AGENT, Processes, free_port, metric_sum, require_root, scrape
+from tlsprof_testlib import AGENT, BIN, Processes, free_port, metric_sum, require_root, scrape
 
 STALL_INTERVALS = 3  # agent/expose/health.h, kStallIntervals
 INTERVAL = 1.0
 # How often the test asks; the stall is timed to within this.
 POLL = 0.1
+IDLE_CONNECTIONS = 50
 
 
 def healthz(port):
@@ -82,6 +90,27 @@ class HealthTest(unittest.TestCase):
         self.assertGreater(metric_sum(scrape(port), "tlsprof_agent_windows_total"), windows)
         agent.send_signal(signal.SIGTERM)
         self.assertEqual(agent.wait(20), 0, self.procs.log(agent))
+
+    def test_b_idle_connections_do_not_hold_up_healthz(self):
+        agent_port, collector_port = free_port(), free_port()
+        self.procs.start([AGENT, "run", "--interval", str(INTERVAL), "--metrics-listen", f"127.0.0.1:{agent_port}"],
+                         port=agent_port, http_path="/healthz", timeout=120)
+        self.wait_healthz(agent_port, 200, r"^ok: window", 180)
+        self.procs.start([os.path.join(BIN, "tlsprof-collector"), "--insecure", "--listen", f"127.0.0.1:{free_port()}",
+                          "--metrics-listen", f"127.0.0.1:{collector_port}"], port=collector_port,
+                         http_path="/healthz", timeout=30)
+        for name, port, pattern in (("agent", agent_port, r"^ok: window"), ("collector", collector_port,
+                                                                             r"^ingesting\n$")):
+            idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(IDLE_CONNECTIONS)]
+            self.addCleanup(lambda socks=idle: [s.close() for s in socks])
+            time.sleep(0.2)  # all accepted and held by workers before the probe
+            start = time.monotonic()
+            status, body = healthz(port)
+            took = time.monotonic() - start
+            print(f"\n{name}: /healthz behind {IDLE_CONNECTIONS} idle connections: {status} in {took * 1000:.0f} ms")
+            self.assertEqual(status, 200, body)
+            self.assertRegex(body, pattern)
+            self.assertLess(took, 1.0)
 
 
 if __name__ == "__main__":
