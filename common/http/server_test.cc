@@ -12,6 +12,7 @@
 namespace tlsprof::http {
 namespace {
 
+using testing::Connect;
 using testing::FreePort;
 using testing::Reply;
 using testing::Send;
@@ -97,12 +98,8 @@ TEST_F(ServerTest, RoutesByExactPathAndTheRootCatchesTheRest) {
 TEST_F(ServerTest, IdleConnectionsDoNotHoldUpARequest) {
   std::vector<int> idle;
   for (int i = 0; i < 50; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port_));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const int fd = Connect(port_);
+    ASSERT_GE(fd, 0);
     idle.push_back(fd);
   }
   const auto start = std::chrono::steady_clock::now();

@@ -22,10 +22,9 @@ struct Reply {
   std::string body;
 };
 
-// One request over a fresh connection; the server closes it after the reply.
-inline Reply Send(int port, const std::string& method, const std::string& target,
-                  const std::string& extra_headers = "") {
-  Reply r;
+// A TCP connection to 127.0.0.1:port; -1 (and a GoogleTest failure) when
+// it cannot be made. The caller closes it.
+inline int Connect(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -34,8 +33,17 @@ inline Reply Send(int port, const std::string& method, const std::string& target
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     ADD_FAILURE() << "connect to port " << port << " failed";
-    return r;
+    return -1;
   }
+  return fd;
+}
+
+// One request over a fresh connection; the server closes it after the reply.
+inline Reply Send(int port, const std::string& method, const std::string& target,
+                  const std::string& extra_headers = "") {
+  Reply r;
+  const int fd = Connect(port);
+  if (fd < 0) return r;
   const std::string request =
       method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers + "\r\n";
   EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
