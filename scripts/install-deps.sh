@@ -44,8 +44,9 @@ packages=(
   # systemd's notify protocol (sd_notify: READY=1, the watchdog's pings), and a real systemd to test it under
   # (systemd-nspawn --boot; tests/integration/systemd_container.py)
   libsystemd-dev systemd-container
-  # fault tests: an agent whose clock is skewed (LD_PRELOAD libfaketime)
-  faketime
+  # fault tests: an agent whose clock is skewed (LD_PRELOAD libfaketime); the collector's journal on a disk that
+  # stalls (mkfs.ext4 on a loop device, fsfreeze), fills up (a small tmpfs) or is damaged (test_collector.py)
+  faketime e2fsprogs mount util-linux
   # the Debian 13 root of today's TLS stacks (scripts/make-trixie-root.sh)
   debootstrap
   # function extents for the function-length check (scripts/function-lengths.py)
