@@ -172,8 +172,16 @@ void StateStore::CompactionLoop() {
   // Below the ingest threads (nice 10, this thread only): building and writing
   // a snapshot is a few hundred ms of CPU at 20,000 agents, and on a busy
   // machine it would delay replies; the journal only grows a little longer.
+  // The shipped unit's SystemCallFilter= denies @resources (setpriority among
+  // them) with EPERM: that is expected there, and only costs the ordering.
   if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10) != 0) {
-    spdlog::warn("state: cannot lower the compaction thread's priority: {}", std::strerror(errno));
+    const int error = errno;
+    if (error == EPERM) {
+      spdlog::info("state: the compaction thread keeps the ingest threads' priority (setpriority: {})",
+                   std::strerror(error));
+    } else {
+      spdlog::warn("state: cannot lower the compaction thread's priority: {}", std::strerror(error));
+    }
   }
   std::unique_lock lock(worker_mu_);
   for (;;) {

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 from tlsprof_testlib import SRC
 
@@ -56,7 +57,7 @@ def ensure_root(packages=()):
         fcntl.flock(lock, fcntl.LOCK_EX)
         want = hashlib.sha256(f"layout {LAYOUT}\n{' '.join(BASE_PACKAGES)}".encode()).hexdigest()
         stamp = os.path.join(ROOT, STAMP)
-        if not (os.path.exists(stamp) and open(stamp).read().split("\n")[0] == want):
+        if not (os.path.exists(stamp) and Path(stamp).read_text().split("\n")[0] == want):
             _make_root(want)
         missing = [p for p in packages
                    if _run(["chroot", ROOT, "dpkg-query", "-W", "-f=${Status}", p]).stdout.split()[-1:] != ["installed"]]
