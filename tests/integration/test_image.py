@@ -252,7 +252,8 @@ class Pod:
                 args += ["--volume", f"{source}:{m['mountPath']}:{options}"]
             made[m["name"]] = source
         # A mount below another one (the Secret at /etc/tlsprof/tls inside the ConfigMap's /etc/tlsprof) needs
-        # its mount point in the outer volume: runc cannot make it in a read-only one.
+        # its mount point in the outer volume, since runc cannot make one in a read-only mount: the kubelet
+        # makes it when it fills a ConfigMap or Secret volume (MakeNestedMountpoints), and so does the test.
         for path in mounts:
             for outer, source in mounts.items():
                 if path != outer and path.startswith(outer + "/") and not source.startswith(("/sys/", "/etc/")):
@@ -264,6 +265,7 @@ class Pod:
         test.addCleanup(lambda: run(["podman", "rm", "-f", "--time", "5", self.name]))
 
     def start(self, procs, **kw):
+        print(f"\n{' '.join(self.argv)}")
         return procs.start(self.argv, **kw)
 
 
