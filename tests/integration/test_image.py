@@ -393,6 +393,10 @@ class ImageTest(unittest.TestCase):
         tls, busy, windows = wait_for(self, "the agent's /metrics: nginx's TLS CPU", nginx_tls, 120,
                                       self.logs(agent))
         share = tls / busy
+        # A process of the host, seen through hostPID: no container or pod of its own.
+        for line in try_scrape(metrics).splitlines():
+            if line.startswith("tlsprof_cpu_seconds_total{") and 'service="nginx"' in line:
+                self.assertNotIn("container_id=", line)
         self.assertGreater(share, MIN_NGINX_TLS_SHARE, f"nginx TLS {tls:.2f} s of busy {busy:.2f} s")
 
         def counted():
