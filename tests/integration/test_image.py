@@ -8,6 +8,7 @@ import glob
 import hashlib
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -110,9 +111,9 @@ def config_map_data(name):
 
 
 def ulimits():
-    """podman 4.3 gives a root container RLIMIT_NOFILE 1048576, which runc cannot set without CAP_SYS_RESOURCE
-    (this host's root lacks it): the host's own limits, as containerd passes them. RLIMIT_NPROC: podman's 32768."""
-    import resource
+    """podman 4.3 gives a root container RLIMIT_NOFILE 1048576, which runc cannot set where root lacks
+    CAP_SYS_RESOURCE (a nested VM's): the host's own limits, as containerd passes them. RLIMIT_NPROC too, at
+    podman's usual 32768: given nofile alone, runc failed to set the nproc podman then asked for."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     nproc = min(32768, resource.getrlimit(resource.RLIMIT_NPROC)[1])
     return ["--ulimit", f"nofile={soft}:{hard}", "--ulimit", f"nproc={nproc}:{nproc}"]
