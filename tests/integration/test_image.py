@@ -317,6 +317,9 @@ class ImageTest(unittest.TestCase):
             version = run(["dpkg-deb", "-f", debs[package], "Version"], check=True).stdout.strip()
             if image != f"{package}:{version.split('-')[0]}":
                 raise AssertionError(f"{workload['kind']} runs {image}, but the package is {package} {version}")
+            # Each package.sh run makes new .debs (new mtimes), so each build makes a new image: the one it
+            # replaces is removed after, to keep the store from growing run by run.
+            old = run(["podman", "image", "inspect", "--format", "{{.Id}}", f"localhost/{image}"]).stdout.strip()
             with tempfile.TemporaryDirectory() as context:
                 os.makedirs(os.path.join(context, "build", "packages"))
                 shutil.copy(debs[package], os.path.join(context, "build", "packages"))
@@ -327,6 +330,9 @@ class ImageTest(unittest.TestCase):
             if p.returncode != 0:
                 raise AssertionError(f"podman build of {image} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
             cls.images[package] = f"localhost/{image}"
+            new = run(["podman", "image", "inspect", "--format", "{{.Id}}", cls.images[package]]).stdout.strip()
+            if old and old != new:
+                run(["podman", "rmi", old])
         built = time.monotonic()
         print(f"\npackage.sh {packaged - started:.0f} s, base {based - packaged:.0f} s, images {built - based:.0f} s; "
               f"base {image_size(base) / 1e6:.0f} MB, " +
