@@ -8,6 +8,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import socket
@@ -199,9 +200,11 @@ class Pod:
     """One container of a manifest's pod template, run by podman as the kubelet would run it: its command and
     args (plus the test's `extra` flags), security context, volumes and ports, with test stand-ins for what a
     cluster provides (ConfigMaps from the manifests, a Secret from the test PKI, a temporary directory for a
-    node's hostPath under /var and for a volume claim)."""
+    node's hostPath under /var and for a volume claim). `pki` maps the config's tls-ca, tls-cert and tls-key to
+    the test's files: the volume mounted where the config looks for them holds them, whatever its kind (a
+    Secret, cert-manager's CSI driver, a node's directory)."""
 
-    def __init__(self, test, procs, workload, image, secrets, extra=(), seccomp_file=None, ports=()):
+    def __init__(self, test, procs, workload, image, pki, extra=(), seccomp_file=None, ports=()):
         spec = workload["spec"]["template"]["spec"]
         (container,) = spec["containers"]
         self.name = f"tlsprof-it-{container['name']}-{os.getpid()}-{free_port()}"
@@ -212,22 +215,30 @@ class Pod:
             volumes[claim["metadata"]["name"]] = {"name": claim["metadata"]["name"], "claim": True}
         args = ["podman", "--runtime", "runc", "run", "--rm", "--name", self.name, *ulimits(),
                 *security_args(spec, container, seccomp_file)]
+        tls_files = {}  # path in the container: the test's file
+        for v in volumes.values():
+            for text in config_map_data(v["configMap"]["name"]).values() if "configMap" in v else ():
+                for key, path in re.findall(r'^(tls-ca|tls-cert|tls-key)\s*=\s*"([^"]+)"', text, re.M):
+                    tls_files[path] = pki[key]
         for m in container.get("volumeMounts", []):
             v = volumes[m["name"]]
             source, options = None, "ro" if m.get("readOnly") else "rw"
-            if "configMap" in v:
+            here = {p: f for p, f in tls_files.items() if os.path.dirname(p) == m["mountPath"]}
+            if here:
+                source = procs.path(f"{self.name}-{m['name']}")
+                os.makedirs(source)
+                mode = v.get("secret", {}).get("defaultMode", 0o440 if fs_group is not None else 0o400)
+                for path, file in here.items():
+                    target = os.path.join(source, os.path.basename(path))
+                    shutil.copy(file, target)
+                    os.chown(target, 0, fs_group if fs_group is not None else 0)
+                    os.chmod(target, mode)
+            elif "configMap" in v:
                 source = procs.path(f"{self.name}-{m['name']}")
                 os.makedirs(source)
                 for file, text in config_map_data(v["configMap"]["name"]).items():
                     with open(os.path.join(source, file), "w") as f:
                         f.write(text)
-            elif "secret" in v:
-                source = procs.path(f"{self.name}-{m['name']}")
-                os.makedirs(source)
-                for file, path in secrets.items():
-                    shutil.copy(path, os.path.join(source, file))
-                    os.chown(os.path.join(source, file), 0, fs_group if fs_group is not None else 0)
-                    os.chmod(os.path.join(source, file), v["secret"].get("defaultMode", 0o644))
             elif "hostPath" in v:
                 path = v["hostPath"]["path"]
                 # The node's kernel and identity are the host's; its state directories are the test's own.
@@ -354,8 +365,8 @@ class ImageTest(unittest.TestCase):
         run([os.path.join(SRC, "scripts", "make-test-pki.sh"), pki, hostname], check=True)
         grpc, http, metrics = free_port(), free_port(), free_port()
         collector = Pod(self, self.procs, self.statefulset, self.images["tlsprof-collector"],
-                        {"ca.crt": f"{pki}/ca.crt", "tls.crt": f"{pki}/collector.crt",
-                         "tls.key": f"{pki}/collector.key"}, ports=((4317, grpc), (9465, http)))
+                        {"tls-ca": f"{pki}/ca.crt", "tls-cert": f"{pki}/collector.crt",
+                         "tls-key": f"{pki}/collector.key"}, ports=((4317, grpc), (9465, http)))
         collector_proc = collector.start(self.procs, port=http, http_path="/metrics", timeout=60)
 
         nginx_port, _ = start_nginx(self.procs, "rsa")
@@ -365,8 +376,8 @@ class ImageTest(unittest.TestCase):
         # The agent's own flags on top of the DaemonSet's args: this collector, a free port for /metrics on the
         # host's network, short windows.
         agent_args = dict(workload=self.daemonset, image=self.images["tlsprof-agent"],
-                          secrets={"ca.crt": f"{pki}/ca.crt", "tls.crt": f"{pki}/{hostname}.crt",
-                                   "tls.key": f"{pki}/{hostname}.key"},
+                          pki={"tls-ca": f"{pki}/ca.crt", "tls-cert": f"{pki}/{hostname}.crt",
+                                "tls-key": f"{pki}/{hostname}.key"},
                           extra=["--collector", f"127.0.0.1:{grpc}", "--metrics-listen", f"127.0.0.1:{metrics}",
                                  "--interval", str(INTERVAL)])
         # First under the runtime's default seccomp profile, as the manifest asks (RuntimeDefault).
