@@ -47,8 +47,11 @@ packages=(
   # fault tests: an agent whose clock is skewed (LD_PRELOAD libfaketime); the collector's journal on a disk that
   # stalls (mkfs.ext4 on a loop device, fsfreeze), fills up (a small tmpfs) or is damaged (test_collector.py)
   faketime e2fsprogs mount util-linux
-  # the Debian 13 root of today's TLS stacks (scripts/make-trixie-root.sh)
+  # the Debian 13 root of today's TLS stacks (scripts/make-trixie-root.sh), and the base of the images
   debootstrap
+  # the Kubernetes images built and run (tests/integration/test_image.py): podman builds them itself (no buildah
+  # needed); runc because crun 1.8 refuses cgroup v1 hosts whose cgroup2 mount holds a controller ("hybrid mode")
+  podman runc
   # function extents for the function-length check (scripts/function-lengths.py)
   universal-ctags
 )
