@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -99,12 +100,38 @@ bool HasBpfCapabilities() {
   return has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
 }
 
+// The "Seccomp:" mode of /proc/self/status: 0 none, 1 strict, 2 a filter;
+// -1 if unreadable.
+int OwnSeccompMode() {
+  std::ifstream in("/proc/self/status");  // guarded-io: the agent's own
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Seccomp:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return -1;
+}
+
 // Wraps a failure of a privileged step. EPERM is always a missing privilege;
 // EACCES is one only if we lack the capabilities, because the verifier also
 // answers EACCES when it rejects a program (its log is printed by libbpf).
+// EPERM with the capabilities held comes from a filter above them: the
+// message names it, since "needs CAP_BPF" would send the user the wrong way.
 Error PrivilegedStepError(const std::string& what, int err) {
   err = err < 0 ? -err : err;
   std::string reason = fmt::format("{}: {}", what, ErrnoText(err));
+  if (err == EPERM && HasBpfCapabilities()) {
+    if (OwnSeccompMode() == 2) {
+      return MakeError(
+          "tlsprof-agent has CAP_BPF and CAP_PERFMON, but a seccomp filter denies the calls of its BPF sampler "
+          "(Seccomp: 2 in /proc/self/status): a container runtime's default profile that allows bpf and "
+          "perf_event_open only with CAP_SYS_ADMIN (Debian 12's podman, CRI-O) needs the Localhost profile of "
+          "packaging/README.md, \"The images\": {}",
+          reason);
+    }
+    return MakeError(
+        "tlsprof-agent has CAP_BPF and CAP_PERFMON and no seccomp filter, but the kernel denies its BPF sampler: "
+        "a Linux security module (lockdown, SELinux, AppArmor) is the likely cause: {}",
+        reason);
+  }
   if (err == EPERM || (err == EACCES && !HasBpfCapabilities())) {
     return MakeError("tlsprof-agent needs root (or CAP_BPF + CAP_PERFMON) to load its BPF sampler: {}", reason);
   }
