@@ -27,6 +27,10 @@ constexpr char kSubmitPath[] = "/tlsprof.v1.Collector/Submit";
 // the journal's group commit holds one) and idle pollers kept.
 constexpr int kMaxServerThreads = 1024;
 constexpr int kMaxServerPollers = 8;
+// How long a Submit waits for --max-request-memory to have room before it is
+// refused as overloaded: a burst of honest reports queues (they hold a few
+// KiB each once read), a flood is refused; far below the agents' deadline.
+constexpr auto kMemoryWait = std::chrono::milliseconds(2000);
 
 int64_t NowUnixNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -117,7 +121,11 @@ bool AllowList::Allows(const std::string& identity) const {
 }
 
 CollectorService::CollectorService(ServiceOptions options, Ingestor* ingestor, StateStore* store, HealthMetrics* health)
-    : options_(std::move(options)), ingestor_(ingestor), store_(store), health_(health) {
+    : options_(std::move(options)),
+      request_memory_(options_.max_request_memory),
+      ingestor_(ingestor),
+      store_(store),
+      health_(health) {
   AddMethod(new grpc::internal::RpcServiceMethod(
       kSubmitPath, grpc::internal::RpcMethod::CLIENT_STREAMING,
       new grpc::internal::ClientStreamingHandler<CollectorService, grpc::ByteBuffer, grpc::ByteBuffer>(
@@ -175,20 +183,15 @@ grpc::Status CollectorService::CheckAllowed(const std::string& identity) {
   return grpc::Status::OK;
 }
 
-std::optional<CollectorService::MemoryReservation> CollectorService::ReserveMemory(size_t bytes,
-                                                                                   grpc::Status& refusal) {
-  const size_t before = request_memory_.fetch_add(bytes, std::memory_order_relaxed);
-  // One request alone is always taken (a limit below one message would refuse
-  // every message of that size for good).
-  if (before != 0 && before + bytes > options_.max_request_memory) {
-    request_memory_.fetch_sub(bytes, std::memory_order_relaxed);
+std::optional<MemoryBudget::Reservation> CollectorService::ReserveMemory(size_t bytes, grpc::Status& refusal) {
+  std::optional<MemoryBudget::Reservation> reservation = request_memory_.Reserve(bytes, kMemoryWait);
+  if (!reservation) {
     refusal = Refuse(SubmitResult::kOverloaded, grpc::StatusCode::RESOURCE_EXHAUSTED,
                      fmt::format("the collector holds --max-request-memory {} bytes of requests in progress; "
                                  "retry later",
-                                 options_.max_request_memory));
-    return std::nullopt;
+                                 request_memory_.limit()));
   }
-  return MemoryReservation(&request_memory_, bytes);
+  return reservation;
 }
 
 grpc::Status CollectorService::TakeToken(const std::string& agent_key, const std::string& identity, int64_t now_ns) {
@@ -327,7 +330,7 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, grpc::Server
   // --max-message-bytes) until its size is known; then the request holds its
   // bytes, copy and decoded message until the reply.
   grpc::Status refusal;
-  std::optional<MemoryReservation> reservation = ReserveMemory(2 * options_.max_message_bytes, refusal);
+  std::optional<MemoryBudget::Reservation> reservation = ReserveMemory(2 * options_.max_message_bytes, refusal);
   if (!reservation) return refusal;
   grpc::ByteBuffer buffer;
   if (!reader->Read(&buffer)) {

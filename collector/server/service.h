@@ -26,7 +26,6 @@
 
 #include <google/protobuf/arena.h>
 
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +33,7 @@
 
 #include "collector/expose/health.h"
 #include "collector/ingest/ingestor.h"
+#include "collector/server/memory_budget.h"
 #include "common/result.h"
 
 namespace tlsprof::collector {
@@ -99,31 +99,6 @@ class CollectorService : public grpc::Service {
     bool parsed_ok = false;
   };
   static Request ReadRequest(const grpc::ByteBuffer& buffer);
-  // Bytes reserved from max_request_memory for one Submit, given back when
-  // it ends.
-  class MemoryReservation {
-   public:
-    MemoryReservation(std::atomic<size_t>* in_use, size_t bytes) : in_use_(in_use), bytes_(bytes) {}
-    // Gives back what is reserved above `bytes` (the read is done and its size
-    // known).
-    void ShrinkTo(size_t bytes) {
-      if (bytes < bytes_) {
-        in_use_->fetch_sub(bytes_ - bytes, std::memory_order_relaxed);
-        bytes_ = bytes;
-      }
-    }
-    MemoryReservation(MemoryReservation&& other) noexcept : in_use_(other.in_use_), bytes_(other.bytes_) {
-      other.in_use_ = nullptr;
-    }
-    MemoryReservation& operator=(MemoryReservation&&) = delete;
-    ~MemoryReservation() {
-      if (in_use_) in_use_->fetch_sub(bytes_, std::memory_order_relaxed);
-    }
-
-   private:
-    std::atomic<size_t>* in_use_;
-    size_t bytes_;
-  };
   // The steps of docs/fleet.md's "Ingest"; each returns OK to go on, or the
   // status to answer (counted in tlsprof_collector_reports_total).
   grpc::Status Handle(grpc::ServerContext* context, grpc::ServerReader<grpc::ByteBuffer>* reader,
@@ -133,9 +108,9 @@ class CollectorService : public grpc::Service {
   // --insecure: insecure:<host.hostname>, from the decoded request.
   grpc::Status IdentifyInsecure(const Request& request, std::string& identity);
   grpc::Status CheckAllowed(const std::string& identity);
-  // Reserves `bytes` of max_request_memory (nullopt: refused, and counted as
-  // overloaded).
-  std::optional<MemoryReservation> ReserveMemory(size_t bytes, grpc::Status& refusal);
+  // Reserves `bytes` of max_request_memory, waiting up to kMemoryWait
+  // (nullopt: refused, and counted as overloaded).
+  std::optional<MemoryBudget::Reservation> ReserveMemory(size_t bytes, grpc::Status& refusal);
   grpc::Status TakeToken(const std::string& agent_key, const std::string& identity, int64_t now_ns);
   // A non-relay TLS identity may only report for itself: host.hostname must
   // be its certificate's CN or one of its DNS names (docs/fleet.md,
@@ -150,7 +125,7 @@ class CollectorService : public grpc::Service {
   bool IsRelay(const std::string& identity) const;
 
   const ServiceOptions options_;
-  std::atomic<size_t> request_memory_{0};  // reserved by Submits in progress
+  MemoryBudget request_memory_;  // reserved by Submits in progress
   Ingestor* ingestor_;
   StateStore* store_;
   HealthMetrics* health_;
