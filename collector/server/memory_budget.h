@@ -7,8 +7,8 @@
 // refused; a waiting call holds a gRPC thread but none of the memory.
 // Waiters are served in arrival order, each woken alone when its bytes fit:
 // a flood cannot starve a call that came before it, and a release does not
-// wake every waiting thread (with a thousand of them, notify_all cost the
-// collector a third of its throughput).
+// wake every waiting thread (up to the server's thread limit of them, all
+// contending for one mutex on every release).
 #pragma once
 
 #include <algorithm>
@@ -30,7 +30,9 @@ class MemoryBudget {
   // Bytes held until destroyed (or moved from).
   class Reservation {
    public:
-    Reservation(Reservation&& other) noexcept : budget_(other.budget_), bytes_(other.bytes_) { other.budget_ = nullptr; }
+    Reservation(Reservation&& other) noexcept : budget_(other.budget_), bytes_(other.bytes_) {
+      other.budget_ = nullptr;
+    }
     Reservation& operator=(Reservation&&) = delete;
     ~Reservation() {
       if (budget_) budget_->Release(bytes_);

@@ -422,9 +422,10 @@ Result<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, 
   // RESOURCE_EXHAUSTED) instead of growing memory.
   grpc::ResourceQuota quota("tlsprof-collector");
   quota.SetMaxThreads(kMaxServerThreads);
-  // And the memory of its transports (read buffers, messages being received):
-  // without it, 2,000 clients each sending a 4 MiB message would be held in
-  // full before Submit's own bound could refuse one.
+  // And the memory of its transports (read buffers, messages being read):
+  // gRPC 1.51 accounts them against this size and cancels streams past it.
+  // Not a hard cap (allocations go on first): Submit's own reservation,
+  // taken before it reads, is the bound (docs/fleet.md, "Ingest").
   quota.Resize(options.max_request_memory);
   builder.SetResourceQuota(quota);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
