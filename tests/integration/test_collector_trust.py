@@ -26,9 +26,10 @@ FLOOD_CALLS = 2000
 FLOOD_BYTES = 4 << 20
 FLOOD_SECONDS = 15
 # The collector's memory limit in the test (a cgroup v1 memory controller): half the packaged 2 GiB, with
-# --max-request-memory at a quarter of it.
+# --max-request-memory at 192 MiB: requests hold at most twice that (its reservations, and gRPC's quota of the same
+# size), beside the threads and the rest of the collector.
 MEMORY_LIMIT = 1 << 30
-MAX_REQUEST_MEMORY = 256 << 20
+MAX_REQUEST_MEMORY = 192 << 20
 CGROUP_ROOT = "/sys/fs/cgroup/memory"
 
 
@@ -130,12 +131,13 @@ class HostSlotExpiryTest(unittest.TestCase):
 class MemoryFloodTest(unittest.TestCase):
     def setUp(self):
         require_root(self)
+        # Removed after the processes in it are stopped (cleanups run last first).
+        self.cgroup = MemoryCgroup(MEMORY_LIMIT)
+        self.addCleanup(self.cgroup.close)
         self.procs = Processes()
         self.addCleanup(self.procs.close)
         self.pb = load_proto(self.procs.tmp.name)
         self.pki = make_pki(self.procs, RELAY, "flooder", f"agent-1={HONEST}")
-        self.cgroup = MemoryCgroup(MEMORY_LIMIT)
-        self.addCleanup(self.cgroup.close)
 
     def flood(self, name, calls, out):
         argv = [os.path.join(BIN, "tlsprof-flood"), "--collector", f"127.0.0.1:{self.collector.grpc_port}",
@@ -165,7 +167,7 @@ class MemoryFloodTest(unittest.TestCase):
         start = time.monotonic()
         for t in floods:
             t.start()
-        # The honest agent sends every 0.5 s while the flood lasts, retrying as a real agent does.
+        # The honest agent sends every 0.25 s while the flood lasts, retrying as a real agent does.
         honest_results = {}
         seq = 2
         while any(t.is_alive() for t in floods):
@@ -173,7 +175,7 @@ class MemoryFloodTest(unittest.TestCase):
             honest_results[result] = honest_results.get(result, 0) + 1
             if result == "ACCEPTED":
                 seq += 1
-            time.sleep(0.5)
+            time.sleep(0.25)
         for t in floods:
             t.join()
         seconds = time.monotonic() - start
