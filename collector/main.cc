@@ -86,6 +86,8 @@ struct Flags {
   std::vector<std::string> relay_identities;
   IngestOptions ingest;
   uint64_t max_message_bytes = 4194304;
+  uint64_t max_request_memory = kDefaultMaxRequestMemory;
+  double idle_expiry_seconds = static_cast<double>(kDefaultIdleExpiryNs) / 1e9;
   uint64_t compact_bytes = 64ull << 20;
   RemoteWriteOptions remote_write;
   std::vector<std::string> remote_write_labels;  // NAME=VALUE
@@ -118,6 +120,12 @@ void AddFlags(CLI::App& app, Flags& f) {
   };
   number("--max-message-bytes", f.max_message_bytes, "largest Submit message")
       ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30));
+  number("--max-request-memory", f.max_request_memory,
+         "bytes Submits in progress may hold (and gRPC's buffers, again): past it, RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 40));
+  number("--idle-expiry-seconds", f.idle_expiry_seconds,
+         "an agent key (at --max-agents) or a --max-hosts slot silent this long gives its place up")
+      ->check(CLI::Range(1.0, 30.0 * 86400));
   number("--max-series-per-agent", f.ingest.max_series_per_agent);
   number("--max-services-per-agent", f.ingest.max_services_per_agent);
   number("--rate-limit-per-agent", f.ingest.rate_per_agent, "reports per second per agent")->check(CLI::PositiveNumber);
@@ -150,6 +158,7 @@ tlsprof::Result<ServiceOptions> MakeServiceOptions(const Flags& f) {
   ServiceOptions options;
   options.insecure = f.server.insecure;
   options.max_message_bytes = f.max_message_bytes;
+  options.max_request_memory = f.max_request_memory;
   options.relay_identities = f.relay_identities;
   if (!f.allowed_agents_file.empty()) {
     tlsprof::Result<AllowList> allowed = AllowList::Load(f.allowed_agents_file);
@@ -298,6 +307,8 @@ int main(int argc, char** argv) {
     return Fail("--tls-ca, --tls-cert and --tls-key are all required (or --insecure to accept plaintext)");
   }
   flags.server.max_message_bytes = flags.max_message_bytes;
+  flags.server.max_request_memory = flags.max_request_memory;
+  flags.ingest.idle_expiry_ns = static_cast<int64_t>(flags.idle_expiry_seconds * 1e9);
   auto labels = ExternalLabels(flags.remote_write_labels);
   if (!labels.ok()) return Fail(labels.error().message);
   flags.remote_write.external_labels = *labels;

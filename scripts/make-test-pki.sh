@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# make-test-pki.sh DIR [AGENT_NAME...]: a throw-away PKI for tests and demos
+# make-test-pki.sh DIR [AGENT_NAME[=HOST,...]...]: a throw-away PKI for tests and demos
 # (docs/certificates.md explains how to issue real ones).
 #
 #   DIR/ca.crt, ca.key                     the test CA (EC P-256)
 #   DIR/collector.crt, collector.key       CN=tlsprof-collector, SAN DNS:localhost, IP:127.0.0.1
-#   DIR/<name>.crt, <name>.key             one agent per AGENT_NAME (CN=<name>); default: agent-1
+#   DIR/<name>.crt, <name>.key             one agent per AGENT_NAME (CN=<name>, SAN DNS:<name> and DNS:<host>
+#                                          for each HOST); default: agent-1. The collector takes a report only
+#                                          for a host its certificate names (docs/fleet.md, "Identity"): give
+#                                          an agent that reports this machine's hostname `agent-1=$(hostname)`.
 #   DIR/expired.crt, expired.key           CN=expired-agent, signed by the CA, valid 2020-01-01..2020-01-02
 #   DIR/other-ca.crt, other-ca.key         a second, unrelated CA
 #   DIR/wrong-ca.crt, wrong-ca.key         CN=agent-1, signed by the other CA
@@ -12,7 +15,7 @@
 # Not for production: the keys are unencrypted and the CA key sits beside them.
 set -euo pipefail
 if [[ $# -lt 1 || $1 == -h || $1 == --help ]]; then
-  echo "usage: $0 DIR [AGENT_NAME...]" >&2
+  echo "usage: $0 DIR [AGENT_NAME[=HOST,...]...]" >&2
   exit 2
 fi
 dir=$1
@@ -51,8 +54,15 @@ extendedKeyUsage=clientAuth"
 
 make_ca ca "/CN=tlsprof test CA"
 issue collector tlsprof-collector ca "$server_ext"
-for name in "${agents[@]}"; do
-  issue "$name" "$name" ca "$client_ext"
+for spec in "${agents[@]}"; do
+  name=${spec%%=*}
+  san="DNS:$name"
+  if [[ $spec == *=* ]]; then
+    IFS=, read -ra hosts <<<"${spec#*=}"
+    for host in "${hosts[@]}"; do san+=",DNS:$host"; done
+  fi
+  issue "$name" "$name" ca "$client_ext
+subjectAltName=$san"
 done
 
 # Expired: `openssl x509` (3.0) cannot back-date, `openssl ca` can.
@@ -88,4 +98,4 @@ openssl ca -batch -config "$work/ca.cnf" -in "$work/expired.csr" -out expired.cr
 make_ca other-ca "/CN=some other CA"
 issue wrong-ca agent-1 other-ca "$client_ext"
 rm -f ./*.srl
-echo "test PKI in $PWD: ca, collector, ${agents[*]}, expired, other-ca, wrong-ca"
+echo "test PKI in $PWD: ca, collector, ${agents[*]%%=*}, expired, other-ca, wrong-ca"

@@ -10,8 +10,9 @@ namespace tlsprof::collector {
 namespace {
 
 // tlsprof_collector_reports_total's "result", by SubmitResult.
-constexpr std::string_view kSubmitResultNames[kSubmitResults] = {
-    "accepted", "duplicate", "invalid", "unauthenticated", "denied", "rate_limited", "too_large", "agent_limit"};
+constexpr std::string_view kSubmitResultNames[kSubmitResults] = {"accepted",        "duplicate",   "invalid",
+                                                                 "unauthenticated", "denied",      "rate_limited",
+                                                                 "too_large",       "agent_limit", "overloaded"};
 
 }  // namespace
 

@@ -37,9 +37,10 @@ enum class SubmitResult {
   kDenied,
   kRateLimited,
   kTooLarge,
-  kAgentLimit
+  kAgentLimit,
+  kOverloaded  // --max-request-memory held by requests in progress
 };
-inline constexpr int kSubmitResults = 8;
+inline constexpr int kSubmitResults = 9;
 
 class HealthMetrics {
  public:

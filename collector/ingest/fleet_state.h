@@ -207,7 +207,9 @@ struct FleetState {
   std::map<BusyKey, double, ArrayLess> busy;
   std::map<HostBucket, double> host_cpu;
   std::map<std::string, double> host_busy;
-  std::set<std::string> hosts;  // hosts with their own label (at most --max-hosts)
+  // Hosts with their own label (at most --max-hosts), and the receive time of
+  // each one's last report: a slot expires with IngestOptions::idle_expiry_ns.
+  std::map<std::string, int64_t> hosts;
   // Keyed by the minute of the collector's receive time (not the window's
   // end: a skewed agent clock must not create minutes outside the ring).
   std::map<int64_t, Shared<Minute>> minutes;

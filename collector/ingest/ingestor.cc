@@ -102,15 +102,47 @@ FleetState Ingestor::Copy(const std::function<void()>& fn) const {
 void Ingestor::Replace(FleetState state) {
   std::lock_guard lock(mu_);
   state_ = std::move(state);
+  no_eviction_before_ns_ = 0;
+  no_host_expiry_before_ns_ = 0;
 }
 
-std::string Ingestor::HostLabelLocked(const std::string& hostname) {
-  if (state_.hosts.count(hostname)) return hostname;
-  if (state_.hosts.size() < options_.max_hosts) {
-    state_.hosts.insert(hostname);
-    return hostname;
+void Ingestor::AdmitHostLocked(const std::string& hostname, int64_t now_ns) {
+  ExpireHostsLocked(now_ns);
+  auto it = state_.hosts.find(hostname);
+  if (it != state_.hosts.end()) {
+    it->second = std::max(it->second, now_ns);
+  } else if (state_.hosts.size() < options_.max_hosts) {
+    state_.hosts.emplace(hostname, now_ns);
+    no_host_expiry_before_ns_ = std::min(no_host_expiry_before_ns_, now_ns + options_.idle_expiry_ns);
   }
-  return kOverflowHost;
+}
+
+void Ingestor::ExpireHostsLocked(int64_t now_ns) {
+  if (now_ns < no_host_expiry_before_ns_) return;
+  // The series of an expired host go with its slot: the hosts that hold a
+  // slot are exactly those with tlsprof_host_* series (a restored snapshot
+  // derives one from the other), and a host that comes back starts its
+  // counters again from zero, which rate() reads as a reset.
+  int64_t oldest_kept = INT64_MAX;
+  size_t expired = 0;
+  for (auto it = state_.hosts.begin(); it != state_.hosts.end();) {
+    if (now_ns - it->second < options_.idle_expiry_ns) {
+      oldest_kept = std::min(oldest_kept, it->second);
+      ++it;
+      continue;
+    }
+    state_.host_busy.erase(it->first);
+    auto cpu = state_.host_cpu.lower_bound({it->first, std::string()});
+    while (cpu != state_.host_cpu.end() && cpu->first.first == it->first) cpu = state_.host_cpu.erase(cpu);
+    it = state_.hosts.erase(it);
+    ++expired;
+  }
+  if (expired) spdlog::info("host labels: {} hosts silent for --idle-expiry-seconds released their slots", expired);
+  no_host_expiry_before_ns_ = oldest_kept == INT64_MAX ? INT64_MAX : oldest_kept + options_.idle_expiry_ns;
+}
+
+std::string Ingestor::HostLabelLocked(const std::string& hostname) const {
+  return state_.hosts.count(hostname) ? hostname : std::string(kOverflowHost);
 }
 
 FleetState::Agent* Ingestor::AdmitAgentLocked(const std::string& agent_key, int64_t now_ns) {
@@ -127,9 +159,9 @@ bool Ingestor::MakeRoomForAgentLocked(int64_t now_ns) {
   if (now_ns < no_eviction_before_ns_) return false;
   auto oldest = LeastRecentlySeen(state_.agents);
   if (oldest == state_.agents.end()) return true;
-  if (now_ns - oldest->second->last_seen_ns < kAgentIdleEvictNs) {
+  if (now_ns - oldest->second->last_seen_ns < options_.idle_expiry_ns) {
     // Last-seen times only grow: no agent can be evicted before then.
-    no_eviction_before_ns_ = oldest->second->last_seen_ns + kAgentIdleEvictNs;
+    no_eviction_before_ns_ = oldest->second->last_seen_ns + options_.idle_expiry_ns;
     return false;
   }
   spdlog::warn("forgetting agent {} (silent since {}): the collector holds --max-agents {} agents", oldest->first,
@@ -197,6 +229,7 @@ ApplyResult Ingestor::ApplyLocked(const std::string& agent_key, const v1::AgentR
   minute.agents.insert(Fnv1a({agent_key}));
   ++state_.reports;
 
+  if (options_.host_labels) AdmitHostLocked(report.host().hostname(), received_ns);
   ConnectionGauges gauges;  // the report's (with usage)
   for (const v1::Service& service : report.services()) {
     ApplyServiceLocked(*agent, report, service, minute, gauges, result);

@@ -26,6 +26,8 @@
 
 namespace tlsprof::collector {
 
+inline constexpr int64_t kDefaultIdleExpiryNs = 3600LL * 1000 * 1000 * 1000;
+
 struct IngestOptions {
   uint32_t max_series_per_agent = 2000;
   uint32_t max_services_per_agent = 64;
@@ -41,6 +43,10 @@ struct IngestOptions {
   // operation series, with its histogram, counts once).
   uint32_t max_agents = 10000;
   uint32_t max_series = 100000;
+  // An agent key, or a host's --max-hosts slot, silent this long gives its
+  // place up (docs/fleet.md, "Bounds"): what forged or departed names hold
+  // is released after it. The default of --idle-expiry-seconds.
+  int64_t idle_expiry_ns = kDefaultIdleExpiryNs;
 };
 
 // The key an agent's state lives under: its identity, plus the reported
@@ -52,7 +58,7 @@ struct ApplyResult {
   bool duplicate = false;
   bool too_old = false;  // duplicate because it fell below the sequence window
   // A new agent key while --max-agents keys are held and none has been
-  // silent for kAgentIdleEvictNs: nothing counted, not journaled (retried).
+  // silent for idle_expiry_ns: nothing counted, not journaled (retried).
   bool refused = false;
   uint32_t dropped_series = 0;
 };
@@ -67,8 +73,9 @@ inline constexpr int64_t kSummaryMinutes = 61;
 // starts a new instance); the least recently seen is forgotten.
 inline constexpr size_t kMaxInstancesPerAgent = 16;
 // At --max-agents, a new agent key takes the place of the least recently seen
-// one if that one has been silent this long; otherwise it is refused.
-inline constexpr int64_t kAgentIdleEvictNs = 3600LL * 1000 * 1000 * 1000;
+// one if that one has been silent for IngestOptions::idle_expiry_ns (by
+// default this); otherwise it is refused.
+inline constexpr int64_t kAgentIdleEvictNs = kDefaultIdleExpiryNs;
 // |agent clock - collector clock| above this counts a report as skewed.
 inline constexpr int64_t kSkewToleranceNs = 30LL * 1000 * 1000 * 1000;
 
@@ -161,7 +168,13 @@ class Ingestor {
   // report is its latest.
   void ApplyUsageStatsLocked(FleetState::Agent& agent, const v1::AgentReport& report, int64_t received_ns,
                              ConnectionGauges gauges);
-  std::string HostLabelLocked(const std::string& hostname);
+  // With --host-labels: the report's host keeps (or takes) a --max-hosts slot
+  // and its last-seen time; hosts silent for idle_expiry_ns first give up
+  // theirs, with their tlsprof_host_* series.
+  void AdmitHostLocked(const std::string& hostname, int64_t now_ns);
+  void ExpireHostsLocked(int64_t now_ns);
+  // The host's own label if it holds a slot, else kOverflowHost.
+  std::string HostLabelLocked(const std::string& hostname) const;
   void PruneMinutesLocked(int64_t now_minute);
 
   const IngestOptions options_;
@@ -169,7 +182,8 @@ class Ingestor {
   FleetState state_;
   // Rate limiting (not persisted: a restart starts every key full).
   std::unordered_map<std::string, TokenBucket> buckets_;
-  int64_t no_eviction_before_ns_ = 0;  // no agent is idle enough before this
+  int64_t no_eviction_before_ns_ = 0;     // no agent is idle enough before this
+  int64_t no_host_expiry_before_ns_ = 0;  // no host slot expires before this
 };
 
 }  // namespace tlsprof::collector

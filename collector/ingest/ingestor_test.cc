@@ -318,6 +318,39 @@ TEST(Ingestor, HostLabelsOverflow) {
   EXPECT_EQ(SeriesCount(ingestor, "tlsprof_host_busy_cpu_seconds_total"), 3u);
 }
 
+// A host silent for idle_expiry_ns gives its --max-hosts slot up, with its
+// series; the slots and their last-seen times survive a snapshot.
+TEST(Ingestor, HostSlotsExpireWithTheirSeries) {
+  IngestOptions options;
+  options.host_labels = true;
+  options.max_hosts = 2;
+  options.idle_expiry_ns = 10'000'000'000;
+  auto report = [](const std::string& host, uint64_t sequence) {
+    v1::AgentReport r = MakeReport(sequence);
+    r.mutable_host()->set_hostname(host);
+    return r;
+  };
+  Ingestor a(options);
+  a.Apply(MakeAgentKey("relay", "h0"), report("h0", 1), kTestNowNs);
+  a.Apply(MakeAgentKey("relay", "h1"), report("h1", 1), kTestNowNs + 5'000'000'000);
+  a.Apply(MakeAgentKey("relay", "h2"), report("h2", 1), kTestNowNs + 6'000'000'000);
+  const double busy = 1000.0 * (1'000'000'000 / 99) / 1e9;
+  EXPECT_DOUBLE_EQ(Value(a, "tlsprof_host_busy_cpu_seconds_total", {{"host", "(overflow)"}}), busy);
+
+  state::State snapshot;
+  TakeSnapshot(a, snapshot);
+  Ingestor b(options);
+  ASSERT_TRUE(RestoreSnapshot(snapshot, b).ok());
+  for (Ingestor* ingestor : {&a, &b}) {
+    // h0 is 10 s silent, h1 only 5 s: h2 takes h0's slot, and h0's series go.
+    ingestor->Apply(MakeAgentKey("relay", "h2"), report("h2", 2), kTestNowNs + 10'000'000'000);
+    EXPECT_DOUBLE_EQ(Value(*ingestor, "tlsprof_host_busy_cpu_seconds_total", {{"host", "h2"}}), busy);
+    EXPECT_DOUBLE_EQ(Value(*ingestor, "tlsprof_host_busy_cpu_seconds_total", {{"host", "h1"}}), busy);
+    EXPECT_EQ(SeriesCount(*ingestor, "tlsprof_host_busy_cpu_seconds_total"), 3u);  // h1, h2, (overflow)
+    EXPECT_EQ(SeriesCount(*ingestor, "tlsprof_host_cpu_seconds_total"), 3u);       // one bucket each
+  }
+}
+
 TEST(Ingestor, SnapshotRestoreKeepsCountersDedupAndCaps) {
   IngestOptions options;
   options.max_series_per_agent = 3;

@@ -188,6 +188,10 @@ std::optional<std::string> ValidateReport(const v1::AgentReport& r, int64_t /*no
     return std::string("host.hostname: must be 1-253 characters of [A-Za-z0-9._:-]");
   }
   if (r.host().cpus() < 1) return std::string("host.cpus: must be >= 1");
+  if (r.host().cpus() > kMaxHostCpus) {
+    return fmt::format("host.cpus: {} exceeds {}, the most CPUs a Linux kernel supports", r.host().cpus(),
+                       kMaxHostCpus);
+  }
 
   const v1::Window& w = r.window();
   if (w.end_unix_ns() <= w.start_unix_ns()) return std::string("window: end_unix_ns must be > start_unix_ns");

@@ -32,6 +32,10 @@ inline constexpr double kMaxConnections = 1e8;
 // them): 1 PiB, far above any host, so that a broken agent cannot push the
 // gauge's sums to absurd values.
 inline constexpr uint64_t kMaxResidentBytes = uint64_t{1} << 50;
+// CPUs one host may report: Linux's largest NR_CPUS (CONFIG_MAXSMP, x86-64)
+// is 8192, so no kernel an agent runs on can show more. host.cpus scales the
+// sample and usage bounds below, so an unbounded value would lift them all.
+inline constexpr uint32_t kMaxHostCpus = 8192;
 
 // A label value (service, algorithm, library): 1–64 characters of
 // [A-Za-z0-9._:/()+ -]. Nothing that could close a label or inject a series.

@@ -54,6 +54,8 @@ const Rejection kRejections[] = {
     {"hostname_injection", [](auto& r) { r.mutable_host()->set_hostname("h\"}"); },
      "host.hostname: must be 1-253 characters of [A-Za-z0-9._:-]"},
     {"cpus_zero", [](auto& r) { r.mutable_host()->set_cpus(0); }, "host.cpus: must be >= 1"},
+    {"cpus_beyond_any_kernel", [](auto& r) { r.mutable_host()->set_cpus(kMaxHostCpus + 1); },
+     "host.cpus: 8193 exceeds 8192, the most CPUs a Linux kernel supports"},
     {"window_empty", [](auto& r) { r.mutable_window()->set_start_unix_ns(r.window().end_unix_ns()); },
      "window: end_unix_ns must be > start_unix_ns"},
     {"window_too_long",
@@ -240,6 +242,8 @@ TEST(Validate, BoundariesAreInclusive) {
   r.mutable_window()->set_period_ns(1'000'000'000 / 99 + 1);
   EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
   r.mutable_window()->set_start_unix_ns(r.window().end_unix_ns() - kMaxWindowNs);
+  EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
+  r.mutable_host()->set_cpus(kMaxHostCpus);
   EXPECT_EQ(ValidateReport(r, kTestNowNs), std::nullopt);
 }
 

@@ -11,6 +11,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -26,6 +27,10 @@ constexpr char kSubmitPath[] = "/tlsprof.v1.Collector/Submit";
 // the journal's group commit holds one) and idle pollers kept.
 constexpr int kMaxServerThreads = 1024;
 constexpr int kMaxServerPollers = 8;
+// How long a Submit waits for --max-request-memory to have room before it is
+// refused as overloaded: a burst of honest reports queues (they hold a few
+// KiB each once read), a flood is refused; far below the agents' deadline.
+constexpr auto kMemoryWait = std::chrono::milliseconds(2000);
 
 int64_t NowUnixNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -116,12 +121,16 @@ bool AllowList::Allows(const std::string& identity) const {
 }
 
 CollectorService::CollectorService(ServiceOptions options, Ingestor* ingestor, StateStore* store, HealthMetrics* health)
-    : options_(std::move(options)), ingestor_(ingestor), store_(store), health_(health) {
+    : options_(std::move(options)),
+      request_memory_(options_.max_request_memory),
+      ingestor_(ingestor),
+      store_(store),
+      health_(health) {
   AddMethod(new grpc::internal::RpcServiceMethod(
-      kSubmitPath, grpc::internal::RpcMethod::NORMAL_RPC,
-      new grpc::internal::RpcMethodHandler<CollectorService, grpc::ByteBuffer, grpc::ByteBuffer>(
-          [](CollectorService* service, grpc::ServerContext* context, const grpc::ByteBuffer* request,
-             grpc::ByteBuffer* response) { return service->Submit(context, request, response); },
+      kSubmitPath, grpc::internal::RpcMethod::CLIENT_STREAMING,
+      new grpc::internal::ClientStreamingHandler<CollectorService, grpc::ByteBuffer, grpc::ByteBuffer>(
+          [](CollectorService* service, grpc::ServerContext* context, grpc::ServerReader<grpc::ByteBuffer>* reader,
+             grpc::ByteBuffer* response) { return service->Submit(context, reader, response); },
           this)));
 }
 
@@ -132,10 +141,10 @@ bool CollectorService::IsRelay(const std::string& identity) const {
   return false;
 }
 
-grpc::Status CollectorService::Submit(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+grpc::Status CollectorService::Submit(grpc::ServerContext* context, grpc::ServerReader<grpc::ByteBuffer>* reader,
                                       grpc::ByteBuffer* response) {
   const auto start = std::chrono::steady_clock::now();
-  grpc::Status status = Handle(context, *request, response);
+  grpc::Status status = Handle(context, reader, response);
   health_->ObserveIngestSeconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return status;
 }
@@ -145,28 +154,80 @@ grpc::Status CollectorService::Refuse(SubmitResult result, grpc::StatusCode code
   return {code, std::move(message)};
 }
 
-grpc::Status CollectorService::Identify(grpc::ServerContext* context, const Request& request, std::string& identity) {
-  const std::string& hostname = request.parsed->report().host().hostname();
-  if (options_.insecure) {
-    if (!request.parsed_ok || !IsValidHostname(hostname)) {
-      return Refuse(SubmitResult::kUnauthenticated, grpc::StatusCode::UNAUTHENTICATED,
-                    "--insecure: the identity is insecure:<host.hostname>, and the report carries no valid "
-                    "host.hostname");
-    }
-    identity = "insecure:" + hostname;
-  } else {
-    std::vector<grpc::string_ref> cn = context->auth_context()->FindPropertyValues("x509_common_name");
-    if (cn.empty() || cn[0].empty()) {
-      return Refuse(SubmitResult::kUnauthenticated, grpc::StatusCode::UNAUTHENTICATED,
-                    "the client certificate has no subject CN");
-    }
-    identity.assign(cn[0].data(), cn[0].size());
+grpc::Status CollectorService::IdentifyPeer(grpc::ServerContext* context, std::string& identity) {
+  std::vector<grpc::string_ref> cn = context->auth_context()->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+  if (cn.empty() || cn[0].empty()) {
+    return Refuse(SubmitResult::kUnauthenticated, grpc::StatusCode::UNAUTHENTICATED,
+                  "the client certificate has no subject CN");
   }
+  identity.assign(cn[0].data(), cn[0].size());
+  return CheckAllowed(identity);
+}
+
+grpc::Status CollectorService::IdentifyInsecure(const Request& request, std::string& identity) {
+  const std::string& hostname = request.parsed->report().host().hostname();
+  if (!request.parsed_ok || !IsValidHostname(hostname)) {
+    return Refuse(SubmitResult::kUnauthenticated, grpc::StatusCode::UNAUTHENTICATED,
+                  "--insecure: the identity is insecure:<host.hostname>, and the report carries no valid "
+                  "host.hostname");
+  }
+  identity = "insecure:" + hostname;
+  return CheckAllowed(identity);
+}
+
+grpc::Status CollectorService::CheckAllowed(const std::string& identity) {
   if (options_.allowed && !options_.allowed->Allows(identity)) {
     return Refuse(SubmitResult::kDenied, grpc::StatusCode::PERMISSION_DENIED,
                   fmt::format("identity '{}' is not in --allowed-agents", identity));
   }
   return grpc::Status::OK;
+}
+
+std::optional<MemoryBudget::Reservation> CollectorService::ReserveMemory(size_t bytes, grpc::Status& refusal) {
+  std::optional<MemoryBudget::Reservation> reservation = request_memory_.Reserve(bytes, kMemoryWait);
+  if (!reservation) {
+    refusal = Refuse(SubmitResult::kOverloaded, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     fmt::format("the collector holds --max-request-memory {} bytes of requests in progress; "
+                                 "retry later",
+                                 request_memory_.limit()));
+  }
+  return reservation;
+}
+
+grpc::Status CollectorService::TakeToken(const std::string& agent_key, const std::string& identity, int64_t now_ns) {
+  if (ingestor_->TakeToken(agent_key, now_ns)) return grpc::Status::OK;
+  return Refuse(SubmitResult::kRateLimited, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                fmt::format("rate limit: agent '{}' sends more than its reports/s (--rate-limit-per-agent, "
+                            "--rate-burst); retry later",
+                            identity));
+}
+
+namespace {
+
+// DNS names compare without regard to case (RFC 4343).
+bool SameHostname(grpc::string_ref a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+}  // namespace
+
+grpc::Status CollectorService::CheckHost(grpc::ServerContext* context, const std::string& identity,
+                                         const Request& request) {
+  const std::string& hostname = request.parsed->report().host().hostname();
+  const grpc::AuthContext& auth = *context->auth_context();
+  // The CN (the identity) first, then the DNS subject alternative names; IP,
+  // URI and e-mail names are not host names.
+  if (SameHostname(grpc::string_ref(identity), hostname)) return grpc::Status::OK;
+  for (const grpc::string_ref& dns : auth.FindPropertyValues(GRPC_PEER_DNS_PROPERTY_NAME)) {
+    if (SameHostname(dns, hostname)) return grpc::Status::OK;
+  }
+  return Refuse(SubmitResult::kDenied, grpc::StatusCode::PERMISSION_DENIED,
+                fmt::format("host.hostname '{}' is not this certificate's: identity '{}' may report only as its "
+                            "CN or one of its DNS subject alternative names (issue the agent a certificate for "
+                            "its hostname, or list a relay with --relay-identity)",
+                            hostname, identity));
 }
 
 grpc::Status CollectorService::Validate(const Request& request, int64_t now_ns) {
@@ -211,8 +272,8 @@ grpc::Status CollectorService::Ingest(const std::string& agent_key, const std::s
   if (applied.refused) {
     // Retried by the agent (its batch stays spooled); docs/fleet.md, "Bounds".
     return Refuse(SubmitResult::kAgentLimit, grpc::StatusCode::RESOURCE_EXHAUSTED,
-                  fmt::format("the collector holds --max-agents agents, none idle for an hour; agent '{}' is not "
-                              "taken now, retry later",
+                  fmt::format("the collector holds --max-agents agents, none silent for --idle-expiry-seconds; "
+                              "agent '{}' is not taken now, retry later",
                               identity));
   }
   if (applied.too_old) {
@@ -250,35 +311,65 @@ CollectorService::Request CollectorService::ReadRequest(const grpc::ByteBuffer& 
   return request;
 }
 
-grpc::Status CollectorService::Handle(grpc::ServerContext* context, const grpc::ByteBuffer& buffer,
+grpc::Status CollectorService::Handle(grpc::ServerContext* context, grpc::ServerReader<grpc::ByteBuffer>* reader,
                                       grpc::ByteBuffer* response) {
-  // 1. Size. gRPC's own limit sits above --max-message-bytes (StartServer), so
-  // that what lies between is answered and counted here.
+  const int64_t now_ns = NowUnixNs();
+  // 1 and 2. Identity from the certificate, and the rate limit of a non-relay
+  // identity, before a byte is read. A relay's bucket is per host, so it
+  // waits for the decoded hostname (below).
+  std::string identity;
+  bool relay = false;
+  if (!options_.insecure) {
+    if (grpc::Status st = IdentifyPeer(context, identity); !st.ok()) return st;
+    relay = IsRelay(identity);
+    if (!relay) {
+      if (grpc::Status st = TakeToken(MakeAgentKey(identity, ""), identity, now_ns); !st.ok()) return st;
+    }
+  }
+  // 3. Memory: the read may hold up to gRPC's own limit (StartServer: twice
+  // --max-message-bytes) until its size is known; then the request holds its
+  // bytes, copy and decoded message until the reply.
+  grpc::Status refusal;
+  std::optional<MemoryBudget::Reservation> reservation = ReserveMemory(2 * options_.max_message_bytes, refusal);
+  if (!reservation) return refusal;
+  grpc::ByteBuffer buffer;
+  if (!reader->Read(&buffer)) {
+    // gRPC cancelled the call (a message above its own limit, or the client
+    // went away): gRPC answers it, uncounted as before the handler existed.
+    if (context->IsCancelled()) return {grpc::StatusCode::CANCELLED, "the call was cancelled"};
+    return Refuse(SubmitResult::kInvalid, grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
+  }
+  // 4. Size. gRPC's own limit sits above --max-message-bytes, so that what
+  // lies between is answered and counted here.
   const size_t size = buffer.Length();
   if (size > options_.max_message_bytes) {
     return Refuse(SubmitResult::kTooLarge, grpc::StatusCode::RESOURCE_EXHAUSTED,
                   fmt::format("message of {} bytes exceeds --max-message-bytes {}", size, options_.max_message_bytes));
   }
+  reservation->ShrinkTo(size * kRequestMemoryPerByte);
   Request request = ReadRequest(buffer);
-  // 2. Identity.
-  std::string identity;
-  if (grpc::Status st = Identify(context, request, identity); !st.ok()) return st;
+  buffer.Clear();  // copied into request.bytes
+  // --insecure: the identity is the reported hostname, so it needs the
+  // decoded message (trusted networks only: docs/fleet.md).
+  if (options_.insecure) {
+    if (grpc::Status st = IdentifyInsecure(request, identity); !st.ok()) return st;
+    relay = IsRelay(identity);
+  }
   // A relay submits for many hosts: each (relay, hostname) is one agent. Until
   // validation, an invalid hostname keys the relay itself.
   const std::string& hostname = request.parsed->report().host().hostname();
   const std::string agent_key =
-      MakeAgentKey(identity, IsRelay(identity) && IsValidHostname(hostname) ? std::string_view(hostname) : "");
-  // 3. Rate limit.
-  const int64_t now_ns = NowUnixNs();
-  if (!ingestor_->TakeToken(agent_key, now_ns)) {
-    return Refuse(SubmitResult::kRateLimited, grpc::StatusCode::RESOURCE_EXHAUSTED,
-                  fmt::format("rate limit: agent '{}' sends more than its reports/s (--rate-limit-per-agent, "
-                              "--rate-burst); retry later",
-                              identity));
+      MakeAgentKey(identity, relay && IsValidHostname(hostname) ? std::string_view(hostname) : "");
+  if (options_.insecure || relay) {
+    if (grpc::Status st = TakeToken(agent_key, identity, now_ns); !st.ok()) return st;
   }
-  // 4. Validation.
+  // 5. Validation.
   if (grpc::Status st = Validate(request, now_ns); !st.ok()) return st;
-  // 5 and 6. Duplicate, caps, counters; the journal record is appended under
+  // 6. The host is the certificate's, unless a relay speaks for it.
+  if (!options_.insecure && !relay) {
+    if (grpc::Status st = CheckHost(context, identity, request); !st.ok()) return st;
+  }
+  // 7 and 8. Duplicate, caps, counters; the journal record is appended under
   // the ingest lock and made durable (group commit) before the reply.
   ApplyResult applied;
   if (grpc::Status st = Ingest(agent_key, identity, request, now_ns, applied); !st.ok()) return st;
@@ -331,9 +422,18 @@ Result<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, 
   // RESOURCE_EXHAUSTED) instead of growing memory.
   grpc::ResourceQuota quota("tlsprof-collector");
   quota.SetMaxThreads(kMaxServerThreads);
+  // And the memory of its transports (read buffers, messages being read):
+  // gRPC 1.51 accounts them against this size and cancels streams past it.
+  // Not a hard cap (allocations go on first): Submit's own reservation,
+  // taken before it reads, is the bound (docs/fleet.md, "Ingest").
+  quota.Resize(options.max_request_memory);
   builder.SetResourceQuota(quota);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxServerPollers);
+  // A stream's flow-control window stays at HTTP/2's 64 KiB until Submit reads
+  // its message: bandwidth-delay probing would raise it toward megabytes, and
+  // every call queued for a thread could then hold that much unread.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   // Messages up to twice the limit reach Submit, which answers and counts them;
   // gRPC itself refuses anything larger (RESOURCE_EXHAUSTED, not counted).
   const size_t grpc_limit = std::min<size_t>(options.max_message_bytes * 2, (1u << 31) - 1);

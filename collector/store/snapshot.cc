@@ -87,6 +87,11 @@ void SeriesToProto(const FleetState& s, state::State& out) {
     b->set_name(name);
     b->set_seconds(seconds);
   }
+  for (const auto& [name, seen_ns] : s.hosts) {
+    state::HostSeen* h = out.add_hosts();
+    h->set_host(name);
+    h->set_last_seen_unix_ns(seen_ns);
+  }
   for (const auto& [hash, entry] : s.handshakes) {
     state::UsageSeries* u = out.add_handshakes();
     u->mutable_labels()->Add(entry.labels.begin(), entry.labels.end());
@@ -161,12 +166,18 @@ void SeriesFromProto(const state::State& in, FleetState& s) {
   }
   for (const state::NamedSeconds& b : in.busy()) s.busy[{b.name(), b.container_id(), b.pod_uid()}] = b.seconds();
   for (const state::HostCpu& h : in.host_cpu()) s.host_cpu[{h.host(), h.bucket()}] = h.seconds();
+  for (const state::HostSeen& h : in.hosts()) s.hosts[h.host()] = h.last_seen_unix_ns();
+  // A host with series holds a slot. Older state has no HostSeen: its hosts
+  // are taken as seen at the newest report it knows of, so that they expire
+  // an idle period after the upgrade, not at once.
+  int64_t newest_ns = 0;
+  for (const state::Agent& a : in.agents()) newest_ns = std::max(newest_ns, a.last_seen_unix_ns());
   for (const state::NamedSeconds& b : in.host_busy()) {
     s.host_busy[b.name()] = b.seconds();
-    if (b.name() != kOverflowHost) s.hosts.insert(b.name());
+    if (b.name() != kOverflowHost) s.hosts.try_emplace(b.name(), newest_ns);
   }
   for (const state::HostCpu& h : in.host_cpu()) {
-    if (h.host() != kOverflowHost) s.hosts.insert(h.host());
+    if (h.host() != kOverflowHost) s.hosts.try_emplace(h.host(), newest_ns);
   }
 }
 

@@ -185,8 +185,11 @@ class CollectorTlsTest(unittest.TestCase):
         cls.procs = Processes()
         cls.tmp = cls.procs.tmp.name
         cls.pki = os.path.join(cls.tmp, "pki")
-        subprocess.run([os.path.join(SRC, "scripts", "make-test-pki.sh"), cls.pki, "agent-1", "agent-2", "bomber",
-                        "tlsprof-loadgen", "stranger"], check=True, capture_output=True)
+        # The collector takes a report only for a host its certificate names: agent-1, agent-2 and bomber all
+        # report as host-1 (make_report's default), agent-2 also as host-2.
+        subprocess.run([os.path.join(SRC, "scripts", "make-test-pki.sh"), cls.pki, "agent-1=host-1",
+                        "agent-2=host-1,host-2", "bomber=host-1", "tlsprof-loadgen", "stranger"], check=True,
+                       capture_output=True)
         cls.pb = load_proto(cls.tmp)
         allowed = os.path.join(cls.tmp, "allowed-agents")
         with open(allowed, "w") as f:
@@ -245,6 +248,24 @@ class CollectorTlsTest(unittest.TestCase):
         print(f"\nSubmit latency (information only; bench/ measures): first {latencies[0]*1e3:.1f} ms, "
               f"warm p50 {statistics.median(warm)*1e3:.2f} ms, max {max(warm)*1e3:.2f} ms over {len(warm)} calls",
               file=sys.stderr)
+
+    def test_a2_an_agent_cannot_add_to_another_hosts_series(self):
+        pb = self.pb
+        result, details, _ = self.client("agent-2").send(make_report(pb, 1, os.urandom(16), "svc-a2", "host-2"))
+        self.assertEqual(result, "ACCEPTED", details)
+        before = self.collector.metrics()
+        victim = key("tlsprof_host_busy_cpu_seconds_total", host="host-2")
+        self.assertIn(victim, before)
+        # agent-1's certificate names host-1 only: its report for host-2 is refused, counted, and adds nothing.
+        code, details, _ = self.client("agent-1").send(make_report(pb, 1, os.urandom(16), "svc-a2", "host-2"))
+        self.assertEqual(code, "PERMISSION_DENIED")
+        self.assertIn("host.hostname 'host-2' is not this certificate's", details)
+        m = self.collector.metrics()
+        self.assertEqual(self.result_count(m, "denied") - self.result_count(before, "denied"), 1)
+        self.assertEqual(m[victim], before[victim])
+        self.assertEqual(m[key("tlsprof_busy_cpu_seconds_total", service="svc-a2")],
+                         before[key("tlsprof_busy_cpu_seconds_total", service="svc-a2")])
+        self.assertEqual(m[key("tlsprof_reports_total")], before[key("tlsprof_reports_total")])
 
     def test_b_malformed_bytes_are_invalid(self):
         before = self.collector.metrics()

@@ -21,6 +21,7 @@ against its `sealed batch` log lines.
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import unittest
@@ -99,7 +100,9 @@ class FailoverTest(unittest.TestCase):
 
     def test_failover_kill_9_and_return_count_each_window_once(self):
         pki = self.procs.path("pki")
-        subprocess.run([os.path.join(SRC, "scripts", "make-test-pki.sh"), pki, RELAY, AGENT_IDENTITY], check=True,
+        # The real agent reports this machine's hostname: its certificate names it (docs/fleet.md, "Identity").
+        subprocess.run([os.path.join(SRC, "scripts", "make-test-pki.sh"), pki, RELAY,
+                        f"{AGENT_IDENTITY}={socket.gethostname()}"], check=True,
                        capture_output=True)
         vm = VictoriaMetrics(self.procs)
         prom = Prometheus(self.procs, [], extra_args=["--web.enable-remote-write-receiver"]).start()

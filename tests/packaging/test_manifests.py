@@ -238,11 +238,12 @@ class ManifestsTest(unittest.TestCase):
             self.assertIn(path, mounts)
             self.assertIs(mounts[path].get("readOnly"), True, path)
             self.assertEqual(volumes[mounts[path]["name"]]["hostPath"]["path"], path)
-        # Where the config points: the state directory on the host, the TLS files in the Secret.
+        # Where the config points: the state directory on the host, the TLS files of the node's own certificate.
         state = self.config_value(self.agent_conf, "state-dir", "run")
         self.assertIn("hostPath", volumes[mounts[state]["name"]])
         tls_mount = mounts["/etc/tlsprof/tls"]
-        self.assertEqual(volumes[tls_mount["name"]]["secret"]["secretName"], "tlsprof-agent-tls")
+        self.assertIs(tls_mount.get("readOnly"), True)
+        self.assertEqual(volumes[tls_mount["name"]]["hostPath"], {"path": "/etc/tlsprof/agent-tls", "type": "Directory"})
         for key in ("tls-ca", "tls-cert", "tls-key"):
             self.assertTrue(self.config_value(self.agent_conf, key, "run").startswith("/etc/tlsprof/tls/"), key)
         self.assertEqual(volumes[mounts["/etc/tlsprof"]["name"]]["configMap"]["name"], "tlsprof-agent-config")
@@ -306,6 +307,19 @@ class ManifestsTest(unittest.TestCase):
             for call in calls:
                 self.assertTrue(call in allowed, f"{name}.service: SystemCallFilter= denies {call}")
             self.assertFalse("mount" in allowed, f"{name}.service: the filter allows everything?")
+
+    def test_each_node_has_its_own_certificate(self):
+        """The collector takes a report only for the host its certificate names (docs/fleet.md, "Identity"): the
+        DaemonSet's certificate is each node's own (a hostPath, not one Secret or volume every pod shares), its
+        pods report the node's hostname (hostNetwork), and no collector trusts the agents as relays."""
+        pod = self.doc("DaemonSet", "tlsprof-agent")["spec"]["template"]["spec"]
+        self.assertIs(pod.get("hostNetwork"), True)
+        tls = [v for v in pod["volumes"] if v["name"] == "tls"]
+        self.assertEqual(len(tls), 1)
+        self.assertEqual(set(tls[0]) - {"name"}, {"hostPath"})
+        self.assertNotIn("csi", tls[0])
+        self.assertFalse([k for k in self.docs if k[0] == "Secret"], "a Secret would be one for all nodes")
+        self.assertEqual([k for _, k, _ in parse_config(self.collector_conf) if k == "relay-identity"], [])
 
     def test_agents_dial_every_collector_replica(self):
         # One stable name per replica, in order, and no other: the agents' rendezvous hashing places each agent
