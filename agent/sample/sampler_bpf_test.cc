@@ -15,7 +15,9 @@
 #include <limits.h>
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -388,56 +390,22 @@ TEST(SamplerBpfTest, RejectsFrequencyOutOfRange) {
   }
 }
 
-TEST(SamplerBpfTest, ExplainsMissingPrivileges) {
-  // In a child that drops root (and with it every capability), Start() must
-  // fail with the message that tells the user what to do.
+// Start()'s error in a forked child once `setup` has changed the child's
+// privileges (false: the child fails). Empty with a test failure if the child
+// did not report.
+std::string StartErrorInChild(const std::function<bool()>& setup) {
   int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  UniqueFd read_end(fds[0]);
-  UniqueFd write_end(fds[1]);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
-      _exit(2);
-    }
-    auto sampler = Sampler::Start({.frequency_hz = kHz, .target_pids = {}});
-    std::string message = sampler.ok() ? "started without privileges" : sampler.error().message;
-    _exit(write(write_end.get(), message.data(), message.size()) < 0 ? 3 : 0);
+  if (pipe(fds) != 0) {
+    ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    return "";
   }
-  write_end.reset();
-  std::string message;
-  char buf[512];
-  for (ssize_t n; (n = read(read_end.get(), buf, sizeof(buf))) > 0;) message.append(buf, static_cast<size_t>(n));
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-  EXPECT_THAT(message, HasSubstr("tlsprof-agent needs root (or CAP_BPF + CAP_PERFMON) to load its BPF sampler: "));
-}
-
-TEST(SamplerBpfTest, NamesASeccompFilterThatDeniesBpf) {
-  // Root with every capability, under a filter that answers bpf() with EPERM
-  // the way Debian 12's podman default profile does without CAP_SYS_ADMIN:
-  // the message must name the filter, not ask for capabilities it has.
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
   UniqueFd read_end(fds[0]);
   UniqueFd write_end(fds[1]);
   pid_t pid = fork();
-  ASSERT_GE(pid, 0);
   if (pid == 0) {
-    sock_filter code[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_bpf, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    sock_fprog program{.len = static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), .filter = code};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
-      _exit(2);
-    }
+    if (!setup()) _exit(2);
     auto sampler = Sampler::Start({.frequency_hz = kHz, .target_pids = {}});
-    std::string message = sampler.ok() ? "started under the filter" : sampler.error().message;
+    std::string message = sampler.ok() ? "started" : sampler.error().message;
     _exit(write(write_end.get(), message.data(), message.size()) < 0 ? 3 : 0);
   }
   write_end.reset();
@@ -445,8 +413,34 @@ TEST(SamplerBpfTest, NamesASeccompFilterThatDeniesBpf) {
   char buf[1024];
   for (ssize_t n; (n = read(read_end.get(), buf, sizeof(buf))) > 0;) message.append(buf, static_cast<size_t>(n));
   int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  return message;
+}
+
+TEST(SamplerBpfTest, ExplainsMissingPrivileges) {
+  // In a child that drops root (and with it every capability), Start() must
+  // fail with the message that tells the user what to do.
+  std::string message = StartErrorInChild([] {
+    return setgroups(0, nullptr) == 0 && setresgid(65534, 65534, 65534) == 0 && setresuid(65534, 65534, 65534) == 0;
+  });
+  EXPECT_THAT(message, HasSubstr("tlsprof-agent needs root (or CAP_BPF + CAP_PERFMON) to load its BPF sampler: "));
+}
+
+TEST(SamplerBpfTest, NamesASeccompFilterThatDeniesBpf) {
+  // Root with every capability, under a filter that answers bpf() with EPERM
+  // the way Debian 12's podman default profile does without CAP_SYS_ADMIN:
+  // the message must name the filter, not ask for capabilities it has.
+  std::string message = StartErrorInChild([] {
+    static sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_bpf, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog program{.len = static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), .filter = code};
+    return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+  });
   EXPECT_THAT(message, HasSubstr("tlsprof-agent has CAP_BPF and CAP_PERFMON, but a seccomp filter denies"));
   EXPECT_THAT(message, HasSubstr("Operation not permitted"));
 }

@@ -32,12 +32,12 @@ def _run(argv, **kw):
     return subprocess.run(argv, capture_output=True, text=True, **kw)
 
 
-def _archive_uri():
+def archive_uri():
     p = _run(["bash", "-c", f"source {SRC}/scripts/debian-archive.sh && debian_archive_uri"])
     return p.stdout.strip()
 
 
-def _chroot_apt(root, *args, timeout=900):
+def chroot_apt(root, *args, timeout=900):
     """apt-get inside the root, with /proc mounted in a mount namespace that ends with it."""
     script = ('set -e; mount -t proc proc "$0/proc"; '
               'chroot "$0" env DEBIAN_FRONTEND=noninteractive apt-get -qq "$@"')
@@ -63,14 +63,14 @@ def ensure_root(packages=()):
                    if _run(["chroot", ROOT, "dpkg-query", "-W", "-f=${Status}", p]).stdout.split()[-1:] != ["installed"]]
         if missing:
             for args in (("update",), ("install", "-y", "--no-install-recommends", *missing), ("clean",)):
-                p = _chroot_apt(ROOT, *args)
+                p = chroot_apt(ROOT, *args)
                 if p.returncode != 0:
                     raise AssertionError(f"apt-get {' '.join(args)} in {ROOT} failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
     return ROOT
 
 
 def _make_root(want):
-    uri = _archive_uri()
+    uri = archive_uri()
     if not uri:
         raise AssertionError("no Debian archive URI in this machine's apt sources: the systemd root cannot be made")
     if not shutil.which("debootstrap") or not shutil.which("systemd-nspawn"):

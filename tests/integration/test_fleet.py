@@ -22,7 +22,7 @@ import unittest
 import prometheus_harness
 
 from prometheus_harness import Prometheus, check_metrics, metric_sum
-from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, require_root
+from tlsprof_testlib import AGENT, BIN, SRC, Processes, free_port, require_root, wait_for
 
 COLLECTOR = os.path.join(BIN, "tlsprof-collector")
 FREQUENCY = 99
@@ -82,13 +82,7 @@ class FleetCase(unittest.TestCase):
                                  self.procs.path("truth.ready")], ready_file=self.procs.path("truth.ready"))
 
     def wait_for(self, what, predicate, timeout=60, step=0.2):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(step)
-        self.fail(f"timed out after {timeout} s waiting for {what}")
+        return wait_for(self, what, predicate, timeout, interval=step)
 
     def sealed_count(self, logs):
         return len(sealed_batches(logs))

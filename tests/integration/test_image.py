@@ -19,8 +19,9 @@ import unittest
 
 import yaml
 
-from systemd_container import _archive_uri, _chroot_apt, depends_of
-from tlsprof_testlib import BIN, SRC, Processes, free_port, metric_sum, require_root, scrape, start_nginx
+from systemd_container import archive_uri, chroot_apt, depends_of
+from tlsprof_testlib import (BIN, SRC, Processes, free_port, metric_sum, require_root, scrape, start_nginx,
+                             wait_for)
 
 BUILD = os.path.dirname(os.path.abspath(BIN))
 KUBERNETES = os.path.join(SRC, "packaging", "kubernetes")
@@ -67,7 +68,7 @@ def ensure_base(packages):
 
 
 def _make_root(want, packages):
-    uri = _archive_uri()
+    uri = archive_uri()
     if not uri:
         raise AssertionError("no Debian archive URI in this machine's apt sources: the image's base cannot be made")
     if not shutil.which("debootstrap"):
@@ -80,7 +81,7 @@ def _make_root(want, packages):
     # apt, not debootstrap's --include, for the Depends: some are virtual packages (libspdlog1.10-fmt9).
     shutil.copy("/etc/resolv.conf", os.path.join(new, "etc", "resolv.conf"))
     for args in (("update",), ("install", "-y", "--no-install-recommends", *sorted(packages)), ("clean",)):
-        p = _chroot_apt(new, *args)
+        p = chroot_apt(new, *args)
         if p.returncode != 0:
             raise AssertionError(f"apt-get {' '.join(args)} in {new} failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
     os.remove(os.path.join(new, "etc", "resolv.conf"))
@@ -265,16 +266,6 @@ def image_size(tag):
     return int(run(["podman", "image", "inspect", "--format", "{{.Size}}", tag], check=True).stdout)
 
 
-def wait_for(test, what, predicate, timeout, logs=()):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    test.fail(f"{what}: not after {timeout} s\n" + "\n".join(logs()))
-
-
 def try_scrape(port):
     try:
         return scrape(port)
@@ -335,7 +326,7 @@ class ImageTest(unittest.TestCase):
         self.addCleanup(self.procs.close)
 
     def logs(self, *procs):
-        return lambda: [f"--- {p.args[:6]}:\n{self.procs.log(p)}" for p in procs]
+        return lambda: "\n".join(f"--- {p.args[:6]}:\n{self.procs.log(p)}" for p in procs)
 
     def test_agent_image_profiles_host_nginx_and_ships_to_collector_image(self):
         started = time.monotonic()

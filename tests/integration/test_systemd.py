@@ -25,7 +25,7 @@ import urllib.request
 
 from systemd_container import Container, depends_of, ensure_root
 from thread_stop import StoppedThread
-from tlsprof_testlib import BIN, SRC, Processes, free_port, metric_sum, require_root
+from tlsprof_testlib import BIN, SRC, Processes, free_port, metric_sum, require_root, wait_for
 
 BUILD = os.path.dirname(os.path.abspath(BIN))
 AGENT_UNIT = "tlsprof-agent.service"
@@ -86,13 +86,7 @@ class SystemdUnitsTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def wait_for(self, what, predicate, timeout, container, unit):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.2)
-        self.fail(f"{what}: not after {timeout} s\n{container.journal(unit)[-4000:]}")
+        return wait_for(self, what, predicate, timeout, lambda: container.journal(unit)[-4000:])
 
     def test_agent_watchdog_restarts_a_stalled_window_loop(self):
         started = time.monotonic()

@@ -118,6 +118,18 @@ def _http_ok(port, path):
         return False
 
 
+def wait_for(test, what, predicate, timeout, context=lambda: "", interval=0.2):
+    """The first truthy value of predicate() within `timeout` seconds; otherwise the test fails, naming `what`
+    and giving context() (a log's tail, say)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    test.fail(f"{what}: not after {timeout} s\n{context()}")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
