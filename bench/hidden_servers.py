@@ -409,7 +409,7 @@ class RedisBench:
         self.out = os.path.join(tmp, f"{tag}.redis-benchmark.out")
         argv = ["redis-benchmark", "--tls", "--cacert", srv.crt, "-h", "127.0.0.1", "-p", str(srv.port),
                 "-c", "8", "-n", "100000000", "-k", "1" if keepalive else "0", "-q"]
-        argv += ["-t", "get,set", "-d", "16384"] if keepalive else ["-t", "ping"]
+        argv += ["-t", "get,set", "-d", "4096"] if keepalive else ["-t", "ping"]
         with open(self.out, "w") as f:
             self.p = start(argv, stdout=f, stderr=subprocess.STDOUT)
         self.poll = None if keepalive else Poller(srv.connections)
@@ -503,6 +503,13 @@ func main() {
 		panic(err)
 	}
 	text := f.Section(".text").Addr
+	// perf prints an unnamed frame as an offset in the file: say how to
+	// turn one into an address.
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			fmt.Printf("bias %x\\n", p.Vaddr-p.Off)
+		}
+	}
 	t, err := gosym.NewTable(nil, gosym.NewLineTable(pcln, text))
 	if err != nil {
 		panic(err)
@@ -517,12 +524,17 @@ func main() {
     exe = os.path.join(src, "gofuncs")
     run(["go", "build", "-o", exe, "."], cwd=src, env=dict(os.environ, GOFLAGS="-mod=mod", GOCACHE=os.path.join(tmp, "gocache")))
     out = run([exe, binary])
-    ranges = []
+    ranges, bias = [], None
     for line in out.splitlines():
-        lo, hi, name = line.split(" ", 2)
-        if GO_TLS_FUNC.match(name):
+        lo, hi, *name = line.split(" ", 2)
+        if lo == "bias":
+            bias = int(hi, 16)
+        elif GO_TLS_FUNC.match(name[0]):
             ranges.append((int(lo, 16), int(hi, 16)))
-    ranges.sort()
+    if bias is None:
+        raise PhaseError(f"{binary}: no executable PT_LOAD segment")
+    # perf script prints file offsets for frames it cannot name.
+    ranges = sorted((lo - bias, hi - bias) for lo, hi in ranges)
     return ranges
 
 
@@ -627,7 +639,7 @@ def agent_figures(rep, comm):
 def run_case(args, tmp, srv_name, cert_kind, cert, load):
     tag = f"{srv_name}-{cert_kind}-{load}"
     srv = SERVER_CLASSES[srv_name](tmp, cert)
-    res = {"server": srv_name, "cert": cert_kind, "load": load}
+    res = {"server": srv_name, "cert": cert_kind, "load": load, "frequency_hz": args.frequency}
     ld = None
     try:
         srv.start()
@@ -697,7 +709,7 @@ def pct(x, nd=1):
 
 def render(rows):
     header = ["agent TLS", "perf TLS", "agent/perf", "unknown", "other/unk", "HS agent", "HS gen",
-              "CPU agent", "samples perf", "perf user"]
+              "CPU agent", "samples perf", "CPU seen", "perf user"]
     body = []
     for r in rows:
         label = f"{r['server']} {r['cert']} {r['load']}"
@@ -711,12 +723,13 @@ def render(rows):
         body.append((label, pct(a["tls_share"]), pct(r["perf_tls_share"]), ratio, pct(a["unknown_share"]),
                      pct(a["other_unknown_share"], 2), "-" if a["handshakes"] is None else str(a["handshakes"]),
                      "-" if gen is None else f"{gen:.0f}", f"{a['cpu_seconds']:.2f} s", str(p["samples"]),
+                     pct(a["cpu_seconds"] * r["frequency_hz"] / p["samples"] if p["samples"] else None, 0),
                      pct(r["perf_user_share"], 0)))
     lines = [table("server cert load", header, body)]
     lines.append("  agent TLS: the server's TLS CPU / its CPU (report processes[] of that name); perf TLS: its "
                  "user-mode samples\n  with a frame in libssl/libcrypto (Caddy: Go crypto/ functions) / all its "
                  "samples, same window;\n  unknown: all buckets' `unknown` / TLS time; HS: server handshakes the "
-                 "agent counted (--usage) vs the load generator's")
+                 "agent counted (--usage) vs the load generator's;\n  CPU seen: the server CPU the agent's process rows hold / perf's samples of the server (x 1/F)")
     for r in rows:
         if "error" in r:
             continue
@@ -725,7 +738,8 @@ def render(rows):
         bk = ", ".join(f"{k} {pct(v)}" for k, v in a["bucket_share"].items())
         lines.append(f"  {r['server']} {r['cert']} {r['load']}: buckets {bk}; unknown rows {top or '-'}; "
                      f"handshakes {a['handshake_kinds'] or '-'}; processes agent {a['processes']} perf "
-                     f"{r['perf']['pids']}")
+                     f"{r['perf']['pids']}; host samples unresolved by the agent "
+                     f"{(a['samples'] or {}).get('unresolved')}")
     return "\n".join(lines)
 
 
