@@ -544,13 +544,56 @@ def in_ranges(ranges, x):
     return i >= 0 and ranges[i][0] <= x < ranges[i][1]
 
 
+# Kernel frames that name why a kernel-mode sample ran. This kernel (6.18)
+# dispatches system calls through a switch in do_syscall_64, so there is no
+# __x64_sys_* frame: the syscall's own function below it names it.
+KERNEL_NET = re.compile(r"^(do_writev|do_readv|ksys_(read|write)|vfs_(read|write|readv|writev)|"
+                        r"__sys_(sendto|recvfrom|sendmsg|recvmsg|sendmmsg|recvmmsg|accept4?|shutdown)|"
+                        r"do_epoll_wait|do_sys_poll|do_select|core_sys_select|__fput|__close_fd|file_close_fd|"
+                        r"sock_|tcp_|inet_|__x64_sys_(read|write|readv|writev|send|recv|epoll|close|shutdown))")
+KERNEL_ALLOC = re.compile(r"(getrandom|^ksys_mmap_pgoff|^vm_mmap_pgoff|^__vm_munmap|^do_vmi_munmap|^do_brk|"
+                          r"^__do_sys_brk|^do_mprotect_pkey|^do_madvise|^__do_sys_(mremap|madvise|munmap|mmap))")
+PAGE_FAULT = re.compile(r"^(asm_exc_page_fault|exc_page_fault)$")
+UPROBE_TRAP = re.compile(r"^(asm_exc_int3|asm_exc_debug)$")  # a uprobe's breakpoint and single step
+
+
+def kernel_cause(frames):
+    """Why a kernel-mode sample under a TLS frame ran, from its kernel frames
+    read outermost first: `net` (socket and file I/O, polling, close: the
+    record layer's BIO or net.Conn), `alloc` (getrandom, mmap/munmap/brk,
+    mprotect, madvise: what issue 34 item 1 counts as the operation's),
+    `fault` (a user page fault), `uprobe` (a uprobe's trap: the agent's own
+    --usage probes), `other_syscall`, `other` (interrupts, preemption,
+    softirq on the way back)."""
+    kernel = []
+    for _, sym, dso in frames:
+        if not dso.startswith("[kernel"):
+            break
+        kernel.append(sym)
+    syscall = False
+    for sym in reversed(kernel):
+        if sym == "do_syscall_64":
+            syscall = True
+            continue
+        if PAGE_FAULT.match(sym):
+            return "fault"
+        if UPROBE_TRAP.match(sym):
+            return "uprobe"
+        if KERNEL_NET.match(sym):
+            return "net"
+        if KERNEL_ALLOC.search(sym):
+            return "alloc"
+    return "other_syscall" if syscall else "other"
+
+
 def perf_counts(data, comm, t0, t1, go_ranges, go_binary):
     """{'samples', 'user', 'kernel', 'user_tls', 'kernel_tls'} of the processes
     named comm in [t0, t1] ns (CLOCK_MONOTONIC), from perf.data."""
     argv = ["perf", "script", "-i", data, "--no-inline", "-F", "comm,pid,tid,time,ip,sym,dso", "--ns",
             "--comms", comm]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace")
-    c = {"samples": 0, "user": 0, "kernel": 0, "user_tls": 0, "kernel_tls": 0, "pids": set()}
+    c = {"samples": 0, "user": 0, "kernel": 0, "user_tls": 0, "kernel_tls": 0, "kernel_tls_by_cause": {},
+         "pids": set()}
     hdr = re.compile(r"^\s*(\S.*?)\s+(\d+)/(\d+)\s+(\d+)\.(\d+):")
     frame = re.compile(r"^\s+([0-9a-f]+)\s+(.*?)\s+\((.*)\)\s*$")
     cur = None
@@ -575,6 +618,9 @@ def perf_counts(data, comm, t0, t1, go_ranges, go_binary):
         if kernel:
             c["kernel"] += 1
             c["kernel_tls"] += tls
+            if tls:
+                k = kernel_cause(s["frames"])
+                c["kernel_tls_by_cause"][k] = c["kernel_tls_by_cause"].get(k, 0) + 1
         else:
             c["user"] += 1
             c["user_tls"] += tls
@@ -740,7 +786,9 @@ def render(rows):
         lines.append(f"  {r['server']} {r['cert']} {r['load']}: buckets {bk}; unknown rows {top or '-'}; "
                      f"handshakes {a['handshake_kinds'] or '-'}; processes agent {a['processes']} perf "
                      f"{r['perf']['pids']}; host samples unresolved by the agent "
-                     f"{(a['samples'] or {}).get('unresolved')}")
+                     f"{(a['samples'] or {}).get('unresolved')}; perf kernel samples under a TLS frame "
+                     f"{pct(r['perf']['kernel_tls'] / r['perf']['samples'] if r['perf']['samples'] else None)} "
+                     f"of the server's, by cause {r['perf'].get('kernel_tls_by_cause')}")
     return "\n".join(lines)
 
 
