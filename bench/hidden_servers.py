@@ -561,7 +561,7 @@ def kernel_cause(frames):
     """Why a kernel-mode sample under a TLS frame ran, from its kernel frames
     read outermost first: `net` (socket and file I/O, polling, close: the
     record layer's BIO or net.Conn), `alloc` (getrandom, mmap/munmap/brk,
-    mprotect, madvise: what issue 34 item 1 counts as the operation's),
+    mprotect, madvise: kernel time an operation causes),
     `fault` (a user page fault), `uprobe` (a uprobe's trap: the agent's own
     --usage probes), `other_syscall`, `other` (interrupts, preemption,
     softirq on the way back)."""
