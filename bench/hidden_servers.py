@@ -557,6 +557,11 @@ PAGE_FAULT = re.compile(r"^(asm_exc_page_fault|exc_page_fault)$")
 UPROBE_TRAP = re.compile(r"^(asm_exc_int3|asm_exc_debug)$")  # a uprobe's breakpoint and single step
 
 
+def is_kernel_frame(frame):
+    ip, _, dso = frame
+    return dso.startswith("[kernel") or dso.startswith("bpf_prog_") or int(ip, 16) >= 1 << 63
+
+
 def kernel_cause(frames):
     """Why a kernel-mode sample under a TLS frame ran, from its kernel frames
     read outermost first: `net` (socket and file I/O, polling, close: the
@@ -566,10 +571,10 @@ def kernel_cause(frames):
     --usage probes), `other_syscall`, `other` (interrupts, preemption,
     softirq on the way back)."""
     kernel = []
-    for _, sym, dso in frames:
-        if not dso.startswith("[kernel"):
+    for f in frames:
+        if not is_kernel_frame(f):
             break
-        kernel.append(sym)
+        kernel.append(f[1])
     syscall = False
     for sym in reversed(kernel):
         if sym == "do_syscall_64":
@@ -603,8 +608,9 @@ def perf_counts(data, comm, t0, t1, go_ranges, go_binary):
             return
         if not (t0 <= s["t"] <= t1):
             return
-        leaf_dso = s["frames"][0][2]
-        kernel = leaf_dso.startswith("[kernel") or leaf_dso == "[unknown]" and int(s["frames"][0][0], 16) >= 1 << 63
+        # Kernel mode: a kernel leaf, or a BPF program's (the agent's own
+        # uprobe handlers run in the kernel; perf names their JIT image).
+        kernel = is_kernel_frame(s["frames"][0])
         tls = False
         for ip, sym, dso in s["frames"]:
             if TLS_DSO.search(dso):
