@@ -198,7 +198,6 @@ class Lighttpd(Server):
 
     def start(self):
         conf = os.path.join(self.dir, "lighttpd.conf")
-        pem = os.path.join(self.dir, "both.pem")
         with open(conf, "w") as f:
             f.write(f"""server.document-root = "{self.dir}"
 server.bind = "127.0.0.1"
@@ -212,7 +211,6 @@ server.max-keep-alive-requests = 100000
 """)
         p = self.spawn(["/usr/sbin/lighttpd", "-D", "-f", conf])
         wait_port(self.port, p, 30, "lighttpd", self.log)
-        del pem
 
     def describe(self):
         return "lighttpd 1.4 (one process), mod_openssl"
