@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -31,6 +30,7 @@
 #include "agent/sample/cpu_list.h"
 #include "agent/sample/map_window.h"
 #include "common/fd.h"
+#include "common/proc_status.h"
 #include "sampler.skel.h"
 
 namespace tlsprof::sample {
@@ -100,16 +100,6 @@ bool HasBpfCapabilities() {
   return has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
 }
 
-// The "Seccomp:" mode of /proc/self/status: 0 none, 1 strict, 2 a filter;
-// -1 if unreadable.
-int OwnSeccompMode() {
-  std::ifstream in("/proc/self/status");  // guarded-io: the agent's own
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("Seccomp:", 0) == 0) return std::atoi(line.c_str() + 8);
-  }
-  return -1;
-}
-
 // Wraps a failure of a privileged step. EPERM is always a missing privilege;
 // EACCES is one only if we lack the capabilities, because the verifier also
 // answers EACCES when it rejects a program (its log is printed by libbpf).
@@ -119,7 +109,7 @@ Error PrivilegedStepError(const std::string& what, int err) {
   err = err < 0 ? -err : err;
   std::string reason = fmt::format("{}: {}", what, ErrnoText(err));
   if (err == EPERM && HasBpfCapabilities()) {
-    if (OwnSeccompMode() == 2) {
+    if (ProcSelfStatusNumber("Seccomp:") == 2) {
       return MakeError(
           "tlsprof-agent has CAP_BPF and CAP_PERFMON, but a seccomp filter denies the calls of its BPF sampler "
           "(Seccomp: 2 in /proc/self/status): a container runtime's default profile that allows bpf and "

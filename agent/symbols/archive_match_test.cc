@@ -19,9 +19,9 @@
 #include <set>
 
 #include "agent/symbols/binary_image.h"
-#include "agent/symbols/proc_status.h"
 #include "agent/symbols/test_util.h"
 #include "common/fd.h"
+#include "common/proc_status.h"
 
 namespace tlsprof::symbols {
 namespace {
@@ -67,14 +67,14 @@ LoadOptions DynsymOnly() {
 
 TEST(ArchiveMatchTest, LibcryptoGetsInternalNames) {
   REQUIRE_FILES(kLibcrypto, kLibcryptoA);
-  long hwm0 = ProcStatusKb("VmHWM:"), rss0 = ProcStatusKb("VmRSS:");
+  long hwm0 = ProcSelfStatusNumber("VmHWM:"), rss0 = ProcSelfStatusNumber("VmRSS:");
   LoadOptions options;
   options.debug.use_debuginfod = false;
   auto t0 = Clock::now();
   auto img = LoadPath(kLibcrypto, options);
   auto t1 = Clock::now();
   ASSERT_TRUE(img) << img.error().message;
-  long hwm1 = ProcStatusKb("VmHWM:"), rss1 = ProcStatusKb("VmRSS:");
+  long hwm1 = ProcSelfStatusNumber("VmHWM:"), rss1 = ProcSelfStatusNumber("VmRSS:");
   const BinaryImage& i = **img;
   EXPECT_EQ(i.symbol_source, SymbolSource::kStaticArchive);
 

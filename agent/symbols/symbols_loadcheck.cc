@@ -24,8 +24,8 @@
 #include "agent/symbols/binary_image.h"
 #include "agent/symbols/boringssl_tables.h"
 #include "agent/symbols/library_tables.h"
-#include "agent/symbols/proc_status.h"
 #include "common/fd.h"
+#include "common/proc_status.h"
 
 namespace {
 
@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
   }
   if (no_archive) options.debug.static_archive_sonames.clear();
   options.debug.library_tables = !no_tables;
-  long rss_before = tlsprof::symbols::ProcStatusKb("VmRSS:");
-  long hwm_before = tlsprof::symbols::ProcStatusKb("VmHWM:");
+  long rss_before = tlsprof::ProcSelfStatusNumber("VmRSS:");
+  long hwm_before = tlsprof::ProcSelfStatusNumber("VmHWM:");
   auto t0 = std::chrono::steady_clock::now();
   auto image = tlsprof::symbols::LoadBinaryImage(*file, tlsprof::symbols::ImageOrigin{argv[1], nullptr}, options);
   auto t1 = std::chrono::steady_clock::now();
@@ -131,8 +131,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", image.error().message.c_str());
     return 1;
   }
-  long rss_after = tlsprof::symbols::ProcStatusKb("VmRSS:");
-  long hwm_after = tlsprof::symbols::ProcStatusKb("VmHWM:");
+  long rss_after = tlsprof::ProcSelfStatusNumber("VmRSS:");
+  long hwm_after = tlsprof::ProcSelfStatusNumber("VmHWM:");
   const auto& img = **image;
   std::printf("%s: build-id %s, source %s, %llu function symbols seen, %zu kept, go=%d\n", argv[1],
               img.build_id.c_str(), std::string(tlsprof::symbols::SymbolSourceName(img.symbol_source)).c_str(),

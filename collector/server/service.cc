@@ -335,7 +335,7 @@ grpc::Status CollectorService::Handle(grpc::ServerContext* context, grpc::Server
   grpc::ByteBuffer buffer;
   if (!reader->Read(&buffer)) {
     // gRPC cancelled the call (a message above its own limit, or the client
-    // went away): gRPC answers it, uncounted as before the handler existed.
+    // went away): gRPC answers it, and it is not counted.
     if (context->IsCancelled()) return {grpc::StatusCode::CANCELLED, "the call was cancelled"};
     return Refuse(SubmitResult::kInvalid, grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
   }
